@@ -1,0 +1,111 @@
+"""What every command shares: error lines, JSON output, size options, the progress bar."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import click
+import typer
+
+from diskferry.disk.progress import Progress
+from diskferry.disk.sizes import SizeError, parse_size
+
+
+def fail_line(message: str) -> None:
+    """Print the one error line on stderr."""
+    first = " ".join(str(message).split("\n")[0].split()) or "failed"
+    print(f"diskferry: error: {first}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """Tell the user something on stderr (so stdout stays clean for --json)."""
+    print(f"diskferry: {message}", file=sys.stderr)
+
+
+def print_json(obj: Any) -> None:
+    """Print one JSON object on stdout."""
+    print(json.dumps(obj, sort_keys=True))
+
+
+def size_option(value: str | None) -> int | None:
+    """Turn a --size value into bytes, or a usage error."""
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except SizeError as e:
+        raise click.BadParameter(str(e)) from e
+
+
+def parse_headers(values: list[str] | None) -> dict[str, str]:
+    """Turn repeated --header 'Name: value' options into a dict, or a usage error."""
+    headers: dict[str, str] = {}
+    for raw in values or []:
+        name, sep, value = raw.partition(":")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"header {raw!r} is not 'Name: value'")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+@contextlib.contextmanager
+def progress_bar(progress: Progress, label: str, enabled: bool) -> Iterator[None]:
+    """Draw `progress` with rich on a terminal while the block runs."""
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as RichProgress
+
+    from diskferry.disk.sizes import format_size
+
+    stop = threading.Event()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        DownloadColumn(binary_units=True),
+        TextColumn("{task.fields[speeds]}"),
+        TimeRemainingColumn(),
+    )
+    with RichProgress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(label, total=progress.total or None, speeds="")
+
+        def refresh() -> None:
+            speeds = (
+                f"avg {format_size(progress.average_speed)}/s "
+                f"now {format_size(progress.current_speed)}/s"
+            )
+            desc = f"{label} {progress.phase}".strip()
+            bar.update(
+                task,
+                completed=progress.done,
+                total=progress.total or None,
+                speeds=speeds,
+                description=desc,
+            )
+
+        def loop() -> None:
+            while not stop.wait(0.2):
+                refresh()
+
+        drawer = threading.Thread(target=loop, daemon=True)
+        drawer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            drawer.join()
+            refresh()

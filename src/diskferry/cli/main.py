@@ -1,0 +1,45 @@
+"""The `diskferry` command: its sub-commands, and one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from diskferry.cli.common import fail_line
+from diskferry.disk.errors import DiskferryError
+
+app = typer.Typer(
+    name="diskferry",
+    help="Move virtual-machine disks: import, export, back up and restore.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI: 0 done, 1 the job failed, 2 bad usage; errors as one line on stderr."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        fail_line("cancelled")
+        sys.exit(130)
+    except click.UsageError as e:
+        fail_line(e.format_message())
+        sys.exit(2)
+    except DiskferryError as e:
+        fail_line(e.message)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        fail_line("cancelled")
+        sys.exit(130)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

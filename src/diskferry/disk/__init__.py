@@ -1,0 +1,1 @@
+"""The byte layer: volumes, extents, copying, formats, progress."""

@@ -1,0 +1,29 @@
+"""The base of every typed error diskferry raises, with a short reason for status."""
+
+
+class DiskferryError(Exception):
+    """An error the user can act on: a one-line message and a CamelCase reason."""
+
+    reason = "Failed"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+    @property
+    def message(self) -> str:
+        """The one-line message."""
+        return str(self)
+
+
+class VolumeError(DiskferryError):
+    """A volume could not be opened, read or written."""
+
+    reason = "VolumeError"
+
+
+class CancelledError(DiskferryError):
+    """The operation was cancelled before it finished."""
+
+    reason = "Cancelled"
