@@ -1,0 +1,100 @@
+"""ObjectStore against a directory and a real S3 server."""
+
+import os
+
+import pytest
+from s3server import running_moto, use_endpoint
+
+from diskferry.objstore.errors import (
+    BucketNotFoundError,
+    CredentialsRefusedError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+)
+from diskferry.objstore.store import ObjectStore, S3Options
+
+
+def test_put_get_range_head_list_delete(store_url):
+    store = ObjectStore(store_url)
+    store.put("a/b/one", b"hello world")
+    store.put("a/two", bytearray(b"x" * 1000))
+    store.put("c/three", b"")
+    assert store.get("a/b/one") == b"hello world"
+    assert store.get_range("a/b/one", 6, 5) == b"world"
+    info = store.head("a/two")
+    assert info is not None and info.size == 1000 and info.path == "a/two"
+    assert store.exists("c/three") and not store.exists("c/nothing")
+    assert sorted(o.path for o in store.list("a")) == ["a/b/one", "a/two"]
+    assert sorted(o.path for o in store.list("a/")) == ["a/b/one", "a/two"]
+    assert sorted(o.path for o in store.list()) == ["a/b/one", "a/two", "c/three"]
+    store.put("a/two", b"new")
+    assert store.get("a/two") == b"new"
+    store.delete("a/two")
+    store.delete("a/two")
+    assert not store.exists("a/two")
+    assert [o.path for o in store.list("a")] == ["a/b/one"]
+
+
+def test_missing_object_is_typed(store_url):
+    store = ObjectStore(store_url)
+    with pytest.raises(ObjectNotFoundError, match="nothing/here does not exist"):
+        store.get("nothing/here")
+    with pytest.raises(ObjectNotFoundError):
+        store.get_range("nothing/here", 0, 4)
+    assert store.head("nothing/here") is None
+
+
+def test_short_range_is_an_error(store_url):
+    store = ObjectStore(store_url)
+    store.put("small", b"abc")
+    with pytest.raises(ObjectStoreError):
+        store.get_range("small", 1, 10)
+
+
+def test_put_new_only_once(store_url):
+    store = ObjectStore(store_url)
+    assert store.put_new("lock", b"first")
+    assert not store.put_new("lock", b"second")
+    assert store.get("lock") == b"first"
+
+
+def test_listing_an_empty_folder(store_url):
+    assert list(ObjectStore(store_url).list("packs")) == []
+
+
+def test_directory_put_leaves_no_partial_file(tmp_path):
+    store = ObjectStore(str(tmp_path))
+    store.put("x/y", b"z" * 100_000)
+    assert os.listdir(tmp_path / "x") == ["y"]
+
+
+def test_missing_bucket_is_typed(s3_endpoint, monkeypatch):
+    use_endpoint(monkeypatch, s3_endpoint)
+    store = ObjectStore("s3://no-such-bucket/prefix")
+    with pytest.raises(BucketNotFoundError, match="no-such-bucket"):
+        store.get("config")
+    with pytest.raises(BucketNotFoundError):
+        list(store.list("snapshots"))
+    with pytest.raises(BucketNotFoundError):
+        store.put("config", b"x")
+
+
+def test_explicit_options_override_the_environment(s3_endpoint, monkeypatch):
+    use_endpoint(monkeypatch, "http://127.0.0.1:1")
+    store = ObjectStore("s3://diskferry-test/explicit", S3Options(endpoint=s3_endpoint))
+    store.put("k", b"v")
+    assert store.get("k") == b"v"
+
+
+def test_refused_credentials_are_typed(monkeypatch):
+    with running_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as endpoint:
+        use_endpoint(monkeypatch, endpoint)
+        store = ObjectStore("s3://any-bucket/p")
+        with pytest.raises(CredentialsRefusedError) as info:
+            store.get("config")
+        assert "testing-secret" not in str(info.value)
+
+
+def test_unknown_scheme_is_refused():
+    with pytest.raises(ObjectStoreError, match="s3://bucket/prefix"):
+        ObjectStore("ftp://host/x")
