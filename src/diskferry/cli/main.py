@@ -8,6 +8,7 @@ import click
 import typer
 
 from diskferry.cli.common import fail_line
+from diskferry.cli.import_cmd import register as register_import
 from diskferry.disk.errors import DiskferryError
 
 app = typer.Typer(
@@ -18,6 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+register_import(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -115,9 +115,10 @@ class FileVolume(Volume):
                 return
             except OSError:
                 pass
-        elif _libc.fallocate(
-            self._fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length
-        ) == 0:
+        elif (
+            _libc.fallocate(self._fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length)
+            == 0
+        ):
             return
         self._write_zeros(offset, length)
 

@@ -57,7 +57,9 @@ class Volume(ABC):
         """
         end = self.size if length is None else min(self.size, offset + length)
         if offset < end:
-            yield Extent(offset, end - offset, zero=False, dirty=True if context == "dirty" else None)
+            yield Extent(
+                offset, end - offset, zero=False, dirty=True if context == "dirty" else None
+            )
 
     def close(self) -> None:
         """Release what the volume holds."""

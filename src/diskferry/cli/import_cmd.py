@@ -1,0 +1,74 @@
+"""`diskferry import` and `diskferry info`."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+import typer
+
+from diskferry.cli.common import note, parse_headers, print_json, progress_bar, size_option
+
+
+def import_command(
+    source: Annotated[str, typer.Argument(help="A local path or an http(s):// URL.")],
+    target: Annotated[str, typer.Argument(help="The file or block device to write.")],
+    format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
+    size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
+    checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the source stream.")] = None,
+    ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
+) -> None:
+    """Import a disk image from a file or URL into a file or block device."""
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.engine import run_import
+    from diskferry.importer.job import ImportJob
+
+    if format not in ("raw", "qcow2"):
+        raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
+    job = ImportJob(
+        source=source,
+        target=target,
+        format=format,
+        size=size_option(size),
+        checksum=checksum,
+        ca_bundle=ca_bundle,
+        headers=parse_headers(header),
+    )
+    progress = Progress()
+    cancel = threading.Event()
+    with progress_bar(progress, "import", enabled=not no_progress and not json_out):
+        result = run_import(job, progress, cancel, say=note)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        note(
+            f"imported {result.source_format}"
+            f"{'+' + result.compression if result.compression else ''} into {result.target} "
+            f"({result.format}, {result.virtual_size} bytes) in {result.seconds:.1f} s"
+        )
+
+
+def info_command(
+    image: Annotated[str, typer.Argument(help="A local path or an http(s):// URL.")],
+    ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show an image's format, compression, virtual and allocated size, backing file."""
+    from diskferry.importer.probe import probe_image
+
+    found = probe_image(image, ca_bundle=ca_bundle, headers=parse_headers(header))
+    if json_out:
+        print_json(found)
+        return
+    for key, value in found.items():
+        print(f"{key}: {value if value is not None else '-'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `import` and `info` to the CLI."""
+    app.command("import")(import_command)
+    app.command("info")(info_command)

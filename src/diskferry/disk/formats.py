@@ -1,0 +1,98 @@
+"""Format probing from magic bytes: compressions, image formats, and the qcow2 header."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from diskferry.disk.errors import DiskferryError
+
+PROBE_BYTES = 64 * 1024
+COMPRESSIONS = ("gzip", "xz", "zstd", "bzip2")
+FORMATS = ("raw", "qcow2", "vmdk", "vhd", "vhdx", "vdi", "iso")
+
+_QCOW2_MAGIC = b"QFI\xfb"
+_QCOW2_EXT_DATA_FILE = 0x44415441
+_QCOW2_INCOMPAT_DATA_FILE = 1 << 2
+
+
+class FormatError(DiskferryError):
+    """An image header is malformed or names something diskferry refuses."""
+
+    reason = "BadImage"
+
+
+def probe_compression(header: bytes) -> str | None:
+    """'gzip', 'xz', 'zstd', 'bzip2' or None, from the first bytes of a stream."""
+    if header.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if header.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if header.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    if header.startswith(b"BZh") and len(header) > 3 and header[3:4] in b"123456789":
+        return "bzip2"
+    return None
+
+
+def probe_format(header: bytes) -> str:
+    """The image format named by the first bytes (up to PROBE_BYTES); 'raw' when none."""
+    if header.startswith(_QCOW2_MAGIC):
+        return "qcow2"
+    if header.startswith(b"KDMV") or header.startswith(b"# Disk DescriptorFile"):
+        return "vmdk"
+    if header.startswith(b"vhdxfile"):
+        return "vhdx"
+    if header.startswith(b"conectix"):
+        return "vhd"
+    if len(header) >= 0x44 and struct.unpack_from("<I", header, 0x40)[0] == 0xBEDA107F:
+        return "vdi"
+    if header[0x8001:0x8006] == b"CD001":
+        return "iso"
+    return "raw"
+
+
+@dataclass(frozen=True)
+class Qcow2Header:
+    """What the qcow2 header says that matters before trusting the image."""
+
+    version: int
+    virtual_size: int
+    backing_file: str | None
+    data_file: str | None
+    encrypted: bool
+
+
+def parse_qcow2_header(header: bytes) -> Qcow2Header:
+    """Parse the fixed header and extensions of a qcow2 image from its first bytes."""
+    if not header.startswith(_QCOW2_MAGIC) or len(header) < 72:
+        raise FormatError("not a qcow2 image (bad magic or short header)")
+    version, bf_offset, bf_size = struct.unpack_from(">IQI", header, 4)
+    size, crypt = struct.unpack_from(">QI", header, 24)
+    if version not in (2, 3):
+        raise FormatError(f"qcow2 version {version} is not supported")
+    backing = None
+    if bf_offset:
+        if bf_offset + bf_size > len(header):
+            backing = "(beyond the probed header)"
+        else:
+            backing = header[bf_offset : bf_offset + bf_size].decode("utf-8", "replace")
+    data_file = None
+    header_length = 72
+    if version == 3:
+        incompatible = struct.unpack_from(">Q", header, 72)[0]
+        header_length = struct.unpack_from(">I", header, 100)[0]
+        if incompatible & _QCOW2_INCOMPAT_DATA_FILE:
+            data_file = _qcow2_data_file(header, header_length) or "(unnamed)"
+    return Qcow2Header(version, size, backing, data_file, crypt != 0)
+
+
+def _qcow2_data_file(header: bytes, pos: int) -> str | None:
+    while pos + 8 <= len(header):
+        kind, length = struct.unpack_from(">II", header, pos)
+        if kind == 0:
+            return None
+        if kind == _QCOW2_EXT_DATA_FILE:
+            return header[pos + 8 : pos + 8 + length].decode("utf-8", "replace")
+        pos += 8 + (length + 7) // 8 * 8
+    return None

@@ -1,0 +1,237 @@
+"""The resuming HTTP(S) reader: a stream that picks up with Range where a break happened."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+
+import urllib3
+from urllib3.exceptions import (
+    HTTPError as Urllib3Error,
+)
+from urllib3.exceptions import MaxRetryError, ProtocolError, SSLError
+
+from diskferry.disk.errors import CancelledError, DiskferryError
+
+log = logging.getLogger(__name__)
+_RETRY_STATUSES = {429, 502, 503, 504}
+
+
+class HttpError(DiskferryError):
+    """The server answered with an error status, or could not be reached."""
+
+    reason = "HttpError"
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TlsError(DiskferryError):
+    """The server's certificate could not be verified."""
+
+    reason = "TlsVerificationFailed"
+
+
+class TruncatedError(DiskferryError):
+    """The stream ended before its declared length and could not be resumed."""
+
+    reason = "Truncated"
+
+
+class RangeNotSupportedError(DiskferryError):
+    """The server ignores Range, so a broken transfer cannot resume."""
+
+    reason = "RangeNotSupported"
+
+
+def _pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
+    ctx = ssl.create_default_context(cafile=ca_bundle)
+    return urllib3.PoolManager(
+        num_pools=4,
+        maxsize=16,
+        ssl_context=ctx,
+        timeout=urllib3.Timeout(connect=10.0, read=timeout),
+        retries=urllib3.Retry(total=None, connect=0, read=0, redirect=5, status=0),
+    )
+
+
+def _redact(url: str) -> str:
+    return url.split("?", 1)[0]
+
+
+@dataclass
+class HttpSource:
+    """An HTTP(S) URL to read, with its CA bundle, headers and resume policy."""
+
+    url: str
+    ca_bundle: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    retries: int = 5
+    backoff: float = 0.5
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._pool = _pool(self.ca_bundle, self.timeout)
+        self._head: tuple[int | None, bool] | None = None
+
+    def request(
+        self, method: str, headers: dict[str, str] | None = None, *, stream: bool = True
+    ) -> urllib3.BaseHTTPResponse:
+        """Send one request; errors become HttpError or TlsError, statuses >= 400 included."""
+        all_headers = {**self.headers, **(headers or {})}
+        try:
+            resp = self._pool.request(
+                method,
+                self.url,
+                headers=all_headers,
+                preload_content=not stream,
+                decode_content=False,
+            )
+        except MaxRetryError as e:
+            raise self._translate(e.reason or e) from e
+        except Urllib3Error as e:
+            raise self._translate(e) from e
+        if resp.status >= 400:
+            resp.drain_conn()
+            resp.release_conn()
+            status = f"HTTP {resp.status} {resp.reason or ''}".strip()
+            raise HttpError(f"{_redact(self.url)}: server answered {status}", resp.status)
+        return resp
+
+    def _translate(self, e: BaseException) -> DiskferryError:
+        where = _redact(self.url)
+        if isinstance(e, (SSLError, ssl.SSLError)):
+            return TlsError(f"{where}: TLS verification failed: {e}")
+        text = str(e)
+        if "too many redirects" in text.lower() or "ResponseError" in type(e).__name__:
+            return HttpError(f"{where}: too many redirects")
+        return HttpError(f"{where}: cannot connect: {text}")
+
+    def head(self) -> tuple[int | None, bool]:
+        """(Content-Length or None, whether Range is accepted), asked once."""
+        if self._head is None:
+            resp = self.request("HEAD", stream=False)
+            length = resp.headers.get("Content-Length")
+            ranges = resp.headers.get("Accept-Ranges", "").lower() == "bytes"
+            self._head = (int(length) if length is not None else None, ranges)
+        return self._head
+
+    def open_stream(
+        self, offset: int = 0, cancel: threading.Event | None = None, end: int | None = None
+    ) -> ResumingReader:
+        """A reader of the body from `offset` (to `end`) that resumes after breaks."""
+        return ResumingReader(self, offset, cancel, end)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._pool.clear()
+
+
+class ResumingReader:
+    """A file-like body reader; a dropped connection is retried with Range from where it broke."""
+
+    def __init__(
+        self,
+        source: HttpSource,
+        offset: int = 0,
+        cancel: threading.Event | None = None,
+        end: int | None = None,
+    ) -> None:
+        self.source = source
+        self.start = offset
+        self.position = offset
+        self.end = end
+        self.length: int | None = end
+        self.resumes = 0
+        self._cancel = cancel
+        self._resp: urllib3.BaseHTTPResponse | None = None
+        self._open()
+
+    def _open(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                self._resp = self._request()
+                return
+            except HttpError as e:
+                if e.status is not None and e.status not in _RETRY_STATUSES:
+                    raise
+                if attempt >= self.source.retries:
+                    raise
+            attempt += 1
+            self._sleep(attempt)
+
+    def _request(self) -> urllib3.BaseHTTPResponse:
+        ranged = bool(self.position) or self.end is not None
+        last = "" if self.end is None else str(self.end - 1)
+        headers = {"Range": f"bytes={self.position}-{last}"} if ranged else {}
+        resp = self.source.request("GET", headers)
+        if ranged and resp.status != 206:
+            resp.release_conn()
+            raise RangeNotSupportedError(
+                f"{_redact(self.source.url)}: the server does not support Range requests, "
+                f"so the transfer cannot resume at byte {self.position}"
+            )
+        length = resp.headers.get("Content-Length")
+        if length is not None and self.length is None:
+            self.length = self.position + int(length)
+        return resp
+
+    def _sleep(self, attempt: int) -> None:
+        delay = self.source.backoff * (2 ** (attempt - 1))
+        if self._cancel is not None:
+            if self._cancel.wait(delay):
+                raise CancelledError("cancelled")
+        else:
+            time.sleep(delay)
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        """Read up to len(buf) bytes; 0 only at the true end of the body."""
+        attempt = 0
+        view = memoryview(buf).cast("B")
+        while True:
+            if self._cancel is not None and self._cancel.is_set():
+                raise CancelledError("cancelled")
+            try:
+                assert self._resp is not None
+                n = self._resp.readinto(view)
+                if n == 0 and self.length is not None and self.position < self.length:
+                    raise ProtocolError("connection closed early")
+                self.position += n
+                return n
+            except (Urllib3Error, ConnectionError, OSError) as e:
+                attempt += 1
+                if attempt > self.source.retries:
+                    raise TruncatedError(
+                        f"{_redact(self.source.url)}: transfer broke at byte {self.position} "
+                        f"and did not resume after {self.source.retries} retries: {e}"
+                    ) from e
+                log.info("transfer broke at byte %d (%s); resuming", self.position, e)
+                self._release()
+                self._sleep(attempt)
+                self.resumes += 1
+                self._open()
+
+    def read(self, n: int = 1 << 20) -> bytes:
+        """Read up to `n` bytes."""
+        buf = bytearray(n)
+        got = self.readinto(buf)
+        return bytes(buf[:got])
+
+    def _release(self) -> None:
+        if self._resp is not None:
+            self._resp.release_conn()
+            self._resp = None
+
+    def close(self) -> None:
+        """Give the connection back when the body was read whole, otherwise drop it."""
+        if self._resp is not None:
+            if self.length is not None and self.position >= self.length:
+                self._resp.release_conn()
+            else:
+                self._resp.close()
+        self._resp = None

@@ -1,0 +1,1 @@
+"""The import engine: brings a disk image from a file or URL into a volume."""

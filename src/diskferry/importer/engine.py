@@ -1,0 +1,266 @@
+"""The import pipeline: sniff, decompress as a stream, convert when needed, swap in on success."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from diskferry.disk.checksums import Checksum
+from diskferry.disk.copy import copy
+from diskferry.disk.decompress import DecompressingReader, Readable
+from diskferry.disk.errors import DiskferryError
+from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.formats import PROBE_BYTES, parse_qcow2_header, probe_compression
+from diskferry.disk.formats import probe_format as probe_image_format
+from diskferry.disk.peek import PeekReader
+from diskferry.disk.progress import Progress
+from diskferry.disk.sparse_writer import SparseWriter
+from diskferry.importer.job import ImportJob, ImportResult
+from diskferry.importer.source import SourceStream, read_headers_file
+from diskferry.importer.target import Target, TargetError
+from diskferry.qemu import img
+
+# qcow2 metadata on top of the data it describes, at most: tables and refcounts
+_QCOW2_SLACK_DIVISOR = 64
+_QCOW2_SLACK_FIXED = 16 << 20
+
+
+class ImageRefusedError(DiskferryError):
+    """The image names something diskferry does not trust or cannot read."""
+
+    reason = "ImageRefused"
+
+
+@dataclass
+class _Sniffed:
+    compression: str | None
+    format: str
+    declared_size: int | None
+    stream: Readable
+
+
+def _sniff(stream: SourceStream) -> _Sniffed:
+    raw = PeekReader(stream)
+    compression = probe_compression(raw.peek(8))
+    body: PeekReader = raw
+    if compression:
+        body = PeekReader(DecompressingReader(raw, compression))
+    head = body.peek(PROBE_BYTES)
+    fmt = probe_image_format(head)
+    declared = None
+    if fmt == "qcow2":
+        header = parse_qcow2_header(head)
+        _refuse_untrusted(header.backing_file, header.data_file, header.encrypted)
+        declared = header.virtual_size
+    elif fmt == "raw" and not compression:
+        declared = stream.size
+    return _Sniffed(compression, fmt, declared, body)
+
+
+def _refuse_untrusted(backing: str | None, data_file: str | None, encrypted: bool) -> None:
+    if backing:
+        raise ImageRefusedError(f"the image names a backing file ({backing}); refusing it")
+    if data_file:
+        raise ImageRefusedError(f"the image names an external data file ({data_file}); refusing it")
+    if encrypted:
+        raise ImageRefusedError("the image is encrypted; diskferry imports unencrypted images")
+
+
+def run_import(
+    job: ImportJob,
+    progress: Progress,
+    cancel: threading.Event | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> ImportResult:
+    """Import `job.source` into `job.target`; the target is replaced only on success."""
+    started = time.monotonic()
+    target = Target(job.target)
+    if target.block_device and job.format != "raw":
+        raise TargetError(f"{target.path} is a block device: it can only hold a raw image")
+    headers = dict(job.headers)
+    if job.headers_file:
+        headers.update(read_headers_file(job.headers_file))
+    checksum = Checksum(job.checksum) if job.checksum else None
+    stream = SourceStream(
+        job.source,
+        ca_bundle=job.ca_bundle,
+        headers=headers,
+        retries=job.retries,
+        checksum=checksum,
+        progress=progress,
+        cancel=cancel,
+    )
+    if target.block_device:
+        say(f"this import overwrites the block device {target.path}")
+    try:
+        sniffed = _sniff(stream)
+        if sniffed.declared_size is not None:
+            _check_size(job, target, sniffed.declared_size)
+        progress.set_phase("import")
+        if sniffed.format == "raw" and job.format == "raw":
+            virtual, read, written = _raw_to_raw(
+                job, target, stream, sniffed, checksum, progress, cancel
+            )
+        else:
+            virtual, read, written = _through_qemu_img(
+                job, target, stream, sniffed, progress, cancel
+            )
+        if checksum is not None:
+            stream.drain()
+            checksum.verify()
+        target.commit()
+    except DiskferryError as e:
+        if target.block_device:
+            raise type(e)(f"{e.message}; the block device {target.path} is partly written") from e
+        raise
+    finally:
+        stream.close()
+        target.discard()
+    progress.finish()
+    seconds = time.monotonic() - started
+    return ImportResult(
+        target=target.path,
+        source_format=sniffed.format,
+        compression=sniffed.compression,
+        format=job.format,
+        virtual_size=virtual,
+        bytes_read=max(read, stream.bytes_read),
+        bytes_written=written,
+        seconds=round(seconds, 3),
+        average_speed=round(max(read, stream.bytes_read) / max(seconds, 1e-9)),
+        checksum=None if checksum is None else f"{checksum.algorithm}:{checksum.actual}",
+        resumes=stream.resumes,
+    )
+
+
+def _check_size(job: ImportJob, target: Target, virtual: int) -> None:
+    if job.size is not None and job.size < virtual:
+        raise TargetError(
+            f"--size {job.size} is smaller than the image's virtual size ({virtual} bytes)",
+            reason="SizeTooSmall",
+        )
+    target.check_fits(max(virtual, job.size or 0))
+
+
+def _raw_to_raw(
+    job: ImportJob,
+    target: Target,
+    stream: SourceStream,
+    sniffed: _Sniffed,
+    checksum: Checksum | None,
+    progress: Progress,
+    cancel: threading.Event | None,
+) -> tuple[int, int, int]:
+    """Stream (or, for a local plain file, copy extent by extent) straight into the target."""
+    progress.set_total(stream.size or 0)
+    with target.open_prime() as dst:
+        if stream.local_path and not sniffed.compression and checksum is None:
+            with FileVolume(stream.local_path) as src:
+                result = copy(
+                    src, dst, progress=progress, dst_zeroed=not target.block_device, cancel=cancel
+                )
+            length, read, written = src.size, result.bytes_read, result.bytes_written
+        else:
+            room, what = target.capacity()
+            limit = job.size or sniffed.declared_size or room
+            writer = SparseWriter(
+                dst,
+                dst_zeroed=not target.block_device,
+                limit=limit,
+                limit_message=_bomb_message(limit, job.size, sniffed.declared_size, what),
+                cancel=cancel,
+            )
+            try:
+                while data := sniffed.stream.read(1 << 20):
+                    writer.write(data)
+            except BaseException:
+                writer.abort()
+                raise
+            length, read, written = writer.close(), stream.bytes_read, writer.bytes_written
+            if sniffed.declared_size is not None and length < sniffed.declared_size:
+                raise ImageRefusedError(
+                    f"the stream ended after {length} of {sniffed.declared_size} bytes (truncated)"
+                )
+        final = max(length, job.size or 0)
+        if target.block_device:
+            dst.zero(length, dst.size - length)
+        else:
+            dst.truncate(final)
+        dst.flush()
+    return final, read, written
+
+
+def _bomb_message(limit: int, size: int | None, declared: int | None, room_what: str) -> str:
+    if size:
+        bound = f"the requested --size, {size} bytes"
+    elif declared:
+        bound = f"its declared virtual size, {declared} bytes"
+    else:
+        bound = f"the {room_what}, {limit} bytes"
+    return f"the decompressed image grows past {bound}; refusing it (a decompression bomb?)"
+
+
+def _through_qemu_img(
+    job: ImportJob,
+    target: Target,
+    stream: SourceStream,
+    sniffed: _Sniffed,
+    progress: Progress,
+    cancel: threading.Event | None,
+) -> tuple[int, int, int]:
+    """Land the image in a scratch file (unless it is a local plain file), then qemu-img it."""
+    local = stream.local_path if not sniffed.compression else None
+    if local:
+        image = local
+        share = stream.size or 1
+        progress.set_total(share)
+    else:
+        share = stream.size or 1
+        progress.set_total(2 * share)
+        image = target.scratch
+        _stream_to_scratch(target, sniffed, cancel)
+    info = img.info(image, sniffed.format, untrusted=True)
+    _refuse_untrusted(info.backing_file, info.data_file, info.encrypted)
+    _check_size(job, target, info.virtual_size)
+    progress.set_phase("convert")
+    img.convert(
+        image,
+        target.prime,
+        src_format=sniffed.format,
+        dst_format=job.format,
+        progress=progress,
+        progress_share=share,
+        target_exists=target.block_device,
+        cancel=cancel,
+    )
+    final = max(info.virtual_size, job.size or 0)
+    if final > info.virtual_size:
+        img.resize(target.prime, final, job.format)
+    with FileVolume(target.prime) as out:
+        written = out.size if target.block_device else out.allocated_bytes()
+    return final, info.actual_size if local else stream.bytes_read, written
+
+
+def _stream_to_scratch(target: Target, sniffed: _Sniffed, cancel: threading.Event | None) -> None:
+    room, what = target.capacity()
+    if sniffed.declared_size is not None:
+        limit = sniffed.declared_size + sniffed.declared_size // _QCOW2_SLACK_DIVISOR
+        limit += _QCOW2_SLACK_FIXED
+    else:
+        limit = room
+    with FileVolume.create(target.scratch, 0) as scratch:
+        writer = SparseWriter(
+            scratch,
+            limit=limit,
+            limit_message=_bomb_message(limit, None, sniffed.declared_size, what),
+            cancel=cancel,
+        )
+        try:
+            while data := sniffed.stream.read(1 << 20):
+                writer.write(data)
+        except BaseException:
+            writer.abort()
+            raise
+        scratch.truncate(writer.close())

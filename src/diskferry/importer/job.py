@@ -1,0 +1,47 @@
+"""The import job and its result, shared by the CLI and the worker."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diskferry.disk.jobrunner import WorkerJob
+
+
+class ImportJob(WorkerJob):
+    """Where from, where to, and how: what `diskferry import` and the worker run."""
+
+    source: str
+    target: str
+    format: Literal["raw", "qcow2"] = "raw"
+    size: int | None = Field(default=None, ge=0)
+    checksum: str | None = None
+    ca_bundle: str | None = Field(default=None, alias="caBundle")
+    headers: dict[str, str] = Field(default_factory=dict)
+    headers_file: str | None = Field(
+        default=None, alias="headersFile", description="'Name: value' lines, for secret headers"
+    )
+    retries: int = Field(default=5, ge=0)
+
+
+class ImportResult(BaseModel):
+    """What an import did."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    target: str
+    source_format: str = Field(alias="sourceFormat")
+    compression: str | None
+    format: str
+    virtual_size: int = Field(alias="virtualSize")
+    bytes_read: int = Field(alias="bytesRead")
+    bytes_written: int = Field(alias="bytesWritten")
+    seconds: float
+    average_speed: float = Field(alias="averageSpeed")
+    checksum: str | None
+    resumes: int = 0
+
+    def to_json(self) -> dict:
+        """The result as JSON-ready values, camelCase keys."""
+        return self.model_dump(by_alias=True)

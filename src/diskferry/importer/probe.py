@@ -1,0 +1,59 @@
+"""What `diskferry info` tells of an image, reading only its head (or qemu-img for a local file)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from diskferry.disk.decompress import DecompressingReader
+from diskferry.disk.formats import PROBE_BYTES, parse_qcow2_header, probe_compression, probe_format
+from diskferry.disk.peek import PeekReader
+from diskferry.importer.source import SourceStream
+from diskferry.qemu import img
+
+
+def probe_image(
+    image: str, *, ca_bundle: str | None = None, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Format, compression, virtual size, allocated size and backing file of `image`."""
+    stream = SourceStream(image, ca_bundle=ca_bundle, headers=headers)
+    try:
+        raw = PeekReader(stream)
+        compression = probe_compression(raw.peek(8))
+        body = PeekReader(DecompressingReader(raw, compression)) if compression else raw
+        head = body.peek(PROBE_BYTES)
+    finally:
+        stream.close()
+    fmt = probe_format(head)
+    found: dict[str, Any] = {
+        "format": fmt,
+        "compression": compression,
+        "virtualSize": None,
+        "allocatedSize": None,
+        "backingFile": None,
+        "dataFile": None,
+        "encrypted": False,
+    }
+    if stream.local_path and not compression:
+        info = img.info(stream.local_path, fmt, untrusted=True)
+        found.update(
+            virtualSize=info.virtual_size,
+            allocatedSize=info.actual_size,
+            backingFile=info.backing_file,
+            dataFile=info.data_file,
+            encrypted=info.encrypted,
+        )
+        return found
+    if stream.local_path:
+        found["allocatedSize"] = os.stat(stream.local_path).st_blocks * 512
+    if fmt == "qcow2":
+        header = parse_qcow2_header(head)
+        found.update(
+            virtualSize=header.virtual_size,
+            backingFile=header.backing_file,
+            dataFile=header.data_file,
+            encrypted=header.encrypted,
+        )
+    elif fmt == "raw" and not compression:
+        found["virtualSize"] = stream.size
+    return found

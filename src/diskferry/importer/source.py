@@ -1,0 +1,97 @@
+"""Opening an import source (a local path or an HTTP(S) URL) as a counted byte stream."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from diskferry.disk.checksums import Checksum
+from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.disk.http import HttpSource, ResumingReader
+from diskferry.disk.progress import Progress
+
+
+class SourceError(DiskferryError):
+    """The source cannot be opened."""
+
+    reason = "SourceUnavailable"
+
+
+def read_headers_file(path: str) -> dict[str, str]:
+    """'Name: value' lines from a file (for headers that carry secrets)."""
+    headers = {}
+    for line in Path(path).read_text().splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            headers[name.strip()] = value.strip()
+    return headers
+
+
+def is_url(source: str) -> bool:
+    """Whether `source` is an http:// or https:// URL."""
+    return source.startswith(("http://", "https://"))
+
+
+class SourceStream:
+    """The source's bytes as received: counted into progress and hashed for the checksum."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        ca_bundle: str | None = None,
+        headers: dict[str, str] | None = None,
+        retries: int = 5,
+        checksum: Checksum | None = None,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.name = source.split("?", 1)[0]
+        self.local_path: str | None = None
+        self.bytes_read = 0
+        self._checksum = checksum
+        self._progress = progress
+        self._cancel = cancel
+        self._reader: ResumingReader | None = None
+        self._file = None
+        if is_url(source):
+            http = HttpSource(source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries)
+            self._reader = http.open_stream(0, cancel)
+            self.size = self._reader.length
+        else:
+            try:
+                self._file = open(source, "rb", buffering=0)  # noqa: SIM115
+            except OSError as e:
+                raise SourceError(f"cannot open {source}: {e.strerror}") from e
+            self.local_path = source
+            self.size = os.fstat(self._file.fileno()).st_size
+
+    @property
+    def resumes(self) -> int:
+        """How many times the transfer resumed after a break."""
+        return self._reader.resumes if self._reader is not None else 0
+
+    def read(self, n: int = 1 << 20) -> bytes:
+        """Up to `n` bytes of the source."""
+        if self._cancel is not None and self._cancel.is_set():
+            raise CancelledError("cancelled")
+        data = self._reader.read(n) if self._reader is not None else self._file.read(n)
+        self.bytes_read += len(data)
+        if self._checksum is not None:
+            self._checksum.update(data)
+        if self._progress is not None:
+            self._progress.add(len(data))
+        return data
+
+    def drain(self) -> None:
+        """Read what is left (so the checksum covers the whole stream)."""
+        while self.read(1 << 20):
+            pass
+
+    def close(self) -> None:
+        """Close the file or connection."""
+        if self._reader is not None:
+            self._reader.close()
+        if self._file is not None:
+            self._file.close()

@@ -1,0 +1,83 @@
+"""The import target: a primed file swapped in on success, or a block device written in place."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+
+from diskferry.disk.errors import DiskferryError
+from diskferry.disk.file_volume import FileVolume, is_block_device
+
+
+class TargetError(DiskferryError):
+    """The target cannot take the image."""
+
+    reason = "TargetUnusable"
+
+
+class Target:
+    """Where the image goes; a file is written beside itself and renamed over on success."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.block_device = is_block_device(self.path)
+        directory = os.path.dirname(self.path)
+        if not self.block_device and not os.path.isdir(directory):
+            raise TargetError(f"the directory of the target, {directory}, does not exist")
+        if os.path.isdir(self.path):
+            raise TargetError(f"the target {self.path} is a directory")
+        tag = secrets.token_hex(4)
+        self.prime = self.path if self.block_device else f"{self.path}.prime-{tag}"
+        self.scratch = (
+            f"{self.path}.scratch-{tag}"
+            if not self.block_device
+            else os.path.join(os.environ.get("TMPDIR", "/var/tmp"), f"diskferry-scratch-{tag}")
+        )
+
+    def capacity(self) -> tuple[int, str]:
+        """How many bytes the target can take, and what bounds it."""
+        if self.block_device:
+            with FileVolume(self.path) as dev:
+                return dev.size, f"size of the block device {self.path}"
+        st = os.statvfs(os.path.dirname(self.path))
+        return st.f_bavail * st.f_frsize, f"free space in {os.path.dirname(self.path)}"
+
+    def check_fits(self, virtual_size: int) -> None:
+        """Refuse an image whose virtual size exceeds the device or the free space."""
+        room, what = self.capacity()
+        if virtual_size > room:
+            raise TargetError(
+                f"the image's virtual size ({virtual_size} bytes) is larger than the {what} "
+                f"({room} bytes)",
+                reason="TargetTooSmall",
+            )
+
+    def open_prime(self) -> FileVolume:
+        """The volume to write: a new empty prime file, or the block device."""
+        if self.block_device:
+            return FileVolume(self.path, writable=True)
+        return FileVolume.create(self.prime, 0)
+
+    def commit(self) -> None:
+        """fsync the prime file and rename it over the target (files only)."""
+        if self.block_device:
+            return
+        fd = os.open(self.prime, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.prime, self.path)
+        dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def discard(self) -> None:
+        """Remove the prime and scratch files, whatever happened."""
+        for path in (self.scratch, None if self.block_device else self.prime):
+            if path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
