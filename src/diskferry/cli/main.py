@@ -8,6 +8,7 @@ import click
 import typer
 
 from diskferry.cli.common import fail_line
+from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.disk.errors import DiskferryError
 
@@ -20,6 +21,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 register_import(app)
+register_demo(app)
 
 
 def main(argv: list[str] | None = None) -> None:
