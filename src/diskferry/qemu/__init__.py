@@ -1,0 +1,1 @@
+"""Adapters to QEMU: qemu-img, QMP, qemu-storage-daemon, changed-block tracking."""
