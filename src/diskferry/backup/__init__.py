@@ -1,0 +1,1 @@
+"""Backup and restore: the deduplicating, encrypted repository and the engine on top of it."""

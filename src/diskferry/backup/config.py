@@ -1,0 +1,36 @@
+"""The repository's `config` object: id, format, chunk size, cipher and KDF — never a key."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+FORMAT_VERSION = 1
+DEFAULT_CHUNK_SIZE = 1 << 20
+
+
+class KdfParams(BaseModel):
+    """scrypt parameters for wrapping the repository keys."""
+
+    name: Literal["scrypt"] = "scrypt"
+    n: int = 1 << 16
+    r: int = 8
+    p: int = 1
+
+
+class RepoConfig(BaseModel):
+    """What a client must know before it can open a repository."""
+
+    id: str
+    version: int = FORMAT_VERSION
+    chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, gt=0)
+    cipher: Literal["aes-256-gcm", "none"] = "aes-256-gcm"
+    compression: Literal["zstd"] = "zstd"
+    kdf: KdfParams = KdfParams()
+    max_incrementals: int = Field(default=0, ge=0)
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether chunks and metadata are sealed."""
+        return self.cipher != "none"

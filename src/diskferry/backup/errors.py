@@ -1,0 +1,49 @@
+"""Typed errors of the backup repository."""
+
+from diskferry.disk.errors import DiskferryError
+
+
+class RepositoryError(DiskferryError):
+    """The repository cannot be used as asked."""
+
+    reason = "RepositoryError"
+
+
+class RepositoryNotFoundError(RepositoryError):
+    """No repository exists at the URL."""
+
+    reason = "RepositoryNotFound"
+
+
+class RepositoryExistsError(RepositoryError):
+    """A repository already exists where one was to be made."""
+
+    reason = "RepositoryExists"
+
+
+class PasswordError(RepositoryError):
+    """The password is missing or does not open the repository."""
+
+    reason = "WrongPassword"
+
+
+class CorruptObjectError(RepositoryError):
+    """An object of the repository failed to open or to verify."""
+
+    reason = "CorruptObject"
+
+    def __init__(self, message: str, *, objects: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.objects = objects
+
+
+class SnapshotNotFoundError(RepositoryError):
+    """No snapshot has the given id."""
+
+    reason = "SnapshotNotFound"
+
+
+class LockedError(RepositoryError):
+    """Someone else holds a conflicting lock on the repository."""
+
+    reason = "Locked"

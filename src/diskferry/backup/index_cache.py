@@ -1,0 +1,174 @@
+"""A local SQLite cache of the chunk index: lookups without holding the whole index in memory."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from diskferry.backup.codec import Codec
+from diskferry.backup.errors import CorruptObjectError, RepositoryError
+from diskferry.backup.index import IndexEntry, decode_index
+from diskferry.objstore.store import ObjectStore
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS indexes (no INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS packs (no INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    id BLOB PRIMARY KEY, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
+    length INTEGER NOT NULL, plain INTEGER NOT NULL, idx INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks (pack);
+"""
+_SELECT = (
+    "SELECT c.id, p.name, c.offset, c.length, c.plain FROM chunks c JOIN packs p ON p.no = c.pack"
+)
+
+
+def cache_root() -> Path:
+    """Where caches live: $DISKFERRY_CACHE_DIR, else ~/.cache/diskferry (or $XDG_CACHE_HOME)."""
+    if os.environ.get("DISKFERRY_CACHE_DIR"):
+        return Path(os.environ["DISKFERRY_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "diskferry"
+
+
+class IndexCache:
+    """has/locate for chunk ids, filled from the repository's `index/` objects it has not seen.
+
+    Only a cache: deleting the file loses nothing, the next refresh rebuilds it.
+    """
+
+    def __init__(self, repo_id: str, root: Path | None = None) -> None:
+        folder = (root or cache_root()) / repo_id
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RepositoryError(
+                f"cannot make the cache folder {folder}: {e.strerror}; set DISKFERRY_CACHE_DIR"
+            ) from e
+        self.path = folder / "index.sqlite"
+        self._lock = threading.Lock()
+        try:
+            self._db = self._connect()
+        except sqlite3.DatabaseError:
+            self.path.unlink(missing_ok=True)
+            self._db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-16384")
+        db.executescript(_SCHEMA)
+        return db
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+    def refresh(self, store: ObjectStore, codec: Codec) -> list[CorruptObjectError]:
+        """Load the index objects not seen yet; start over if one seen before is gone.
+
+        Returns the errors of index objects that could not be read (they stay unseen).
+        """
+        present = {info.path.rsplit("/", 1)[-1] for info in store.list("index/")}
+        with self._lock:
+            known = {row[0] for row in self._db.execute("SELECT name FROM indexes")}
+        if known - present:
+            self._clear()
+            known = set()
+        problems = []
+        for name in sorted(present - known):
+            try:
+                entries = decode_index(name, store.get(f"index/{name}"), codec)
+            except CorruptObjectError as e:
+                problems.append(e)
+                continue
+            self.add(name, entries)
+        return problems
+
+    def _clear(self) -> None:
+        with self._lock, self._transaction():
+            self._db.execute("DELETE FROM chunks")
+            self._db.execute("DELETE FROM packs")
+            self._db.execute("DELETE FROM indexes")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def add(self, index_name: str, entries: Iterable[IndexEntry]) -> None:
+        """Record an index object and its entries (a chunk already known keeps its first place)."""
+        with self._lock, self._transaction():
+            cur = self._db.execute("INSERT OR IGNORE INTO indexes (name) VALUES (?)", (index_name,))
+            if cur.rowcount == 0:
+                return
+            idx = cur.lastrowid
+            pack_numbers: dict[str, int] = {}
+            rows = []
+            for e in entries:
+                number = pack_numbers.get(e.pack)
+                if number is None:
+                    number = self._pack_number(e.pack)
+                    pack_numbers[e.pack] = number
+                rows.append((e.chunk_id, number, e.offset, e.length, e.plain_length, idx))
+            self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def _pack_number(self, name: str) -> int:
+        self._db.execute("INSERT OR IGNORE INTO packs (name) VALUES (?)", (name,))
+        return self._db.execute("SELECT no FROM packs WHERE name = ?", (name,)).fetchone()[0]
+
+    def has(self, chunk_id: bytes) -> bool:
+        """Whether the index names the chunk."""
+        with self._lock:
+            row = self._db.execute("SELECT 1 FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+        return row is not None
+
+    def locate(self, chunk_id: bytes) -> IndexEntry | None:
+        """Where the chunk is stored, or None."""
+        with self._lock:
+            row = self._db.execute(f"{_SELECT} WHERE c.id = ?", (chunk_id,)).fetchone()
+        return None if row is None else IndexEntry(*row)
+
+    def entries(self) -> Iterator[IndexEntry]:
+        """Every indexed chunk, one pack at a time."""
+        for pack in self.pack_names():
+            yield from self.in_pack(pack)
+
+    def in_pack(self, pack: str) -> list[IndexEntry]:
+        """The indexed chunks of one pack."""
+        with self._lock:
+            rows = self._db.execute(f"{_SELECT} WHERE p.name = ?", (pack,)).fetchall()
+        return [IndexEntry(*row) for row in rows]
+
+    def pack_names(self) -> list[str]:
+        """The packs that indexed chunks live in."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT p.name FROM chunks c JOIN packs p ON p.no = c.pack"
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def index_names(self) -> list[str]:
+        """The index objects the cache holds."""
+        with self._lock:
+            return sorted(row[0] for row in self._db.execute("SELECT name FROM indexes"))
+
+    def totals(self) -> tuple[int, int, int]:
+        """Number of chunks, their plaintext bytes and their stored bytes."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(plain), 0), COALESCE(SUM(length), 0) FROM chunks"
+            ).fetchone()
+        return row[0], row[1], row[2]

@@ -1,0 +1,199 @@
+"""PackWriter: new chunks compressed and sealed in worker threads, packed, uploaded, indexed."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from diskferry.backup.codec import Codec
+from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
+from diskferry.backup.index_cache import IndexCache
+from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
+from diskferry.objstore.store import ObjectStore
+
+INDEX_BATCH = 65536
+
+
+@dataclass
+class WriterStats:
+    """What a writer stored: chunks and plaintext bytes new to the repository, bytes uploaded."""
+
+    chunks_new: int = 0
+    bytes_new: int = 0
+    bytes_uploaded: int = 0
+
+
+class PackWriter:
+    """Accepts chunks from several threads; memory stays bounded by the worker and upload limits.
+
+    Use as a context manager: leaving it normally calls `finish()`, leaving on an error
+    calls `abort()`, which deletes the packs it uploaded but did not index.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        codec: Codec,
+        cache: IndexCache,
+        *,
+        workers: int | None = None,
+        uploads: int = 4,
+        pack_size: int = TARGET_PACK_SIZE,
+        index_batch: int = INDEX_BATCH,
+    ) -> None:
+        self._store = store
+        self._codec = codec
+        self._cache = cache
+        self._pack_size = pack_size
+        self._index_batch = index_batch
+        workers = workers or os.cpu_count() or 2
+        self._encoders = ThreadPoolExecutor(workers, thread_name_prefix="pack-encode")
+        self._uploaders = ThreadPoolExecutor(uploads, thread_name_prefix="pack-upload")
+        self._encode_slots = threading.BoundedSemaphore(workers * 2)
+        self._upload_slots = threading.BoundedSemaphore(uploads + 1)
+        self._lock = threading.Lock()
+        self._index_lock = threading.Lock()
+        self._pending: set[bytes] = set()
+        self._builder = PackBuilder()
+        self._futures: set[Future[None]] = set()
+        self._unindexed: list[IndexEntry] = []
+        self._unindexed_packs: set[str] = set()
+        self._error: BaseException | None = None
+        self._closed = False
+        self.stats = WriterStats()
+
+    def __enter__(self) -> PackWriter:
+        return self
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.abort()
+        elif not self._closed:
+            self.finish()
+
+    def add(self, plain: bytes) -> bytes:
+        """Store a chunk unless the repository has it already; its id."""
+        self._raise_failure()
+        chunk_id = self._codec.chunk_id(plain)
+        with self._lock:
+            if chunk_id in self._pending:
+                return chunk_id
+        if self._cache.has(chunk_id):
+            return chunk_id
+        with self._lock:
+            if chunk_id in self._pending:
+                return chunk_id
+            self._pending.add(chunk_id)
+        self._encode_slots.acquire()
+        self._track(self._encoders.submit(self._encode, chunk_id, plain), self._encode_slots)
+        return chunk_id
+
+    def _track(self, future: Future[None], slots: threading.BoundedSemaphore) -> None:
+        with self._lock:
+            self._futures.add(future)
+
+        def done(f: Future[None]) -> None:
+            slots.release()
+            with self._lock:
+                self._futures.discard(f)
+                if not f.cancelled() and f.exception() is not None and self._error is None:
+                    self._error = f.exception()
+
+        future.add_done_callback(done)
+
+    def _encode(self, chunk_id: bytes, plain: bytes) -> None:
+        blob = self._codec.encode_chunk(chunk_id, plain)
+        full = None
+        with self._lock:
+            self._builder.add(chunk_id, blob, len(plain))
+            self.stats.chunks_new += 1
+            self.stats.bytes_new += len(plain)
+            if self._builder.size >= self._pack_size:
+                full, self._builder = self._builder, PackBuilder()
+        if full is not None:
+            self._submit_upload(full)
+
+    def _submit_upload(self, builder: PackBuilder) -> None:
+        self._upload_slots.acquire()
+        self._track(self._uploaders.submit(self._upload, builder), self._upload_slots)
+
+    def _upload(self, builder: PackBuilder) -> None:
+        data = builder.build(self._codec)
+        with self._lock:
+            self._unindexed_packs.add(builder.pack_id)
+        self._store.put(pack_path(builder.pack_id), data)
+        batch = None
+        with self._lock:
+            self.stats.bytes_uploaded += len(data)
+            self._unindexed.extend(
+                IndexEntry(e.chunk_id, builder.pack_id, e.offset, e.length, e.plain_length)
+                for e in builder.entries
+            )
+            if len(self._unindexed) >= self._index_batch:
+                batch, self._unindexed = self._unindexed, []
+        if batch:
+            self._write_index(batch)
+
+    def _write_index(self, entries: list[IndexEntry]) -> None:
+        with self._index_lock:
+            index_id = new_index_id()
+            blob = encode_index(index_id, entries, self._codec)
+            self._store.put(index_path(index_id), blob)
+            self.stats.bytes_uploaded += len(blob)
+            self._cache.add(index_id, entries)
+            with self._lock:
+                self._unindexed_packs.difference_update(e.pack for e in entries)
+                self._pending.difference_update(e.chunk_id for e in entries)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                running = list(self._futures)
+            if not running:
+                return
+            wait(running)
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise RuntimeError("the pack writer is closed")
+
+    def finish(self) -> WriterStats:
+        """Upload what is left, write the index for it, and return the stats."""
+        try:
+            self._drain()
+            self._raise_failure()
+            with self._lock:
+                last, self._builder = self._builder, PackBuilder()
+            if last.entries:
+                self._submit_upload(last)
+                self._drain()
+                self._raise_failure()
+            if self._unindexed:
+                batch, self._unindexed = self._unindexed, []
+                self._write_index(batch)
+        except BaseException:
+            self.abort()
+            raise
+        self._shutdown()
+        return self.stats
+
+    def abort(self) -> None:
+        """Stop, and delete the packs uploaded but not yet named by an index."""
+        if self._closed:
+            return
+        self._error = self._error or RuntimeError("aborted")
+        self._encoders.shutdown(wait=True, cancel_futures=True)
+        self._uploaders.shutdown(wait=True, cancel_futures=True)
+        for pack in sorted(self._unindexed_packs):
+            self._store.delete(pack_path(pack))
+        self._unindexed_packs.clear()
+        self._closed = True
+
+    def _shutdown(self) -> None:
+        self._encoders.shutdown()
+        self._uploaders.shutdown()
+        self._closed = True

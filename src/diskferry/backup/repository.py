@@ -1,0 +1,256 @@
+"""Repository: opening a backup repository, and reading and writing its objects."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from diskferry.backup.codec import Codec
+from diskferry.backup.config import DEFAULT_CHUNK_SIZE, KdfParams, RepoConfig
+from diskferry.backup.errors import (
+    CorruptObjectError,
+    PasswordError,
+    RepositoryExistsError,
+    RepositoryNotFoundError,
+    SnapshotNotFoundError,
+)
+from diskferry.backup.index_cache import IndexCache
+from diskferry.backup.keys import new_keys, unwrap_keys, wrap_keys
+from diskferry.backup.locks import Lock, LockKind, acquire
+from diskferry.backup.pack_writer import PackWriter
+from diskferry.backup.packs import pack_path
+from diskferry.backup.snapshots import (
+    Snapshot,
+    SnapshotInfo,
+    decode_snapshot,
+    encode_snapshot,
+)
+from diskferry.backup.trackers import Tracker, decode_tracker, encode_tracker, tracker_path
+from diskferry.objstore.errors import ObjectNotFoundError
+from diskferry.objstore.store import ObjectStore, S3Options
+
+_READERS = 8
+
+
+class Repository:
+    """An open repository: its store, config and keys, and a local cache of its index."""
+
+    def __init__(
+        self, store: ObjectStore, config: RepoConfig, codec: Codec, cache_root: Path | None = None
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.codec = codec
+        self._cache_root = cache_root
+        self._cache: IndexCache | None = None
+
+    @property
+    def id(self) -> str:
+        """The repository id."""
+        return self.config.id
+
+    @property
+    def url(self) -> str:
+        """Where the repository lives."""
+        return self.store.url
+
+    @classmethod
+    def init(
+        cls,
+        url: str,
+        password: str | None,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        max_incrementals: int = 0,
+        encrypted: bool = True,
+        kdf: KdfParams | None = None,
+        s3: S3Options | None = None,
+        cache_root: Path | None = None,
+    ) -> Repository:
+        """Make a new repository at `url`; keys first, `config` last marks it complete."""
+        store = ObjectStore(url, s3)
+        if store.exists("config"):
+            raise RepositoryExistsError(f"a repository already exists at {url}")
+        if encrypted and not password:
+            raise PasswordError(
+                "a password is needed: set DISKFERRY_PASSWORD or give --password-file "
+                "(or ask for --no-encryption)"
+            )
+        config = RepoConfig(
+            id=os.urandom(16).hex(),
+            chunk_size=chunk_size,
+            cipher="aes-256-gcm" if encrypted else "none",
+            kdf=kdf or KdfParams(),
+            max_incrementals=max_incrementals,
+        )
+        keys = new_keys(encrypted)
+        store.put(f"keys/{os.urandom(16).hex()}", wrap_keys(keys, password, config.kdf))
+        store.put("config", config.model_dump_json(indent=2).encode())
+        return cls(store, config, Codec(keys), cache_root)
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        password: str | None,
+        *,
+        s3: S3Options | None = None,
+        cache_root: Path | None = None,
+    ) -> Repository:
+        """Open the repository at `url` with `password`."""
+        store = ObjectStore(url, s3)
+        try:
+            raw = store.get("config")
+        except ObjectNotFoundError:
+            raise RepositoryNotFoundError(
+                f"no repository at {url}: make one with 'diskferry repo init --repo {url}'"
+            ) from None
+        try:
+            config = RepoConfig.model_validate_json(raw)
+        except ValidationError:
+            raise CorruptObjectError(f"{url}: config is malformed", objects=("config",)) from None
+        if config.encrypted and not password:
+            raise PasswordError(
+                f"repository {url} is encrypted: set DISKFERRY_PASSWORD or give --password-file"
+            )
+        for info in store.list("keys/"):
+            keys = unwrap_keys(store.get(info.path), password)
+            if keys is not None:
+                return cls(store, config, Codec(keys), cache_root)
+        raise PasswordError(f"wrong password for repository {url}")
+
+    def close(self) -> None:
+        """Close the index cache."""
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def index(self) -> IndexCache:
+        """The index cache, refreshed from the repository the first time it is used."""
+        if self._cache is None:
+            self._cache = IndexCache(self.id, self._cache_root)
+            self._cache.refresh(self.store, self.codec)
+        return self._cache
+
+    def refresh_index(self) -> list[CorruptObjectError]:
+        """Load index objects written since the cache last looked; the ones that did not open."""
+        return self.index.refresh(self.store, self.codec)
+
+    def pack_writer(self, **options: Any) -> PackWriter:
+        """A writer for new chunks (see PackWriter for the options)."""
+        return PackWriter(self.store, self.codec, self.index, **options)
+
+    def read_chunk(self, chunk_id: bytes) -> bytes:
+        """A chunk's plaintext, verified against its id."""
+        where = self.index.locate(chunk_id)
+        if where is None:
+            self.refresh_index()
+            where = self.index.locate(chunk_id)
+        if where is None:
+            raise CorruptObjectError(
+                f"chunk {chunk_id.hex()[:16]} is not in the index of {self.url}: "
+                "run 'diskferry repo check'"
+            )
+        path = pack_path(where.pack)
+        try:
+            blob = self.store.get_range(path, where.offset, where.length)
+        except ObjectNotFoundError:
+            raise CorruptObjectError(
+                f"{path} is missing from {self.url}: run 'diskferry repo check'", objects=(path,)
+            ) from None
+        return self.codec.decode_chunk(chunk_id, blob, path)
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Write a manifest (after the chunks and index it names)."""
+        self.store.put(snapshot.info.path, encode_snapshot(snapshot, self.codec))
+
+    def load_snapshot(self, path: str) -> Snapshot:
+        """The manifest stored at `path`."""
+        return decode_snapshot(path, self.store.get(path), self.codec)
+
+    def snapshot_paths(self, vm: str | None = None) -> list[str]:
+        """The object paths of the manifests, of one VM or all."""
+        prefix = f"snapshots/{vm}/" if vm else "snapshots/"
+        return [info.path for info in self.store.list(prefix)]
+
+    def find_snapshot(self, snapshot_id: str) -> str:
+        """The path of the manifest with this id; SnapshotNotFoundError if none."""
+        for path in self.snapshot_paths():
+            if path.rsplit("/", 1)[1] == snapshot_id:
+                return path
+        raise SnapshotNotFoundError(f"no snapshot {snapshot_id} in {self.url}")
+
+    def list_snapshots(self, vm: str | None = None) -> list[SnapshotInfo]:
+        """The snapshots' descriptions, oldest first."""
+        paths = self.snapshot_paths(vm)
+
+        def info(path: str) -> SnapshotInfo:
+            return decode_snapshot(path, self.store.get(path), self.codec, entries=False).info
+
+        with ThreadPoolExecutor(_READERS) as pool:
+            found = list(pool.map(info, paths))
+        return sorted(found, key=lambda s: (s.finished, s.started, s.id))
+
+    def load_tracker(self, vm: str) -> Tracker | None:
+        """The VM's tracker, or None when it has none."""
+        try:
+            blob = self.store.get(tracker_path(vm))
+        except ObjectNotFoundError:
+            return None
+        return decode_tracker(vm, blob, self.codec)
+
+    def save_tracker(self, tracker: Tracker) -> None:
+        """Replace the VM's tracker whole (after the snapshots it names)."""
+        self.store.put(tracker_path(tracker.vm), encode_tracker(tracker, self.codec))
+
+    def lock(
+        self,
+        kind: LockKind,
+        purpose: str,
+        *,
+        vm: str | None = None,
+        wait: float = 0.0,
+        notify: Callable[[str], None] = lambda message: None,
+    ) -> Lock:
+        """Take a lock on the repository (see locks.acquire)."""
+        return acquire(self.store, kind, purpose, vm=vm, wait=wait, notify=notify)
+
+    def forget(self, snapshot_ids: list[str]) -> list[str]:
+        """Delete these snapshots' manifests (their chunks go at the next prune); their paths."""
+        paths = [self.find_snapshot(snapshot_id) for snapshot_id in snapshot_ids]
+        for path in paths:
+            self.store.delete(path)
+        return paths
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and sizes of what the repository holds."""
+        chunks, plain, stored = self.index.totals()
+        packs = [info.size for info in self.store.list("packs/")]
+        snapshots = self.list_snapshots()
+        return {
+            "repository": self.id,
+            "encrypted": self.config.encrypted,
+            "chunkSize": self.config.chunk_size,
+            "snapshots": len(snapshots),
+            "vms": len({s.vm for s in snapshots}),
+            "disks": len({(s.vm, s.disk) for s in snapshots}),
+            "diskBytes": sum(s.disk_size for s in snapshots),
+            "chunks": chunks,
+            "chunkBytes": plain,
+            "storedChunkBytes": stored,
+            "packs": len(packs),
+            "packBytes": sum(packs),
+            "indexObjects": len(self.index.index_names()),
+        }

@@ -1,0 +1,118 @@
+"""Snapshot manifests `snapshots/<vm>/<disk>/<id>`: a synthetic full of one disk at one point."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from diskferry.backup.codec import ID_SIZE, Codec
+from diskferry.backup.entries import Entry
+from diskferry.backup.errors import CorruptObjectError, RepositoryError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_LEN = struct.Struct("<I")
+_ROW = struct.Struct("<QQiQ")
+
+
+class SnapshotInfo(BaseModel):
+    """Everything a manifest says except its entries."""
+
+    id: str
+    vm: str
+    disk: str
+    backup: str
+    disk_size: int = Field(ge=0)
+    chunk_size: int = Field(gt=0)
+    type: Literal["full", "incremental"]
+    reason: str = ""
+    parent: str | None = None
+    checkpoint: str | None = None
+    started: str
+    finished: str
+    stats: dict[str, int | float] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        """The object path of the manifest."""
+        return snapshot_path(self.vm, self.disk, self.id)
+
+
+@dataclass
+class Snapshot:
+    """A manifest: its description and the ordered entries covering the whole disk."""
+
+    info: SnapshotInfo
+    entries: list[Entry]
+
+    def chunk_ids(self) -> set[bytes]:
+        """The chunks the manifest names."""
+        return {e.chunk for e in self.entries if e.chunk is not None}
+
+
+def now_rfc3339() -> str:
+    """The current UTC time in RFC 3339."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def new_snapshot_id() -> str:
+    """A new snapshot id: the time in milliseconds then random bits, so ids sort by age."""
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(2).hex()}"
+
+
+def check_name(kind: str, name: str) -> str:
+    """`name` if it can be a path component of the repository; RepositoryError otherwise."""
+    if not _NAME.match(name):
+        raise RepositoryError(
+            f"{kind} name {name!r} is not usable: use letters, digits, '.', '_' and '-'",
+            reason="BadName",
+        )
+    return name
+
+
+def snapshot_path(vm: str, disk: str, snapshot_id: str) -> str:
+    """The object path of a manifest."""
+    return f"snapshots/{check_name('VM', vm)}/{check_name('disk', disk)}/{snapshot_id}"
+
+
+def encode_snapshot(snapshot: Snapshot, codec: Codec) -> bytes:
+    """The stored form: header JSON, the chunk-id table, and a packed entry table, sealed."""
+    header = snapshot.info.model_dump_json().encode()
+    numbers: dict[bytes, int] = {}
+    rows = []
+    for e in snapshot.entries:
+        number = -1 if e.chunk is None else numbers.setdefault(e.chunk, len(numbers))
+        rows.append(_ROW.pack(e.offset, e.length, number, e.chunk_offset))
+    body = b"".join([_LEN.pack(len(header)), header, _LEN.pack(len(numbers)), *numbers, *rows])
+    return codec.encode_meta(body, snapshot.info.path)
+
+
+def decode_snapshot(path: str, blob: bytes, codec: Codec, *, entries: bool = True) -> Snapshot:
+    """A stored manifest; with `entries=False` only its description is unpacked."""
+    data = codec.decode_meta(blob, path)
+    try:
+        (head_len,) = _LEN.unpack_from(data)
+        info = SnapshotInfo.model_validate(json.loads(data[_LEN.size : _LEN.size + head_len]))
+        if info.path != path:
+            raise ValueError("stored under another name")
+        if not entries:
+            return Snapshot(info, [])
+        pos = _LEN.size + head_len
+        (count,) = _LEN.unpack_from(data, pos)
+        pos += _LEN.size
+        ids = [data[pos + i * ID_SIZE : pos + (i + 1) * ID_SIZE] for i in range(count)]
+        rows = _ROW.iter_unpack(memoryview(data)[pos + count * ID_SIZE :])
+        return Snapshot(
+            info,
+            [Entry(off, n, None if k < 0 else ids[k], co) for off, n, k, co in rows],
+        )
+    except (ValueError, struct.error, IndexError) as e:
+        raise CorruptObjectError(f"{path} is malformed ({e})", objects=(path,)) from None

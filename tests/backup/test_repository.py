@@ -1,0 +1,205 @@
+"""Repository round trips on a directory and S3: keys, chunks, packs, index, manifests, trackers."""
+
+import base64
+import json
+import os
+import shutil
+import threading
+
+import pytest
+
+from diskferry.backup.entries import Entry, full_entries
+from diskferry.backup.errors import (
+    PasswordError,
+    RepositoryExistsError,
+    RepositoryNotFoundError,
+    SnapshotNotFoundError,
+)
+from diskferry.backup.index import decode_index
+from diskferry.backup.packs import pack_path, read_trailer
+from diskferry.backup.repository import Repository
+from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id, now_rfc3339
+from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
+
+PASSWORD = "correct horse"
+
+
+def chunks(n, size=20_000, seed=0):
+    """n distinct, partly compressible chunks."""
+    return [os.urandom(size // 2) + bytes([(seed + i) % 256]) * (size // 2) for i in range(n)]
+
+
+def write(repo, data, **options):
+    options.setdefault("pack_size", 100_000)
+    with repo.pack_writer(**options) as writer:
+        ids = [writer.add(c) for c in data]
+    return ids, writer.stats
+
+
+def test_init_and_open(repo_url, new_repo, cache_dir):
+    made = new_repo(repo_url, chunk_size=4 << 20, max_incrementals=7)
+    with Repository.open(repo_url, PASSWORD) as opened:
+        assert opened.id == made.id
+        assert opened.config.chunk_size == 4 << 20
+        assert opened.config.max_incrementals == 7
+        assert opened.config.encrypted
+    raw = made.store.get("config")
+    fields = {"id", "version", "chunk_size", "cipher", "compression", "kdf", "max_incrementals"}
+    assert set(json.loads(raw)) == fields
+    secrets = (made.codec._keys.data, made.codec._keys.ids)
+    for info in made.store.list("keys/"):
+        stored = made.store.get(info.path)
+        for secret in secrets:
+            for form in (secret, secret.hex().encode(), base64.b64encode(secret)):
+                assert form not in raw and form not in stored
+
+
+def test_wrong_or_missing_password(repo_url, new_repo):
+    new_repo(repo_url)
+    with pytest.raises(PasswordError, match=f"wrong password for repository {repo_url}"):
+        Repository.open(repo_url, "not it")
+    with pytest.raises(PasswordError, match="DISKFERRY_PASSWORD"):
+        Repository.open(repo_url, None)
+
+
+def test_no_repository_and_existing_repository(repo_url, new_repo):
+    with pytest.raises(RepositoryNotFoundError, match="repo init"):
+        Repository.open(repo_url, PASSWORD)
+    new_repo(repo_url)
+    with pytest.raises(RepositoryExistsError):
+        new_repo(repo_url)
+
+
+def test_unencrypted_repository_needs_no_password(repo_url, new_repo):
+    made = new_repo(repo_url, password=None, encrypted=False)
+    assert made.config.cipher == "none"
+    ids, _ = write(made, [b"plain text " * 1000])
+    with Repository.open(repo_url, None) as opened:
+        assert opened.read_chunk(ids[0]) == b"plain text " * 1000
+
+
+def test_chunks_from_many_threads_round_trip(repo_url, new_repo, cache_dir):
+    repo = new_repo(repo_url)
+    data = chunks(60)
+    ids = [None] * len(data)
+    with repo.pack_writer(pack_size=100_000, workers=3, uploads=2) as writer:
+
+        def add(k):
+            for i in range(k, len(data), 4):
+                ids[i] = writer.add(data[i])
+
+        threads = [threading.Thread(target=add, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    stats = writer.stats
+    assert stats.chunks_new == 60
+    assert stats.bytes_new == sum(map(len, data))
+    assert 0 < stats.bytes_uploaded < stats.bytes_new
+    packs = list(repo.store.list("packs/"))
+    assert len(packs) >= 5
+    assert all(p.path.split("/")[1] == p.path.split("/")[2][:2] for p in packs)
+    shutil.rmtree(cache_dir)
+    with Repository.open(repo_url, PASSWORD) as fresh:
+        for cid, plain in zip(ids, data, strict=True):
+            assert fresh.read_chunk(cid) == plain
+
+
+def test_known_chunks_are_not_stored_again(repo):
+    data = chunks(10)
+    _, first = write(repo, data + data)
+    assert first.chunks_new == 10
+    _, second = write(repo, data)
+    assert (second.chunks_new, second.bytes_new, second.bytes_uploaded) == (0, 0, 0)
+
+
+def test_packs_and_index_agree(repo):
+    ids, _ = write(repo, chunks(12))
+    indexed = {}
+    for info in repo.store.list("index/"):
+        name = info.path.split("/")[1]
+        for e in decode_index(name, repo.store.get(info.path), repo.codec):
+            indexed[e.chunk_id] = e
+    assert set(indexed) == set(ids)
+    for pack in {e.pack for e in indexed.values()}:
+        size = repo.store.head(pack_path(pack)).size
+        trailer = read_trailer(repo.store, pack, repo.codec, size)
+        for t in trailer:
+            e = indexed[t.chunk_id]
+            assert (e.pack, e.offset, e.length, e.plain_length) == (
+                pack,
+                t.offset,
+                t.length,
+                t.plain_length,
+            )
+
+
+def test_abort_removes_unindexed_packs(repo):
+    with pytest.raises(RuntimeError, match="stop"), repo.pack_writer(pack_size=50_000) as w:
+        for c in chunks(10):
+            w.add(c)
+        w._drain()
+        raise RuntimeError("stop")
+    assert list(repo.store.list("packs/")) == []
+    assert list(repo.store.list("index/")) == []
+
+
+def snapshot(vm, disk, entries, size, **fields):
+    info = SnapshotInfo(
+        id=new_snapshot_id(),
+        vm=vm,
+        disk=disk,
+        backup="b1",
+        disk_size=size,
+        chunk_size=1 << 20,
+        type=fields.pop("type", "full"),
+        started=now_rfc3339(),
+        finished=now_rfc3339(),
+        **fields,
+    )
+    return Snapshot(info, entries)
+
+
+def test_snapshot_round_trip_and_listing(repo):
+    ids, _ = write(repo, chunks(3))
+    entries = full_entries(
+        [Entry(0, 20_000, ids[0], 0), Entry(50_000, 100, ids[1], 7), Entry(60_000, 9, ids[2], 0)],
+        1 << 20,
+    )
+    first = snapshot("vm1", "root", entries, 1 << 20, reason="no tracker", tags=["daily"])
+    repo.save_snapshot(first)
+    second = snapshot("vm2", "data", [*entries[:1], Entry(20_000, 5, None)], 20_005)
+    second.info.parent = first.info.id
+    repo.save_snapshot(second)
+    loaded = repo.load_snapshot(first.info.path)
+    assert loaded.info == first.info and loaded.entries == first.entries
+    assert loaded.chunk_ids() == set(ids)
+    assert [s.id for s in repo.list_snapshots()] == [first.info.id, second.info.id]
+    assert [s.id for s in repo.list_snapshots("vm2")] == [second.info.id]
+    assert repo.find_snapshot(second.info.id) == second.info.path
+    with pytest.raises(SnapshotNotFoundError):
+        repo.find_snapshot("0000")
+
+
+def test_many_entries_stay_compact(repo):
+    chunk = os.urandom(32)
+    entries = [Entry(i * 4096, 4096, None if i % 2 else chunk, i) for i in range(200_000)]
+    snap = snapshot("vm", "d", entries, 200_000 * 4096)
+    repo.save_snapshot(snap)
+    assert repo.store.head(snap.info.path).size < 2_000_000
+    assert repo.load_snapshot(snap.info.path).entries == entries
+
+
+def test_tracker_round_trip_replaces_whole(repo):
+    assert repo.load_tracker("vm1") is None
+    tracker = Tracker(
+        vm="vm1", disks={"root": DiskChain(checkpoints=[Checkpoint(name="c1", snapshot="s1")])}
+    )
+    repo.save_tracker(tracker)
+    tracker.disks["root"].checkpoints.append(Checkpoint(name="c2", snapshot="s2"))
+    tracker.disks["root"].incrementals_since_full = 1
+    repo.save_tracker(tracker)
+    loaded = repo.load_tracker("vm1")
+    assert loaded == tracker
+    assert loaded.disks["root"].last.name == "c2"
