@@ -1,0 +1,22 @@
+"""open_volume: a Volume from what a user typed, an NBD URL or a file or device path."""
+
+from __future__ import annotations
+
+from diskferry.disk.errors import VolumeError
+from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.volume import Volume
+from diskferry.nbd.url import is_nbd_url
+
+
+def open_volume(spec: str, *, writable: bool = False, bitmap: str | None = None) -> Volume:
+    """Open `spec`: nbd:// and nbd+unix:// URLs as NbdVolume, anything else as a FileVolume."""
+    if is_nbd_url(spec):
+        from diskferry.nbd.volume import NbdVolume
+
+        return NbdVolume.open(spec, writable=writable, bitmap=bitmap)
+    if bitmap is not None:
+        raise VolumeError(
+            f"dirty bitmap {bitmap!r} asked of {spec}, which is not an NBD export: "
+            "give an nbd:// or nbd+unix:// URL"
+        )
+    return FileVolume(spec, writable=writable)
