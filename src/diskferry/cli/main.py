@@ -9,6 +9,7 @@ import typer
 
 from diskferry.cli.common import fail_line
 from diskferry.cli.demo_cmd import register as register_demo
+from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.disk.errors import DiskferryError
 
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 register_import(app)
 register_demo(app)
+register_export(app)
 
 
 def main(argv: list[str] | None = None) -> None:

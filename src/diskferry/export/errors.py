@@ -1,0 +1,27 @@
+"""Typed errors of the export engine."""
+
+from diskferry.disk.errors import DiskferryError
+
+
+class ExportError(DiskferryError):
+    """An export could not be served or set up."""
+
+    reason = "ExportFailed"
+
+
+class TlsSetupError(ExportError):
+    """Certificates, keys or TLS settings could not be made or loaded."""
+
+    reason = "TlsSetupFailed"
+
+
+class RoutesError(ExportError):
+    """The proxy's routes file could not be read."""
+
+    reason = "BadRoutes"
+
+
+class DownloadError(ExportError):
+    """A download from an export failed."""
+
+    reason = "DownloadFailed"

@@ -1,0 +1,162 @@
+"""The export proxy: routes KubeVirt export API paths to each export's server, streaming."""
+
+from __future__ import annotations
+
+import logging
+import re
+import ssl
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from diskferry.export.routes import RoutesFile
+from diskferry.export.server import problem_response
+
+log = logging.getLogger(__name__)
+
+_PATH = re.compile(
+    r"/api/export\.kubevirt\.io/(?:v1|v1beta1)/namespaces/([^/]+)"
+    r"/virtualmachineexports/([^/]+)/(.*)",
+    re.DOTALL,
+)
+_HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+    )
+)
+_CHUNK = 1 << 20
+
+
+@dataclass
+class PoolSettings:
+    """The shared client pool: sizes and timeouts in seconds (no total timeout on a body)."""
+
+    limit: int = 100
+    per_backend: int = 20
+    idle: float = 30.0
+    connect: float = 10.0
+    headers: float = 30.0
+
+
+def _forwardable(headers: object) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in headers.items()  # type: ignore[attr-defined]
+        if k.lower() not in _HOP_BY_HOP
+    }
+
+
+class ExportProxy:
+    """Forwards `<rest>` of each matching path to the export's server over one bounded pool."""
+
+    def __init__(self, routes: RoutesFile, pool: PoolSettings | None = None) -> None:
+        self.routes = routes
+        self.pool = pool or PoolSettings()
+        self._session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=self.pool.limit,
+            limit_per_host=self.pool.per_backend,
+            keepalive_timeout=self.pool.idle,
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=self.pool.connect, sock_read=self.pool.headers
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            read_bufsize=_CHUNK,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+        )
+
+    async def _close(self, app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        match = _PATH.fullmatch(request.path)
+        if match is None:
+            return problem_response(
+                400,
+                "BadPath",
+                "use /api/export.kubevirt.io/v1beta1/namespaces/NS/virtualmachineexports/NAME/...",
+            )
+        namespace, name, rest = match.groups()
+        route = self.routes.get(namespace, name)
+        if route is None:
+            return problem_response(404, "UnknownExport", f"no export {namespace}/{name}")
+        if not route.ready:
+            return problem_response(503, "ExportNotReady", f"{namespace}/{name} is not ready")
+        url = route.url.rstrip("/") + "/" + rest
+        if request.query_string:
+            url += "?" + request.query_string
+        assert self._session is not None
+        try:
+            context: ssl.SSLContext = self.routes.client_context(route)
+        except (OSError, ssl.SSLError) as e:
+            log.warning("export %s/%s: cannot load its CA: %s", namespace, name, e)
+            return problem_response(502, "BadBackendCA", f"no usable CA for {namespace}/{name}")
+        try:
+            upstream = await self._session.request(
+                request.method,
+                URL(url, encoded=True),
+                headers=_forwardable(request.headers),
+                data=request.content if request.body_exists else None,
+                ssl=context,
+                allow_redirects=False,
+            )
+        except aiohttp.ClientConnectorCertificateError as e:
+            log.warning("export %s/%s: backend certificate refused: %s", namespace, name, e)
+            return problem_response(
+                502, "BackendCertificateRefused", f"the server of {namespace}/{name} is not trusted"
+            )
+        except TimeoutError:
+            return problem_response(504, "BackendTimeout", f"{namespace}/{name} did not answer")
+        except (aiohttp.ClientError, OSError) as e:
+            log.warning("export %s/%s: backend failed: %s", namespace, name, e)
+            return problem_response(502, "BackendUnavailable", f"cannot reach {namespace}/{name}")
+        return await self._relay(request, upstream)
+
+    async def _relay(
+        self, request: web.Request, upstream: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(status=upstream.status, headers=_forwardable(upstream.headers))
+        if upstream.content_length is not None:
+            resp.content_length = upstream.content_length
+        try:
+            await resp.prepare(request)
+            if request.method != "HEAD":
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+            await resp.write_eof()
+        except (aiohttp.ClientError, ConnectionError, TimeoutError):
+            # The status line is gone already: cut the client's connection so that it
+            # sees a short body rather than a clean end.
+            upstream.close()
+            if request.transport is not None:
+                request.transport.close()
+        finally:
+            upstream.release()
+        return resp

@@ -1,0 +1,80 @@
+"""The proxy's routes file: which export server serves each namespace/name, reloaded on change."""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from diskferry.export.errors import RoutesError
+from diskferry.export.watch import FileWatch
+
+log = logging.getLogger(__name__)
+
+
+class Route(BaseModel):
+    """One export: where its server is, the CA that verifies it, and whether it is ready."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    namespace: str
+    name: str
+    url: str
+    ca_file: str | None = Field(None, alias="caFile")
+    ready: bool = True
+
+
+class RoutesDocument(BaseModel):
+    """The whole routes file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exports: list[Route] = []
+
+
+def load_routes(path: str | os.PathLike[str]) -> dict[tuple[str, str], Route]:
+    """The routes in `path` by (namespace, name); a missing file has none."""
+    p = Path(path)
+    if not p.exists():
+        return {}
+    try:
+        doc = RoutesDocument.model_validate(yaml.safe_load(p.read_text()) or {})
+    except (OSError, yaml.YAMLError, ValidationError) as e:
+        raise RoutesError(f"cannot read routes {p}: {str(e).splitlines()[0]}") from e
+    return {(r.namespace, r.name): r for r in doc.exports}
+
+
+class RoutesFile:
+    """The routes, re-read when the file changes; a bad file keeps the previous routes."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._watch = FileWatch([self.path])
+        self._watch.changed()
+        self._routes = load_routes(self.path)
+        self._contexts: dict[str, tuple[FileWatch, ssl.SSLContext]] = {}
+
+    def get(self, namespace: str, name: str) -> Route | None:
+        """The route of one export, as the file says now."""
+        if self._watch.changed():
+            try:
+                self._routes = load_routes(self.path)
+            except RoutesError as e:
+                log.warning("keeping the previous routes: %s", e)
+        return self._routes.get((namespace, name))
+
+    def client_context(self, route: Route) -> ssl.SSLContext:
+        """The TLS context that verifies the route's server against its CA, cached per CA file."""
+        key = route.ca_file or ""
+        cached = self._contexts.get(key)
+        if cached is not None and not cached[0].changed():
+            return cached[1]
+        watch = FileWatch([key] if key else [])
+        watch.changed()
+        ctx = ssl.create_default_context(cafile=route.ca_file)
+        self._contexts[key] = (watch, ctx)
+        return ctx

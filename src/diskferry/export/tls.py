@@ -1,0 +1,146 @@
+"""Server TLS: a context whose certificate and settings reload when their files change.
+
+Python's ssl module cannot restrict TLS 1.3 cipher suites; `ciphers` applies to TLS 1.2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from diskferry.export.certs import CA_CERT, CA_KEY, issue_server_cert
+from diskferry.export.errors import TlsSetupError
+from diskferry.export.watch import FileWatch
+
+log = logging.getLogger(__name__)
+
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+DEFAULT_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!DSS"
+_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+
+class TlsSettings(BaseModel):
+    """The TLS settings file: minimum version and the TLS 1.2 cipher list."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    min_version: Literal["1.2", "1.3"] = Field("1.2", alias="minVersion")
+    ciphers: str = DEFAULT_CIPHERS
+
+    @field_validator("min_version", mode="before")
+    @classmethod
+    def _version_as_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, float | int) else value
+
+
+def load_tls_settings(path: str | os.PathLike[str] | None) -> TlsSettings:
+    """The settings in `path` (YAML), or the defaults when there is no path or file."""
+    if path is None or not Path(path).exists():
+        return TlsSettings()
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        return TlsSettings.model_validate(data)
+    except (OSError, yaml.YAMLError, ValidationError) as e:
+        first = str(e).splitlines()[0]
+        raise TlsSetupError(f"cannot read TLS settings {path}: {first}") from e
+
+
+def apply_tls_settings(context: ssl.SSLContext, settings: TlsSettings) -> None:
+    """Set the minimum version and TLS 1.2 ciphers of `context`."""
+    try:
+        context.set_ciphers(settings.ciphers)
+    except ssl.SSLError as e:
+        raise TlsSetupError(f"no usable cipher in {settings.ciphers!r}: fix 'ciphers'") from e
+    context.minimum_version = _VERSIONS[settings.min_version]
+
+
+class ServerTls:
+    """The TLS context of a server in `cert_dir`: tls.crt/tls.key, or a certificate from the CA.
+
+    `refresh()` (called for each new connection) reloads the certificate and the settings
+    when their files changed; connections already open keep what they negotiated.
+    """
+
+    def __init__(
+        self,
+        cert_dir: str | os.PathLike[str],
+        sans: list[str],
+        settings_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.cert_dir = Path(cert_dir)
+        self.sans = sans
+        self.settings_path = settings_path
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._issued: Path | None = None
+        self._cert_watch = FileWatch([self.cert_dir / TLS_CERT, self.cert_dir / TLS_KEY])
+        self._settings_watch = FileWatch([settings_path] if settings_path else [])
+        try:
+            self._reload_cert()
+            self._reload_settings()
+        except BaseException:
+            self.close()
+            raise
+
+    def _cert_files(self) -> tuple[Path, Path]:
+        cert, key = self.cert_dir / TLS_CERT, self.cert_dir / TLS_KEY
+        if cert.exists() and key.exists():
+            return cert, key
+        if not (self.cert_dir / CA_CERT).exists() or not (self.cert_dir / CA_KEY).exists():
+            raise TlsSetupError(
+                f"{self.cert_dir} holds neither {TLS_CERT}/{TLS_KEY} nor a CA: "
+                f"run 'diskferry export ca create --dir {self.cert_dir}'"
+            )
+        if self._issued is None:
+            chain, key_pem = issue_server_cert(self.cert_dir, self.sans)
+            issued = Path(tempfile.mkdtemp(prefix="diskferry-tls-"))
+            (issued / TLS_CERT).write_bytes(chain)
+            fd = os.open(issued / TLS_KEY, os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key_pem)
+            self._issued = issued
+        return self._issued / TLS_CERT, self._issued / TLS_KEY
+
+    def _reload_cert(self) -> None:
+        if not self._cert_watch.changed():
+            return
+        cert, key = self._cert_files()
+        try:
+            # Loaded into a scratch context first, so a half-written pair never reaches
+            # the live one.
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+            self.context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise TlsSetupError(f"cannot load {cert} and {key}: {e}") from e
+        self.served_cert = cert
+
+    def _reload_settings(self) -> None:
+        if self._settings_watch.changed():
+            apply_tls_settings(self.context, load_tls_settings(self.settings_path))
+
+    def refresh(self) -> None:
+        """Reload what changed; on a bad file keep the previous state and log why."""
+        for reload in (self._reload_cert, self._reload_settings):
+            try:
+                reload()
+            except TlsSetupError as e:
+                log.warning("keeping the previous TLS setup: %s", e)
+
+    def ca_pem(self) -> str:
+        """The certificate clients should trust: the CA, or the served chain without one."""
+        ca = self.cert_dir / CA_CERT
+        return (ca if ca.exists() else self.served_cert).read_text()
+
+    def close(self) -> None:
+        """Remove the self-issued certificate."""
+        if self._issued is not None:
+            shutil.rmtree(self._issued, ignore_errors=True)
+            self._issued = None

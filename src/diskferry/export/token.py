@@ -1,0 +1,47 @@
+"""The export token: read from its file on every request, compared in constant time."""
+
+from __future__ import annotations
+
+import hmac
+import os
+from pathlib import Path
+
+from multidict import MultiDict
+from yarl import URL
+
+from diskferry.export.errors import ExportError
+
+TOKEN_HEADER = "x-kubevirt-export-token"
+REDACTED = "REDACTED"
+
+
+class TokenFile:
+    """The token in a file; rotating the file rotates the token."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.read()
+
+    def read(self) -> str:
+        """The current token, whitespace stripped."""
+        try:
+            token = self.path.read_text().strip()
+        except OSError as e:
+            raise ExportError(f"cannot read the token file {self.path}: {e.strerror}") from e
+        if not token:
+            raise ExportError(f"the token file {self.path} is empty: write a token into it")
+        return token
+
+    def accepts(self, offered: str | None) -> bool:
+        """Whether `offered` is the current token."""
+        if offered is None:
+            return False
+        return hmac.compare_digest(offered.encode(), self.read().encode())
+
+
+def redact(url: URL) -> str:
+    """The path and query of `url` with any token in the query replaced."""
+    if TOKEN_HEADER not in url.query:
+        return url.raw_path_qs
+    query = MultiDict((k, REDACTED if k == TOKEN_HEADER else v) for k, v in url.query.items())
+    return str(url.with_query(query))

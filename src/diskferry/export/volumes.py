@@ -1,0 +1,45 @@
+"""The volumes of an export: `NAME=PATH` specs opened as disks or directories."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.volume import Volume
+from diskferry.export.errors import ExportError
+
+DIR_DISK = "disk.img"
+
+
+@dataclass
+class ExportedVolume:
+    """A named volume: a disk (raw, compressed, extents) and/or a directory (tar.gz, dir/)."""
+
+    name: str
+    disk: Volume | None = None
+    directory: Path | None = None
+
+    def close(self) -> None:
+        """Close the disk."""
+        if self.disk is not None:
+            self.disk.close()
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split `NAME=PATH`."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path or "/" in name:
+        raise ExportError(f"volume {spec!r} is not NAME=PATH (a name without '/')")
+    return name, path
+
+
+def open_volume(name: str, path: str) -> ExportedVolume:
+    """A file or block device as a disk; a directory as files, with its disk.img as the disk."""
+    p = Path(path)
+    if p.is_dir():
+        disk = FileVolume(p / DIR_DISK) if (p / DIR_DISK).is_file() else None
+        return ExportedVolume(name, disk=disk, directory=p)
+    if not p.exists():
+        raise ExportError(f"volume {name}: {path} does not exist")
+    return ExportedVolume(name, disk=FileVolume(p))
