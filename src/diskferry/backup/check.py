@@ -1,0 +1,160 @@
+"""Checking a repository: index against packs, manifests against the index, and the data itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from diskferry.backup.entries import check_cover
+from diskferry.backup.errors import CorruptObjectError
+from diskferry.backup.index import IndexEntry
+from diskferry.backup.packs import pack_path, read_trailer
+from diskferry.backup.repository import Repository
+
+
+@dataclass
+class Problem:
+    """One damaged or missing object and what is wrong with it."""
+
+    object: str
+    message: str
+
+
+@dataclass
+class CheckReport:
+    """What a check found: problems, the snapshots they affect, and what it looked at."""
+
+    read_data: bool
+    problems: list[Problem] = field(default_factory=list)
+    affected: dict[str, set[str]] = field(default_factory=dict)
+    snapshots: int = 0
+    packs: int = 0
+    chunks: int = 0
+    unused_packs: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is damaged."""
+        return not self.problems
+
+    def add(self, obj: str, message: str) -> None:
+        """Record a problem."""
+        self.problems.append(Problem(obj, message))
+
+    def summary(self) -> str:
+        """One line saying what is damaged and which snapshots it affects."""
+        if self.ok:
+            return (
+                f"no errors: {self.snapshots} snapshots, {self.packs} packs, {self.chunks} chunks"
+            )
+        damaged = ", ".join(sorted({p.object for p in self.problems}))
+        snaps = ", ".join(sorted(self.affected)) or "none"
+        return f"damaged: {damaged}; affected snapshots: {snaps}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready values."""
+        return {
+            "ok": self.ok,
+            "readData": self.read_data,
+            "snapshots": self.snapshots,
+            "packs": self.packs,
+            "chunks": self.chunks,
+            "problems": [{"object": p.object, "message": p.message} for p in self.problems],
+            "affectedSnapshots": {k: sorted(v) for k, v in sorted(self.affected.items())},
+            "unusedPacks": self.unused_packs,
+        }
+
+
+def check(
+    repo: Repository, read_data: bool = False, on_pack: Callable[[int], None] | None = None
+) -> CheckReport:
+    """Check the repository; with `read_data`, open and verify every chunk too."""
+    report = CheckReport(read_data=read_data)
+    for error in repo.refresh_index():
+        report.add(error.objects[0] if error.objects else "index", error.message)
+    index = repo.index
+    present = {info.path: info.size for info in repo.store.list("packs/")}
+    indexed = index.pack_names()
+    report.packs = len(indexed)
+    report.chunks = index.totals()[0]
+    bad_packs: dict[str, str] = {}
+    bad_chunks: dict[bytes, str] = {}
+    for pack in indexed:
+        path = pack_path(pack)
+        entries = index.in_pack(pack)
+        if path not in present:
+            report.add(path, f"{path} is missing ({len(entries)} chunks)")
+            bad_packs[pack] = path
+        elif any(e.offset + e.length > present[path] for e in entries):
+            report.add(path, f"{path} is shorter than its index says")
+            bad_packs[pack] = path
+        elif read_data:
+            _read_pack(repo, pack, present[path], entries, report, bad_chunks)
+        if on_pack is not None:
+            on_pack(present.get(path, 0))
+    known = set(indexed)
+    report.unused_packs = sorted(p for p in present if p.rsplit("/", 1)[1] not in known)
+    for path in repo.snapshot_paths():
+        report.snapshots += 1
+        _check_snapshot(repo, path, bad_packs, bad_chunks, report)
+    for info in repo.store.list("trackers/"):
+        try:
+            repo.load_tracker(info.path.split("/", 1)[1])
+        except CorruptObjectError as e:
+            report.add(info.path, e.message)
+    return report
+
+
+def _read_pack(
+    repo: Repository,
+    pack: str,
+    size: int,
+    entries: list[IndexEntry],
+    report: CheckReport,
+    bad_chunks: dict[bytes, str],
+) -> None:
+    """Open and verify every indexed chunk of the pack, and its trailer."""
+    path = pack_path(pack)
+    data = repo.store.get(path)
+    try:
+        listed = {t.chunk_id for t in read_trailer(repo.store, pack, repo.codec, size)}
+        if not listed.issuperset(e.chunk_id for e in entries):
+            report.add(path, f"the trailer of {path} does not list all its indexed chunks")
+    except CorruptObjectError as e:
+        report.add(path, e.message)
+    bad = 0
+    for e in entries:
+        try:
+            repo.codec.decode_chunk(e.chunk_id, data[e.offset : e.offset + e.length], path)
+        except CorruptObjectError:
+            bad_chunks[e.chunk_id] = path
+            bad += 1
+    if bad:
+        report.add(path, f"{path}: {bad} of its {len(entries)} chunks are damaged")
+
+
+def _check_snapshot(
+    repo: Repository,
+    path: str,
+    bad_packs: dict[str, str],
+    bad_chunks: dict[bytes, str],
+    report: CheckReport,
+) -> None:
+    name = path.removeprefix("snapshots/")
+    try:
+        snapshot = repo.load_snapshot(path)
+        check_cover(snapshot.entries, snapshot.info.disk_size)
+    except (CorruptObjectError, ValueError) as e:
+        report.add(path, str(e))
+        report.affected.setdefault(name, set()).add(path)
+        return
+    for chunk in snapshot.chunk_ids():
+        where = repo.index.locate(chunk)
+        if where is None:
+            report.add(path, f"{path} names chunk {chunk.hex()[:16]}, which is in no index")
+            report.affected.setdefault(name, set()).add(path)
+        elif where.pack in bad_packs:
+            report.affected.setdefault(name, set()).add(bad_packs[where.pack])
+        elif chunk in bad_chunks:
+            report.affected.setdefault(name, set()).add(bad_chunks[chunk])

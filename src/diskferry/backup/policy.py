@@ -1,0 +1,55 @@
+"""Which snapshots a keep policy (last N, daily N, weekly N) lets go, per VM and disk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from diskferry.backup.snapshots import SnapshotInfo
+
+
+def _day(s: SnapshotInfo) -> str:
+    return _when(s).strftime("%Y-%m-%d")
+
+
+def _week(s: SnapshotInfo) -> str:
+    year, week, _ = _when(s).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _when(s: SnapshotInfo) -> datetime:
+    return datetime.fromisoformat(s.finished.replace("Z", "+00:00"))
+
+
+def to_forget(
+    snapshots: list[SnapshotInfo], keep_last: int = 0, keep_daily: int = 0, keep_weekly: int = 0
+) -> list[SnapshotInfo]:
+    """The snapshots no rule keeps; each disk of each VM is judged on its own.
+
+    keep_last keeps the newest N; keep_daily the newest of each of the last N days that
+    have one; keep_weekly likewise per ISO week. A policy of all zeros keeps everything.
+    """
+    if not (keep_last or keep_daily or keep_weekly):
+        return []
+    groups: dict[tuple[str, str], list[SnapshotInfo]] = {}
+    for s in snapshots:
+        groups.setdefault((s.vm, s.disk), []).append(s)
+    forget = []
+    for group in groups.values():
+        newest_first = sorted(group, key=lambda s: (s.finished, s.id), reverse=True)
+        kept = {s.id for s in newest_first[:keep_last]}
+        kept |= _newest_per(newest_first, _day, keep_daily)
+        kept |= _newest_per(newest_first, _week, keep_weekly)
+        forget.extend(s for s in newest_first if s.id not in kept)
+    return sorted(forget, key=lambda s: (s.finished, s.id))
+
+
+def _newest_per(
+    newest_first: list[SnapshotInfo], bucket: Callable[[SnapshotInfo], str], count: int
+) -> set[str]:
+    kept: dict[str, str] = {}
+    for s in newest_first:
+        if len(kept) >= count:
+            break
+        kept.setdefault(bucket(s), s.id)
+    return set(kept.values())

@@ -1,0 +1,146 @@
+"""Prune: mark the chunks that manifests name, sweep the rest, repack mostly unused packs."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from diskferry.backup.errors import RepositoryError
+from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
+from diskferry.backup.pack_writer import INDEX_BATCH
+from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
+from diskferry.backup.repository import Repository
+
+REPACK_UNUSED_SHARE = 0.5
+
+
+@dataclass
+class PruneStats:
+    """What a prune did."""
+
+    packs_deleted: int = 0
+    packs_repacked: int = 0
+    packs_written: int = 0
+    chunks_removed: int = 0
+    bytes_freed: int = 0
+
+
+def prune(
+    repo: Repository,
+    *,
+    repack_share: float = REPACK_UNUSED_SHARE,
+    pack_size: int = TARGET_PACK_SIZE,
+    notify: Callable[[str], None] = lambda message: None,
+) -> PruneStats:
+    """Drop chunks no manifest names; repack packs whose unused share reaches `repack_share`.
+
+    New packs and index objects are written first, old index objects deleted next and
+    old packs last, so a prune stopped at any moment leaves a repository that checks.
+    """
+    with repo.lock("exclusive", "prune", notify=notify):
+        problems = repo.refresh_index()
+        if problems:
+            raise RepositoryError(f"cannot prune: {problems[0].message}", reason="CorruptObject")
+        index = repo.index
+        used = _used_chunks(repo)
+        present = {info.path: info.size for info in repo.store.list("packs/")}
+        stats = PruneStats()
+        keep: list[str] = []
+        to_copy: list[IndexEntry] = []
+        obsolete: list[str] = []
+        for pack in index.pack_names():
+            entries = index.in_pack(pack)
+            live = [e for e in entries if e.chunk_id in used]
+            path = pack_path(pack)
+            if path not in present:
+                if live:
+                    raise RepositoryError(
+                        f"cannot prune: {path} is missing and snapshots need it; "
+                        "run 'diskferry repo check'",
+                        reason="CorruptObject",
+                    )
+                continue
+            dead = sum(e.length for e in entries) - sum(e.length for e in live)
+            if live and dead < repack_share * sum(e.length for e in entries):
+                keep.append(pack)
+                continue
+            obsolete.append(path)
+            to_copy.extend(live)
+            stats.chunks_removed += len(entries) - len(live)
+            stats.bytes_freed += present.pop(path)
+            if live:
+                stats.packs_repacked += 1
+            else:
+                stats.packs_deleted += 1
+        indexed = {pack_path(p) for p in index.pack_names()}
+        strays = [p for p in present if p not in indexed]
+        if not obsolete and not strays:
+            return stats
+        for path in strays:
+            stats.bytes_freed += present[path]
+            stats.packs_deleted += 1
+        if obsolete:
+            copied = _repack(repo, to_copy, pack_size, stats)
+            old_indexes = index.index_names()
+            kept = (e for pack in keep for e in index.in_pack(pack))
+            _write_index(repo, itertools.chain(kept, copied))
+            for name in old_indexes:
+                repo.store.delete(index_path(name))
+        for path in obsolete + strays:
+            repo.store.delete(path)
+        repo.refresh_index()
+        return stats
+
+
+def _used_chunks(repo: Repository) -> set[bytes]:
+    used: set[bytes] = set()
+    for path in repo.snapshot_paths():
+        snapshot = repo.load_snapshot(path)
+        for chunk in snapshot.chunk_ids():
+            if chunk not in used and not repo.index.has(chunk):
+                raise RepositoryError(
+                    f"cannot prune: {path} names chunks that are in no index; "
+                    "run 'diskferry repo check'",
+                    reason="CorruptObject",
+                )
+            used.add(chunk)
+    return used
+
+
+def _repack(
+    repo: Repository, entries: list[IndexEntry], pack_size: int, stats: PruneStats
+) -> list[IndexEntry]:
+    """Copy the chunks into new packs (verifying each); their new index entries."""
+    out: list[IndexEntry] = []
+    builder = PackBuilder()
+    for e in entries:
+        path = pack_path(e.pack)
+        blob = repo.store.get_range(path, e.offset, e.length)
+        repo.codec.decode_chunk(e.chunk_id, blob, path)
+        builder.add(e.chunk_id, blob, e.plain_length)
+        if builder.size >= pack_size:
+            out.extend(_upload(repo, builder, stats))
+            builder = PackBuilder()
+    if builder.entries:
+        out.extend(_upload(repo, builder, stats))
+    return out
+
+
+def _upload(repo: Repository, builder: PackBuilder, stats: PruneStats) -> list[IndexEntry]:
+    data = builder.build(repo.codec)
+    repo.store.put(pack_path(builder.pack_id), data)
+    stats.packs_written += 1
+    stats.bytes_freed -= len(data)
+    return [
+        IndexEntry(e.chunk_id, builder.pack_id, e.offset, e.length, e.plain_length)
+        for e in builder.entries
+    ]
+
+
+def _write_index(repo: Repository, entries: Iterable[IndexEntry]) -> None:
+    """Index objects for `entries`, a bounded batch at a time."""
+    it = iter(entries)
+    while batch := list(itertools.islice(it, INDEX_BATCH)):
+        index_id = new_index_id()
+        repo.store.put(index_path(index_id), encode_index(index_id, batch, repo.codec))

@@ -1,0 +1,189 @@
+"""check (with and without reading data), forget and prune, on a directory and on S3."""
+
+import os
+
+import pytest
+
+from diskferry.backup.check import check
+from diskferry.backup.entries import Entry, full_entries
+from diskferry.backup.errors import CorruptObjectError
+from diskferry.backup.packs import pack_path
+from diskferry.backup.policy import to_forget
+from diskferry.backup.prune import prune
+from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id
+
+SIZE = 20_000
+
+
+def make_data(n):
+    return [os.urandom(SIZE // 2) + bytes([i % 256]) * (SIZE // 2) for i in range(n)]
+
+
+def store_snapshot(repo, vm, data, finished="2026-01-01T00:00:00Z"):
+    """A snapshot whose disk is `data` laid end to end, with a hole after each chunk."""
+    with repo.pack_writer(pack_size=50_000) as writer:
+        ids = [writer.add(c) for c in data]
+    runs = [Entry(i * 2 * SIZE, SIZE, cid, 0) for i, cid in enumerate(ids)]
+    info = SnapshotInfo(
+        id=new_snapshot_id(),
+        vm=vm,
+        disk="root",
+        backup="b",
+        disk_size=len(data) * 2 * SIZE,
+        chunk_size=SIZE,
+        type="full",
+        started=finished,
+        finished=finished,
+    )
+    snapshot = Snapshot(info, full_entries(runs, info.disk_size))
+    repo.save_snapshot(snapshot)
+    return snapshot
+
+
+def read_back(repo, snapshot):
+    out = bytearray(snapshot.info.disk_size)
+    for e in snapshot.entries:
+        if e.chunk is not None:
+            out[e.offset : e.end] = repo.read_chunk(e.chunk)[e.chunk_offset :][: e.length]
+    return bytes(out)
+
+
+def expected(data):
+    return b"".join(c + bytes(SIZE) for c in data)
+
+
+@pytest.fixture
+def three(repo):
+    data = make_data(30)
+    a = store_snapshot(repo, "vma", data[0:10])
+    b = store_snapshot(repo, "vmb", data[5:15])
+    c = store_snapshot(repo, "vmc", data[20:30])
+    return repo, data, a, b, c
+
+
+def pack_of(repo, chunk):
+    return pack_path(repo.index.locate(chunk).pack)
+
+
+def name(snapshot):
+    return snapshot.info.path.removeprefix("snapshots/")
+
+
+def test_a_healthy_repository_checks(three):
+    repo, _, *_ = three
+    for read_data in (False, True):
+        report = check(repo, read_data=read_data)
+        assert report.ok, report.problems
+        assert (report.snapshots, report.chunks) == (3, 25)
+        assert report.packs >= 5
+
+
+def test_flipped_byte_is_found_with_read_data(three):
+    repo, _, a, _, c = three
+    chunk = a.entries[0].chunk
+    path = pack_of(repo, chunk)
+    where = repo.index.locate(chunk)
+    blob = bytearray(repo.store.get(path))
+    blob[where.offset + where.length // 2] ^= 0x40
+    repo.store.put(path, bytes(blob))
+    assert check(repo).ok
+    report = check(repo, read_data=True)
+    assert not report.ok
+    assert [p.object for p in report.problems] == [path]
+    assert name(a) in report.affected and report.affected[name(a)] == {path}
+    assert name(c) not in report.affected
+    assert path in report.summary() and name(a) in report.summary()
+    with pytest.raises(CorruptObjectError, match=path):
+        repo.read_chunk(chunk)
+
+
+def test_missing_pack_is_found_without_read_data(three):
+    repo, _, a, b, c = three
+    shared = b.entries[0].chunk
+    path = pack_of(repo, shared)
+    repo.store.delete(path)
+    report = check(repo)
+    assert [p.object for p in report.problems] == [path]
+    assert "missing" in report.problems[0].message
+    assert name(a) in report.affected and name(b) in report.affected
+    assert name(c) not in report.affected
+    with pytest.raises(CorruptObjectError, match="missing"):
+        repo.read_chunk(shared)
+
+
+def test_forget_and_prune_keep_what_is_named(three):
+    repo, data, a, b, c = three
+    repo.forget([c.info.id])
+    stats = prune(repo)
+    assert stats.chunks_removed == 10
+    assert stats.packs_deleted >= 1
+    for chunk in c.chunk_ids():
+        assert not repo.index.has(chunk)
+    assert read_back(repo, a) == expected(data[0:10])
+    assert read_back(repo, b) == expected(data[5:15])
+    assert check(repo, read_data=True).ok
+
+
+def test_prune_repacks_partly_used_packs(three):
+    repo, data, a, b, c = three
+    repo.forget([a.info.id])
+    before = {p.path for p in repo.store.list("packs/")}
+    stats = prune(repo, repack_share=0.0, pack_size=50_000)
+    assert stats.packs_repacked >= 1 and stats.packs_written >= 1
+    only_a = a.chunk_ids() - b.chunk_ids()
+    assert all(not repo.index.has(chunk) for chunk in only_a)
+    assert repo.index.totals()[0] == 20
+    assert read_back(repo, b) == expected(data[5:15])
+    assert read_back(repo, c) == expected(data[20:30])
+    after = {p.path for p in repo.store.list("packs/")}
+    assert after - before
+    report = check(repo, read_data=True)
+    assert report.ok and not report.unused_packs
+
+
+def test_prune_removes_packs_no_index_names(three):
+    repo, *_ = three
+    stray = "packs/ab/" + "ab" * 16
+    repo.store.put(stray, b"left by a killed backup")
+    assert check(repo).unused_packs == [stray]
+    prune(repo)
+    assert not repo.store.exists(stray)
+
+
+def test_prune_of_nothing_changes_nothing(three):
+    repo, *_ = three
+    before = sorted(o.path for o in repo.store.list())
+    stats = prune(repo)
+    assert stats.chunks_removed == 0
+    assert sorted(o.path for o in repo.store.list()) == before
+
+
+def test_keep_policy():
+    def snap(vm, when):
+        return SnapshotInfo(
+            id=new_snapshot_id() + when,
+            vm=vm,
+            disk="d",
+            backup="b",
+            disk_size=1,
+            chunk_size=1,
+            type="full",
+            started=when,
+            finished=when,
+        )
+
+    days = [snap("v", f"2026-03-{d:02d}T{h:02d}:00:00Z") for d in (2, 3, 9) for h in (1, 5)]
+    other = [snap("w", "2026-03-01T00:00:00Z")]
+    forget = to_forget(days + other, keep_last=1, keep_daily=2)
+    assert {s.finished for s in forget} == {
+        "2026-03-02T01:00:00Z",
+        "2026-03-02T05:00:00Z",
+        "2026-03-03T01:00:00Z",
+        "2026-03-09T01:00:00Z",
+    }
+    assert to_forget(days) == []
+    weekly = to_forget(days, keep_weekly=5)
+    assert {s.finished for s in days} - {s.finished for s in weekly} == {
+        "2026-03-09T05:00:00Z",
+        "2026-03-03T05:00:00Z",
+    }
