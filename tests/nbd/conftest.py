@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import subprocess
 import time
@@ -12,6 +13,7 @@ import pytest
 from nbd_helpers import Server, unix_url
 
 _START_TIMEOUT = 15.0
+_numbers = itertools.count()
 
 
 def _reachable(address: str | tuple[str, int]) -> bool:
@@ -53,7 +55,7 @@ def qemu_nbd(serve: Callable[..., Server], tmp_path: Path) -> Callable[..., Serv
     """Serve an image with qemu-nbd over a Unix socket: qemu_nbd(image, fmt, *extra)."""
 
     def start(image: Path, fmt: str = "raw", *extra: str) -> Server:
-        sock = tmp_path / f"qemu-nbd-{image.name}.sock"
+        sock = tmp_path / f"qemu-nbd-{next(_numbers)}.sock"
         argv = ["qemu-nbd", "--persistent", "--shared=8", f"--socket={sock}", "-f", fmt]
         return serve([*argv, "--discard=unmap", *extra, str(image)], str(sock), unix_url(sock))
 
@@ -65,7 +67,7 @@ def nbdkit(serve: Callable[..., Server], tmp_path: Path) -> Callable[..., Server
     """Serve a plugin with nbdkit over a Unix socket: nbdkit("memory", "64M", filters=[...])."""
 
     def start(*args: str, filters: tuple[str, ...] = ()) -> Server:
-        sock = tmp_path / f"nbdkit-{len(list(tmp_path.glob('nbdkit-*.sock')))}.sock"
+        sock = tmp_path / f"nbdkit-{next(_numbers)}.sock"
         flags = [f"--filter={f}" for f in filters]
         argv = ["nbdkit", "-f", "-U", str(sock), *flags, *args]
         return serve(argv, str(sock), unix_url(sock))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+import random
 import subprocess
 import threading
 import time
@@ -164,8 +164,6 @@ def test_concurrent_reads_from_eight_threads(
     image = make_image(tmp_path / "busy.raw", 16 * MiB, {0: pattern(16 * MiB, 8)})
     expected = image.read_bytes()
     server = qemu_nbd(image)
-    import random
-
     rng = random.Random(9)
     jobs = []
     for _ in range(400):
@@ -255,13 +253,11 @@ def test_tcp(serve: Callable[..., Server]) -> None:
 
 def test_unknown_export_name(qemu_nbd: Callable[..., Server], raw_image: Path) -> None:
     server = qemu_nbd(raw_image, "raw", "--export-name=disk")
-    url = parse_url(server.url)
     with NbdClient.connect(server.url.replace(":///", ":///disk")) as client:
         assert client.info.name == "disk"
     with pytest.raises(NbdError) as caught:
         NbdClient.connect(server.url.replace(":///", ":///other"))
     assert "unknown export" in str(caught.value) and "export name" in str(caught.value)
-    assert url.socket is not None and os.path.exists(url.socket)
 
 
 def test_nothing_listens(tmp_path: Path) -> None:
