@@ -146,6 +146,7 @@ def test_abort_removes_unindexed_packs(repo):
 
 
 def snapshot(vm, disk, entries, size, **fields):
+    when = fields.pop("finished", now_rfc3339())
     info = SnapshotInfo(
         id=new_snapshot_id(),
         vm=vm,
@@ -154,8 +155,8 @@ def snapshot(vm, disk, entries, size, **fields):
         disk_size=size,
         chunk_size=1 << 20,
         type=fields.pop("type", "full"),
-        started=now_rfc3339(),
-        finished=now_rfc3339(),
+        started=when,
+        finished=when,
         **fields,
     )
     return Snapshot(info, entries)
@@ -169,7 +170,8 @@ def test_snapshot_round_trip_and_listing(repo):
     )
     first = snapshot("vm1", "root", entries, 1 << 20, reason="no tracker", tags=["daily"])
     repo.save_snapshot(first)
-    second = snapshot("vm2", "data", [*entries[:1], Entry(20_000, 5, None)], 20_005)
+    later = "2999-01-01T00:00:00Z"
+    second = snapshot("vm2", "data", [*entries[:1], Entry(20_000, 5, None)], 20_005, finished=later)
     second.info.parent = first.info.id
     repo.save_snapshot(second)
     loaded = repo.load_snapshot(first.info.path)
