@@ -1,0 +1,171 @@
+"""Changed-block tracking: the qcow2 metadata overlay beside a raw volume, and its bitmaps.
+
+The overlay `<volume>.cbt.qcow2` has the raw volume as its data file (`data_file_raw`),
+so the volume stays a valid raw image while writes through the overlay mark its dirty
+bitmaps. `diskferry-base` tracks every write since CBT was enabled or the chain reset;
+each repository's checkpoints are named `diskferry-<repo-id>-<n>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from diskferry.disk.errors import DiskferryError
+from diskferry.disk.file_volume import FileVolume
+from diskferry.qemu import img
+from diskferry.qemu.bitmaps import BASE, PREFIX, Checkpoint
+
+SUFFIX = ".cbt.qcow2"
+
+
+class CbtError(DiskferryError):
+    """Changed-block tracking could not be enabled, read, reset or disabled."""
+
+    reason = "CbtError"
+
+
+@dataclass(frozen=True)
+class CbtDisk:
+    """A raw volume and its CBT overlay (None when CBT is off)."""
+
+    volume: str
+    overlay: str | None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the volume has a CBT overlay."""
+        return self.overlay is not None
+
+
+@dataclass(frozen=True)
+class CbtStatus:
+    """A volume's CBT state: its overlay, size and checkpoints."""
+
+    disk: CbtDisk
+    size: int
+    checkpoints: list[Checkpoint]
+
+    def to_json(self) -> dict[str, Any]:
+        """The status as JSON."""
+        return {
+            "volume": self.disk.volume,
+            "overlay": self.disk.overlay,
+            "enabled": self.disk.enabled,
+            "size": self.size,
+            "checkpoints": [c.to_json() for c in self.checkpoints],
+        }
+
+
+def overlay_path(volume: str) -> str:
+    """Where the overlay of `volume` lives."""
+    return os.path.abspath(volume) + SUFFIX
+
+
+def _qemu_img(image: str, *args: str) -> None:
+    """Run `qemu-img ARGS` on the overlay `image`."""
+    proc = subprocess.run(["qemu-img", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or ["qemu-img failed"]
+        line = lines[-1].removeprefix("qemu-img: ")
+        if "lock" in proc.stderr:
+            line = f"{image} is open in a running QEMU: stop it first"
+        raise CbtError(f"qemu-img {args[0]}: {line}")
+
+
+def _overlay_data_file(overlay: str) -> str:
+    info = img.info(overlay, "qcow2", untrusted=False)
+    specific = info.raw.get("format-specific", {}).get("data", {})
+    if not info.data_file or not specific.get("data-file-raw"):
+        raise CbtError(f"{overlay} is not a CBT overlay: it has no raw data file")
+    return info.data_file
+
+
+def find(path: str) -> CbtDisk:
+    """The volume and overlay named by `path`, which may be either of them."""
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise CbtError(f"{path} does not exist")
+    if path.endswith(SUFFIX):
+        return CbtDisk(_overlay_data_file(path), path)
+    overlay = overlay_path(path)
+    if not os.path.exists(overlay):
+        return CbtDisk(path, None)
+    data_file = _overlay_data_file(overlay)
+    if os.path.realpath(data_file) != os.path.realpath(path):
+        raise CbtError(
+            f"{overlay} tracks {data_file}, not {path}: "
+            f"run 'diskferry cbt disable' and 'diskferry cbt enable' on {path}"
+        )
+    return CbtDisk(path, overlay)
+
+
+def status(path: str) -> CbtStatus:
+    """The CBT state of the volume or overlay at `path`."""
+    disk = find(path)
+    if disk.overlay is None:
+        with FileVolume(disk.volume) as volume:
+            return CbtStatus(disk, volume.size, [])
+    info = img.info(disk.overlay, "qcow2", untrusted=False)
+    entries = info.raw.get("format-specific", {}).get("data", {}).get("bitmaps", [])
+    return CbtStatus(disk, info.virtual_size, [Checkpoint.from_image(e) for e in entries])
+
+
+def enable(path: str) -> CbtDisk:
+    """Make the overlay of the raw volume at `path`, with the base bitmap enabled."""
+    disk = find(path)
+    if disk.overlay is not None:
+        raise CbtError(f"CBT is already enabled on {disk.volume} ({disk.overlay})")
+    with FileVolume(disk.volume) as volume:
+        size = volume.size
+    if size % 512:
+        raise CbtError(f"{disk.volume} is {size} bytes, not a multiple of 512: it cannot get CBT")
+    overlay = overlay_path(disk.volume)
+    partial = overlay + ".part"
+    # `qemu-img create` truncates the data file it is given, so the overlay is made over
+    # an empty stand-in and then pointed at the volume.
+    stand_in = overlay + ".stand-in"
+    try:
+        _qemu_img(
+            partial,
+            "create", "-q", "-f", "qcow2",
+            "-o", f"data_file={stand_in},data_file_raw=on", partial, str(size),
+        )  # fmt: skip
+        _qemu_img(partial, "amend", "-f", "qcow2", "-o", f"data_file={disk.volume}", partial)
+        _qemu_img(partial, "bitmap", "--add", "--enable", "-f", "qcow2", partial, BASE)
+        os.rename(partial, overlay)
+    finally:
+        for leftover in (partial, stand_in):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+    return CbtDisk(disk.volume, overlay)
+
+
+def disable(path: str) -> CbtDisk:
+    """Remove the overlay of the volume at `path` (the volume keeps its data)."""
+    disk = find(path)
+    if disk.overlay is None:
+        raise CbtError(f"CBT is not enabled on {disk.volume}")
+    _qemu_img(disk.overlay, "info", "-f", "qcow2", disk.overlay)
+    os.unlink(disk.overlay)
+    return CbtDisk(disk.volume, None)
+
+
+def reset_chain(path: str) -> bool:
+    """Forget every checkpoint before a write that bypasses the overlay (import, restore).
+
+    All diskferry bitmaps go, of every repository, so each one's next backup is full;
+    a fresh base bitmap starts again, as after `enable`. False when CBT is off.
+    """
+    state = status(path)
+    if state.disk.overlay is None:
+        return False
+    overlay = state.disk.overlay
+    for checkpoint in state.checkpoints:
+        if checkpoint.name.startswith(PREFIX):
+            _qemu_img(overlay, "bitmap", "--remove", "-f", "qcow2", overlay, checkpoint.name)
+    _qemu_img(overlay, "bitmap", "--add", "--enable", "-f", "qcow2", overlay, BASE)
+    return True

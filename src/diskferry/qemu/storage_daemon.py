@@ -1,0 +1,208 @@
+"""StorageDaemon: a qemu-storage-daemon serving disks over QMP and NBD on Unix sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from diskferry.disk.errors import DiskferryError
+from diskferry.qemu.qmp import Qmp, QmpError
+
+_PR_SET_PDEATHSIG = 1
+_BINARY = "qemu-storage-daemon"
+
+
+class StorageDaemonError(DiskferryError):
+    """qemu-storage-daemon could not be started or stopped."""
+
+    reason = "StorageDaemonFailed"
+
+
+@dataclass(frozen=True)
+class DaemonDisk:
+    """A disk for the daemon: its node name, image path and format (qcow2 or raw)."""
+
+    node: str
+    path: str
+    fmt: str = "qcow2"
+    read_only: bool = False
+
+
+def runtime_dir() -> Path:
+    """The directory for pid files and fixed-name sockets of this user."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = Path(base) / f"diskferry-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot); None if it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _set_parent_death_signal() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class StorageDaemon:
+    """A qemu-storage-daemon for `disks`, with a QMP socket and an NBD server, in a temp dir.
+
+    It gets SIGTERM when the thread that started it ends (start it from a thread that
+    outlives it) and leaves a pid file, so a later daemon for the same disks first ends
+    one that a killed predecessor left. `stop()` quits it, killing it after `timeout`.
+    """
+
+    def __init__(self, disks: list[DaemonDisk], *, timeout: float = 30.0) -> None:
+        if not disks:
+            raise StorageDaemonError("a storage daemon needs at least one disk")
+        self.disks = disks
+        self.timeout = timeout
+        key = "\n".join(sorted(os.path.realpath(d.path) for d in disks))
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        self.pid_file = runtime_dir() / f"qsd-{digest}.pid"
+        self.dir: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.qmp: Qmp | None = None
+
+    @property
+    def qmp_socket(self) -> str:
+        """The QMP monitor socket."""
+        assert self.dir is not None
+        return str(self.dir / "qmp.sock")
+
+    @property
+    def nbd_socket(self) -> str:
+        """The NBD server socket."""
+        assert self.dir is not None
+        return str(self.dir / "nbd.sock")
+
+    def _blockdev(self, disk: DaemonDisk) -> str:
+        spec = {
+            "driver": disk.fmt,
+            "node-name": disk.node,
+            "read-only": disk.read_only,
+            "file": {"driver": "file", "filename": disk.path, "read-only": disk.read_only},
+        }
+        return json.dumps(spec)
+
+    def start(self) -> StorageDaemon:
+        """Start the daemon and connect to its monitor."""
+        self.kill_leftover()
+        self.dir = Path(tempfile.mkdtemp(prefix="diskferry-qsd-"))
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.qmp_socket)
+        listener.listen()
+        args = [
+            _BINARY,
+            "--chardev",
+            f"socket,id=qmp0,fd={listener.fileno()},server=on,wait=off",
+            "--monitor",
+            "chardev=qmp0",
+            "--nbd-server",
+            f"addr.type=unix,addr.path={self.nbd_socket}",
+        ]
+        for disk in self.disks:
+            args += ["--blockdev", self._blockdev(disk)]
+        log = open(self.dir / "log", "wb")  # noqa: SIM115 - the child holds it
+        try:
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[listener.fileno()],
+                preexec_fn=_set_parent_death_signal,
+            )
+        except OSError as e:
+            self._remove_dir()
+            raise StorageDaemonError(f"cannot run {_BINARY}: {e.strerror}") from e
+        finally:
+            log.close()
+            listener.close()
+        self.pid_file.write_text(f"{self.process.pid} {_start_time(self.process.pid)}\n")
+        try:
+            self._connect()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _connect(self) -> None:
+        assert self.process is not None
+        try:
+            self.qmp = Qmp(self.qmp_socket, timeout=self.timeout)
+        except QmpError as e:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(1)
+            raise StorageDaemonError(f"{_BINARY} did not start: {self._log_tail()}") from e
+
+    def _log_tail(self) -> str:
+        assert self.dir is not None
+        try:
+            lines = (self.dir / "log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no output"
+        return lines[-1] if lines else "no output"
+
+    def kill_leftover(self) -> None:
+        """End a daemon a killed predecessor left for the same disks, named by the pid file."""
+        try:
+            pid_text, started = self.pid_file.read_text().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            return
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if _start_time(pid) == started and cmdline.split(b"\0")[0].endswith(_BINARY.encode()):
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + self.timeout
+                while _start_time(pid) == started and time.monotonic() < deadline:
+                    time.sleep(0.02)
+        self.pid_file.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Quit the daemon (storing persistent bitmaps), kill it on timeout, remove its files."""
+        if self.qmp is not None:
+            with contextlib.suppress(QmpError):
+                self.qmp.command("quit")
+            self.qmp.close()
+            self.qmp = None
+        elif self.process is not None:
+            self.process.terminate()
+        if self.process is not None:
+            try:
+                self.process.wait(self.timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+            self.pid_file.unlink(missing_ok=True)
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> StorageDaemon:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,59 @@
+"""Fixtures for the QEMU tests: small sparse raw volumes, CBT, and a storage daemon as a VM."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from qemu_helpers import MiB
+
+from diskferry.qemu import cbt
+from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> str:
+    """A sparse 32 MiB raw volume."""
+    path = tmp_path / "disk.raw"
+    with open(path, "wb") as f:
+        f.truncate(32 * MiB)
+    return str(path)
+
+
+@pytest.fixture
+def cbt_volume(volume: str) -> cbt.CbtDisk:
+    """A volume with CBT enabled."""
+    return cbt.enable(volume)
+
+
+@dataclass
+class Vm:
+    """A running QEMU that serves a disk: its monitor, and a writable NBD export of the disk."""
+
+    daemon: StorageDaemon
+    url: str
+
+    @property
+    def qmp_socket(self) -> str:
+        return self.daemon.qmp_socket
+
+    @property
+    def nbd_socket(self) -> str:
+        return self.daemon.nbd_socket
+
+
+@pytest.fixture
+def vm(cbt_volume: cbt.CbtDisk) -> Iterator[Vm]:
+    """qemu-storage-daemon with the CBT overlay open, as a VM's QEMU would have it."""
+    assert cbt_volume.overlay is not None
+    daemon = StorageDaemon([DaemonDisk("vmdisk", cbt_volume.overlay)]).start()
+    assert daemon.qmp is not None
+    daemon.qmp.command(
+        "block-export-add", type="nbd", id="vm", node_name="vmdisk", name="vm", writable=True
+    )
+    yield Vm(daemon, f"nbd+unix:///vm?socket={daemon.nbd_socket}")
+    daemon.stop()
+    assert not os.path.exists(daemon.pid_file)

@@ -1,0 +1,45 @@
+"""Helpers for the QEMU tests: write through qemu-io, read and map exports with nbd tools."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+
+def write(target: str, offset: int, length: int, pattern: int) -> None:
+    """Write `pattern` bytes through qemu-io into a CBT overlay file or an NBD URL."""
+    fmt = "raw" if target.startswith("nbd") else "qcow2"
+    subprocess.run(
+        ["qemu-io", "-f", fmt, "-c", f"write -P {pattern:#x} {offset} {length}", target],
+        check=True,
+        capture_output=True,
+    )
+
+
+def read(url: str, offset: int, length: int) -> bytes:
+    """The bytes an NBD export serves at `offset`."""
+    proc = subprocess.run(["nbdcopy", url, "-"], check=True, capture_output=True)
+    return proc.stdout[offset : offset + length]
+
+
+def dirty_runs(url: str, context: str) -> list[tuple[int, int]]:
+    """The (offset, length) runs `nbdinfo --map=CONTEXT` reports dirty."""
+    proc = subprocess.run(
+        ["nbdinfo", f"--map={context}", "--json", url], check=True, capture_output=True, text=True
+    )
+    return [(e["offset"], e["length"]) for e in json.loads(proc.stdout) if e["type"] & 1]
+
+
+def image_bitmaps(overlay: str) -> dict[str, list[str]]:
+    """The bitmaps `qemu-img info` lists in an overlay, with their flags."""
+    proc = subprocess.run(
+        ["qemu-img", "info", "--force-share", "--output=json", overlay],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    data = json.loads(proc.stdout)["format-specific"]["data"]
+    return {b["name"]: b["flags"] for b in data.get("bitmaps", [])}

@@ -1,0 +1,114 @@
+"""StorageDaemon and Qmp against a real qemu-storage-daemon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from qemu_helpers import image_bitmaps
+
+from diskferry.qemu import cbt
+from diskferry.qemu.qmp import Qmp, QmpError
+from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon, StorageDaemonError
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_gone(pid: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} is still alive"
+        time.sleep(0.05)
+
+
+def test_start_serves_qmp_and_stop_quits_cleanly(cbt_volume: cbt.CbtDisk) -> None:
+    assert cbt_volume.overlay is not None
+    daemon = StorageDaemon([DaemonDisk("d", cbt_volume.overlay)]).start()
+    assert daemon.qmp is not None and daemon.process is not None and daemon.dir is not None
+    workdir, process = daemon.dir, daemon.process
+    assert daemon.pid_file.read_text().split()[0] == str(process.pid)
+    assert os.path.exists(daemon.nbd_socket)
+    names = [n["node-name"] for n in daemon.qmp.command("query-named-block-nodes", flat=True)]
+    assert "d" in names
+    daemon.qmp.command("block-dirty-bitmap-add", node="d", name="kept", persistent=True)
+    daemon.stop()
+    assert process.returncode == 0
+    assert not workdir.exists()
+    assert not daemon.pid_file.exists()
+    assert image_bitmaps(cbt_volume.overlay)["kept"] == ["auto"]
+
+
+def test_qmp_errors_carry_the_error_class(cbt_volume: cbt.CbtDisk, tmp_path: Path) -> None:
+    assert cbt_volume.overlay is not None
+    with StorageDaemon([DaemonDisk("d", cbt_volume.overlay)]) as daemon:
+        assert daemon.qmp is not None
+        with pytest.raises(QmpError) as caught:
+            daemon.qmp.command("block-dirty-bitmap-remove", node="d", name="no-such-bitmap")
+        assert caught.value.error_class == "GenericError"
+        assert "no-such-bitmap" in (caught.value.desc or "")
+        assert caught.value.message.startswith("QEMU refused block-dirty-bitmap-remove")
+    with pytest.raises(QmpError) as caught:
+        Qmp(str(tmp_path / "nothing.sock"))
+    assert caught.value.reason == "QmpConnectFailed"
+
+
+def test_a_daemon_that_cannot_open_its_disk_says_why(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.qcow2")
+    daemon = StorageDaemon([DaemonDisk("d", missing)])
+    with pytest.raises(StorageDaemonError, match=r"missing\.qcow2"):
+        daemon.start()
+    assert daemon.dir is None
+    assert not daemon.pid_file.exists()
+
+
+def test_a_leftover_daemon_for_the_same_disks_is_ended(cbt_volume: cbt.CbtDisk) -> None:
+    assert cbt_volume.overlay is not None
+    disks = [DaemonDisk("d", cbt_volume.overlay)]
+    first = StorageDaemon(disks).start()
+    assert first.process is not None
+    try:
+        with StorageDaemon(disks) as second:
+            assert first.process.wait(10) == -signal.SIGKILL
+            assert second.qmp is not None
+            assert second.qmp.command("query-block-exports") == []
+    finally:
+        first.stop()
+
+
+def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
+    assert cbt_volume.overlay is not None
+    script = (
+        "import sys, time\n"
+        "from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon\n"
+        "d = StorageDaemon([DaemonDisk('d', sys.argv[1])]).start()\n"
+        "d.qmp.command('block-dirty-bitmap-add', node='d', name='p', persistent=True)\n"
+        "print(d.process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, cbt_volume.overlay], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        daemon_pid = int(parent.stdout.readline())
+        assert _alive(daemon_pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    _wait_gone(daemon_pid)
+    assert image_bitmaps(cbt_volume.overlay)["p"] == ["auto"]
+    leftover = StorageDaemon([DaemonDisk("d", cbt_volume.overlay)])
+    assert leftover.pid_file.exists()
+    leftover.kill_leftover()
+    assert not leftover.pid_file.exists()
