@@ -20,6 +20,8 @@ QEMU_IMG = "qemu-img"
 PROBE_LIMITS = (30, 1 << 30)
 CONVERT_LIMITS = (None, 4 << 30)
 _PERCENT = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
+# diskferry's format names that qemu-img spells otherwise
+_QEMU_NAMES = {"vhd": "vpc", "iso": "raw"}
 
 
 class QemuImgError(DiskferryError):
@@ -39,6 +41,11 @@ class ImageInfo:
     data_file: str | None
     encrypted: bool
     raw: dict[str, Any]
+
+
+def qemu_format(fmt: str) -> str:
+    """The name qemu-img gives the format diskferry calls `fmt`."""
+    return _QEMU_NAMES.get(fmt, fmt)
 
 
 def _limiter(cpu: int | None, memory: int | None):
@@ -77,7 +84,7 @@ def info(path: str, fmt: str | None = None, *, untrusted: bool = True) -> ImageI
     """`qemu-img info --output=json`, under strict limits when the image is untrusted."""
     args = ["info", "--output=json", "--force-share"]
     if fmt:
-        args += ["-f", fmt]
+        args += ["-f", qemu_format(fmt)]
     data = json.loads(_run([*args, path], PROBE_LIMITS if untrusted else (None, None), path))
     specific = data.get("format-specific", {}).get("data", {})
     return ImageInfo(
@@ -104,7 +111,8 @@ def convert(
     extra: list[str] | None = None,
 ) -> None:
     """`qemu-img convert -p`; its percent adds up to `progress_share` bytes of `progress`."""
-    args = [QEMU_IMG, "convert", "-p", "-W", "-m", "8", "-f", src_format, "-O", dst_format]
+    args = [QEMU_IMG, "convert", "-p", "-W", "-m", "8", "-f", qemu_format(src_format)]
+    args += ["-O", qemu_format(dst_format)]
     if target_exists:
         args.append("-n")
     args += [*(extra or []), src, dst]
