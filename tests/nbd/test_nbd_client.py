@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 from nbd_helpers import Server, free_port, make_image, nbdinfo_map, pattern
 
+from diskferry.disk.extent import Extent
 from diskferry.disk.file_volume import FileVolume
 from diskferry.nbd.client import NbdClient
 from diskferry.nbd.errors import NbdConnectionError, NbdError
 from diskferry.nbd.handshake import list_meta_contexts
 from diskferry.nbd.url import parse_url
+from diskferry.nbd.volume import NbdVolume
 
 MiB = 1 << 20
 SIZE = 32 * MiB
@@ -296,3 +298,35 @@ def test_meta_contexts_and_allocation_depth(
         (e["offset"], e["length"], e["type"]) for e in expected
     ]
     assert {g["type"] for g in got} == {0, 1, 2}
+
+
+def test_simple_replies_only(nbdkit: Callable[..., Server]) -> None:
+    server = nbdkit("--no-sr", "memory", "4M")
+    data = pattern(200_000, 13)
+    with NbdClient.connect(server.url, contexts=["base:allocation"]) as client:
+        assert not client.info.structured
+        assert client.contexts == []
+        client.write(777, data)
+        assert client.read(777, len(data)) == data
+        with pytest.raises(NbdError) as caught:
+            client.read(4 << 20, 512)
+        assert caught.value.errno_name == "EINVAL"
+        assert client.read(0, 777) == bytes(777)
+        volume = NbdVolume(client, writable=False)
+        assert list(volume.extents("zero")) == [Extent(0, 4 << 20, zero=False)]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--mask-handshake=0",), "does not offer fixed newstyle"),
+        (("--oldstyle",), "old-style handshake"),
+    ],
+)
+def test_servers_without_fixed_newstyle_are_refused(
+    nbdkit: Callable[..., Server], args: tuple[str, ...], said: str
+) -> None:
+    server = nbdkit(*args, "memory", "1M")
+    with pytest.raises(NbdConnectionError) as caught:
+        NbdClient.connect(server.url)
+    assert said in str(caught.value)

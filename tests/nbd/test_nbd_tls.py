@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -106,11 +107,18 @@ def test_tls_over_unix_socket(
     server = qemu_nbd(image, "raw", *_tls_args(server_dir))
     url = server.url.replace("nbd+unix", "nbds+unix")
     url += f"&tls-certificates={client_dir}&tls-hostname=localhost"
-    with NbdVolume.open(url, writable=True) as volume:
+    blocks = {(i + 2) << 20: pattern(1 << 18, i) for i in range(4)}
+    with NbdVolume.open(url, writable=True) as volume, ThreadPoolExecutor(8) as pool:
         assert volume.read(4096, len(data)) == data
         volume.write(0, b"over tls")
         assert [e.zero for e in volume.extents("zero")][:2] == [False, True]
-    assert image.read_bytes()[:8] == b"over tls"
+        # one thread receives while the others send: reads and writes interleave
+        reads = [pool.submit(volume.read, 4096 + i * 1000, 100_000) for i in range(64)]
+        list(pool.map(lambda item: volume.write(*item), blocks.items()))
+        assert all(r.result() == data[i * 1000 : i * 1000 + 100_000] for i, r in enumerate(reads))
+    content = image.read_bytes()
+    assert content[:8] == b"over tls"
+    assert all(content[at : at + len(b)] == b for at, b in blocks.items())
 
 
 def test_tls_over_tcp(

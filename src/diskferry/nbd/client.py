@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import socket
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from diskferry.nbd import protocol as p
 from diskferry.nbd.errors import NbdConnectionError, NbdError
 from diskferry.nbd.handshake import ExportInfo, negotiate
+from diskferry.nbd.transport import Transport
 from diskferry.nbd.url import NbdUrl, parse_url
 
 _IN_FLIGHT = 16
 _SPAN = 1 << 30
 _MAX_STATUS_REPLY = 64 << 20
 _CLOSE_WAIT = 5.0
-_READ_BUFFER = 1 << 16
 
 Descriptors = list[tuple[int, int]]
 
@@ -46,12 +45,12 @@ class NbdClient:
     """
 
     def __init__(
-        self, url: NbdUrl, sock: socket.socket, info: ExportInfo, max_in_flight: int = _IN_FLIGHT
+        self, url: NbdUrl, transport: Transport, info: ExportInfo, max_in_flight: int = _IN_FLIGHT
     ) -> None:
         self.url = url
         self.info = info
-        self._sock = sock
-        self._reader = sock.makefile("rb", buffering=_READ_BUFFER)
+        self._transport = transport
+        self._reader = transport.reader()
         self._payload = min(info.max_block, p.DEFAULT_MAX_PAYLOAD)
         self._send_lock = threading.Lock()
         self._state = threading.Lock()
@@ -76,8 +75,8 @@ class NbdClient:
     ) -> NbdClient:
         """Connect to `url` and negotiate structured replies and the meta `contexts` given."""
         target = parse_url(url) if isinstance(url, str) else url
-        sock, info = negotiate(target, contexts, timeout)
-        return cls(target, sock, info, max_in_flight)
+        transport, info = negotiate(target, contexts, timeout)
+        return cls(target, transport, info, max_in_flight)
 
     @property
     def size(self) -> int:
@@ -122,34 +121,20 @@ class NbdClient:
 
     def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
         """Fill `buf` with the bytes at `offset`, in requests the server's block sizes allow."""
-        view = memoryview(buf).cast("B")
-        start, stop = self._aligned(offset, len(view))
-        if start == offset and stop == offset + len(view):
-            self._read_aligned(offset, view)
-            return
-        wide = bytearray(stop - start)
-        self._read_aligned(start, memoryview(wide))
-        view[:] = memoryview(wide)[offset - start : offset - start + len(view)]
+        self._by_blocks(offset, memoryview(buf).cast("B"), self._read_aligned, self._read_edge)
 
     def write(
         self, offset: int, data: bytes | bytearray | memoryview, *, fua: bool = False
     ) -> None:
         """Write `data` at `offset`; with `fua` the server persists it before answering."""
         self._check_writable()
-        view = memoryview(data).cast("B")
         flags = p.CMD_FLAG_FUA if fua and self.info.flags & p.TFLAG_SEND_FUA else 0
-        start, stop = self._aligned(offset, len(view))
-        if start == offset and stop == offset + len(view):
-            self._write_aligned(offset, view, flags)
-            return
-        # Unaligned edges: read the edge blocks, patch them, write the whole run back.
-        block = self.info.min_block
-        with self._rmw_lock:
-            wide = memoryview(bytearray(stop - start))
-            self._read_aligned(start, wide[:block])
-            self._read_aligned(stop - block, wide[-block:])
-            wide[offset - start : offset - start + len(view)] = view
-            self._write_aligned(start, wide, flags)
+        self._by_blocks(
+            offset,
+            memoryview(data).cast("B"),
+            lambda at, view: self._write_aligned(at, view, flags),
+            lambda at, view: self._write_edge(at, view, flags),
+        )
 
     def write_zeroes(
         self, offset: int, length: int, *, no_hole: bool = False, fast: bool = False
@@ -219,13 +204,12 @@ class NbdClient:
         if healthy:
             disc = p.REQUEST.pack(p.REQUEST_MAGIC, 0, p.CMD_DISC, next(self._cookies), 0, 0)
             with contextlib.suppress(OSError), self._send_lock:
-                self._sock.sendall(disc)
+                self._transport.sendall(disc)
             self._receiver.join(_CLOSE_WAIT)
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self._transport.shutdown()
         self._receiver.join()
         self._reader.close()
-        self._sock.close()
+        self._transport.close()
 
     def __enter__(self) -> NbdClient:
         return self
@@ -236,6 +220,43 @@ class NbdClient:
     def _check_writable(self) -> None:
         if self.readonly:
             raise NbdError(f"NBD export {self.url} is read-only", errno_name="EPERM")
+
+    def _by_blocks(
+        self,
+        offset: int,
+        view: memoryview,
+        whole: Callable[[int, memoryview], None],
+        edge: Callable[[int, memoryview], None],
+    ) -> None:
+        """Run `whole` on the whole minimum blocks of a range and `edge` on the parts around."""
+        if not view:
+            return
+        start, stop = self._inner(offset, len(view))
+        if start >= stop:
+            edge(offset, view)
+            return
+        if start > offset:
+            edge(offset, view[: start - offset])
+        whole(start, view[start - offset : stop - offset])
+        if stop < offset + len(view):
+            edge(stop, view[stop - offset :])
+
+    def _read_edge(self, offset: int, view: memoryview) -> None:
+        """Read the blocks around a short unaligned range and copy out its bytes."""
+        start, stop = self._aligned(offset, len(view))
+        wide = memoryview(bytearray(stop - start))
+        self._read_aligned(start, wide)
+        view[:] = wide[offset - start : offset - start + len(view)]
+
+    def _write_edge(self, offset: int, view: memoryview, flags: int) -> None:
+        """Read the blocks around a short unaligned range, patch them, write them back."""
+        start, stop = self._aligned(offset, len(view))
+        wide = memoryview(bytearray(stop - start))
+        # Serialised among themselves: two patches of one block must not lose each other.
+        with self._rmw_lock:
+            self._read_aligned(start, wide)
+            wide[offset - start : offset - start + len(view)] = view
+            self._write_aligned(start, wide, flags)
 
     def _aligned(self, offset: int, length: int) -> tuple[int, int]:
         """The range widened to whole minimum blocks."""
@@ -299,9 +320,9 @@ class NbdClient:
         header = p.REQUEST.pack(p.REQUEST_MAGIC, flags, command, cookie, offset, length)
         try:
             with self._send_lock:
-                self._sock.sendall(header)
+                self._transport.sendall(header)
                 if payload is not None:
-                    self._sock.sendall(payload)
+                    self._transport.sendall(payload)
         except OSError as e:
             self._fail(f"sending to NBD server {self.url} failed: {e}")
         return request
@@ -334,8 +355,7 @@ class NbdClient:
             request.error = self._broken
             self._slots.release()
             request.done.set()
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self._transport.shutdown()
 
     def _receive_loop(self) -> None:
         try:

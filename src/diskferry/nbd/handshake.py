@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from diskferry.nbd import protocol as p
 from diskferry.nbd.errors import NbdConnectionError, NbdError
+from diskferry.nbd.transport import Transport
 from diskferry.nbd.url import NbdUrl
 
 _MAX_OPTION_REPLY = 1 << 20
@@ -51,12 +52,11 @@ def open_socket(url: NbdUrl, timeout: float) -> socket.socket:
 
 
 class Handshake:
-    """The option haggling on one socket; `sock` may be replaced by a TLS socket."""
+    """The option haggling on one connection; its transport becomes TLS after STARTTLS."""
 
-    def __init__(self, sock: socket.socket, url: NbdUrl) -> None:
-        self.sock = sock
+    def __init__(self, transport: Transport, url: NbdUrl) -> None:
+        self.transport = transport
         self.url = url
-        self.no_zeroes = False
 
     def greet(self) -> None:
         """Read the server's greeting and answer with the client flags."""
@@ -73,15 +73,13 @@ class Handshake:
             raise NbdConnectionError(
                 f"NBD server {self.url} does not offer fixed newstyle negotiation"
             )
-        self.no_zeroes = bool(flags & p.FLAG_NO_ZEROES)
-        client = p.FLAG_FIXED_NEWSTYLE | (p.FLAG_NO_ZEROES if self.no_zeroes else 0)
+        client = p.FLAG_FIXED_NEWSTYLE | (flags & p.FLAG_NO_ZEROES)
         self._send(struct.pack(">I", client))
 
     def start_tls(self) -> None:
         """Upgrade the connection to TLS (NBD_OPT_STARTTLS)."""
-        import ssl
-
         from diskferry.nbd.tls import client_context, server_hostname
+        from diskferry.nbd.transport import TlsTransport
 
         context = client_context(self.url)
         self._option(p.OPT_STARTTLS, b"")
@@ -89,8 +87,8 @@ class Handshake:
         if rtype != p.REP_ACK:
             raise self._refused("TLS", rtype, data)
         try:
-            self.sock = context.wrap_socket(self.sock, server_hostname=server_hostname(self.url))
-        except (ssl.SSLError, ssl.CertificateError, OSError) as e:
+            self.transport = TlsTransport(self.transport.sock, context, server_hostname(self.url))
+        except OSError as e:
             raise NbdConnectionError(f"TLS with NBD server {self.url} failed: {e}") from e
 
     def structured_replies(self) -> bool:
@@ -127,7 +125,7 @@ class Handshake:
                 raise self._refused("meta contexts", rtype, data)
 
     def go(self, export: str) -> ExportInfo:
-        """Choose the export (NBD_OPT_GO, or NBD_OPT_EXPORT_NAME on old servers)."""
+        """Choose the export with NBD_OPT_GO, asking for its block sizes."""
         body = _string32(export) + struct.pack(">HH", 1, p.INFO_BLOCK_SIZE)
         self._option(p.OPT_GO, body)
         info = ExportInfo(name=export, size=-1, flags=0)
@@ -137,8 +135,6 @@ class Handshake:
                 break
             if rtype == p.REP_INFO and len(data) >= 2:
                 _read_info(info, data)
-            elif rtype == p.REP_ERR_UNSUP:
-                return self._export_name(export)
             elif rtype & p.REP_FLAG_ERROR:
                 raise self._refused(f"export {export!r}", rtype, data)
         if info.size < 0:
@@ -149,13 +145,6 @@ class Handshake:
         """End the handshake politely without choosing an export."""
         with contextlib.suppress(NbdConnectionError):
             self._option(p.OPT_ABORT, b"")
-
-    def _export_name(self, export: str) -> ExportInfo:
-        self._option(p.OPT_EXPORT_NAME, export.encode())
-        size, flags = struct.unpack(">QH", self._recv(10))
-        if not self.no_zeroes:
-            self._recv(124)
-        return ExportInfo(name=export, size=size, flags=flags)
 
     def _refused(self, what: str, rtype: int, data: bytes) -> NbdError:
         why = p.REP_ERRORS.get(rtype, f"error {rtype & ~p.REP_FLAG_ERROR}")
@@ -178,7 +167,7 @@ class Handshake:
 
     def _send(self, data: bytes) -> None:
         try:
-            self.sock.sendall(data)
+            self.transport.sendall(data)
         except OSError as e:
             raise NbdConnectionError(f"NBD handshake with {self.url} failed: {e}") from e
 
@@ -188,7 +177,7 @@ class Handshake:
         done = 0
         while done < n:
             try:
-                got = self.sock.recv_into(view[done:])
+                got = self.transport.recv_into(view[done:])
             except OSError as e:
                 raise NbdConnectionError(f"NBD handshake with {self.url} failed: {e}") from e
             if got == 0:
@@ -201,20 +190,20 @@ class Handshake:
 
 def _start(url: NbdUrl, timeout: float) -> Handshake:
     """Connect, greet and (for nbds URLs) start TLS."""
-    shake = Handshake(open_socket(url, timeout), url)
+    shake = Handshake(Transport(open_socket(url, timeout)), url)
     try:
         shake.greet()
         if url.tls:
             shake.start_tls()
     except BaseException:
-        shake.sock.close()
+        shake.transport.close()
         raise
     return shake
 
 
 def negotiate(
     url: NbdUrl, contexts: Sequence[str] = (), timeout: float = 30.0
-) -> tuple[socket.socket, ExportInfo]:
+) -> tuple[Transport, ExportInfo]:
     """Connect and negotiate up to the transmission phase, asking for `contexts`.
 
     A context the server does not grant is listed in `available` with what the server
@@ -234,13 +223,13 @@ def negotiate(
         info = shake.go(url.export)
         _check_block_sizes(url, info)
     except BaseException:
-        shake.sock.close()
+        shake.transport.close()
         raise
     info.structured = structured
     info.contexts = granted
     info.available = available
-    shake.sock.settimeout(None)
-    return shake.sock, info
+    shake.transport.settimeout(None)
+    return shake.transport, info
 
 
 def list_meta_contexts(
@@ -255,7 +244,7 @@ def list_meta_contexts(
         shake.abort()
         return sorted(name for _, name in listed)
     finally:
-        shake.sock.close()
+        shake.transport.close()
 
 
 def _check_block_sizes(url: NbdUrl, info: ExportInfo) -> None:
