@@ -399,7 +399,7 @@ class NbdClient:
         elif rtype & p.REPLY_TYPE_ERROR_BIT and 6 <= length <= _MAX_STATUS_REPLY:
             data = self._read(length)
             error, size = struct.unpack_from(">IH", data)
-            text = data[6 : 6 + size].decode("utf-8", "replace")
+            text = " ".join(data[6 : 6 + size].decode("utf-8", "replace").split())
             if request.error is None:
                 request.error = self._server_error(request, error, text)
         elif rtype != p.REPLY_TYPE_NONE or length:
@@ -443,6 +443,10 @@ class NbdClient:
         while done < len(view):
             got = self._reader.readinto(view[done:])
             if not got:
-                state = "closed" if self._closing else "lost"
-                raise NbdConnectionError(f"the connection to NBD server {self.url} was {state}")
+                if self._closing:
+                    raise NbdConnectionError(f"the connection to NBD server {self.url} was closed")
+                raise NbdConnectionError(
+                    f"the connection to NBD server {self.url} was lost: "
+                    "check that the server is still running"
+                )
             done += got

@@ -148,7 +148,7 @@ class Handshake:
 
     def _refused(self, what: str, rtype: int, data: bytes) -> NbdError:
         why = p.REP_ERRORS.get(rtype, f"error {rtype & ~p.REP_FLAG_ERROR}")
-        said = data.decode("utf-8", "replace").strip()
+        said = " ".join(data.decode("utf-8", "replace").split())
         text = f"NBD server {self.url} refused {what}: {why}" + (f" ({said})" if said else "")
         if rtype == p.REP_ERR_TLS_REQD:
             text += "; connect with nbds:// or nbds+unix://"

@@ -35,6 +35,7 @@ class NbdUrl:
     tls_verify_peer: bool = True
 
     def __str__(self) -> str:
+        """The URL of the export, for messages (TLS parameters left out)."""
         scheme = "nbds" if self.tls else "nbd"
         export = quote(self.export)
         if self.socket is not None:
