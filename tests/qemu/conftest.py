@@ -35,6 +35,7 @@ class Vm:
 
     daemon: StorageDaemon
     url: str
+    disk: cbt.CbtDisk
 
     @property
     def qmp_socket(self) -> str:
@@ -54,6 +55,7 @@ def vm(cbt_volume: cbt.CbtDisk) -> Iterator[Vm]:
     daemon.qmp.command(
         "block-export-add", type="nbd", id="vm", node_name="vmdisk", name="vm", writable=True
     )
-    yield Vm(daemon, f"nbd+unix:///vm?socket={daemon.nbd_socket}")
+    daemon.release_monitor()
+    yield Vm(daemon, f"nbd+unix:///vm?socket={daemon.nbd_socket}", cbt_volume)
     daemon.stop()
     assert not os.path.exists(daemon.pid_file)

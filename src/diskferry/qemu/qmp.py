@@ -54,12 +54,13 @@ class Qmp:
             self._client.negotiate = False
         self._events = EventListener()
         self._client.register_listener(self._events)
+        peer = "the guest agent" if guest_agent else "the QEMU monitor"
         try:
             self._run(self._client.connect(socket_path), timeout)
         except (ConnectError, QMPError, OSError, TimeoutError) as e:
             self._stop_loop()
             raise QmpError(
-                f"cannot connect to the QEMU monitor at {socket_path}: {e}",
+                f"cannot connect to {peer} at {socket_path}: {e}",
                 reason="QmpConnectFailed",
             ) from e
 

@@ -177,6 +177,15 @@ class StorageDaemon:
                     time.sleep(0.02)
         self.pid_file.unlink(missing_ok=True)
 
+    def release_monitor(self) -> None:
+        """Disconnect from the monitor, which takes one client at a time, for another client.
+
+        `stop()` then ends the daemon with SIGTERM, on which it still quits cleanly.
+        """
+        if self.qmp is not None:
+            self.qmp.close()
+            self.qmp = None
+
     def stop(self) -> None:
         """Quit the daemon (storing persistent bitmaps), kill it on timeout, remove its files."""
         if self.qmp is not None:
