@@ -198,6 +198,7 @@ def test_read_past_the_end_is_einval(qemu_nbd: Callable[..., Server], raw_image:
             client.read(SIZE - 512, 1024)
         assert caught.value.errno_name == "EINVAL"
         assert "EINVAL" in str(caught.value) and "offset" in str(caught.value)
+        assert "past EOF" in str(caught.value)  # the server's own message, from its error chunk
         assert not isinstance(caught.value, NbdConnectionError)
         assert client.read(0, 16) == raw_image.read_bytes()[:16]
 
