@@ -78,7 +78,7 @@ def ca_create(
 @export_app.command("serve")
 def export_serve(
     name: Annotated[str, typer.Option(help="The export's name.")],
-    volume: Annotated[list[str], typer.Option(help="NAME=PATH: file, device or directory.")],
+    volume: Annotated[list[str], typer.Option(help="NAME=PATH: file, device, dir, nbd:// URL.")],
     token_file: Annotated[Path, typer.Option(help="File holding the token, read per request.")],
     cert_dir: CertDir,
     san: Sans = None,
@@ -102,7 +102,7 @@ def export_serve(
     from diskferry.export.server import ExportServer
     from diskferry.export.tls import ServerTls
     from diskferry.export.token import TokenFile
-    from diskferry.export.volumes import ExportedVolume, open_volume, parse_spec
+    from diskferry.export.volumes import ExportedVolume, open_exported, parse_spec
 
     if links_json is not None and not (internal_url and external_url):
         raise typer.BadParameter("--links-json needs --internal-url and --external-url")
@@ -116,7 +116,7 @@ def export_serve(
     volumes: list[ExportedVolume] = []
     tls = ServerTls(cert_dir, san or default_sans(), tls_settings)
     try:
-        volumes += [open_volume(n, p) for n, p in specs]
+        volumes += [open_exported(n, p) for n, p in specs]
         server = ExportServer(name, volumes, token, manifest_text)
         if links_json is not None:
             assert internal_url and external_url

@@ -8,8 +8,10 @@ headers within `header_timeout` seconds of its first byte (or of the connection 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -31,10 +33,18 @@ class Timeouts:
 class _Handler(web.RequestHandler):
     """A request handler that closes a connection whose headers do not arrive in time."""
 
-    def __init__(self, manager: web.Server, *, header_timeout: float, **kwargs: object) -> None:
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        header_timeout: float,
+        on_lost: Callable[[_Handler], None],
+        **kwargs: object,
+    ) -> None:
         super().__init__(manager, **kwargs)  # type: ignore[arg-type]
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._on_lost = on_lost
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -51,6 +61,7 @@ class _Handler(web.RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        self._on_lost(self)
 
     def _arm(self) -> None:
         self._header_deadline = self._loop.call_later(self._header_timeout, self._expired)
@@ -76,6 +87,9 @@ class HttpsListener:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._server: asyncio.base_events.Server | None = None
+        self._open: set[_Handler] = set()
+        self._none_open = asyncio.Event()
+        self._grace = 0.0
 
     async def start(self, host: str, port: int, grace: float = 60.0) -> int:
         """Listen on host:port (0 picks a free port) and return the port."""
@@ -87,14 +101,20 @@ class HttpsListener:
 
         def factory() -> _Handler:
             self.tls.refresh()
-            return _Handler(
+            handler = _Handler(
                 manager,
                 loop=loop,
                 header_timeout=self.timeouts.header,
+                on_lost=self._lost,
                 keepalive_timeout=self.timeouts.idle,
                 access_log_class=RedactingAccessLogger,
                 access_log=access_log,
             )
+            self._open.add(handler)
+            self._none_open.clear()
+            return handler
+
+        self._grace = grace
 
         self._server = await loop.create_server(
             factory,
@@ -108,9 +128,22 @@ class HttpsListener:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
+    def _lost(self, handler: _Handler) -> None:
+        self._open.discard(handler)
+        if not self._open:
+            self._none_open.set()
+
     async def stop(self) -> None:
-        """Stop accepting, let requests in flight finish (up to the grace), close the rest."""
+        """Stop accepting, let requests in flight finish (up to the grace), close the rest.
+
+        Returns once every connection has flushed what it buffered and closed (or the grace
+        ran out), so the last bytes of a response are not lost when the process exits.
+        """
         if self._server is not None:
             self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._open:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._grace):
+                    await self._none_open.wait()

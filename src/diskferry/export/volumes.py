@@ -1,4 +1,4 @@
-"""The volumes of an export: `NAME=PATH` specs opened as disks or directories."""
+"""The volumes of an export: `NAME=PATH` as a disk (file, device, NBD URL) or a directory."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.volume import Volume
 from diskferry.export.errors import ExportError
+from diskferry.nbd import open_volume
+from diskferry.nbd.url import is_nbd_url
 
 DIR_DISK = "disk.img"
 
@@ -34,12 +36,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return name, path
 
 
-def open_volume(name: str, path: str) -> ExportedVolume:
-    """A file or block device as a disk; a directory as files, with its disk.img as the disk."""
+def open_exported(name: str, path: str) -> ExportedVolume:
+    """A directory as files (its disk.img as the disk); a file, device or NBD URL as a disk."""
     p = Path(path)
     if p.is_dir():
         disk = FileVolume(p / DIR_DISK) if (p / DIR_DISK).is_file() else None
         return ExportedVolume(name, disk=disk, directory=p)
-    if not p.exists():
+    if not is_nbd_url(path) and not p.exists():
         raise ExportError(f"volume {name}: {path} does not exist")
-    return ExportedVolume(name, disk=FileVolume(p))
+    return ExportedVolume(name, disk=open_volume(path))
