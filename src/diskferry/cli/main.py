@@ -7,6 +7,7 @@ import sys
 import click
 import typer
 
+from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
@@ -24,6 +25,7 @@ app = typer.Typer(
 register_import(app)
 register_demo(app)
 register_export(app)
+register_cbt(app)
 
 
 def main(argv: list[str] | None = None) -> None:

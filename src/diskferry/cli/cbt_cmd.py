@@ -1,0 +1,72 @@
+"""`diskferry cbt enable|status|disable`: changed-block tracking on a raw volume."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from diskferry.cli.common import note, print_json
+
+cbt_app = typer.Typer(
+    help="Changed-block tracking: a qcow2 metadata overlay whose bitmaps mark what changed.",
+    no_args_is_help=True,
+)
+
+Volume = Annotated[str, typer.Argument(help="The raw volume, or its .cbt.qcow2 overlay.")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+@cbt_app.command("enable")
+def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
+    """Make VOLUME.cbt.qcow2, the overlay a VM opens so its writes are tracked."""
+    from diskferry.qemu import cbt
+
+    disk = cbt.enable(volume)
+    if json_out:
+        print_json(cbt.status(disk.volume).to_json())
+        return
+    note(f"CBT enabled on {disk.volume}: run the VM on {disk.overlay} (qcow2) to track writes")
+
+
+@cbt_app.command("status")
+def status_command(volume: Volume, json_out: JsonOut = False) -> None:
+    """Show whether VOLUME has CBT, and its checkpoints."""
+    from diskferry.disk.sizes import format_size
+    from diskferry.qemu import cbt
+
+    state = cbt.status(volume)
+    if json_out:
+        print_json(state.to_json())
+        return
+    print(f"volume: {state.disk.volume}")
+    if state.disk.overlay is None:
+        print("cbt: off")
+        note(f"enable it with: diskferry cbt enable {state.disk.volume}")
+        return
+    print(f"overlay: {state.disk.overlay}")
+    print(f"size: {state.size} ({format_size(state.size)})")
+    print(f"checkpoints: {len(state.checkpoints)}")
+    for c in state.checkpoints:
+        flags = ["recording" if c.enabled else "stopped"]
+        if c.in_use:
+            flags.append("in use (open in a QEMU, or left inconsistent by a killed one)")
+        owner = f"repository {c.repo_id}" if c.repo_id else "no repository"
+        print(f"  {c.name}  {owner}  granularity {format_size(c.granularity)}  {', '.join(flags)}")
+
+
+@cbt_app.command("disable")
+def disable_command(volume: Volume, json_out: JsonOut = False) -> None:
+    """Remove VOLUME's overlay and its checkpoints; the volume keeps its data."""
+    from diskferry.qemu import cbt
+
+    disk = cbt.disable(volume)
+    if json_out:
+        print_json({"volume": disk.volume, "enabled": False})
+        return
+    note(f"CBT disabled on {disk.volume}: its next backup reads it whole")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `cbt` to the `diskferry` command."""
+    app.add_typer(cbt_app, name="cbt")
