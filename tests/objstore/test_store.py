@@ -98,3 +98,11 @@ def test_refused_credentials_are_typed(monkeypatch):
 def test_unknown_scheme_is_refused():
     with pytest.raises(ObjectStoreError, match="s3://bucket/prefix"):
         ObjectStore("ftp://host/x")
+
+
+def test_a_missing_directory_is_made_only_when_asked(tmp_path):
+    with pytest.raises(ObjectNotFoundError):
+        ObjectStore(str(tmp_path / "typo"), create=False)
+    assert not (tmp_path / "typo").exists()
+    ObjectStore(str(tmp_path / "new")).put("k", b"v")
+    assert (tmp_path / "new" / "k").read_bytes() == b"v"

@@ -103,8 +103,8 @@ class Repository:
         cache_root: Path | None = None,
     ) -> Repository:
         """Open the repository at `url` with `password`."""
-        store = ObjectStore(url, s3)
         try:
+            store = ObjectStore(url, s3, create=False)
             raw = store.get("config")
         except ObjectNotFoundError:
             raise RepositoryNotFoundError(

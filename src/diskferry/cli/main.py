@@ -12,6 +12,7 @@ from diskferry.cli.common import fail_line
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
+from diskferry.cli.repo_cmd import register as register_repo
 from diskferry.disk.errors import DiskferryError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ register_import(app)
 register_demo(app)
 register_export(app)
 register_cbt(app)
+register_repo(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -51,15 +51,18 @@ class S3Options:
 class ObjectStore:
     """Whole objects under a root; safe to call from several threads at once."""
 
-    def __init__(self, url: str, s3: S3Options | None = None) -> None:
+    def __init__(self, url: str, s3: S3Options | None = None, *, create: bool = True) -> None:
+        """Open the store at `url`; a missing directory is made, or refused when not `create`."""
         self.url = url
         parsed = urlparse(url)
         if parsed.scheme == "s3":
             self._store: Any = _s3_store(parsed.netloc, parsed.path.strip("/"), s3 or S3Options())
             self.bucket: str | None = parsed.netloc
         elif parsed.scheme in ("", "file"):
-            root = parsed.path if parsed.scheme == "file" else url
-            self._store = LocalStore(prefix=os.path.abspath(root), mkdir=True)
+            root = os.path.abspath(parsed.path if parsed.scheme == "file" else url)
+            if not create and not os.path.isdir(root):
+                raise ObjectNotFoundError(f"{url} does not exist")
+            self._store = LocalStore(prefix=root, mkdir=True)
             self.bucket = None
         else:
             raise ObjectStoreError(

@@ -1,0 +1,170 @@
+"""`diskferry repo init|check|stats`, `snapshots`, `forget` and `prune`, run as the real command."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "objstore"))
+
+from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
+
+from diskferry.backup.entries import Entry, full_entries
+from diskferry.backup.packs import pack_path
+from diskferry.backup.repository import Repository
+from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id
+
+PASSWORD = "cli password"
+
+
+def run(env, *args):
+    exe = Path(sys.executable).with_name("diskferry")
+    proc = subprocess.run(
+        [str(exe), *map(str, args)], capture_output=True, text=True, env=env, timeout=120
+    )
+    return proc
+
+
+def error_line(proc):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("diskferry: error: ")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {
+        **os.environ,
+        "DISKFERRY_PASSWORD": PASSWORD,
+        "DISKFERRY_CACHE_DIR": str(tmp_path / "cache"),
+    }
+
+
+def add_snapshot(url, vm, when, data, s3=None):
+    """Store one snapshot of a disk made of `data` through the library."""
+    with Repository.open(url, PASSWORD, s3=s3) as repo:
+        with repo.pack_writer() as writer:
+            cid = writer.add(data)
+        info = SnapshotInfo(
+            id=new_snapshot_id(),
+            vm=vm,
+            disk="root",
+            backup="b-" + vm,
+            disk_size=2 * len(data),
+            chunk_size=repo.config.chunk_size,
+            type="full",
+            reason="no tracker",
+            started=when,
+            finished=when,
+        )
+        snap = Snapshot(info, full_entries([Entry(0, len(data), cid, 0)], info.disk_size))
+        repo.save_snapshot(snap)
+        return info, pack_path(repo.index.locate(cid).pack)
+
+
+def test_init_stats_check_on_a_directory(tmp_path, env):
+    url = tmp_path / "repo"
+    made = run(env, "repo", "init", "--repo", url, "--chunk-size", "64K", "--json")
+    assert made.returncode == 0, made.stderr
+    result = json.loads(made.stdout)
+    assert result["chunkSize"] == 65536 and result["encrypted"] is True
+    again = run(env, "repo", "init", "--repo", url)
+    assert again.returncode == 1
+    assert "already exists" in error_line(again)
+
+    info, pack = add_snapshot(str(url), "vm1", "2026-01-02T00:00:00Z", os.urandom(50_000))
+    stats = json.loads(run(env, "repo", "stats", "--repo", url, "--json").stdout)
+    assert stats["snapshots"] == 1 and stats["chunks"] == 1 and stats["packs"] == 1
+    checked = run(env, "repo", "check", "--repo", url, "--read-data", "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["ok"] is True
+
+    blob = bytearray((url / pack).read_bytes())
+    blob[100] ^= 1
+    (url / pack).write_bytes(bytes(blob))
+    assert run(env, "repo", "check", "--repo", url).returncode == 0
+    damaged = run(env, "repo", "check", "--repo", url, "--read-data")
+    assert damaged.returncode == 1
+    line = error_line(damaged)
+    assert pack in line and f"vm1/root/{info.id}" in line
+
+
+def test_wrong_password_and_no_repository(tmp_path, env):
+    url = tmp_path / "repo"
+    assert run(env, "repo", "init", "--repo", url).returncode == 0
+    wrong = run({**env, "DISKFERRY_PASSWORD": "nope"}, "repo", "stats", "--repo", url)
+    assert wrong.returncode == 1
+    assert error_line(wrong) == f"diskferry: error: wrong password for repository {url}"
+    password_file = tmp_path / "pw"
+    password_file.write_text(PASSWORD + "\n")
+    no_env = {k: v for k, v in env.items() if k != "DISKFERRY_PASSWORD"}
+    ok = run(no_env, "repo", "stats", "--repo", url, "--password-file", password_file)
+    assert ok.returncode == 0, ok.stderr
+    missing = run(env, "repo", "check", "--repo", tmp_path / "nothing")
+    assert "no repository at" in error_line(missing)
+    assert not (tmp_path / "nothing").exists()
+    bad = run(env, "repo", "init", "--repo", tmp_path / "r2", "--chunk-size", "1000")
+    assert bad.returncode == 2
+
+
+def test_unencrypted_repository(tmp_path, env):
+    url = tmp_path / "plain"
+    no_env = {k: v for k, v in env.items() if k != "DISKFERRY_PASSWORD"}
+    made = run(no_env, "repo", "init", "--repo", url, "--no-encryption", "--json")
+    assert json.loads(made.stdout)["encrypted"] is False
+    assert run(no_env, "repo", "check", "--repo", url).returncode == 0
+
+
+def test_snapshots_forget_prune_on_s3(tmp_path, env):
+    with running_moto() as endpoint:
+        make_bucket(endpoint, "clibucket")
+        url = f"s3://clibucket/{uuid.uuid4().hex}"
+        env = {
+            **env,
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        }
+        s3 = ["--s3-endpoint", endpoint, "--s3-region", "us-east-1"]
+        made = run(env, "repo", "init", "--repo", url, "--max-incrementals", "5", *s3)
+        assert made.returncode == 0, made.stderr
+        from diskferry.objstore.store import S3Options
+
+        opts = S3Options(endpoint, "us-east-1", ACCESS_KEY, SECRET_KEY)
+        keep, _ = add_snapshot(url, "vm1", "2026-01-02T00:00:00Z", b"k" * 70_000, opts)
+        old, _ = add_snapshot(url, "vm1", "2026-01-01T00:00:00Z", os.urandom(70_000), opts)
+        other, _ = add_snapshot(url, "vm2", "2026-01-03T00:00:00Z", b"o" * 70_000, opts)
+
+        listed = json.loads(run(env, "snapshots", "--repo", url, "--json", *s3).stdout)
+        assert [s["id"] for s in listed] == [old.id, keep.id, other.id]
+        assert set(listed[0]) >= {
+            "id",
+            "backup",
+            "vm",
+            "disk",
+            "time",
+            "type",
+            "reason",
+            "parent",
+            "size",
+            "checkpoint",
+        }
+        assert listed[0]["time"] == "2026-01-01T00:00:00Z" and listed[0]["type"] == "full"
+        only = json.loads(run(env, "snapshots", "--repo", url, "--vm", "vm2", "--json", *s3).stdout)
+        assert [s["id"] for s in only] == [other.id]
+
+        forgot = run(env, "forget", "--repo", url, "--keep-last", "1", "--vm", "vm1", "--json", *s3)
+        assert forgot.returncode == 0, forgot.stderr
+        assert json.loads(forgot.stdout)["forgotten"] == [f"vm1/root/{old.id}"]
+        pruned = run(env, "prune", "--repo", url, "--json", *s3)
+        assert pruned.returncode == 0, pruned.stderr
+        assert json.loads(pruned.stdout)["chunksRemoved"] == 1
+        checked = run(env, "repo", "check", "--repo", url, "--read-data", "--json", *s3)
+        report = json.loads(checked.stdout)
+        assert report["ok"] and report["snapshots"] == 2 and report["chunks"] == 2
+        gone = run(env, "forget", "--repo", url, "0000", *s3)
+        assert gone.returncode == 1 and "no snapshot 0000" in error_line(gone)
