@@ -177,6 +177,33 @@ def diskferry(tmp_path) -> Cli:
     return Cli({**os.environ, "TMPDIR": str(tmp_path)})
 
 
+@dataclass
+class Refusal:
+    """Runs an import that must fail, over a target file that must stay as it was."""
+
+    cli: Cli
+    directory: Path
+    original: bytes = b"a disk that must survive\n" * 4096
+
+    def __call__(self, source: str | os.PathLike[str], *options: str, code: int = 1) -> str:
+        """The error line of `diskferry import SOURCE TARGET OPTIONS`, checked."""
+        self.directory.mkdir(exist_ok=True)
+        target = self.directory / "target.raw"
+        target.write_bytes(self.original)
+        result = self.cli("import", source, target, "--no-progress", *options)
+        assert result.code == code, result.stderr
+        assert target.read_bytes() == self.original
+        assert leftovers(self.directory) == []
+        assert leftovers(self.cli.env["TMPDIR"]) == []
+        return result.error
+
+
+@pytest.fixture
+def refuse(diskferry, tmp_path) -> Refusal:
+    """Check a refused import: its one error line and exit code, the target untouched."""
+    return Refusal(diskferry, tmp_path / "out")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Annotated
 
+import click
 import typer
 
 from diskferry.cli.common import note, parse_headers, print_json, progress_bar, size_option
@@ -27,7 +28,9 @@ def import_command(
     from diskferry.importer.job import ImportJob
 
     if format not in ("raw", "qcow2"):
-        raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
+        raise click.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
+    if checksum is not None:
+        _check_checksum(checksum)
     job = ImportJob(
         source=source,
         target=target,
@@ -49,6 +52,15 @@ def import_command(
             f"{'+' + result.compression if result.compression else ''} into {result.target} "
             f"({result.format}, {result.virtual_size} bytes) in {result.seconds:.1f} s"
         )
+
+
+def _check_checksum(spec: str) -> None:
+    from diskferry.disk.checksums import Checksum, ChecksumError
+
+    try:
+        Checksum(spec)
+    except ChecksumError as e:
+        raise click.BadParameter(e.message, param_hint="--checksum") from e
 
 
 def info_command(
