@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,4 +57,4 @@ def vm(cbt_volume: cbt.CbtDisk) -> Iterator[Vm]:
     daemon.release_monitor()
     yield Vm(daemon, f"nbd+unix:///vm?socket={daemon.nbd_socket}", cbt_volume)
     daemon.stop()
-    assert not os.path.exists(daemon.pid_file)
+    assert daemon.pid_file.read_text() == ""

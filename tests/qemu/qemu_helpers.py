@@ -43,3 +43,9 @@ def image_bitmaps(overlay: str) -> dict[str, list[str]]:
     )
     data = json.loads(proc.stdout)["format-specific"]["data"]
     return {b["name"]: b["flags"] for b in data.get("bitmaps", [])}
+
+
+def bare_daemon(overlay: str) -> subprocess.Popen[bytes]:
+    """A qemu-storage-daemon with the overlay open and nothing else: one to kill in tests."""
+    spec = {"driver": "qcow2", "node-name": "d", "file": {"driver": "file", "filename": overlay}}
+    return subprocess.Popen(["qemu-storage-daemon", "--blockdev", json.dumps(spec)])

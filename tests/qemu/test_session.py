@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from conftest import Vm
-from qemu_helpers import KiB, MiB, dirty_runs, image_bitmaps, read, write
+from qemu_helpers import KiB, MiB, bare_daemon, dirty_runs, image_bitmaps, read, write
 
 from diskferry.qemu import cbt
+from diskferry.qemu.hostlock import Busy
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.session import INCONSISTENT, BackupSession, DiskExport, SessionDisk
 
@@ -149,17 +150,18 @@ _KILLED_SESSION = """
 import sys, time
 from diskferry.qemu.session import BackupSession, SessionDisk
 volume, qmp, since, nbd = sys.argv[1:5]
-disk = SessionDisk("vda", volume, since=since)
-with BackupSession([disk], "repo1", qmp_socket=qmp, nbd_socket=nbd or None) as exports:
+disk = SessionDisk("vda", volume, since=since or None)
+session = BackupSession([disk], "repo1", qmp_socket=qmp or None, nbd_socket=nbd or None)
+with session as exports:
     print(exports[0].url, flush=True)
     time.sleep(60)
 """
 
 
-def _kill_a_session(vm: Vm, since: str, nbd_socket: str) -> str:
+def _kill_a_session(volume: str, qmp_socket: str, since: str, nbd_socket: str) -> str:
     """Run a session in a process, SIGKILL it once it exports, and return its export URL."""
-    argv = [sys.executable, "-c", _KILLED_SESSION, vm.disk.volume, vm.qmp_socket, since]
-    killed = subprocess.Popen([*argv, nbd_socket], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", _KILLED_SESSION, volume, qmp_socket, since, nbd_socket]
+    killed = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert killed.stdout is not None
         return killed.stdout.readline().strip()
@@ -171,7 +173,9 @@ def _kill_a_session(vm: Vm, since: str, nbd_socket: str) -> str:
 def test_a_killed_session_loses_no_write_and_its_leftovers_go(vm: Vm) -> None:
     first = _full(vm)
     write(vm.url, 1 * MiB, 64 * KiB, 0x61)
-    assert _kill_a_session(vm, first, vm.nbd_socket).startswith("nbd+unix:///vda")
+    assert _kill_a_session(vm.disk.volume, vm.qmp_socket, first, vm.nbd_socket).startswith(
+        "nbd+unix:///vda"
+    )
     left = _leftovers(vm)
     assert {"diskferry-export-0", "diskferry-fleece-0", "disk.raw.cbt.qcow2.fleece.qcow2"} <= set(
         left
@@ -186,7 +190,7 @@ def test_a_killed_session_loses_no_write_and_its_leftovers_go(vm: Vm) -> None:
 def test_a_killed_session_s_own_nbd_server_is_replaced(vm: Vm) -> None:
     with Qmp(vm.qmp_socket) as qmp:
         qmp.command("nbd-server-stop")
-    url = _kill_a_session(vm, "", "")
+    url = _kill_a_session(vm.disk.volume, vm.qmp_socket, "", "")
     socket_path = url.split("socket=", 1)[1]
     assert os.path.exists(socket_path)
     session = BackupSession([SessionDisk("vda", vm.disk.volume)], REPO, qmp_socket=vm.qmp_socket)
@@ -199,19 +203,41 @@ def test_a_killed_session_s_own_nbd_server_is_replaced(vm: Vm) -> None:
         qmp.command("nbd-server-start", addr={"type": "unix", "data": {"path": vm.nbd_socket}})
 
 
+def test_a_killed_session_on_a_stopped_disk_loses_no_write(cbt_volume: cbt.CbtDisk) -> None:
+    overlay = cbt_volume.overlay
+    assert overlay is not None
+    with BackupSession([SessionDisk("vda", overlay)], REPO) as (export,):
+        first = export.checkpoint
+    write(overlay, 2 * MiB, 64 * KiB, 0x71)
+    _kill_a_session(cbt_volume.volume, "", first, "")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            write(overlay, 9 * MiB, 64 * KiB, 0x72)
+            break
+        except subprocess.CalledProcessError:
+            assert time.monotonic() < deadline, "the killed session's daemon kept the disk"
+            time.sleep(0.05)
+    with BackupSession([SessionDisk("vda", overlay, since=first)], REPO) as (export,):
+        assert export.mode == "incremental"
+        assert _dirty(export) == [(2 * MiB, 64 * KiB), (9 * MiB, 64 * KiB)]
+    assert sorted(os.listdir(os.path.dirname(overlay))) == ["disk.raw", "disk.raw.cbt.qcow2"]
+
+
+def test_a_second_session_against_the_same_qemu_is_refused(vm: Vm) -> None:
+    with _live(vm) as (export,):
+        with pytest.raises(Busy, match=r"the QEMU at .* is in use by another diskferry process"):
+            _live(vm).__enter__()
+        assert read(export.url, 0, 4) == b"\0" * 4
+    assert _leftovers(vm) == []
+
+
 def test_an_inconsistent_checkpoint_breaks_the_chain(cbt_volume: cbt.CbtDisk) -> None:
     overlay = cbt_volume.overlay
     assert overlay is not None
     with BackupSession([SessionDisk("vda", overlay)], REPO) as (export,):
         first = export.checkpoint
-    killed = subprocess.Popen(
-        [
-            "qemu-storage-daemon",
-            "--blockdev",
-            f'{{"driver": "qcow2", "node-name": "d", '
-            f'"file": {{"driver": "file", "filename": "{overlay}"}}}}',
-        ]
-    )
+    killed = bare_daemon(overlay)
     try:
         deadline = time.monotonic() + 20
         while "in-use" not in image_bitmaps(overlay).get(first, []):

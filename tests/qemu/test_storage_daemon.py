@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from qemu_helpers import image_bitmaps
+from qemu_helpers import bare_daemon, image_bitmaps
 
 from diskferry.qemu import cbt
+from diskferry.qemu.hostlock import Busy
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon, StorageDaemonError
 
@@ -45,7 +46,7 @@ def test_start_serves_qmp_and_stop_quits_cleanly(cbt_volume: cbt.CbtDisk) -> Non
     daemon.stop()
     assert process.returncode == 0
     assert not workdir.exists()
-    assert not daemon.pid_file.exists()
+    assert daemon.pid_file.read_text() == ""
     assert image_bitmaps(cbt_volume.overlay)["kept"] == ["auto"]
 
 
@@ -69,21 +70,33 @@ def test_a_daemon_that_cannot_open_its_disk_says_why(tmp_path: Path) -> None:
     with pytest.raises(StorageDaemonError, match=r"missing\.qcow2"):
         daemon.start()
     assert daemon.dir is None
-    assert not daemon.pid_file.exists()
+    assert daemon.pid_file.read_text() == ""
 
 
-def test_a_leftover_daemon_for_the_same_disks_is_ended(cbt_volume: cbt.CbtDisk) -> None:
+def test_a_daemon_for_disks_a_live_process_serves_is_refused(cbt_volume: cbt.CbtDisk) -> None:
     assert cbt_volume.overlay is not None
     disks = [DaemonDisk("d", cbt_volume.overlay)]
-    first = StorageDaemon(disks).start()
-    assert first.process is not None
+    with StorageDaemon(disks) as first:
+        with pytest.raises(Busy, match="in use by another diskferry process"):
+            StorageDaemon(disks).start()
+        assert first.process is not None and first.process.poll() is None
+
+
+def test_a_leftover_daemon_named_by_the_pid_file_is_ended(cbt_volume: cbt.CbtDisk) -> None:
+    assert cbt_volume.overlay is not None
+    disks = [DaemonDisk("d", cbt_volume.overlay)]
+    leftover = bare_daemon(cbt_volume.overlay)
     try:
-        with StorageDaemon(disks) as second:
-            assert first.process.wait(10) == -signal.SIGKILL
-            assert second.qmp is not None
-            assert second.qmp.command("query-block-exports") == []
+        started = Path(f"/proc/{leftover.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        daemon = StorageDaemon(disks)
+        daemon.pid_file.write_text(f"{leftover.pid} {started}\n")
+        with daemon:
+            assert leftover.wait(10) == -signal.SIGKILL
+            assert daemon.pid_file.read_text().split()[0] == str(daemon.process.pid)
+        assert daemon.pid_file.read_text() == ""
     finally:
-        first.stop()
+        leftover.kill()
+        leftover.wait()
 
 
 def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
@@ -108,7 +121,5 @@ def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
         parent.wait()
     _wait_gone(daemon_pid)
     assert image_bitmaps(cbt_volume.overlay)["p"] == ["auto"]
-    leftover = StorageDaemon([DaemonDisk("d", cbt_volume.overlay)])
-    assert leftover.pid_file.exists()
-    leftover.kill_leftover()
-    assert not leftover.pid_file.exists()
+    with StorageDaemon([DaemonDisk("d", cbt_volume.overlay)]) as again:
+        assert again.qmp is not None

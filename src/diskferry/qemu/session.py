@@ -26,6 +26,7 @@ from typing import Any, Literal
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu import bitmaps, cbt
 from diskferry.qemu.bitmaps import Checkpoint
+from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon, runtime_dir
 
@@ -150,6 +151,7 @@ class BackupSession:
         self._disks: list[_Disk] = []
         self._own_nbd_server = False
         self._sockets: Path | None = None
+        self._lock: HostLock | None = None
 
     @property
     def qmp(self) -> Qmp:
@@ -182,10 +184,11 @@ class BackupSession:
             self.nbd_socket = self._daemon.nbd_socket
             monitor = self._daemon.qmp_socket
         else:
-            self._qmp = Qmp(self.qmp_socket, timeout=self.timeout)
             monitor = os.path.realpath(self.qmp_socket)
-        key = hashlib.sha256(monitor.encode()).hexdigest()[:16]
-        self._sockets = runtime_dir() / f"session-{key}"
+            lock = runtime_dir() / f"session-{_key(monitor)}.lock"
+            self._lock = HostLock(lock, f"the QEMU at {self.qmp_socket}").acquire()
+            self._qmp = Qmp(self.qmp_socket, timeout=self.timeout)
+        self._sockets = runtime_dir() / f"session-{_key(monitor)}"
         self._disks = self._find_nodes(overlays)
         self._remove_leftovers()
         self._sockets.mkdir(mode=0o700)
@@ -414,6 +417,8 @@ class BackupSession:
         elif self._qmp is not None:
             self._qmp.close()
         self._qmp = None
+        if self._lock is not None:
+            self._lock.release()
         if errors and success:
             raise SessionError(f"cleaning up the backup session: {errors[0]}") from errors[0]
 
@@ -423,6 +428,10 @@ class BackupSession:
             for old in bitmaps.of_repository(disk.checkpoints, self.repo_id):
                 if (old.seq or 0) < new_seq:
                     self.qmp.command("block-dirty-bitmap-remove", node=disk.node, name=old.name)
+
+
+def _key(monitor: str) -> str:
+    return hashlib.sha256(monitor.encode()).hexdigest()[:16]
 
 
 def _seq(name: str) -> int:

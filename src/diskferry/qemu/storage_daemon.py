@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diskferry.disk.errors import DiskferryError
+from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
 
 _PR_SET_PDEATHSIG = 1
@@ -65,8 +66,10 @@ class StorageDaemon:
     """A qemu-storage-daemon for `disks`, with a QMP socket and an NBD server, in a temp dir.
 
     It gets SIGTERM when the thread that started it ends (start it from a thread that
-    outlives it) and leaves a pid file, so a later daemon for the same disks first ends
-    one that a killed predecessor left. `stop()` quits it, killing it after `timeout`.
+    outlives it). Its pid file, locked while its starter lives, names it so that a later
+    daemon for the same disks first ends one that a killed starter left; a daemon for
+    disks another live process serves is refused. `stop()` quits it, killing it after
+    `timeout`.
     """
 
     def __init__(self, disks: list[DaemonDisk], *, timeout: float = 30.0) -> None:
@@ -77,6 +80,7 @@ class StorageDaemon:
         key = "\n".join(sorted(os.path.realpath(d.path) for d in disks))
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.pid_file = runtime_dir() / f"qsd-{digest}.pid"
+        self._lock = HostLock(self.pid_file, ", ".join(d.path for d in disks))
         self.dir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.qmp: Qmp | None = None
@@ -104,7 +108,12 @@ class StorageDaemon:
 
     def start(self) -> StorageDaemon:
         """Start the daemon and connect to its monitor."""
-        self.kill_leftover()
+        self._lock.acquire()
+        try:
+            self._kill_leftover()
+        except BaseException:
+            self._lock.release()
+            raise
         self.dir = Path(tempfile.mkdtemp(prefix="diskferry-qsd-"))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.qmp_socket)
@@ -132,11 +141,12 @@ class StorageDaemon:
             )
         except OSError as e:
             self._remove_dir()
+            self._lock.release()
             raise StorageDaemonError(f"cannot run {_BINARY}: {e.strerror}") from e
         finally:
             log.close()
             listener.close()
-        self.pid_file.write_text(f"{self.process.pid} {_start_time(self.process.pid)}\n")
+        self._lock.write(f"{self.process.pid} {_start_time(self.process.pid)}\n")
         try:
             self._connect()
         except BaseException:
@@ -161,12 +171,12 @@ class StorageDaemon:
             return "no output"
         return lines[-1] if lines else "no output"
 
-    def kill_leftover(self) -> None:
+    def _kill_leftover(self) -> None:
         """End a daemon a killed predecessor left for the same disks, named by the pid file."""
         try:
-            pid_text, started = self.pid_file.read_text().split()
+            pid_text, started = self._lock.read().split()
             pid = int(pid_text)
-        except (OSError, ValueError):
+        except ValueError:
             return
         with contextlib.suppress(OSError):
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -175,7 +185,7 @@ class StorageDaemon:
                 deadline = time.monotonic() + self.timeout
                 while _start_time(pid) == started and time.monotonic() < deadline:
                     time.sleep(0.02)
-        self.pid_file.unlink(missing_ok=True)
+        self._lock.write("")
 
     def release_monitor(self) -> None:
         """Disconnect from the monitor, which takes one client at a time, for another client.
@@ -202,7 +212,8 @@ class StorageDaemon:
                 self.process.kill()
                 self.process.wait()
             self.process = None
-            self.pid_file.unlink(missing_ok=True)
+            self._lock.write("")
+        self._lock.release()
         self._remove_dir()
 
     def _remove_dir(self) -> None:
