@@ -82,6 +82,22 @@ def test_a_daemon_for_disks_a_live_process_serves_is_refused(cbt_volume: cbt.Cbt
         assert first.process is not None and first.process.poll() is None
 
 
+def test_a_disk_a_vm_has_open_is_refused_with_advice(cbt_volume: cbt.CbtDisk) -> None:
+    assert cbt_volume.overlay is not None
+    vm = bare_daemon(cbt_volume.overlay)
+    try:
+        deadline = time.monotonic() + 20
+        while "in-use" not in image_bitmaps(cbt_volume.overlay).get("diskferry-base", []):
+            assert time.monotonic() < deadline, "the daemon never opened the overlay"
+            time.sleep(0.05)
+        with pytest.raises(StorageDaemonError, match="open in another process") as caught:
+            StorageDaemon([DaemonDisk("d", cbt_volume.overlay)]).start()
+        assert caught.value.reason == "DiskInUse"
+    finally:
+        vm.terminate()
+        vm.wait()
+
+
 def test_a_leftover_daemon_named_by_the_pid_file_is_ended(cbt_volume: cbt.CbtDisk) -> None:
     assert cbt_volume.overlay is not None
     disks = [DaemonDisk("d", cbt_volume.overlay)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
@@ -13,6 +14,8 @@ from qemu.qmp import ConnectError, EventListener, ExecuteError, QMPClient, QMPEr
 from diskferry.disk.errors import DiskferryError
 
 T = TypeVar("T")
+# qemu.qmp logs each failure it also raises; keep those lines off an unconfigured stderr.
+logging.getLogger("qemu.qmp").addHandler(logging.NullHandler())
 
 
 class QmpError(DiskferryError):

@@ -161,7 +161,15 @@ class StorageDaemon:
         except QmpError as e:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(1)
-            raise StorageDaemonError(f"{_BINARY} did not start: {self._log_tail()}") from e
+            tail = self._log_tail()
+            if "another process using the image" in tail:
+                paths = ", ".join(d.path for d in self.disks)
+                raise StorageDaemonError(
+                    f"{paths} is open in another process (a running VM?): "
+                    "reach its QEMU through its QMP socket instead",
+                    reason="DiskInUse",
+                ) from e
+            raise StorageDaemonError(f"{_BINARY} did not start: {tail}") from e
 
     def _log_tail(self) -> str:
         assert self.dir is not None
