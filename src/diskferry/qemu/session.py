@@ -115,8 +115,12 @@ class BackupSession:
     """Checkpoint and export the disks of one VM for repository `repo_id`.
 
     With `qmp_socket` the disks are nodes of that running QEMU; `nbd_socket` names the
-    NBD server it already runs, if any. Without it the session runs its own daemon.
-    With `qga_socket` the guest's filesystems are frozen around the transaction.
+    NBD server it already runs, if any. Without `qmp_socket` the session serves the
+    disks with a qemu-storage-daemon of its own. With `qga_socket` the guest's
+    filesystems are frozen around the transaction. Each disk's `since` is the checkpoint
+    its last good backup made; the session falls back to full, saying why, when that
+    checkpoint is missing or it or a newer one is inconsistent. Entering returns one
+    DiskExport per disk; leaving without an exception keeps only the new checkpoints.
     """
 
     def __init__(

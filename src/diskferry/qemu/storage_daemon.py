@@ -45,6 +45,8 @@ def runtime_dir() -> Path:
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     path = Path(base) / f"diskferry-{os.getuid()}"
     path.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_uid != os.getuid():
+        raise StorageDaemonError(f"{path} belongs to another user: remove it")
     return path
 
 
