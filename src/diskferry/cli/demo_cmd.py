@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gzip
 import os
@@ -45,6 +44,8 @@ def _make_sample(workdir: Path) -> Path:
 @contextlib.contextmanager
 def _serve(directory: Path) -> Iterator[str]:
     """Serve `directory` over HTTP on 127.0.0.1 (with Range) while the block runs."""
+    import asyncio
+
     from aiohttp import web
 
     loop = asyncio.new_event_loop()

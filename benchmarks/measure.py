@@ -1,0 +1,77 @@
+"""Timing whole processes with their peak RSS, alternating with a peer, reporting medians."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Run:
+    """One process run: wall seconds and peak resident memory in bytes."""
+
+    seconds: float
+    peak_rss: int
+
+
+@dataclass
+class Comparison:
+    """Runs of diskferry and of its peer on the same job."""
+
+    name: str
+    ours: list[Run] = field(default_factory=list)
+    peer: list[Run] = field(default_factory=list)
+
+    @property
+    def ours_median(self) -> float:
+        """Median seconds of diskferry."""
+        return statistics.median(r.seconds for r in self.ours)
+
+    @property
+    def peer_median(self) -> float:
+        """Median seconds of the peer."""
+        return statistics.median(r.seconds for r in self.peer)
+
+    @property
+    def ratio(self) -> float:
+        """diskferry's median time over the peer's."""
+        return self.ours_median / self.peer_median
+
+    @property
+    def peak_rss(self) -> int:
+        """The largest peak RSS of diskferry's runs."""
+        return max(r.peak_rss for r in self.ours)
+
+
+def run_process(args: list[str] | str, **kwargs) -> Run:
+    """Run a command (a list, or a shell string) and measure it and its children."""
+    shell = isinstance(args, str)
+    start = time.monotonic()
+    proc = subprocess.Popen(args, shell=shell, **kwargs)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark command failed ({proc.returncode}): {args}")
+    return Run(seconds, usage.ru_maxrss * 1024)
+
+
+def alternate(
+    name: str,
+    ours: Callable[[], Run],
+    peer: Callable[[], Run],
+    rounds: int,
+    before: Callable[[], None] = lambda: None,
+) -> Comparison:
+    """Run diskferry and the peer `rounds` times each, alternating, `before` each run."""
+    result = Comparison(name)
+    for _ in range(rounds):
+        before()
+        result.ours.append(ours())
+        before()
+        result.peer.append(peer())
+    return result
