@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -30,6 +29,30 @@ class Timeouts:
     idle: float = 60.0
 
 
+class _Connections:
+    """The connections that completed their TLS handshake and are not closed yet."""
+
+    def __init__(self) -> None:
+        self._open: set[web.RequestHandler] = set()
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+
+    def add(self, handler: web.RequestHandler) -> None:
+        self._open.add(handler)
+        self._none_open.clear()
+
+    def discard(self, handler: web.RequestHandler) -> None:
+        self._open.discard(handler)
+        if not self._open:
+            self._none_open.set()
+
+    async def all_closed(self, timeout: float) -> None:
+        """Wait until none is open, or `timeout` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._none_open.wait()
+
+
 class _Handler(web.RequestHandler):
     """A request handler that closes a connection whose headers do not arrive in time."""
 
@@ -38,16 +61,17 @@ class _Handler(web.RequestHandler):
         manager: web.Server,
         *,
         header_timeout: float,
-        on_lost: Callable[[_Handler], None],
+        tracker: _Connections,
         **kwargs: object,
     ) -> None:
         super().__init__(manager, **kwargs)  # type: ignore[arg-type]
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
-        self._on_lost = on_lost
+        self._tracker = tracker
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._tracker.add(self)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -61,7 +85,7 @@ class _Handler(web.RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
         super().connection_lost(exc)
-        self._on_lost(self)
+        self._tracker.discard(self)
 
     def _arm(self) -> None:
         self._header_deadline = self._loop.call_later(self._header_timeout, self._expired)
@@ -87,8 +111,7 @@ class HttpsListener:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._open: set[_Handler] = set()
-        self._none_open = asyncio.Event()
+        self._connections = _Connections()
         self._grace = 0.0
 
     async def start(self, host: str, port: int, grace: float = 60.0) -> int:
@@ -101,18 +124,15 @@ class HttpsListener:
 
         def factory() -> _Handler:
             self.tls.refresh()
-            handler = _Handler(
+            return _Handler(
                 manager,
                 loop=loop,
                 header_timeout=self.timeouts.header,
-                on_lost=self._lost,
+                tracker=self._connections,
                 keepalive_timeout=self.timeouts.idle,
                 access_log_class=RedactingAccessLogger,
                 access_log=access_log,
             )
-            self._open.add(handler)
-            self._none_open.clear()
-            return handler
 
         self._grace = grace
 
@@ -128,11 +148,6 @@ class HttpsListener:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
-    def _lost(self, handler: _Handler) -> None:
-        self._open.discard(handler)
-        if not self._open:
-            self._none_open.set()
-
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close the rest.
 
@@ -143,7 +158,4 @@ class HttpsListener:
             self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._open:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._grace):
-                    await self._none_open.wait()
+        await self._connections.all_closed(self._grace)
