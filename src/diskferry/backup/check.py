@@ -93,7 +93,7 @@ def check(
             _read_pack(repo, pack, present[path], entries, report, bad_chunks)
         if on_pack is not None:
             on_pack(present.get(path, 0))
-    known = set(indexed)
+    known = set(index.named_packs())
     report.unused_packs = sorted(p for p in present if p.rsplit("/", 1)[1] not in known)
     for path in repo.snapshot_paths():
         report.snapshots += 1
@@ -149,9 +149,16 @@ def _check_snapshot(
         report.add(path, str(e))
         report.affected.setdefault(name, set()).add(path)
         return
-    for chunk in snapshot.chunk_ids():
+    reach: dict[bytes, int] = {}
+    for e in snapshot.entries:
+        if e.chunk is not None:
+            reach[e.chunk] = max(reach.get(e.chunk, 0), e.chunk_offset + e.length)
+    for chunk, end in reach.items():
         where = repo.index.locate(chunk)
-        if where is None:
+        if where is not None and end > where.plain_length:
+            report.add(path, f"{path} reads past the end of chunk {chunk.hex()[:16]}")
+            report.affected.setdefault(name, set()).add(path)
+        elif where is None:
             report.add(path, f"{path} names chunk {chunk.hex()[:16]}, which is in no index")
             report.affected.setdefault(name, set()).add(path)
         elif where.pack in bad_packs:

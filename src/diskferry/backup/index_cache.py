@@ -22,7 +22,11 @@ CREATE TABLE IF NOT EXISTS chunks (
     length INTEGER NOT NULL, plain INTEGER NOT NULL, idx INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks (pack);
+CREATE TABLE IF NOT EXISTS index_packs (
+    idx INTEGER NOT NULL, pack INTEGER NOT NULL, PRIMARY KEY (idx, pack)
+) WITHOUT ROWID;
 """
+_VERSION = 1
 _SELECT = (
     "SELECT c.id, p.name, c.offset, c.length, c.plain FROM chunks c JOIN packs p ON p.no = c.pack"
 )
@@ -63,7 +67,11 @@ class IndexCache:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA cache_size=-16384")
+        if db.execute("PRAGMA user_version").fetchone()[0] != _VERSION:
+            for table in ("chunks", "packs", "indexes", "index_packs"):
+                db.execute(f"DROP TABLE IF EXISTS {table}")
         db.executescript(_SCHEMA)
+        db.execute(f"PRAGMA user_version={_VERSION}")
         return db
 
     def close(self) -> None:
@@ -94,9 +102,8 @@ class IndexCache:
 
     def _clear(self) -> None:
         with self._lock, self._transaction():
-            self._db.execute("DELETE FROM chunks")
-            self._db.execute("DELETE FROM packs")
-            self._db.execute("DELETE FROM indexes")
+            for table in ("chunks", "packs", "indexes", "index_packs"):
+                self._db.execute(f"DELETE FROM {table}")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -124,6 +131,9 @@ class IndexCache:
                     pack_numbers[e.pack] = number
                 rows.append((e.chunk_id, number, e.offset, e.length, e.plain_length, idx))
             self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._db.executemany(
+                "INSERT INTO index_packs VALUES (?, ?)", ((idx, n) for n in pack_numbers.values())
+            )
 
     def _pack_number(self, name: str) -> int:
         self._db.execute("INSERT OR IGNORE INTO packs (name) VALUES (?)", (name,))
@@ -151,6 +161,14 @@ class IndexCache:
         with self._lock:
             rows = self._db.execute(f"{_SELECT} WHERE p.name = ?", (pack,)).fetchall()
         return [IndexEntry(*row) for row in rows]
+
+    def named_packs(self) -> list[str]:
+        """Every pack some index object names, even where the cache places its chunks elsewhere."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT p.name FROM index_packs ip JOIN packs p ON p.no = ip.pack"
+            ).fetchall()
+        return sorted(row[0] for row in rows)
 
     def pack_names(self) -> list[str]:
         """The packs that indexed chunks live in."""

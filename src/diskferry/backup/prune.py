@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from diskferry.backup.chunk_set import ChunkSet
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
 from diskferry.backup.pack_writer import INDEX_BATCH
@@ -42,69 +43,81 @@ def prune(
         problems = repo.refresh_index()
         if problems:
             raise RepositoryError(f"cannot prune: {problems[0].message}", reason="CorruptObject")
-        index = repo.index
-        used = _used_chunks(repo)
-        present = {info.path: info.size for info in repo.store.list("packs/")}
-        stats = PruneStats()
-        keep: list[str] = []
-        to_copy: list[IndexEntry] = []
-        obsolete: list[str] = []
-        for pack in index.pack_names():
-            entries = index.in_pack(pack)
-            live = [e for e in entries if e.chunk_id in used]
-            path = pack_path(pack)
-            if path not in present:
-                if live:
-                    raise RepositoryError(
-                        f"cannot prune: {path} is missing and snapshots need it; "
-                        "run 'diskferry repo check'",
-                        reason="CorruptObject",
-                    )
-                continue
-            dead = sum(e.length for e in entries) - sum(e.length for e in live)
-            if live and dead < repack_share * sum(e.length for e in entries):
-                keep.append(pack)
-                continue
-            obsolete.append(path)
-            to_copy.extend(live)
-            stats.chunks_removed += len(entries) - len(live)
-            stats.bytes_freed += present.pop(path)
+        with _used_chunks(repo) as used:
+            return _sweep(repo, used, repack_share, pack_size)
+
+
+def _sweep(repo: Repository, used: ChunkSet, repack_share: float, pack_size: int) -> PruneStats:
+    """Delete and repack what `used` does not name, in the crash-safe order."""
+    index = repo.index
+    present = {info.path: info.size for info in repo.store.list("packs/")}
+    stats = PruneStats()
+    keep: list[str] = []
+    to_copy: list[IndexEntry] = []
+    obsolete: list[str] = []
+    named = index.named_packs()
+    rewrite = False
+    for pack in named:
+        entries = index.in_pack(pack)
+        live = [e for e in entries if e.chunk_id in used]
+        path = pack_path(pack)
+        if path not in present:
             if live:
-                stats.packs_repacked += 1
-            else:
-                stats.packs_deleted += 1
-        indexed = {pack_path(p) for p in index.pack_names()}
-        strays = [p for p in present if p not in indexed]
-        if not obsolete and not strays:
-            return stats
-        for path in strays:
-            stats.bytes_freed += present[path]
+                raise RepositoryError(
+                    f"cannot prune: {path} is missing and snapshots need it; "
+                    "run 'diskferry repo check'",
+                    reason="CorruptObject",
+                )
+            rewrite = True
+            continue
+        dead = sum(e.length for e in entries) - sum(e.length for e in live)
+        if live and dead < repack_share * sum(e.length for e in entries):
+            keep.append(pack)
+            continue
+        obsolete.append(path)
+        to_copy.extend(live)
+        stats.chunks_removed += len(entries) - len(live)
+        stats.bytes_freed += present.pop(path)
+        if live:
+            stats.packs_repacked += 1
+        else:
             stats.packs_deleted += 1
-        if obsolete:
-            copied = _repack(repo, to_copy, pack_size, stats)
-            old_indexes = index.index_names()
-            kept = (e for pack in keep for e in index.in_pack(pack))
-            _write_index(repo, itertools.chain(kept, copied))
-            for name in old_indexes:
-                repo.store.delete(index_path(name))
-        for path in obsolete + strays:
-            repo.store.delete(path)
-        repo.refresh_index()
+    indexed = {pack_path(p) for p in named}
+    strays = [p for p in present if p not in indexed]
+    if not obsolete and not strays and not rewrite:
         return stats
+    for path in strays:
+        stats.bytes_freed += present[path]
+        stats.packs_deleted += 1
+    if obsolete or rewrite:
+        copied = _repack(repo, to_copy, pack_size, stats)
+        old_indexes = index.index_names()
+        kept = (e for pack in keep for e in index.in_pack(pack))
+        _write_index(repo, itertools.chain(kept, copied))
+        for name in old_indexes:
+            repo.store.delete(index_path(name))
+    for path in obsolete + strays:
+        repo.store.delete(path)
+    repo.refresh_index()
+    return stats
 
 
-def _used_chunks(repo: Repository) -> set[bytes]:
-    used: set[bytes] = set()
-    for path in repo.snapshot_paths():
-        snapshot = repo.load_snapshot(path)
-        for chunk in snapshot.chunk_ids():
-            if chunk not in used and not repo.index.has(chunk):
+def _used_chunks(repo: Repository) -> ChunkSet:
+    """The chunks some manifest names; RepositoryError if one of them is in no index."""
+    used = ChunkSet()
+    try:
+        for path in repo.snapshot_paths():
+            chunks = repo.load_snapshot(path).chunk_ids()
+            if not all(repo.index.has(chunk) for chunk in chunks):
                 raise RepositoryError(
                     f"cannot prune: {path} names chunks that are in no index; "
                     "run 'diskferry repo check'",
                     reason="CorruptObject",
                 )
-            used.add(chunk)
+            used.update(chunks)
+    except BaseException:
+        used.close()
+        raise
     return used
 
 
