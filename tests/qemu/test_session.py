@@ -293,3 +293,34 @@ def test_an_unreachable_guest_agent_fails_before_the_checkpoint(vm: Vm, tmp_path
     assert _repo_bitmaps(vm) == {}
     assert _leftovers(vm) == []
     assert _live(vm).consistency == "crash-consistent"
+
+
+def test_a_checkpoint_taken_amid_writes_splits_them_without_losing_one(vm: Vm) -> None:
+    blocks = 256
+    commands: list[str] = []
+    for i in range(blocks):
+        commands += ["-c", f"write -P {i % 255 + 1} {i * 64 * KiB} {64 * KiB}"]
+    writer = subprocess.Popen(
+        ["qemu-io", "-f", "raw", *commands, vm.url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with _live(vm) as (export,):
+            first = export.checkpoint
+            image = read(export.url, 0, blocks * 64 * KiB)
+    finally:
+        assert writer.wait(60) == 0
+    seen = []
+    for i in range(blocks):
+        block = image[i * 64 * KiB : (i + 1) * 64 * KiB]
+        assert block in (bytes(64 * KiB), bytes([i % 255 + 1]) * (64 * KiB)), f"block {i} mixed"
+        seen.append(block[0] != 0)
+    before = seen.count(True)
+    assert seen == [True] * before + [False] * (blocks - before)
+    with _live(vm, since=first) as (export,):
+        dirty = _dirty(export)
+    if before == blocks:
+        assert dirty == []
+    else:
+        assert dirty == [(before * 64 * KiB, (blocks - before) * 64 * KiB)]
