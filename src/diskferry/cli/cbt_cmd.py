@@ -19,7 +19,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 @cbt_app.command("enable")
 def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
-    """Make VOLUME.cbt.qcow2, the overlay a VM opens so its writes are tracked."""
+    """Make VOLUME.cbt.qcow2 while the VM is stopped; run the VM on it to track writes."""
     from diskferry.qemu import cbt
 
     disk = cbt.enable(volume)

@@ -134,8 +134,9 @@ def enable(path: str) -> CbtDisk:
             "create", "-q", "-f", "qcow2",
             "-o", f"data_file={stand_in},data_file_raw=on", partial, str(size),
         )  # fmt: skip
-        _qemu_img(partial, "amend", "-f", "qcow2", "-o", f"data_file={disk.volume}", partial)
-        _qemu_img(partial, "bitmap", "--add", "--enable", "-f", "qcow2", partial, BASE)
+        volume = disk.volume
+        _qemu_img(volume, "amend", "-f", "qcow2", "-o", f"data_file={volume}", partial)
+        _qemu_img(volume, "bitmap", "--add", "--enable", "-f", "qcow2", partial, BASE)
         os.rename(partial, overlay)
     finally:
         for leftover in (partial, stand_in):
