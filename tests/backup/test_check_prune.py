@@ -10,6 +10,7 @@ from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.packs import pack_path
 from diskferry.backup.policy import to_forget
 from diskferry.backup.prune import prune
+from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id
 
 SIZE = 20_000
@@ -187,3 +188,16 @@ def test_keep_policy():
         "2026-03-09T05:00:00Z",
         "2026-03-03T05:00:00Z",
     }
+
+
+def test_a_lock_brings_a_stale_index_cache_up_to_date(three, repo_url, tmp_path):
+    repo, _, a, _, c = three
+    other = Repository.open(repo_url, "correct horse", cache_root=tmp_path / "elsewhere")
+    assert other.index.has(c.entries[0].chunk)
+    repo.forget([c.info.id])
+    prune(repo)
+    assert other.index.has(c.entries[0].chunk)
+    with other.lock("shared", "backup"):
+        assert not other.index.has(c.entries[0].chunk)
+        assert other.index.has(a.entries[0].chunk)
+    other.close()

@@ -1,6 +1,7 @@
 """ObjectStore against a directory and a real S3 server."""
 
 import os
+import threading
 
 import pytest
 from s3server import running_moto, use_endpoint
@@ -106,3 +107,23 @@ def test_a_missing_directory_is_made_only_when_asked(tmp_path):
     assert not (tmp_path / "typo").exists()
     ObjectStore(str(tmp_path / "new")).put("k", b"v")
     assert (tmp_path / "new" / "k").read_bytes() == b"v"
+
+
+def test_readers_never_see_a_partial_object(store_url):
+    store = ObjectStore(store_url)
+    versions = [bytes([n]) * (2 << 20) for n in (1, 2)]
+    store.put("obj", versions[0])
+    stop = threading.Event()
+    seen = []
+
+    def read():
+        while not stop.is_set():
+            seen.append(store.get("obj"))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for n in range(10):
+        store.put("obj", versions[n % 2])
+    stop.set()
+    reader.join()
+    assert seen and all(data in versions for data in seen)

@@ -224,8 +224,18 @@ class Repository:
         wait: float = 0.0,
         notify: Callable[[str], None] = lambda message: None,
     ) -> Lock:
-        """Take a lock on the repository (see locks.acquire)."""
-        return acquire(self.store, kind, purpose, vm=vm, wait=wait, notify=notify)
+        """Take a lock on the repository (see locks.acquire), then catch up with its index.
+
+        A prune may have run since the index cache last looked; under the lock it cannot.
+        """
+        lock = acquire(self.store, kind, purpose, vm=vm, wait=wait, notify=notify)
+        if self._cache is not None:
+            try:
+                self._cache.refresh(self.store, self.codec)
+            except BaseException:
+                lock.release()
+                raise
+        return lock
 
     def forget(self, snapshot_ids: list[str]) -> list[str]:
         """Delete these snapshots' manifests (their chunks go at the next prune); their paths."""
