@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from diskferry.backup.entries import check_cover
 from diskferry.backup.errors import CorruptObjectError
-from diskferry.backup.index import IndexEntry
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.repository import Repository
+
+_READERS = 4
 
 
 @dataclass
@@ -39,7 +41,7 @@ class CheckReport:
         return not self.problems
 
     def add(self, obj: str, message: str) -> None:
-        """Record a problem."""
+        """Record a problem (safe from several threads: list.append is atomic)."""
         self.problems.append(Problem(obj, message))
 
     def summary(self) -> str:
@@ -80,6 +82,7 @@ def check(
     report.chunks = index.totals()[0]
     bad_packs: dict[str, str] = {}
     bad_chunks: dict[bytes, str] = {}
+    to_read = []
     for pack in indexed:
         path = pack_path(pack)
         entries = index.in_pack(pack)
@@ -90,9 +93,14 @@ def check(
             report.add(path, f"{path} is shorter than its index says")
             bad_packs[pack] = path
         elif read_data:
-            _read_pack(repo, pack, present[path], entries, report, bad_chunks)
-        if on_pack is not None:
-            on_pack(present.get(path, 0))
+            to_read.append((pack, present[path]))
+    with ThreadPoolExecutor(_READERS) as pool:
+        for job in [
+            pool.submit(_read_pack, repo, pack, size, report, bad_chunks, on_pack)
+            for pack, size in to_read
+        ]:
+            job.result()
+    report.problems.sort(key=lambda p: p.object)
     known = set(index.named_packs())
     report.unused_packs = sorted(p for p in present if p.rsplit("/", 1)[1] not in known)
     for path in repo.snapshot_paths():
@@ -110,12 +118,13 @@ def _read_pack(
     repo: Repository,
     pack: str,
     size: int,
-    entries: list[IndexEntry],
     report: CheckReport,
     bad_chunks: dict[bytes, str],
+    on_pack: Callable[[int], None] | None,
 ) -> None:
-    """Open and verify every indexed chunk of the pack, and its trailer."""
+    """Open and verify every indexed chunk of the pack, and its trailer (in a worker thread)."""
     path = pack_path(pack)
+    entries = repo.index.in_pack(pack)
     data = repo.store.get(path)
     try:
         listed = {t.chunk_id for t in read_trailer(repo.store, pack, repo.codec, size)}
@@ -123,15 +132,17 @@ def _read_pack(
             report.add(path, f"the trailer of {path} does not list all its indexed chunks")
     except CorruptObjectError as e:
         report.add(path, e.message)
-    bad = 0
+    bad = []
     for e in entries:
         try:
             repo.codec.decode_chunk(e.chunk_id, data[e.offset : e.offset + e.length], path)
         except CorruptObjectError:
-            bad_chunks[e.chunk_id] = path
-            bad += 1
+            bad.append(e.chunk_id)
     if bad:
-        report.add(path, f"{path}: {bad} of its {len(entries)} chunks are damaged")
+        report.add(path, f"{path}: {len(bad)} of its {len(entries)} chunks are damaged")
+        bad_chunks.update(dict.fromkeys(bad, path))
+    if on_pack is not None:
+        on_pack(size)
 
 
 def _check_snapshot(
