@@ -9,7 +9,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import click
 import typer
 
 from diskferry.disk.progress import Progress
@@ -39,7 +38,7 @@ def size_option(value: str | None) -> int | None:
     try:
         return parse_size(value)
     except SizeError as e:
-        raise click.BadParameter(str(e)) from e
+        raise typer.BadParameter(str(e), param_hint="--size") from e
 
 
 def parse_headers(values: list[str] | None) -> dict[str, str]:

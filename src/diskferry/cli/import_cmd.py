@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from typing import Annotated
 
-import click
 import typer
 
 from diskferry.cli.common import note, parse_headers, print_json, progress_bar, size_option
@@ -28,7 +27,7 @@ def import_command(
     from diskferry.importer.job import ImportJob
 
     if format not in ("raw", "qcow2"):
-        raise click.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
+        raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
     if checksum is not None:
         _check_checksum(checksum)
     job = ImportJob(
@@ -60,7 +59,7 @@ def _check_checksum(spec: str) -> None:
     try:
         Checksum(spec)
     except ChecksumError as e:
-        raise click.BadParameter(e.message, param_hint="--checksum") from e
+        raise typer.BadParameter(e.message, param_hint="--checksum") from e
 
 
 def info_command(

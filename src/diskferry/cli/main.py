@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
@@ -34,12 +34,14 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI: 0 done, 1 the job failed, 2 bad usage; errors as one line on stderr."""
     try:
         app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         fail_line("cancelled")
         sys.exit(130)
-    except click.UsageError as e:
+    except NoArgsIsHelpError:
+        sys.exit(2)
+    except UsageError as e:
         fail_line(e.format_message())
         sys.exit(2)
     except DiskferryError as e:

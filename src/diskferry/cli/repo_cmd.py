@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 
 from diskferry.cli.common import note, print_json, progress_bar, size_option
@@ -68,7 +67,7 @@ def init_command(
 
     size = size_option(chunk_size) or 0
     if size < 4096 or size & (size - 1):
-        raise click.BadParameter("the chunk size must be a power of two, 4K or more")
+        raise typer.BadParameter("the chunk size must be a power of two, 4K or more")
     password = None if no_encryption else read_password(password_file)
     with Repository.init(
         repo,
@@ -202,7 +201,7 @@ def forget_command(
 
     policy = keep_last or keep_daily or keep_weekly
     if not snapshot_ids and not policy:
-        raise click.BadParameter("name snapshot ids, or a --keep-last/--keep-daily/--keep-weekly")
+        raise typer.BadParameter("name snapshot ids, or a --keep-last/--keep-daily/--keep-weekly")
     with (
         _open(repo, password_file, s3_endpoint, s3_region) as opened,
         opened.lock("shared", "forget", notify=note),
