@@ -25,9 +25,10 @@ class HttpError(DiskferryError):
 
     reason = "HttpError"
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, transient: bool = True) -> None:
         super().__init__(message)
         self.status = status
+        self.transient = transient and (status is None or status in _RETRY_STATUSES)
 
 
 class TlsError(DiskferryError):
@@ -55,7 +56,7 @@ def _pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
         maxsize=16,
         ssl_context=ctx,
         timeout=urllib3.Timeout(connect=10.0, read=timeout),
-        retries=urllib3.Retry(total=None, connect=0, read=0, redirect=5, status=0),
+        retries=urllib3.Retry(total=None, connect=0, read=0, other=0, redirect=5, status=0),
     )
 
 
@@ -108,7 +109,7 @@ class HttpSource:
             return TlsError(f"{where}: TLS verification failed: {e}")
         text = str(e)
         if "too many redirects" in text.lower() or "ResponseError" in type(e).__name__:
-            return HttpError(f"{where}: too many redirects")
+            return HttpError(f"{where}: too many redirects", transient=False)
         return HttpError(f"{where}: cannot connect: {text}")
 
     def head(self) -> tuple[int | None, bool]:
@@ -158,9 +159,12 @@ class ResumingReader:
                 self._resp = self._request()
                 return
             except HttpError as e:
-                if e.status is not None and e.status not in _RETRY_STATUSES:
-                    raise
-                if attempt >= self.source.retries:
+                if e.status == 416 and self.position > self.start:
+                    raise TruncatedError(
+                        f"{_redact(self.source.url)}: the body ended at byte {self.position}, "
+                        f"short of its declared length {self.length} (truncated)"
+                    ) from e
+                if not e.transient or attempt >= self.source.retries:
                     raise
             attempt += 1
             self._sleep(attempt)

@@ -14,6 +14,7 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import PROBE_BYTES, parse_qcow2_header, probe_compression
 from diskferry.disk.formats import probe_format as probe_image_format
+from diskferry.disk.http import RangeNotSupportedError
 from diskferry.disk.peek import PeekReader
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
@@ -68,6 +69,41 @@ def _refuse_untrusted(backing: str | None, data_file: str | None, encrypted: boo
         raise ImageRefusedError("the image is encrypted; diskferry imports unencrypted images")
 
 
+def _open_source(
+    job: ImportJob,
+    headers: dict[str, str],
+    progress: Progress,
+    cancel: threading.Event | None,
+) -> tuple[SourceStream, Checksum | None, _Sniffed]:
+    """Open and sniff the source; one that broke without Range is read again from zero.
+
+    Nothing has been written while sniffing, so starting over loses nothing.
+    """
+    restarts = 0
+    while True:
+        checksum = Checksum(job.checksum) if job.checksum else None
+        stream = SourceStream(
+            job.source,
+            ca_bundle=job.ca_bundle,
+            headers=headers,
+            retries=job.retries,
+            checksum=checksum,
+            progress=progress,
+            cancel=cancel,
+        )
+        try:
+            return stream, checksum, _sniff(stream)
+        except RangeNotSupportedError:
+            stream.close()
+            if restarts >= job.retries:
+                raise
+            restarts += 1
+            progress.add(-stream.bytes_read)
+        except BaseException:
+            stream.close()
+            raise
+
+
 def run_import(
     job: ImportJob,
     progress: Progress,
@@ -82,22 +118,14 @@ def run_import(
     headers = dict(job.headers)
     if job.headers_file:
         headers.update(read_headers_file(job.headers_file))
-    checksum = Checksum(job.checksum) if job.checksum else None
-    stream = SourceStream(
-        job.source,
-        ca_bundle=job.ca_bundle,
-        headers=headers,
-        retries=job.retries,
-        checksum=checksum,
-        progress=progress,
-        cancel=cancel,
-    )
     if target.block_device:
         say(f"this import overwrites the block device {target.path}")
+    stream, checksum, sniffed = _open_source(job, headers, progress, cancel)
+    writing = False
     try:
-        sniffed = _sniff(stream)
         if sniffed.declared_size is not None:
             _check_size(job, target, sniffed.declared_size)
+        writing = True
         progress.set_phase("import")
         if sniffed.format == "raw" and job.format == "raw":
             virtual, read, written = _raw_to_raw(
@@ -112,7 +140,7 @@ def run_import(
             checksum.verify()
         target.commit()
     except DiskferryError as e:
-        if target.block_device:
+        if target.block_device and writing:
             raise type(e)(f"{e.message}; the block device {target.path} is partly written") from e
         raise
     finally:
