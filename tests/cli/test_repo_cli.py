@@ -168,3 +168,46 @@ def test_snapshots_forget_prune_on_s3(tmp_path, env):
         assert report["ok"] and report["snapshots"] == 2 and report["chunks"] == 2
         gone = run(env, "forget", "--repo", url, "0000", *s3)
         assert gone.returncode == 1 and "no snapshot 0000" in error_line(gone)
+
+
+HOLDER = """
+import sys, time
+from diskferry.backup.locks import acquire
+from diskferry.objstore.store import ObjectStore
+with acquire(ObjectStore(sys.argv[1]), "shared", "restore"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_prune_refuses_or_waits_for_a_lock(tmp_path, env):
+    url = tmp_path / "repo"
+    assert run(env, "repo", "init", "--repo", url).returncode == 0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(url)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused = run(env, "prune", "--repo", url)
+        assert refused.returncode == 1
+        assert f"locked by restore (pid {holder.pid} on " in error_line(refused)
+        exe = Path(sys.executable).with_name("diskferry")
+        waiting = subprocess.Popen(
+            [str(exe), "prune", "--repo", str(url), "--wait", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert waiting.stderr.readline().startswith("diskferry: waiting: ")
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        out, _ = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0
+        assert json.loads(out)["chunksRemoved"] == 0
+    finally:
+        holder.kill()
+        holder.wait()

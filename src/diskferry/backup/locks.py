@@ -130,6 +130,7 @@ def acquire(
     )
     path = f"locks/{info.id}"
     deadline = time.monotonic() + wait
+    told = False
     while True:
         info.expires = time.time() + LEASE_SECONDS
         store.put(path, info.model_dump_json().encode())
@@ -140,6 +141,9 @@ def acquire(
         if time.monotonic() >= deadline:
             hint = "wait for it to finish, or retry with --wait"
             raise LockedError(f"{store.url} is locked by {blockers[0].describe()}: {hint}")
+        if not told:
+            notify(f"waiting: {store.url} is locked by {blockers[0].describe()}")
+            told = True
         time.sleep(min(random.uniform(0.5, 2.0), max(0.05, deadline - time.monotonic())))
 
 

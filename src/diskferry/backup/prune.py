@@ -32,6 +32,7 @@ def prune(
     *,
     repack_share: float = REPACK_UNUSED_SHARE,
     pack_size: int = TARGET_PACK_SIZE,
+    wait: float = 0.0,
     notify: Callable[[str], None] = lambda message: None,
 ) -> PruneStats:
     """Drop chunks no manifest names; repack packs whose unused share reaches `repack_share`.
@@ -39,7 +40,7 @@ def prune(
     New packs and index objects are written first, old index objects deleted next and
     old packs last, so a prune stopped at any moment leaves a repository that checks.
     """
-    with repo.lock("exclusive", "prune", notify=notify):
+    with repo.lock("exclusive", "prune", wait=wait, notify=notify):
         problems = repo.refresh_index()
         if problems:
             raise RepositoryError(f"cannot prune: {problems[0].message}", reason="CorruptObject")

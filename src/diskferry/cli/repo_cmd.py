@@ -24,6 +24,13 @@ EndpointOpt = Annotated[
 ]
 RegionOpt = Annotated[str | None, typer.Option("--s3-region", help="S3 region (else AWS_REGION).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON result.")]
+WaitOpt = Annotated[
+    bool, typer.Option("--wait", help="Wait for a conflicting lock instead of refusing.")
+]
+
+
+def _wait(wait: bool) -> float:
+    return float("inf") if wait else 0.0
 
 
 class CheckFailedError(DiskferryError):
@@ -99,6 +106,7 @@ def check_command(
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Check that every snapshot's chunks are indexed and stored (and intact, with --read-data)."""
@@ -107,7 +115,7 @@ def check_command(
 
     with (
         _open(repo, password_file, s3_endpoint, s3_region) as opened,
-        opened.lock("shared", "check", notify=note),
+        opened.lock("shared", "check", wait=_wait(wait), notify=note),
     ):
         total = sum(info.size for info in opened.store.list("packs/")) if read_data else 0
         progress = Progress(total, "reading packs")
@@ -194,6 +202,7 @@ def forget_command(
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
+    wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Forget snapshots by id or by a keep policy (their data goes at the next prune)."""
@@ -204,7 +213,7 @@ def forget_command(
         raise typer.BadParameter("name snapshot ids, or a --keep-last/--keep-daily/--keep-weekly")
     with (
         _open(repo, password_file, s3_endpoint, s3_region) as opened,
-        opened.lock("shared", "forget", notify=note),
+        opened.lock("shared", "forget", wait=_wait(wait), notify=note),
     ):
         ids = list(snapshot_ids or [])
         if policy:
@@ -224,6 +233,7 @@ def prune_command(
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
+    wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Delete data no snapshot names; repack packs that are mostly unused."""
@@ -232,7 +242,7 @@ def prune_command(
     from diskferry.backup.prune import prune
 
     with _open(repo, password_file, s3_endpoint, s3_region) as opened:
-        stats = prune(opened, notify=note)
+        stats = prune(opened, wait=_wait(wait), notify=note)
     if json_out:
         print_json({_camel(k): v for k, v in asdict(stats).items()})
     else:
