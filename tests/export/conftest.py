@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from diskferry.export.certs import create_ca
 
@@ -134,6 +135,32 @@ def export_factory(
 def export(export_factory: Callable[..., Running], disk: Path) -> Running:
     """An export server for `disk` as volume `disk`."""
     return export_factory({"disk": disk})
+
+
+@pytest.fixture
+def proxy_factory(tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    """Starts `diskferry proxy serve` with its own CA on a routes file."""
+    running: list[Running] = []
+    proxy_ca = tmp_path / "proxy-ca"
+    create_ca(proxy_ca)
+
+    def start(routes: Path, *extra: str) -> Running:
+        args = ["proxy", "serve", "--routes", str(routes), "--cert-dir", str(proxy_ca)]
+        args += ["--san", "127.0.0.1", *extra]
+        r = start_diskferry(args, tmp_path / f"proxy-{len(running)}.log", proxy_ca / "ca.crt")
+        running.append(r)
+        return r
+
+    yield start
+    for r in running:
+        r.stop()
+
+
+def write_routes(path: Path, exports: list[dict[str, object]]) -> None:
+    """Replace the routes file in one step."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump({"exports": exports}))
+    tmp.replace(path)
 
 
 def curl(*args: str, ca: Path | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -4,43 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import TOKEN, MiB, Running, curl, make_disk, open_fds, start_diskferry
+from conftest import TOKEN, MiB, Running, curl, make_disk, open_fds, write_routes
 
 from diskferry.export.certs import create_ca
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"
-
-
-def write_routes(path: Path, exports: list[dict[str, object]]) -> None:
-    """Replace the routes file in one step."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump({"exports": exports}))
-    tmp.replace(path)
-
-
-@pytest.fixture
-def proxy_factory(tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    """Starts `diskferry proxy serve` with its own CA on a routes file."""
-    running: list[Running] = []
-    proxy_ca = tmp_path / "proxy-ca"
-    create_ca(proxy_ca)
-
-    def start(routes: Path, *extra: str) -> Running:
-        args = ["proxy", "serve", "--routes", str(routes), "--cert-dir", str(proxy_ca)]
-        args += ["--san", "127.0.0.1", *extra]
-        r = start_diskferry(args, tmp_path / f"proxy-{len(running)}.log", proxy_ca / "ca.crt")
-        running.append(r)
-        return r
-
-    yield start
-    for r in running:
-        r.stop()
 
 
 def _code(r: Running, path: str, *args: str) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from diskferry.cli.common import note
+from diskferry.cli.common import note, parse_headers, print_json, progress_bar
 
 if TYPE_CHECKING:
     from diskferry.export.serve import ServeOptions
@@ -136,6 +136,58 @@ def export_serve(
             v.close()
         tls.close()
     note(f"export {name} stopped")
+
+
+@export_app.command("download")
+def export_download(
+    url: Annotated[str, typer.Argument(help="A volume's disk.img URL (direct or via the proxy).")],
+    target: Annotated[Path, typer.Argument(help="The raw file or block device to write.")],
+    token: Annotated[str | None, typer.Option(help="The export token.")] = None,
+    token_file: Annotated[Path | None, typer.Option(help="File holding the export token.")] = None,
+    ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    encoding: Annotated[str, typer.Option(help="raw, gzip or zstd.")] = "raw",
+    connections: Annotated[int, typer.Option(help="Parallel connections (raw).")] = 4,
+    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
+) -> None:
+    """Download a volume into a raw file: only allocated ranges, resuming after breaks."""
+    from diskferry.disk.file_volume import is_block_device
+    from diskferry.disk.progress import Progress
+    from diskferry.export.download import DownloadRequest, download
+
+    if encoding not in ("raw", "gzip", "zstd"):
+        raise typer.BadParameter(f"{encoding!r} is not raw, gzip or zstd", param_hint="--encoding")
+    if token is not None and token_file is not None:
+        raise typer.BadParameter("give --token or --token-file, not both")
+    if not 1 <= connections <= 16:
+        raise typer.BadParameter("give 1 to 16", param_hint="--connections")
+    if token_file is not None:
+        from diskferry.export.token import TokenFile
+
+        token = TokenFile(token_file).read()
+    req = DownloadRequest(
+        url=url,
+        target=target,
+        token=token,
+        ca_bundle=ca_bundle,
+        headers=parse_headers(header),
+        encoding=encoding,  # type: ignore[arg-type]
+        connections=connections,
+    )
+    if is_block_device(target):
+        note(f"overwriting block device {target}; on failure it is left partly written")
+    progress = Progress()
+    with progress_bar(progress, "download", enabled=not no_progress and not json_out):
+        result = download(req, progress)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        how = "allocated ranges" if result.sparse_map else result.encoding
+        note(
+            f"downloaded {result.size} bytes into {result.target} ({how}, "
+            f"{result.bytes_fetched} bytes fetched) in {result.seconds:.1f} s"
+        )
 
 
 @proxy_app.command("serve")

@@ -1,0 +1,166 @@
+"""The download client against the export server, the proxy, and a plain server that breaks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TOKEN, MiB, Running, make_disk, write_routes
+from plain_server import PlainServer
+
+from diskferry.disk.http import TlsError
+from diskferry.export.certs import create_ca
+from diskferry.export.download import DownloadRequest, download
+from diskferry.export.errors import DownloadError
+
+PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diskferry.cli.main", "export", "download", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_raw_download_fetches_only_allocated_ranges(
+    export: Running, disk: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.img"
+    p = _cli(
+        f"{export.url}/volumes/disk/disk.img",
+        str(out),
+        "--token",
+        TOKEN,
+        "--ca-bundle",
+        str(export.ca),
+        "--connections",
+        "3",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert out.read_bytes() == disk.read_bytes()
+    assert result["extents"] is True and result["size"] == disk.stat().st_size
+    assert result["bytesFetched"] <= 1.05 * _allocated(disk)
+    assert _allocated(out) <= _allocated(disk) + MiB
+    assert not list(tmp_path.glob(".out.img.part"))
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_compressed_download(
+    export: Running, disk: Path, tmp_path: Path, token_file: Path, encoding: str
+) -> None:
+    out = tmp_path / "out.img"
+    p = _cli(
+        f"{export.url}/volumes/disk/disk.img",
+        str(out),
+        "--token-file",
+        str(token_file),
+        "--ca-bundle",
+        str(export.ca),
+        "--encoding",
+        encoding,
+        "--no-progress",
+    )
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == disk.read_bytes()
+    assert _allocated(out) <= _allocated(disk) + MiB
+
+
+def test_download_through_the_proxy(
+    export: Running, proxy_factory, disk: Path, tmp_path: Path
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    write_routes(
+        routes,
+        [{"namespace": "default", "name": "vm1", "url": export.url, "caFile": str(export.ca)}],
+    )
+    proxy = proxy_factory(routes)
+    out = tmp_path / "out.img"
+    req = DownloadRequest(
+        url=f"{proxy.url}{PREFIX}/vm1/volumes/disk/disk.img",
+        target=out,
+        token=TOKEN,
+        ca_bundle=str(proxy.ca),
+    )
+    result = download(req)
+    assert result.sparse_map
+    assert out.read_bytes() == disk.read_bytes()
+
+
+def test_plain_server_without_extents_and_a_dropped_connection(
+    ca_dir: Path, tmp_path: Path
+) -> None:
+    disk = make_disk(tmp_path / "plain.img", 6 * MiB, [(0, 6 * MiB)])
+    server = PlainServer(disk.read_bytes(), ca_dir, drops={2, 4})
+    try:
+        out = tmp_path / "out.img"
+        req = DownloadRequest(
+            url=f"{server.url}/volumes/disk/disk.img",
+            target=out,
+            ca_bundle=str(ca_dir / "ca.crt"),
+            connections=1,
+            backoff=0.01,
+        )
+        result = download(req)
+        assert not result.sparse_map
+        assert out.read_bytes() == disk.read_bytes()
+        starts = [int(r.split("=")[1].split("-")[0]) for r in server.ranges if r]
+        assert any(s % MiB for s in starts), f"no request resumed mid-block: {server.ranges}"
+    finally:
+        server.stop()
+
+
+def test_plain_server_stream_with_a_dropped_connection_resumes(
+    ca_dir: Path, tmp_path: Path
+) -> None:
+    disk = make_disk(tmp_path / "plain.img", 3 * MiB, [(MiB, MiB)])
+    server = PlainServer(disk.read_bytes(), ca_dir, drops={1})
+    try:
+        out = tmp_path / "out.img"
+        req = DownloadRequest(
+            url=f"{server.url}/volumes/disk/disk.img",
+            target=out,
+            ca_bundle=str(ca_dir / "ca.crt"),
+            encoding="raw",
+            connections=1,
+            backoff=0.01,
+        )
+        download(req)
+        assert out.read_bytes() == disk.read_bytes()
+        assert server.ranges[1] is not None and server.ranges[1] != server.ranges[0]
+    finally:
+        server.stop()
+
+
+def test_wrong_token_fails_cleanly_and_leaves_nothing(export: Running, tmp_path: Path) -> None:
+    out = tmp_path / "out.img"
+    p = _cli(
+        f"{export.url}/volumes/disk/disk.img",
+        str(out),
+        "--token",
+        "wrong",
+        "--ca-bundle",
+        str(export.ca),
+    )
+    assert p.returncode == 1
+    assert p.stderr.startswith("diskferry: error: ") and "--token" in p.stderr
+    assert "wrong" not in p.stderr
+    assert not out.exists()
+    url = f"{export.url}/volumes/disk/disk.img"
+    with pytest.raises(DownloadError, match="CA bundle"):
+        download(DownloadRequest(url=url, target=out, ca_bundle=str(tmp_path / "missing.crt")))
+    create_ca(tmp_path / "other")
+    with pytest.raises(TlsError):
+        download(DownloadRequest(url=url, target=out, ca_bundle=str(tmp_path / "other" / "ca.crt")))
+    assert not out.exists() and not list(tmp_path.glob(".*.part"))
