@@ -69,18 +69,24 @@ class Progress:
 
     @property
     def current_speed(self) -> float:
-        """Bytes per second over the last few seconds."""
+        """Bytes per second over the last few seconds (0 when nothing moved in them)."""
         with self._lock:
             now = self._end if self.finished else self._clock()
-            t0, d0 = self._samples[0]
+            edge = now - _WINDOW_SECONDS
+            before: tuple[float, int] | None = None
             for t, d in self._samples:
-                if now - t <= _WINDOW_SECONDS:
-                    t0, d0 = t, d
+                if t >= edge:
                     break
-            span = now - t0
-            if span <= 0:
+                before = (t, d)
+            else:
                 return 0.0
-            return (self.done - d0) / span
+            if before is None:
+                span = now - self._samples[0][0]
+                return (self.done - self._samples[0][1]) / span if span > 0 else 0.0
+            # the bytes done at the window's edge, between the samples around it
+            t0, d0 = before
+            at_edge = d0 + (d - d0) * (edge - t0) / (t - t0)
+            return (self.done - at_edge) / _WINDOW_SECONDS
 
     @property
     def eta(self) -> float | None:
