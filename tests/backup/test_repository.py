@@ -191,6 +191,11 @@ def test_many_entries_stay_compact(repo):
     repo.save_snapshot(snap)
     assert repo.store.head(snap.info.path).size < 2_000_000
     assert repo.load_snapshot(snap.info.path).entries == entries
+    assert repo.load_snapshot_info(snap.info.path) == snap.info
+    snap.info.tags = [os.urandom(20_000).hex()]
+    snap.info.id = new_snapshot_id()
+    repo.save_snapshot(snap)
+    assert repo.load_snapshot_info(snap.info.path) == snap.info
 
 
 def test_tracker_round_trip_replaces_whole(repo):

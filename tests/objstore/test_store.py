@@ -22,6 +22,8 @@ def test_put_get_range_head_list_delete(store_url):
     store.put("c/three", b"")
     assert store.get("a/b/one") == b"hello world"
     assert store.get_range("a/b/one", 6, 5) == b"world"
+    assert store.get_start("a/b/one", 5) == b"hello"
+    assert store.get_start("a/b/one", 1000) == b"hello world"
     info = store.head("a/two")
     assert info is not None and info.size == 1000 and info.path == "a/two"
     assert store.exists("c/three") and not store.exists("c/nothing")

@@ -29,12 +29,14 @@ from diskferry.backup.snapshots import (
     SnapshotInfo,
     decode_snapshot,
     encode_snapshot,
+    info_length,
 )
 from diskferry.backup.trackers import Tracker, decode_tracker, encode_tracker, tracker_path
 from diskferry.objstore.errors import ObjectNotFoundError
 from diskferry.objstore.store import ObjectStore, S3Options
 
 _READERS = 8
+_INFO_READ = 16 * 1024
 
 
 class Repository:
@@ -180,6 +182,13 @@ class Repository:
         """The manifest stored at `path`."""
         return decode_snapshot(path, self.store.get(path), self.codec)
 
+    def load_snapshot_info(self, path: str) -> SnapshotInfo:
+        """The description of the manifest at `path`, read from the start of the object."""
+        start = self.store.get_start(path, _INFO_READ)
+        if len(start) < info_length(start):
+            start = self.store.get_start(path, info_length(start))
+        return decode_snapshot(path, start, self.codec, entries=False).info
+
     def snapshot_paths(self, vm: str | None = None) -> list[str]:
         """The object paths of the manifests, of one VM or all."""
         prefix = f"snapshots/{vm}/" if vm else "snapshots/"
@@ -196,11 +205,8 @@ class Repository:
         """The snapshots' descriptions, oldest first."""
         paths = self.snapshot_paths(vm)
 
-        def info(path: str) -> SnapshotInfo:
-            return decode_snapshot(path, self.store.get(path), self.codec, entries=False).info
-
         with ThreadPoolExecutor(_READERS) as pool:
-            found = list(pool.map(info, paths))
+            found = list(pool.map(self.load_snapshot_info, paths))
         return sorted(found, key=lambda s: (s.finished, s.started, s.id))
 
     def load_tracker(self, vm: str) -> Tracker | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
@@ -84,35 +83,50 @@ def snapshot_path(vm: str, disk: str, snapshot_id: str) -> str:
 
 
 def encode_snapshot(snapshot: Snapshot, codec: Codec) -> bytes:
-    """The stored form: header JSON, the chunk-id table, and a packed entry table, sealed."""
-    header = snapshot.info.model_dump_json().encode()
+    """The stored form: the sealed description first, then the sealed chunk-id and entry tables.
+
+    The description leads so that listing snapshots reads only the start of each object.
+    """
+    path = snapshot.info.path
+    head = codec.encode_meta(snapshot.info.model_dump_json().encode(), path)
     numbers: dict[bytes, int] = {}
     rows = []
     for e in snapshot.entries:
         number = -1 if e.chunk is None else numbers.setdefault(e.chunk, len(numbers))
         rows.append(_ROW.pack(e.offset, e.length, number, e.chunk_offset))
-    body = b"".join([_LEN.pack(len(header)), header, _LEN.pack(len(numbers)), *numbers, *rows])
-    return codec.encode_meta(body, snapshot.info.path)
+    tables = b"".join([_LEN.pack(len(numbers)), *numbers, *rows])
+    return b"".join([_LEN.pack(len(head)), head, codec.encode_meta(tables, _entries_name(path))])
+
+
+def info_length(start: bytes) -> int:
+    """How many leading bytes of a stored manifest hold its description (0 if unknown yet)."""
+    if len(start) < _LEN.size:
+        return 0
+    return _LEN.size + _LEN.unpack_from(start)[0]
 
 
 def decode_snapshot(path: str, blob: bytes, codec: Codec, *, entries: bool = True) -> Snapshot:
-    """A stored manifest; with `entries=False` only its description is unpacked."""
-    data = codec.decode_meta(blob, path)
+    """A stored manifest; with `entries=False` only its description, which `blob` may end after."""
+    end = info_length(blob)
+    if not end or len(blob) < end:
+        raise CorruptObjectError(f"{path} is truncated", objects=(path,))
     try:
-        (head_len,) = _LEN.unpack_from(data)
-        info = SnapshotInfo.model_validate(json.loads(data[_LEN.size : _LEN.size + head_len]))
+        info = SnapshotInfo.model_validate_json(codec.decode_meta(blob[_LEN.size : end], path))
         if info.path != path:
             raise ValueError("stored under another name")
         if not entries:
             return Snapshot(info, [])
-        pos = _LEN.size + head_len
-        (count,) = _LEN.unpack_from(data, pos)
-        pos += _LEN.size
-        ids = [data[pos + i * ID_SIZE : pos + (i + 1) * ID_SIZE] for i in range(count)]
-        rows = _ROW.iter_unpack(memoryview(data)[pos + count * ID_SIZE :])
+        data = codec.decode_meta(blob[end:], _entries_name(path))
+        (count,) = _LEN.unpack_from(data)
+        ids = [data[_LEN.size + i * ID_SIZE : _LEN.size + (i + 1) * ID_SIZE] for i in range(count)]
+        rows = _ROW.iter_unpack(memoryview(data)[_LEN.size + count * ID_SIZE :])
         return Snapshot(
             info,
             [Entry(off, n, None if k < 0 else ids[k], co) for off, n, k, co in rows],
         )
     except (ValueError, struct.error, IndexError) as e:
         raise CorruptObjectError(f"{path} is malformed ({e})", objects=(path,)) from None
+
+
+def _entries_name(path: str) -> str:
+    return f"{path}#entries"

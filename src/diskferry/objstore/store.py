@@ -103,6 +103,11 @@ class ObjectStore:
             )
         return got
 
+    def get_start(self, path: str, length: int) -> bytes:
+        """The first `length` bytes of the object, or all of it when it is shorter."""
+        with self._errors(path):
+            return obstore.get_range(self._store, path, start=0, length=length).to_bytes()
+
     def head(self, path: str) -> ObjectInfo | None:
         """What the store says of the object, or None when it does not exist."""
         try:
