@@ -1,0 +1,104 @@
+"""FileVolume on sparse files and on a block device."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from diskferry.disk.errors import VolumeError
+from diskferry.disk.extent import Extent
+from diskferry.disk.file_volume import FileVolume, is_block_device
+
+MiB = 1 << 20
+
+
+def sparse_file(path, size: int, runs: list[tuple[int, bytes]]) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)
+        for offset, data in runs:
+            f.seek(offset)
+            f.write(data)
+
+
+def test_extents_follow_holes_and_data(tmp_path):
+    path = tmp_path / "disk"
+    sparse_file(path, 8 * MiB, [(MiB, b"a" * MiB), (5 * MiB, b"b" * 4096)])
+    with FileVolume(path) as vol:
+        assert vol.size == 8 * MiB
+        assert list(vol.extents()) == [
+            Extent(0, MiB, True),
+            Extent(MiB, MiB, False),
+            Extent(2 * MiB, 3 * MiB, True),
+            Extent(5 * MiB, 4096, False),
+            Extent(5 * MiB + 4096, 3 * MiB - 4096, True),
+        ]
+        assert list(vol.extents(offset=MiB + 10, length=MiB)) == [
+            Extent(MiB + 10, MiB - 10, False),
+            Extent(2 * MiB, 10, True),
+        ]
+        assert list(vol.extents("dirty")) == [Extent(0, 8 * MiB, False, True)]
+
+
+def test_zero_punches_a_hole(tmp_path):
+    path = tmp_path / "disk"
+    sparse_file(path, 4 * MiB, [(0, b"x" * 4 * MiB)])
+    with FileVolume(path, writable=True) as vol:
+        vol.zero(MiB, 2 * MiB)
+        assert vol.allocated_bytes() <= 2 * MiB + 64 * 1024
+        assert vol.read(MiB - 1, 2 * MiB + 2) == b"x" + bytes(2 * MiB) + b"x"
+        assert vol.size == 4 * MiB
+
+
+def test_reads_and_writes_at_offsets_from_many_threads(tmp_path):
+    with FileVolume.create(tmp_path / "disk", 16 * 65536) as vol:
+
+        def work(i: int) -> None:
+            vol.write(i * 65536, bytes([i]) * 65536)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        vol.flush()
+        for i in range(16):
+            assert vol.read(i * 65536, 65536) == bytes([i]) * 65536
+
+
+def test_short_read_and_read_only_writes_fail(tmp_path):
+    (tmp_path / "small").write_bytes(b"abc")
+    with FileVolume(tmp_path / "small") as vol:
+        with pytest.raises(VolumeError, match="short read at offset 3"):
+            vol.read(0, 4)
+        with pytest.raises(VolumeError, match="read-only"):
+            vol.write(0, b"x")
+        with pytest.raises(VolumeError, match="read-only"):
+            vol.zero(0, 1)
+
+
+def test_what_cannot_be_a_volume(tmp_path):
+    with pytest.raises(VolumeError, match="neither a regular file nor a block device"):
+        FileVolume(tmp_path)
+    with pytest.raises(VolumeError, match="No such file or directory"):
+        FileVolume(tmp_path / "missing")
+    assert not is_block_device(tmp_path / "missing")
+
+
+def test_block_device(loop_device):
+    device = loop_device(4 * MiB)
+    assert is_block_device(device)
+    with FileVolume(device, writable=True) as vol:
+        assert vol.size == 4 * MiB
+        assert not vol.sparse
+        assert list(vol.extents()) == [Extent(0, 4 * MiB, False)]
+        vol.write(0, b"\x55" * (4 * MiB))
+        vol.zero(4096, MiB)
+        vol.flush()
+        assert vol.read(0, 4096 + MiB + 1) == b"\x55" * 4096 + bytes(MiB) + b"\x55"
+        with pytest.raises(VolumeError, match="cannot be resized"):
+            vol.truncate(MiB)
+    with open(device, "rb") as f:
+        assert f.read(4097)[-1] == 0
+    assert os.path.exists(device)
