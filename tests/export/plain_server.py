@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -13,14 +14,16 @@ from diskferry.export.certs import issue_server_cert
 
 
 class PlainServer(ThreadingHTTPServer):
-    """Serves `data` at any path ending in /disk.img; drops the responses numbered in `drops`."""
+    """Serves `data` at any path ending in /disk.img; drops the responses numbered in `drops`
+    and waits `delay` seconds before each body."""
 
     daemon_threads = True
 
-    def __init__(self, data: bytes, ca_dir: Path, drops: set[int]) -> None:
+    def __init__(self, data: bytes, ca_dir: Path, drops: set[int], delay: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.data = data
         self.drops = drops
+        self.delay = delay
         self.ranges: list[str | None] = []
         self.lock = threading.Lock()
         chain, key = issue_server_cert(ca_dir, ["127.0.0.1"])
@@ -77,6 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.ranges.append(rng)
             number = len(self.server.ranges)
         body = data[start:end]
+        time.sleep(self.server.delay)
         if number in self.server.drops:
             self.wfile.write(body[: len(body) // 3])
             self.wfile.flush()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,37 @@ def test_wrong_token_fails_cleanly_and_leaves_nothing(export: Running, tmp_path:
     with pytest.raises(TlsError):
         download(DownloadRequest(url=url, target=out, ca_bundle=str(tmp_path / "other" / "ca.crt")))
     assert not out.exists() and not list(tmp_path.glob(".*.part"))
+
+
+def test_sigterm_leaves_no_partial_file(ca_dir: Path, tmp_path: Path) -> None:
+    disk = make_disk(tmp_path / "plain.img", 128 * MiB, [(0, MiB)])
+    server = PlainServer(disk.read_bytes(), ca_dir, drops=set(), delay=0.5)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "diskferry.cli.main",
+                "export",
+                "download",
+                f"{server.url}/volumes/disk/disk.img",
+                str(out_dir / "out.img"),
+                "--ca-bundle",
+                str(ca_dir / "ca.crt"),
+                "--connections",
+                "2",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        while not list(out_dir.iterdir()):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1
+        assert err.startswith("diskferry: error: ") and err.strip().endswith("cancelled")
+        assert list(out_dir.iterdir()) == []
+    finally:
+        server.stop()

@@ -65,6 +65,14 @@ def test_whole_disk_and_ranges(export: Running, disk: Path) -> None:
         assert body == data[start:end], rng
 
 
+def test_qemu_reads_the_disk_over_https(export: Running, disk: Path, tmp_path: Path) -> None:
+    url = f"{export.url}/volumes/disk/disk.img?x-kubevirt-export-token={TOKEN}"
+    spec = json.dumps({"file.driver": "https", "file.url": url, "file.sslverify": False})
+    out = tmp_path / "copy.raw"
+    subprocess.run(["qemu-img", "convert", "-O", "raw", f"json:{spec}", str(out)], check=True)
+    assert out.read_bytes() == disk.read_bytes()
+
+
 def test_unsatisfiable_range_is_416(export: Running, disk: Path) -> None:
     size = disk.stat().st_size
     p = curl(

@@ -6,7 +6,9 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -178,8 +180,13 @@ def export_download(
     if is_block_device(target):
         note(f"overwriting block device {target}; on failure it is left partly written")
     progress = Progress()
-    with progress_bar(progress, "download", enabled=not no_progress and not json_out):
-        result = download(req, progress)
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: cancel.set())
+    try:
+        with progress_bar(progress, "download", enabled=not no_progress and not json_out):
+            result = download(req, progress, cancel)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if json_out:
         print_json(result.to_json())
     else:

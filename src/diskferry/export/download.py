@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from diskferry.disk.copy import copy
 from diskferry.disk.decompress import DecompressingReader
+from diskferry.disk.errors import CancelledError
 from diskferry.disk.extent import Extent
 from diskferry.disk.file_volume import FileVolume, is_block_device
 from diskferry.disk.http import HttpError, HttpSource, RangeNotSupportedError
@@ -188,6 +189,8 @@ def _raw(
                 workers=max(1, req.connections),
                 cancel=cancel,
             )
+            if cancel is not None and cancel.is_set():
+                raise CancelledError("download cancelled")
             if progress.done - before != size:
                 raise DownloadError(f"copied {progress.done - before} of {size} bytes")
         return size, extents is not None, result.bytes_read
