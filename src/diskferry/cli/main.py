@@ -7,6 +7,7 @@ import sys
 import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
+from diskferry.cli.backup_cmd import register as register_backup
 from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
 from diskferry.cli.demo_cmd import register as register_demo
@@ -28,6 +29,7 @@ register_demo(app)
 register_export(app)
 register_cbt(app)
 register_repo(app)
+register_backup(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The import target: a primed file swapped in on success, or a block device written in place."""
+"""A target volume: a prime file beside it renamed over on success, or a block device in place."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from diskferry.disk.file_volume import FileVolume, is_block_device
 
 
 class TargetError(DiskferryError):
-    """The target cannot take the image."""
+    """The target cannot take the image or disk."""
 
     reason = "TargetUnusable"
 

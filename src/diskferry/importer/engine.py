@@ -16,11 +16,11 @@ from diskferry.disk.formats import PROBE_BYTES, parse_qcow2_header, probe_compre
 from diskferry.disk.formats import probe_format as probe_image_format
 from diskferry.disk.http import RangeNotSupportedError
 from diskferry.disk.peek import PeekReader
+from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
 from diskferry.importer.job import ImportJob, ImportResult
 from diskferry.importer.source import SourceStream, read_headers_file
-from diskferry.importer.target import Target, TargetError
 from diskferry.qemu import img
 
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
@@ -251,6 +251,9 @@ def _through_qemu_img(
         _stream_to_scratch(target, sniffed, cancel)
     info = img.info(image, sniffed.format, untrusted=True)
     _refuse_untrusted(info.backing_file, info.data_file, info.encrypted)
+    damage = img.check(image, sniffed.format)
+    if damage:
+        raise ImageRefusedError(f"the image is damaged or truncated ({damage}); refusing it")
     _check_size(job, target, info.virtual_size)
     progress.set_phase("convert")
     img.convert(

@@ -1,0 +1,244 @@
+"""The backup engine: plan each disk, checkpoint them in one session, store synthetic fulls.
+
+Order of writes: packs and index (the pack writer), each disk's manifest, the VM's
+tracker; the session then drops the checkpoints older than the new ones. A crash at
+any step leaves the tracker at a checkpoint still on the disk, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from diskferry.backup.entries import full_entries, overlay
+from diskferry.backup.errors import RepositoryError
+from diskferry.backup.job import BackupJob, BackupResult, DiskResult
+from diskferry.backup.plan import DiskPlan, Source, plan_disk
+from diskferry.backup.reader import Piece, dirty_pieces, full_pieces, store_pieces
+from diskferry.backup.repository import Repository
+from diskferry.backup.snapshots import (
+    Snapshot,
+    SnapshotInfo,
+    check_name,
+    new_snapshot_id,
+    now_rfc3339,
+    snapshot_path,
+)
+from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
+from diskferry.disk.progress import Progress
+from diskferry.disk.volume import Volume
+from diskferry.nbd.open import open_volume
+from diskferry.nbd.url import is_nbd_url
+from diskferry.qemu import cbt
+from diskferry.qemu.session import BackupSession, DiskExport, SessionDisk
+
+# checkpoints a tracker remembers per disk, newest last (only the newest is still on the disk)
+TRACKER_HISTORY = 16
+
+
+class BackupError(RepositoryError):
+    """The backup cannot run as asked."""
+
+    reason = "BackupFailed"
+
+
+@dataclass
+class _Reading:
+    """A disk as the backup reads it: its plan, volume, pieces and what the session decided."""
+
+    plan: DiskPlan
+    volume: Volume
+    mode: str
+    reason: str
+    checkpoint: str | None
+    pieces: Callable[[], Iterator[Piece]]
+
+
+def _source(path: str) -> Source:
+    if is_nbd_url(path):
+        return "nbd"
+    return "cbt" if cbt.find(path).enabled else "raw"
+
+
+def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]:
+    limit = repo.config.max_incrementals if job.max_incrementals is None else job.max_incrementals
+    if len({d.name for d in job.disks}) != len(job.disks):
+        raise BackupError("each --disk needs its own name", reason="BadUsage")
+    plans = []
+    for disk in job.disks:
+        check_name("disk", disk.name)
+        source = _source(disk.path)
+        if source == "raw" and job.qmp:
+            raise BackupError(
+                f"CBT is off on {disk.path}, which the running VM holds: stop the VM and run "
+                f"'diskferry cbt enable {disk.path}' before backing it up with --qmp"
+            )
+        chain = tracker.disks.get(disk.name)
+        last = chain.last if chain is not None else None
+        parent_exists = last is not None and repo.store.exists(
+            snapshot_path(job.vm, disk.name, last.snapshot)
+        )
+        plans.append(
+            plan_disk(
+                disk.name,
+                disk.path,
+                source,
+                chain,
+                full=job.full,
+                max_incrementals=limit,
+                parent_exists=parent_exists,
+            )
+        )
+    return plans
+
+
+def _open_reading(plan: DiskPlan, export: DiskExport | None, chunk_size: int) -> _Reading:
+    if export is None:
+        volume = open_volume(plan.path)
+        return _Reading(
+            plan, volume, "full", plan.reason, None, lambda: full_pieces(volume, chunk_size)
+        )
+    incremental = export.mode == "incremental"
+    volume = open_volume(export.url, bitmap=export.bitmap)
+    reason = plan.reason if plan.reason and not incremental else export.reason
+    pieces = dirty_pieces if incremental else full_pieces
+    return _Reading(
+        plan, volume, export.mode, reason, export.checkpoint, lambda: pieces(volume, chunk_size)
+    )
+
+
+def run_backup(
+    job: BackupJob,
+    progress: Progress,
+    cancel: threading.Event | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> BackupResult:
+    """Back up the job's disks of one VM; each disk gets a snapshot, full or incremental."""
+    check_name("VM", job.vm)
+    with (
+        job.open_repository() as repo,
+        repo.lock("vm", "backup", vm=job.vm, wait=job.lock_wait, notify=say),
+        repo.lock("shared", "backup", wait=job.lock_wait, notify=say),
+    ):
+        tracker = repo.load_tracker(job.vm) or Tracker(vm=job.vm)
+        plans = _plans(job, repo, tracker)
+        tracked = [p for p in plans if p.source == "cbt"]
+        session: contextlib.AbstractContextManager[list[DiskExport]] = contextlib.nullcontext([])
+        consistency = "crash-consistent"
+        if tracked:
+            backup_session = BackupSession(
+                [SessionDisk(p.name, p.path, p.since) for p in tracked],
+                repo.id,
+                qmp_socket=job.qmp,
+                qga_socket=job.qga,
+            )
+            consistency = backup_session.consistency
+            session = backup_session
+        backup_id = new_snapshot_id()
+        with session as exports, contextlib.ExitStack() as volumes:
+            by_name = {e.name: e for e in exports}
+            readings = []
+            for plan in plans:
+                reading = _open_reading(plan, by_name.get(plan.name), repo.config.chunk_size)
+                volumes.callback(reading.volume.close)
+                readings.append(reading)
+            progress.set_total(sum(p.read_bytes for r in readings for p in r.pieces()))
+            progress.set_phase("reading")
+            results = [
+                _back_up_disk(repo, job, backup_id, r, progress, cancel, say) for r in readings
+            ]
+            progress.set_phase("saving the tracker")
+            _update_tracker(tracker, readings, results)
+            repo.save_tracker(tracker)
+        return BackupResult(backup=backup_id, vm=job.vm, consistency=consistency, disks=results)
+
+
+def _back_up_disk(
+    repo: Repository,
+    job: BackupJob,
+    backup_id: str,
+    reading: _Reading,
+    progress: Progress,
+    cancel: threading.Event | None,
+    say: Callable[[str], None],
+) -> DiskResult:
+    plan = reading.plan
+    started, clock = now_rfc3339(), time.monotonic()
+    say(f"disk {plan.name}: {reading.mode} backup ({reading.reason})")
+    size = reading.volume.size
+    with repo.pack_writer() as writer:
+        runs, read = store_pieces(reading.volume, reading.pieces(), writer, progress, cancel)
+    parent = None
+    if reading.mode == "incremental":
+        assert plan.parent is not None
+        parent = repo.load_snapshot(snapshot_path(job.vm, plan.name, plan.parent))
+        entries = overlay(parent.entries, runs, size)
+    else:
+        entries = full_entries(runs, size)
+    seconds = round(time.monotonic() - clock, 3)
+    stats = writer.stats
+    info = SnapshotInfo(
+        id=new_snapshot_id(),
+        vm=job.vm,
+        disk=plan.name,
+        backup=backup_id,
+        disk_size=size,
+        chunk_size=repo.config.chunk_size,
+        type="incremental" if parent is not None else "full",
+        reason=reading.reason,
+        parent=parent.info.id if parent is not None else None,
+        checkpoint=reading.checkpoint,
+        started=started,
+        finished=now_rfc3339(),
+        stats={
+            "bytesRead": read,
+            "bytesNew": stats.bytes_new,
+            "bytesUploaded": stats.bytes_uploaded,
+            "seconds": seconds,
+        },
+        tags=job.tags,
+    )
+    repo.save_snapshot(Snapshot(info, entries))
+    return DiskResult(
+        disk=plan.name,
+        snapshot=info.id,
+        type=info.type,
+        reason=info.reason,
+        cbt=plan.source == "cbt",
+        bytes_read=read,
+        bytes_new=stats.bytes_new,
+        bytes_uploaded=stats.bytes_uploaded,
+        seconds=seconds,
+    )
+
+
+def _update_tracker(tracker: Tracker, readings: list[_Reading], results: list[DiskResult]) -> None:
+    for reading, result in zip(readings, results, strict=True):
+        if reading.checkpoint is None:
+            tracker.disks[result.disk] = DiskChain()
+            continue
+        chain = tracker.disks.get(result.disk) or DiskChain()
+        done = Checkpoint(name=reading.checkpoint, snapshot=result.snapshot)
+        tracker.disks[result.disk] = DiskChain(
+            checkpoints=[*chain.checkpoints, done][-TRACKER_HISTORY:],
+            incrementals_since_full=(
+                chain.incrementals_since_full + 1 if result.type == "incremental" else 0
+            ),
+        )
+    tracker.updated = now_rfc3339()
+
+
+def reset_chain(repo: Repository, vm: str, disks: list[str] | None = None) -> list[str]:
+    """Forget the tracked checkpoints of a VM's disks (all, or those named): next backup is full."""
+    tracker = repo.load_tracker(vm)
+    if tracker is None:
+        return []
+    names = [d for d in tracker.disks if disks is None or d in disks]
+    for name in names:
+        tracker.disks[name] = DiskChain()
+    tracker.updated = now_rfc3339()
+    repo.save_tracker(tracker)
+    return names

@@ -1,0 +1,103 @@
+"""Reading a disk into chunks: aligned windows of its data (full) or its dirty runs (incremental).
+
+A piece is a run of the disk stored as one chunk; only its `reads` are read, the rest of
+it is known to be zeros. Pieces are read in parallel threads and handed to the pack
+writer, which dedups, compresses, seals and uploads them; an all-zero piece becomes a
+zero entry. Memory stays bounded by the threads and the writer's queue.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from diskferry.backup.entries import Entry
+from diskferry.backup.pack_writer import PackWriter
+from diskferry.backup.parallel import ordered_map
+from diskferry.disk.progress import Progress
+from diskferry.disk.volume import Volume
+from diskferry.disk.zeros import is_zero
+
+READ_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Piece:
+    """[start, start + length) of the disk, of which only `reads` may hold data."""
+
+    start: int
+    length: int
+    reads: tuple[tuple[int, int], ...]
+
+    @property
+    def read_bytes(self) -> int:
+        """How many bytes reading the piece reads."""
+        return sum(n for _, n in self.reads)
+
+
+def _split(start: int, length: int, chunk_size: int) -> Iterator[tuple[int, int]]:
+    end = start + length
+    while start < end:
+        stop = min(end, (start // chunk_size + 1) * chunk_size)
+        yield start, stop - start
+        start = stop
+
+
+def full_pieces(volume: Volume, chunk_size: int) -> Iterator[Piece]:
+    """The chunk-aligned windows of the disk that hold data, each with its data runs."""
+    window = -1
+    reads: list[tuple[int, int]] = []
+
+    def piece() -> Piece:
+        start = window * chunk_size
+        return Piece(start, min(chunk_size, volume.size - start), tuple(reads))
+
+    for ext in volume.extents("zero"):
+        if ext.zero:
+            continue
+        for start, length in _split(ext.start, ext.length, chunk_size):
+            if start // chunk_size != window:
+                if reads:
+                    yield piece()
+                window, reads = start // chunk_size, []
+            reads.append((start, length))
+    if reads:
+        yield piece()
+
+
+def dirty_pieces(volume: Volume, chunk_size: int) -> Iterator[Piece]:
+    """The dirty runs of the disk, split at chunk boundaries, each read whole."""
+    for ext in volume.extents("dirty"):
+        if ext.dirty:
+            for start, length in _split(ext.start, ext.length, chunk_size):
+                yield Piece(start, length, ((start, length),))
+
+
+def store_pieces(
+    volume: Volume,
+    pieces: Iterator[Piece],
+    writer: PackWriter,
+    progress: Progress,
+    cancel: threading.Event | None = None,
+    threads: int = READ_THREADS,
+) -> tuple[list[Entry], int]:
+    """Read the pieces in parallel into the writer; their entries in disk order, and bytes read."""
+
+    def store(piece: Piece) -> tuple[Entry, int]:
+        buf = bytearray(piece.length)
+        view = memoryview(buf)
+        for offset, length in piece.reads:
+            rel = offset - piece.start
+            volume.read_into(offset, view[rel : rel + length])
+        progress.add(piece.read_bytes)
+        if is_zero(buf):
+            return Entry(piece.start, piece.length, None), piece.read_bytes
+        return Entry(piece.start, piece.length, writer.add(bytes(buf))), piece.read_bytes
+
+    entries: list[Entry] = []
+    read = 0
+    for entry, n in ordered_map(store, pieces, threads=threads, cancel=cancel):
+        entries.append(entry)
+        read += n
+    return entries, read

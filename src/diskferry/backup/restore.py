@@ -1,0 +1,171 @@
+"""The restore engine: one pass over a snapshot's entries into a prime target, swapped in last.
+
+Zero entries stay holes; chunks are fetched, opened and verified in parallel threads,
+each read once while a few recent ones are cached. Any failure removes the prime file,
+so an existing target stays as it was (a block device is written in place, and said so).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from diskferry.backup.chunk_cache import ChunkCache
+from diskferry.backup.entries import Entry
+from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
+from diskferry.backup.job import RestoreJob, RestoreResult
+from diskferry.backup.parallel import ordered_map
+from diskferry.backup.repository import Repository
+from diskferry.backup.snapshots import Snapshot
+from diskferry.disk.errors import DiskferryError
+from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.prime import Target, TargetError
+from diskferry.disk.progress import Progress
+from diskferry.qemu import cbt, img
+
+RESTORE_THREADS = 8
+CACHED_CHUNKS = 16
+# entries written by one task at most (a task keeps to one chunk)
+_TASK_ENTRIES = 256
+
+
+def find_restore_point(repo: Repository, snapshot: str, vm: str | None, disk: str | None) -> str:
+    """The manifest path of a snapshot id, or of the newest of a VM's disk for `latest`."""
+    if snapshot != "latest":
+        return repo.find_snapshot(snapshot)
+    if not vm or not disk:
+        raise SnapshotNotFoundError(
+            "'latest' needs --vm and --disk to say whose snapshot", reason="BadUsage"
+        )
+    found = [s for s in repo.list_snapshots(vm) if s.disk == disk]
+    if not found:
+        raise SnapshotNotFoundError(f"no snapshot of disk {disk} of VM {vm} in {repo.url}")
+    return found[-1].path
+
+
+def _tasks(entries: list[Entry]) -> Iterator[list[Entry]]:
+    """Runs of neighbouring entries that read one chunk (or are all zeros)."""
+    task: list[Entry] = []
+    for entry in entries:
+        if task and (task[-1].chunk != entry.chunk or len(task) >= _TASK_ENTRIES):
+            yield task
+            task = []
+        task.append(entry)
+    if task:
+        yield task
+
+
+def write_entries(
+    repo: Repository,
+    snapshot: Snapshot,
+    volume: FileVolume,
+    progress: Progress,
+    cancel: threading.Event | None = None,
+    *,
+    zero_holes: bool,
+) -> tuple[int, int]:
+    """Write the snapshot's entries into `volume`; bytes written and chunks read."""
+    cache = ChunkCache(repo.read_chunk, CACHED_CHUNKS)
+    path = snapshot.info.path
+
+    def write(task: list[Entry]) -> int:
+        chunk = task[0].chunk
+        if chunk is None:
+            if zero_holes:
+                for e in task:
+                    volume.zero(e.offset, e.length)
+            return 0
+        data = memoryview(cache.get(chunk))
+        for e in task:
+            if e.chunk_offset + e.length > len(data):
+                raise CorruptObjectError(
+                    f"{path} names bytes past the end of chunk {chunk.hex()[:16]}",
+                    objects=(path,),
+                )
+            volume.write(e.offset, data[e.chunk_offset : e.chunk_offset + e.length])
+            progress.add(e.length)
+        return sum(e.length for e in task)
+
+    written = sum(
+        ordered_map(write, _tasks(snapshot.entries), threads=RESTORE_THREADS, cancel=cancel)
+    )
+    volume.flush()
+    return written, cache.reads
+
+
+def _target_path(path: str) -> str:
+    """The raw volume, when given the path of its CBT overlay."""
+    if path.endswith(cbt.SUFFIX) and os.path.exists(path):
+        return cbt.find(path).volume
+    return path
+
+
+def run_restore(
+    job: RestoreJob,
+    progress: Progress,
+    cancel: threading.Event | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> RestoreResult:
+    """Restore one snapshot into `job.target`; a file target is replaced only on success."""
+    clock = time.monotonic()
+    target = Target(_target_path(job.target))
+    exists = os.path.exists(target.path)
+    if target.block_device and job.format != "raw":
+        raise TargetError(f"{target.path} is a block device: it can only hold a raw disk")
+    if exists and not job.force:
+        raise TargetError(
+            f"{target.path} exists: give --force to replace it", reason="TargetExists"
+        )
+    with (
+        job.open_repository() as repo,
+        repo.lock("shared", "restore", wait=job.lock_wait, notify=say),
+    ):
+        snapshot = repo.load_snapshot(find_restore_point(repo, job.snapshot, job.vm, job.disk))
+        info = snapshot.info
+        size = max(info.disk_size, job.size or 0)
+        if job.size is not None and job.size < info.disk_size:
+            raise TargetError(
+                f"--size {job.size} is smaller than the disk of snapshot {info.id} "
+                f"({info.disk_size} bytes)",
+                reason="TargetTooSmall",
+            )
+        if target.block_device:
+            target.check_fits(size)
+            say(f"restore writes the block device {target.path} in place")
+        tracked = exists and not target.block_device and cbt.find(target.path).enabled
+        progress.set_total(sum(e.length for e in snapshot.entries if e.chunk is not None))
+        progress.set_phase("restoring")
+        raw = target.scratch if job.format == "qcow2" else target.prime
+        try:
+            if target.block_device:
+                volume = FileVolume(target.path, writable=True)
+            else:
+                volume = FileVolume.create(raw, size)
+            with volume:
+                written, chunks = write_entries(
+                    repo, snapshot, volume, progress, cancel, zero_holes=target.block_device
+                )
+            if job.format == "qcow2":
+                progress.set_phase("converting")
+                img.convert(raw, target.prime, src_format="raw", dst_format="qcow2", cancel=cancel)
+            # before the swap: a crash after it must not leave checkpoints that miss the restore
+            chain_reset = tracked and cbt.reset_chain(target.path)
+            target.commit()
+        except DiskferryError as e:
+            if target.block_device:
+                e.args = (f"{e.message}; the block device {target.path} is partly written",)
+            raise
+        finally:
+            target.discard()
+    return RestoreResult(
+        snapshot=info.id,
+        target=target.path,
+        format=job.format,
+        size=size,
+        bytes_written=written,
+        chunks_read=chunks,
+        chain_reset=chain_reset,
+        seconds=round(time.monotonic() - clock, 3),
+    )

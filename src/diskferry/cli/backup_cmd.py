@@ -1,0 +1,185 @@
+"""`diskferry backup`, `diskferry restore` and `diskferry chain reset`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from diskferry.cli.common import note, print_json, progress_bar, size_option
+from diskferry.cli.repo_cmd import (
+    EndpointOpt,
+    JsonOpt,
+    PasswordFileOpt,
+    RegionOpt,
+    RepoOpt,
+    WaitOpt,
+)
+
+NoProgressOpt = Annotated[bool, typer.Option("--no-progress", help="Draw no progress bar.")]
+
+
+def _disk(value: str) -> tuple[str, str]:
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise typer.BadParameter(f"{value!r} is not NAME=PATH", param_hint="--disk")
+    return name, path
+
+
+def backup_command(
+    repo: RepoOpt,
+    vm: Annotated[str, typer.Option("--vm", help="The VM whose disks these are.")],
+    disk: Annotated[
+        list[str],
+        typer.Option(
+            "--disk", help="NAME=PATH: a raw volume, its .cbt.qcow2 overlay, or an NBD URL."
+        ),
+    ],
+    qmp: Annotated[
+        str | None, typer.Option("--qmp", help="QMP socket of the running VM's QEMU.")
+    ] = None,
+    qga: Annotated[
+        str | None, typer.Option("--qga", help="Guest agent socket: freeze filesystems.")
+    ] = None,
+    full: Annotated[bool, typer.Option("--full", help="Back up every disk in full.")] = False,
+    max_incrementals: Annotated[
+        int | None,
+        typer.Option(min=0, help="Incrementals before a full (0 = no limit; default: repo's)."),
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Tag the snapshots.")] = None,
+    password_file: PasswordFileOpt = None,
+    s3_endpoint: EndpointOpt = None,
+    s3_region: RegionOpt = None,
+    wait: WaitOpt = False,
+    no_progress: NoProgressOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Back up a VM's disks: incremental where CBT allows, full where it must, saying why."""
+    from diskferry.backup.engine import run_backup
+    from diskferry.backup.job import BackupJob, DiskSource
+    from diskferry.disk.progress import Progress
+
+    job = BackupJob(
+        repo=repo,
+        vm=vm,
+        disks=[DiskSource(name=n, path=p) for n, p in map(_disk, disk)],
+        qmp=qmp,
+        qga=qga,
+        full=full,
+        max_incrementals=max_incrementals,
+        tags=tag or [],
+        password_file=password_file,
+        s3_endpoint=s3_endpoint,
+        s3_region=s3_region,
+        wait=wait,
+    )
+    progress = Progress(phase="starting")
+    with progress_bar(progress, f"backup {vm}", enabled=not no_progress):
+        result = run_backup(job, progress, say=note)
+    for d in result.disks:
+        if not d.cbt:
+            note(f"disk {d.disk}: {d.reason}")
+    if result.consistency == "crash-consistent":
+        note("the backup is crash-consistent: give --qga to freeze the guest's filesystems")
+    if json_out:
+        print_json(result.to_json())
+        return
+    for d in result.disks:
+        note(
+            f"disk {d.disk}: snapshot {d.snapshot} ({d.type}), read {d.bytes_read} bytes, "
+            f"{d.bytes_new} new, uploaded {d.bytes_uploaded} in {d.seconds:.1f} s"
+        )
+    note(f"backup {result.backup} of VM {vm} done")
+
+
+def restore_command(
+    snapshot: Annotated[str, typer.Argument(help="A snapshot id, or 'latest' with --vm/--disk.")],
+    target: Annotated[str, typer.Argument(help="The file or block device to write.")],
+    repo: RepoOpt,
+    vm: Annotated[str | None, typer.Option("--vm", help="The VM, for 'latest'.")] = None,
+    disk: Annotated[str | None, typer.Option("--disk", help="The disk, for 'latest'.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="raw or qcow2.")] = "raw",
+    size: Annotated[str | None, typer.Option("--size", help="Grow the disk to this size.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
+    password_file: PasswordFileOpt = None,
+    s3_endpoint: EndpointOpt = None,
+    s3_region: RegionOpt = None,
+    wait: WaitOpt = False,
+    no_progress: NoProgressOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Restore a disk snapshot into a file or block device, in one pass."""
+    from diskferry.backup.job import RestoreJob
+    from diskferry.backup.restore import run_restore
+    from diskferry.disk.progress import Progress
+
+    if fmt not in ("raw", "qcow2"):
+        raise typer.BadParameter("use raw or qcow2", param_hint="--format")
+    job = RestoreJob(
+        repo=repo,
+        snapshot=snapshot,
+        target=target,
+        vm=vm,
+        disk=disk,
+        format=fmt,
+        size=size_option(size),
+        force=force,
+        password_file=password_file,
+        s3_endpoint=s3_endpoint,
+        s3_region=s3_region,
+        wait=wait,
+    )
+    progress = Progress(phase="starting")
+    with progress_bar(progress, "restore", enabled=not no_progress):
+        result = run_restore(job, progress, say=note)
+    if result.chain_reset:
+        note(f"reset the CBT chain of {result.target}: its next backup is full")
+    if json_out:
+        print_json(result.to_json())
+    else:
+        note(f"restored snapshot {result.snapshot} into {result.target} ({result.format})")
+
+
+def chain_reset_command(
+    repo: RepoOpt,
+    vm: Annotated[str, typer.Option("--vm", help="The VM whose chain to reset.")],
+    disk: Annotated[
+        list[str] | None, typer.Option("--disk", help="Only these disks (default: all).")
+    ] = None,
+    password_file: PasswordFileOpt = None,
+    s3_endpoint: EndpointOpt = None,
+    s3_region: RegionOpt = None,
+    wait: WaitOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Forget a VM's checkpoints in the repository, so that its next backup is full."""
+    from diskferry.backup.engine import reset_chain
+    from diskferry.backup.job import RepoAccess
+
+    access = RepoAccess(
+        repo=repo,
+        password_file=password_file,
+        s3_endpoint=s3_endpoint,
+        s3_region=s3_region,
+        wait=wait,
+    )
+    with (
+        access.open_repository() as opened,
+        opened.lock("vm", "chain reset", vm=vm, wait=access.lock_wait, notify=note),
+    ):
+        names = reset_chain(opened, vm, disk)
+    if json_out:
+        print_json({"vm": vm, "disks": names})
+    else:
+        note(f"reset the chain of VM {vm}: {', '.join(names) or 'no disks'}; next backup is full")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `backup`, `restore` and `chain reset`."""
+    app.command("backup")(backup_command)
+    app.command("restore")(restore_command)
+    chain_app = typer.Typer(
+        name="chain", help="Manage a VM's checkpoint chain.", no_args_is_help=True
+    )
+    chain_app.command("reset")(chain_reset_command)
+    app.add_typer(chain_app, name="chain")

@@ -1,0 +1,168 @@
+"""Full and incremental backups of a CBT volume written through its overlay: each point restores."""
+
+import random
+import subprocess
+
+from backup_support import KiB, MiB, engine_fixture, make_disk, write  # noqa: F401
+
+from diskferry.backup.check import check
+from diskferry.backup.prune import prune
+from diskferry.backup.repository import Repository
+
+
+def test_full_then_incrementals_restore_exactly_and_upload_what_changed(engine, tmp_path):
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    first = engine.backup(disks={"root": volume}).disks[0]
+    assert (first.type, first.reason) == ("full", "no earlier backup of this disk")
+    assert 4 * MiB + 12_345 <= first.bytes_read <= 4 * MiB + 16 * KiB  # the data, no holes
+    engine.keep(first.snapshot, volume)
+
+    rnd = random.Random(1)
+    for i in range(10):
+        write(overlay, rnd.randrange(0, 512) * 64 * KiB, 64 * KiB, 0x40 + i)
+    second = engine.backup(disks={"root": volume}).disks[0]
+    engine.keep(second.snapshot, volume)
+    assert second.type == "incremental"
+    assert second.reason.startswith("changes since checkpoint")
+    assert second.bytes_read <= 10 * 64 * KiB
+    assert second.bytes_uploaded < 10 * 64 * KiB + 64 * KiB  # not 10 x 1 MiB chunks
+
+    write(overlay, 3 * MiB + 5, 100, 0x77)  # unaligned, inside the data
+    third = engine.backup(disks={"root": volume}).disks[0]
+    engine.keep(third.snapshot, volume)
+    assert third.type == "incremental"
+    assert third.bytes_read == 64 * KiB
+
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot), snapshot
+
+
+def test_a_chain_of_ten_survives_forgetting_a_middle_point(engine, tmp_path):
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    points = [engine.backup(disks={"d": volume}).disks[0]]
+    engine.keep(points[0].snapshot, volume)
+    rnd = random.Random(2)
+    for i in range(10):
+        for _ in range(3):
+            write(overlay, rnd.randrange(0, 32 * MiB - 200 * KiB), rnd.randrange(1, 200 * KiB), i)
+        if i in (4, 5):  # what point 5 alone holds: point 6 overwrites it
+            write(overlay, 8 * MiB, 128 * KiB, 0xE0 + i)
+        points.append(engine.backup(disks={"d": volume}).disks[0])
+        engine.keep(points[-1].snapshot, volume)
+    assert [p.type for p in points] == ["full"] + ["incremental"] * 10
+    middle = points[5].snapshot
+    with Repository.open(engine.url, "correct horse") as repo:
+        repo.forget([middle])
+        prune(repo, repack_share=0.01)
+        assert check(repo, read_data=True).ok
+    del engine.references[middle]
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot), snapshot
+    # the chain goes on from the newest point
+    write(overlay, 0, 4096, 0x99)
+    after = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(after.snapshot, volume)
+    assert after.type == "incremental"
+    assert engine.restores_exactly(after.snapshot)
+
+
+def test_broken_chains_and_limits_make_a_full_backup_saying_why(engine, tmp_path):
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    disks = {"d": volume}
+    first = engine.backup(disks=disks).disks[0]
+
+    checkpoint = engine_checkpoint(engine, first.snapshot)
+    subprocess.run(["qemu-img", "bitmap", "--remove", overlay, checkpoint], check=True)
+    removed = engine.backup(disks=disks).disks[0]
+    assert removed.type == "full"
+    assert f"checkpoint {checkpoint} missing on the disk" in removed.reason
+
+    with Repository.open(engine.url, "correct horse") as repo:
+        repo.forget([removed.snapshot])
+    forgotten = engine.backup(disks=disks).disks[0]
+    assert forgotten.type == "full"
+    assert f"snapshot {removed.snapshot}" in forgotten.reason
+    assert "missing from the repository" in forgotten.reason
+
+    assert engine.backup(disks=disks, max_incrementals=2).disks[0].type == "incremental"
+    assert engine.backup(disks=disks, max_incrementals=2).disks[0].type == "incremental"
+    limited = engine.backup(disks=disks, max_incrementals=2).disks[0]
+    assert limited.type == "full"
+    assert "2 incrementals since the last full reached the limit of 2" in limited.reason
+
+    asked = engine.backup(disks=disks, full=True).disks[0]
+    assert (asked.type, asked.reason) == ("full", "a full backup was asked for (--full)")
+    assert engine.backup(disks=disks).disks[0].type == "incremental"
+
+    from diskferry.backup.engine import reset_chain
+
+    with Repository.open(engine.url, "correct horse") as repo:
+        assert reset_chain(repo, "vm") == ["d"]
+    reset = engine.backup(disks=disks).disks[0]
+    assert reset.type == "full"
+    write(overlay, 0, 4096, 1)
+    last = engine.backup(disks=disks).disks[0]
+    engine.keep(last.snapshot, volume)
+    assert last.type == "incremental"
+    assert engine.restores_exactly(last.snapshot)
+
+
+def test_max_incrementals_defaults_to_the_repository_setting(tmp_path, new_repo, monkeypatch):
+    from backup_support import Engine
+
+    url = str(tmp_path / "repo1")
+    new_repo(url, chunk_size=MiB, max_incrementals=1)
+    monkeypatch.setenv("DISKFERRY_PASSWORD", "correct horse")
+    eng = Engine(url, tmp_path)
+    volume = make_disk(tmp_path / "disk.raw")
+    kinds = [eng.backup(disks={"d": volume}).disks[0].type for _ in range(4)]
+    assert kinds == ["full", "incremental", "full", "incremental"]
+
+
+def test_a_raw_volume_without_cbt_is_full_each_time_and_uploads_only_changes(engine, tmp_path):
+    volume = make_disk(tmp_path / "plain.raw", tracked=False)
+    first = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(first.snapshot, volume)
+    assert first.type == "full" and not first.cbt
+    assert "CBT is off" in first.reason and f"diskferry cbt enable {volume}" in first.reason
+    with open(volume, "r+b") as f:
+        f.seek(20 * MiB + 100)
+        f.write(b"changed")
+    second = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(second.snapshot, volume)
+    assert second.type == "full"
+    assert second.bytes_read == first.bytes_read
+    assert second.bytes_new == MiB  # one chunk changed
+    assert second.bytes_uploaded < first.bytes_uploaded / 3
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot)
+
+
+def test_several_disks_of_one_vm_in_one_backup(engine, tmp_path):
+    a = make_disk(tmp_path / "a.raw")
+    b = make_disk(tmp_path / "b.raw", size=24 * MiB + 4096 * 3)
+    result = engine.backup(disks={"a": a, "b": b})
+    assert {d.disk for d in result.disks} == {"a", "b"}
+    for d in result.disks:
+        engine.keep(d.snapshot, a if d.disk == "a" else b)
+    write(b + ".cbt.qcow2", 24 * MiB, 4096 * 3, 0x31)
+    again = engine.backup(disks={"a": a, "b": b})
+    assert [d.type for d in again.disks] == ["incremental", "incremental"]
+    assert [d.bytes_read for d in again.disks] == [0, 4096 * 3]
+    for d in again.disks:
+        engine.keep(d.snapshot, a if d.disk == "a" else b)
+    assert len({d.snapshot for d in again.disks}) == 2
+    with Repository.open(engine.url, "correct horse") as repo:
+        infos = [s for s in repo.list_snapshots("vm") if s.backup == again.backup]
+    assert len(infos) == 2
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot)
+
+
+def engine_checkpoint(eng, snapshot: str) -> str:
+    """The checkpoint a snapshot was taken at."""
+    with Repository.open(eng.url, "correct horse") as repo:
+        return repo.load_snapshot(repo.find_snapshot(snapshot)).info.checkpoint
