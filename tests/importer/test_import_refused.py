@@ -156,3 +156,17 @@ def test_truncated_compressed_stream_is_refused(refuse, images, tmp_path, fmt, k
 def test_missing_source_is_refused(refuse, tmp_path):
     error = refuse(tmp_path / "nowhere.img")
     assert error == f"cannot open {tmp_path / 'nowhere.img'}: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "found"),
+    [("qcow2", "qemu-img check found "), ("vmdk", "points after EOF")],
+)
+def test_truncated_image_file_is_refused(refuse, images, nginx, tmp_path, fmt, found):
+    whole = images.get(fmt).read_bytes()
+    cut = tmp_path / f"cut.{fmt}"
+    cut.write_bytes(whole[: len(whole) // 2])
+    for source in (cut, nginx.publish(cut, f"cut-{tmp_path.name}.{fmt}")):
+        error = refuse(source)
+        assert error.startswith("the image is damaged or truncated (")
+        assert found in error

@@ -20,6 +20,8 @@ QEMU_IMG = "qemu-img"
 PROBE_LIMITS = (30, 1 << 30)
 CONVERT_LIMITS = (None, 4 << 30)
 _PERCENT = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
+# `qemu-img check` exits with this for formats it cannot check; 3 means leaked clusters only
+_CHECK_UNSUPPORTED = 63
 # diskferry's format names that qemu-img spells otherwise
 _QEMU_NAMES = {"vhd": "vpc", "iso": "raw"}
 
@@ -96,6 +98,23 @@ def info(path: str, fmt: str | None = None, *, untrusted: bool = True) -> ImageI
         encrypted=bool(data.get("encrypted", False)),
         raw=data,
     )
+
+
+def check(path: str, fmt: str) -> str | None:
+    """What `qemu-img check` finds wrong in an untrusted image (damage, truncation), or None."""
+    proc = subprocess.run(
+        [QEMU_IMG, "check", "--output=json", "--force-share", "-f", qemu_format(fmt), path],
+        capture_output=True,
+        preexec_fn=_limiter(*PROBE_LIMITS),
+        check=False,
+    )
+    if proc.returncode in (0, 3, _CHECK_UNSUPPORTED):
+        return None
+    if proc.returncode == 2:
+        found = json.loads(proc.stdout).get("corruptions", 0)
+        return f"qemu-img check found {found} corruptions"
+    errors = [ln for ln in proc.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return errors[0].removeprefix("ERROR: ") if errors else "qemu-img check failed"
 
 
 def convert(
