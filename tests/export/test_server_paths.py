@@ -234,6 +234,8 @@ def test_manifests(export_factory, disk: Path, tmp_path: Path) -> None:
 
 def test_links_json(export_factory, disk: Path, tmp_path: Path, ca_dir: Path) -> None:
     links = tmp_path / "links.json"
+    external_ca = tmp_path / "proxy-ca.crt"
+    external_ca.write_text("-----BEGIN CERTIFICATE-----\nproxy\n-----END CERTIFICATE-----\n")
     ext = "https://proxy.example/api/export.kubevirt.io/v1beta1/namespaces/ns/virtualmachineexports/vm1"
     export_factory(
         {"disk": disk},
@@ -243,9 +245,12 @@ def test_links_json(export_factory, disk: Path, tmp_path: Path, ca_dir: Path) ->
         "https://vm1.ns.svc:8443",
         "--external-url",
         ext,
+        "--external-ca",
+        str(external_ca),
     )
     doc = json.loads(links.read_text())
     assert doc["internal"]["cert"] == (ca_dir / "ca.crt").read_text()
+    assert doc["external"]["cert"] == external_ca.read_text()
     formats = {f["format"]: f["url"] for f in doc["external"]["volumes"][0]["formats"]}
     assert formats["raw"] == ext + "/volumes/disk/disk.img"
     assert formats["gzip"] == ext + "/volumes/disk/disk.img.gz"

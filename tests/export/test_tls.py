@@ -115,3 +115,24 @@ def test_rotation_mid_download(tmp_path: Path, export_factory, disk: Path) -> No
     assert refused.returncode != 0, "the old CA still verifies new connections"
     assert slow.wait(60) == 0, "the download in flight was cut by the rotation"
     assert out.read_bytes() == disk.read_bytes()
+
+
+def test_port_in_use_fails_clearly(export, disk: Path, token_file: Path, ca_dir: Path) -> None:
+    p = _cli(
+        "export",
+        "serve",
+        "--name",
+        "x",
+        "--volume",
+        f"d={disk}",
+        "--token-file",
+        str(token_file),
+        "--cert-dir",
+        str(ca_dir),
+        "--port",
+        str(export.port),
+        "--address",
+        "127.0.0.1",
+    )
+    assert p.returncode == 1
+    assert p.stderr.splitlines()[-1].startswith("diskferry: error: cannot listen on 127.0.0.1:")

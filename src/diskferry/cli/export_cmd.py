@@ -51,6 +51,15 @@ def _announce(what: str, host: str) -> Callable[[int], None]:
     return on_listening
 
 
+def _read_pem(path: Path) -> str:
+    from diskferry.export.errors import ExportError
+
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise ExportError(f"cannot read {path}: {e.strerror}") from e
+
+
 def _write_json(path: Path, obj: object) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
@@ -92,6 +101,9 @@ def export_serve(
     links_json: Annotated[Path | None, typer.Option(help="Write the status links here.")] = None,
     internal_url: Annotated[str | None, typer.Option(help="Base URL inside the cluster.")] = None,
     external_url: Annotated[str | None, typer.Option(help="Base URL through the proxy.")] = None,
+    external_ca: Annotated[
+        Path | None, typer.Option(help="CA (PEM) of the external URL; default: this server's.")
+    ] = None,
     tls_settings: TlsSettingsFile = None,
     header_timeout: HeaderTimeout = "10s",
     idle_timeout: IdleTimeout = "60s",
@@ -122,8 +134,10 @@ def export_serve(
         server = ExportServer(name, volumes, token, manifest_text)
         if links_json is not None:
             assert internal_url and external_url
+            ca = tls.ca_pem()
+            outside = _read_pem(external_ca) if external_ca is not None else ca
             links = export_links(
-                internal_url, external_url, tls.ca_pem(), volumes, manifest_text is not None
+                internal_url, external_url, ca, outside, volumes, manifest_text is not None
             )
             _write_json(links_json, links)
 

@@ -53,12 +53,13 @@ def link_set(
 def export_links(
     internal_url: str,
     external_url: str,
-    ca_pem: str,
+    internal_ca: str,
+    external_ca: str,
     volumes: list[ExportedVolume],
     has_manifest: bool,
 ) -> dict[str, Any]:
-    """The `internal` and `external` link sets."""
+    """The `internal` and `external` link sets, each with the CA its clients should trust."""
     return {
-        "internal": link_set(internal_url, "internal", ca_pem, volumes, has_manifest),
-        "external": link_set(external_url, "external", ca_pem, volumes, has_manifest),
+        "internal": link_set(internal_url, "internal", internal_ca, volumes, has_manifest),
+        "external": link_set(external_url, "external", external_ca, volumes, has_manifest),
     }

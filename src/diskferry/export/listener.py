@@ -1,8 +1,9 @@
 """Serving an aiohttp app over TLS, with a request-header deadline and an idle keep-alive limit.
 
 aiohttp has no timeout for request headers of its own: a client that sends them a byte at a
-time would hold its connection forever. Each connection here must deliver a request's
-headers within `header_timeout` seconds of its first byte (or of the connection opening).
+time would hold its connection forever. Each connection here must finish its TLS handshake, and
+then deliver each request's headers, within `header_timeout` seconds (counted from the
+handshake, and for later requests on a keep-alive connection from their first byte).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from diskferry.export.accesslog import RedactingAccessLogger
+from diskferry.export.errors import ExportError
 from diskferry.export.tls import ServerTls
 
 access_log = logging.getLogger("diskferry.export.access")
@@ -136,15 +138,20 @@ class HttpsListener:
 
         self._grace = grace
 
-        self._server = await loop.create_server(
-            factory,
-            host,
-            port,
-            ssl=self.tls.context,
-            backlog=1024,
-            reuse_address=True,
-            family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-        )
+        try:
+            self._server = await loop.create_server(
+                factory,
+                host,
+                port,
+                ssl=self.tls.context,
+                ssl_handshake_timeout=self.timeouts.header,
+                backlog=1024,
+                reuse_address=True,
+                family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+            )
+        except OSError as e:
+            await self._runner.cleanup()
+            raise ExportError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
