@@ -196,7 +196,8 @@ def test_sigterm_leaves_no_partial_file(ca_dir: Path, tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 1
-        assert err.startswith("diskferry: error: ") and err.strip().endswith("cancelled")
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("diskferry: error: ") and last.endswith("cancelled")
         assert list(out_dir.iterdir()) == []
     finally:
         server.stop()
