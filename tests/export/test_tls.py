@@ -10,10 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import TOKEN, curl
 from cryptography import x509
 
 from diskferry.export.certs import create_ca, issue_server_cert
+from diskferry.export.errors import TlsSetupError
+from diskferry.export.tls import ServerTls
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 
@@ -136,3 +139,34 @@ def test_port_in_use_fails_clearly(export, disk: Path, token_file: Path, ca_dir:
     )
     assert p.returncode == 1
     assert p.stderr.splitlines()[-1].startswith("diskferry: error: cannot listen on 127.0.0.1:")
+
+
+def test_a_half_rotated_pair_keeps_the_previous_certificate(tmp_path: Path) -> None:
+    d = tmp_path / "certs"
+    create_ca(d)
+    chain, key = issue_server_cert(d, ["127.0.0.1"])
+    (d / "tls.crt").write_bytes(chain)
+    (d / "tls.key").write_bytes(key)
+    tls = ServerTls(d, ["127.0.0.1"])
+    try:
+        chain2, key2 = issue_server_cert(d, ["127.0.0.1"])
+        (d / "tls.crt").write_bytes(chain2)
+        tls.refresh()
+        assert tls.served_chain == chain
+        (d / "tls.key").write_bytes(key2)
+        tls.refresh()
+        assert tls.served_chain == chain2
+    finally:
+        tls.close()
+
+
+def test_bad_tls_settings_are_refused_at_start(tmp_path: Path, ca_dir: Path) -> None:
+    settings = tmp_path / "tls.yaml"
+    for text in ('minVersion: "1.1"\n', 'ciphers: "NOSUCHCIPHER"\n', "color: blue\n"):
+        settings.write_text(text)
+        with pytest.raises(TlsSetupError):
+            ServerTls(ca_dir, ["127.0.0.1"], settings)
+    settings.write_text("minVersion: 1.3\n")
+    tls = ServerTls(ca_dir, ["127.0.0.1"], settings)
+    assert tls.context.minimum_version == ssl.TLSVersion.TLSv1_3
+    tls.close()

@@ -80,7 +80,9 @@ class ServerTls:
         self.sans = sans
         self.settings_path = settings_path
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._issued: Path | None = None
+        self.served_chain = b""
+        self._issued: tuple[bytes, bytes] | None = None
+        self._private = Path(tempfile.mkdtemp(prefix="diskferry-tls-"))
         self._cert_watch = FileWatch([self.cert_dir / TLS_CERT, self.cert_dir / TLS_KEY])
         self._settings_watch = FileWatch([settings_path] if settings_path else [])
         try:
@@ -90,37 +92,39 @@ class ServerTls:
             self.close()
             raise
 
-    def _cert_files(self) -> tuple[Path, Path]:
+    def _cert_pair(self) -> tuple[bytes, bytes]:
         cert, key = self.cert_dir / TLS_CERT, self.cert_dir / TLS_KEY
         if cert.exists() and key.exists():
-            return cert, key
+            try:
+                return cert.read_bytes(), key.read_bytes()
+            except OSError as e:
+                raise TlsSetupError(f"cannot read {cert} and {key}: {e.strerror}") from e
         if not (self.cert_dir / CA_CERT).exists() or not (self.cert_dir / CA_KEY).exists():
             raise TlsSetupError(
                 f"{self.cert_dir} holds neither {TLS_CERT}/{TLS_KEY} nor a CA: "
                 f"run 'diskferry export ca create --dir {self.cert_dir}'"
             )
         if self._issued is None:
-            chain, key_pem = issue_server_cert(self.cert_dir, self.sans)
-            issued = Path(tempfile.mkdtemp(prefix="diskferry-tls-"))
-            (issued / TLS_CERT).write_bytes(chain)
-            fd = os.open(issued / TLS_KEY, os.O_WRONLY | os.O_CREAT, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(key_pem)
-            self._issued = issued
-        return self._issued / TLS_CERT, self._issued / TLS_KEY
+            self._issued = issue_server_cert(self.cert_dir, self.sans)
+        return self._issued
 
     def _reload_cert(self) -> None:
         if not self._cert_watch.changed():
             return
-        cert, key = self._cert_files()
+        chain, key = self._cert_pair()
+        # Private copies, so the pair cannot change between the check and the live load; the
+        # check loads into a scratch context, so a mismatched pair never reaches the live one.
+        cert_path, key_path = self._private / TLS_CERT, self._private / TLS_KEY
+        cert_path.write_bytes(chain)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
         try:
-            # Loaded into a scratch context first, so a half-written pair never reaches
-            # the live one.
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
-            self.context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as e:
-            raise TlsSetupError(f"cannot load {cert} and {key}: {e}") from e
-        self.served_cert = cert
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+            self.context.load_cert_chain(cert_path, key_path)
+        except ssl.SSLError as e:
+            raise TlsSetupError(f"tls.crt and tls.key in {self.cert_dir} do not load: {e}") from e
+        self.served_chain = chain
 
     def _reload_settings(self) -> None:
         if self._settings_watch.changed():
@@ -137,10 +141,8 @@ class ServerTls:
     def ca_pem(self) -> str:
         """The certificate clients should trust: the CA, or the served chain without one."""
         ca = self.cert_dir / CA_CERT
-        return (ca if ca.exists() else self.served_cert).read_text()
+        return ca.read_text() if ca.exists() else self.served_chain.decode()
 
     def close(self) -> None:
-        """Remove the self-issued certificate."""
-        if self._issued is not None:
-            shutil.rmtree(self._issued, ignore_errors=True)
-            self._issued = None
+        """Remove the private copies of certificate and key."""
+        shutil.rmtree(self._private, ignore_errors=True)
