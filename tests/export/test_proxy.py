@@ -59,6 +59,10 @@ def test_routes_refusals_and_forwarding(
     )
     body, _, code = unauthorized.stdout.rpartition(b"\n")
     assert code == b"401" and json.loads(body)["reason"] == "MissingToken"
+    spaced = proxy.url + f"{PREFIX}/vm1/volumes/no%20such/disk.img"
+    p = curl("-w", "\n%{http_code}", "-H", AUTH, spaced, ca=proxy.ca)
+    body, _, code = p.stdout.rpartition(b"\n")
+    assert code == b"404" and "no such" in json.loads(body)["message"]
     write_routes(routes, [{**route, "ready": False}])
     assert _code(proxy, f"{PREFIX}/vm1/volumes/disk/extents", "-H", AUTH) == 503
     assert TOKEN not in proxy.log.read_text()

@@ -96,7 +96,8 @@ class ExportProxy:
             await self._session.close()
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
-        match = _PATH.fullmatch(request.path)
+        # The raw path, so that percent-escapes reach the export server as the client sent them.
+        match = _PATH.fullmatch(request.rel_url.raw_path)
         if match is None:
             return problem_response(
                 400,
