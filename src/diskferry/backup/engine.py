@@ -133,6 +133,7 @@ def run_backup(
                 [SessionDisk(p.name, p.path, p.since) for p in tracked],
                 repo.id,
                 qmp_socket=job.qmp,
+                nbd_socket=job.nbd_socket,
                 qga_socket=job.qga,
             )
             consistency = backup_session.consistency

@@ -64,6 +64,9 @@ class BackupJob(RepoAccess):
     vm: str
     disks: list[DiskSource] = Field(min_length=1)
     qmp: str | None = None
+    nbd_socket: str | None = Field(
+        default=None, alias="nbdSocket", description="the NBD server the VM's QEMU already runs"
+    )
     qga: str | None = None
     full: bool = False
     max_incrementals: int | None = Field(default=None, ge=0, alias="maxIncrementals")

@@ -154,8 +154,10 @@ def run_restore(
             chain_reset = tracked and cbt.reset_chain(target.path)
             target.commit()
         except DiskferryError as e:
+            line = f"restore of snapshot {info.id} failed: {e.message}"
             if target.block_device:
-                e.args = (f"{e.message}; the block device {target.path} is partly written",)
+                line += f"; the block device {target.path} is partly written"
+            e.args = (line,)
             raise
         finally:
             target.discard()

@@ -38,6 +38,10 @@ def backup_command(
     qmp: Annotated[
         str | None, typer.Option("--qmp", help="QMP socket of the running VM's QEMU.")
     ] = None,
+    nbd_socket: Annotated[
+        str | None,
+        typer.Option("--nbd-socket", help="Unix socket of an NBD server that QEMU already runs."),
+    ] = None,
     qga: Annotated[
         str | None, typer.Option("--qga", help="Guest agent socket: freeze filesystems.")
     ] = None,
@@ -64,6 +68,7 @@ def backup_command(
         vm=vm,
         disks=[DiskSource(name=n, path=p) for n, p in map(_disk, disk)],
         qmp=qmp,
+        nbd_socket=nbd_socket,
         qga=qga,
         full=full,
         max_incrementals=max_incrementals,
