@@ -1,0 +1,83 @@
+"""Backups killed with SIGKILL at random moments lose nothing and leave a repository that checks.
+
+DISKFERRY_CRASH_RUNS sets the number of killed runs (10 by default).
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from backup_support import PASSWORD, KiB, MiB, engine_fixture, make_disk, write  # noqa: F401
+
+from diskferry.backup.check import check
+from diskferry.backup.repository import Repository
+
+RUNS = int(os.environ.get("DISKFERRY_CRASH_RUNS", "10"))
+
+
+def _start(job_file) -> tuple[subprocess.Popen, float]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diskferry.backup.worker", str(job_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert "port" in json.loads(proc.stdout.readline())  # the job has started
+    return proc, time.monotonic()
+
+
+def _snapshot_ids(url: str) -> set[str]:
+    with Repository.open(url, PASSWORD) as repo:
+        return {s.id for s in repo.list_snapshots()}
+
+
+@pytest.mark.long
+def test_backups_killed_at_random_moments(engine, tmp_path):
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    job_file = tmp_path / "job.json"
+    job_file.write_text(
+        json.dumps(
+            {
+                "kind": "backup",
+                "repo": engine.url,
+                "vm": "vm",
+                "disks": [{"name": "d", "path": volume}],
+            }
+        )
+    )
+    proc, started = _start(job_file)
+    assert proc.wait(60) == 0, "an undisturbed backup succeeds"
+    span = time.monotonic() - started
+    seen = _snapshot_ids(engine.url)
+    engine.keep(next(iter(seen)), volume)
+
+    rnd = random.Random(int(os.environ.get("DISKFERRY_CRASH_SEED", "11")))
+    outcomes = []
+    for run in range(RUNS):
+        for _ in range(4):
+            write(overlay, rnd.randrange(0, 32 * MiB - 256 * KiB), rnd.randrange(1, 256 * KiB), run)
+        proc, started = _start(job_file)
+        time.sleep(max(0.0, started + rnd.uniform(0, span * 1.2) - time.monotonic()))
+        proc.send_signal(signal.SIGKILL)
+        outcomes.append(proc.wait(60))
+        made = _snapshot_ids(engine.url) - seen
+        seen |= made
+        for snapshot in made:  # a snapshot saved before the kill holds the disk as it was then
+            engine.keep(snapshot, volume)
+        with Repository.open(engine.url, PASSWORD) as repo:
+            report = check(repo)
+        assert report.ok, report.summary()
+
+    assert any(code == -signal.SIGKILL for code in outcomes), "some runs were killed"
+    final = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(final.snapshot, volume)
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot), snapshot
+    assert not [n for n in os.listdir(tmp_path) if "fleece" in n]
