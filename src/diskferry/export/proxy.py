@@ -36,7 +36,10 @@ _HOP_BY_HOP = frozenset(
         "Content-Length",
     )
 )
-_CHUNK = 1 << 20
+# Per connection the proxy holds at most about twice the read buffer from the backend and
+# the write buffer towards the client: memory stays bounded by the pool size.
+_READ_BUFFER = 256 << 10
+_WRITE_BUFFER = 512 << 10
 
 
 @dataclass
@@ -87,7 +90,7 @@ class ExportProxy:
             connector=connector,
             timeout=timeout,
             auto_decompress=False,
-            read_bufsize=_CHUNK,
+            read_bufsize=_READ_BUFFER,
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
         )
 
@@ -148,6 +151,8 @@ class ExportProxy:
             resp.content_length = upstream.content_length
         try:
             await resp.prepare(request)
+            if request.transport is not None:
+                request.transport.set_write_buffer_limits(high=_WRITE_BUFFER)
             if request.method != "HEAD":
                 async for chunk in upstream.content.iter_any():
                     await resp.write(chunk)
