@@ -1,0 +1,178 @@
+"""`diskferry backup`, `restore` and `chain reset` as the real command, and the backup worker."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PASSWORD = "cli password"
+MiB = 1 << 20
+
+
+@pytest.fixture
+def env(diskferry, tmp_path):
+    """The CLI's environment: a password and a cache of its own."""
+    diskferry.env.update(DISKFERRY_PASSWORD=PASSWORD, DISKFERRY_CACHE_DIR=str(tmp_path / "cache"))
+    return diskferry
+
+
+@pytest.fixture
+def repo(env, tmp_path) -> str:
+    url = str(tmp_path / "repo")
+    made = env("repo", "init", "--repo", url, "--json")
+    assert made.code == 0, made.stderr
+    return url
+
+
+def _volume(path: Path) -> str:
+    with open(path, "wb") as f:
+        f.truncate(32 * MiB)
+        f.seek(3 * MiB)
+        f.write(os.urandom(2 * MiB))
+    return str(path)
+
+
+def _qemu_write(overlay: str, offset: int, length: int, pattern: int) -> None:
+    cmd = f"write -P {pattern} {offset} {length}"
+    subprocess.run(["qemu-io", "-f", "qcow2", "-c", cmd, overlay], check=True, capture_output=True)
+
+
+def _same(a, b) -> bool:
+    return subprocess.run(["qemu-img", "compare", "-q", str(a), str(b)]).returncode == 0
+
+
+def test_backup_restore_and_chain_reset_end_to_end(env, repo, tmp_path):
+    volume = _volume(tmp_path / "disk.raw")
+    assert env("cbt", "enable", volume).code == 0
+    backup = ("backup", "--repo", repo, "--vm", "web", "--disk", f"root={volume}", "--json")
+    first = env(*backup, "--tag", "nightly")
+    assert first.code == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert set(out) >= {"backup", "consistency", "disks"}
+    assert out["consistency"] == "crash-consistent"
+    assert "crash-consistent" in first.stderr
+    (disk,) = out["disks"]
+    assert {
+        "snapshot",
+        "type",
+        "reason",
+        "bytesRead",
+        "bytesNew",
+        "bytesUploaded",
+        "seconds",
+    } <= set(disk)
+    assert (disk["type"], disk["reason"]) == ("full", "no earlier backup of this disk")
+    reference = tmp_path / "ref.raw"
+    reference.write_bytes(Path(volume).read_bytes())
+
+    _qemu_write(volume + ".cbt.qcow2", 4 * MiB, 4096, 0x21)
+    second = env(*backup)
+    assert second.code == 0, second.stderr
+    (disk2,) = json.loads(second.stdout)["disks"]
+    assert disk2["type"] == "incremental" and disk2["bytesRead"] == 64 * 1024
+
+    listed = json.loads(env("snapshots", "--repo", repo, "--json").stdout)
+    assert [s["id"] for s in listed] == [disk["snapshot"], disk2["snapshot"]]
+    assert listed[0]["tags"] == ["nightly"]
+
+    target = tmp_path / "restored.raw"
+    restore = ("restore", "--repo", repo, disk["snapshot"], target, "--json")
+    done = env(*restore)
+    assert done.code == 0, done.stderr
+    assert json.loads(done.stdout)["snapshot"] == disk["snapshot"]
+    assert _same(target, reference)
+    refused = env(*restore)
+    assert refused.code == 1 and "--force" in refused.error
+    latest = env("restore", "latest", target, "--repo", repo, "--vm", "web", "--disk", "root")
+    assert latest.code == 1
+    latest = env(
+        "restore", "latest", target, "--repo", repo, "--vm", "web", "--disk", "root", "--force"
+    )
+    assert latest.code == 0, latest.stderr
+    assert _same(target, volume)
+
+    reset = env("chain", "reset", "--repo", repo, "--vm", "web", "--json")
+    assert json.loads(reset.stdout) == {"vm": "web", "disks": ["root"]}
+    third = env(*backup)
+    assert json.loads(third.stdout)["disks"][0]["type"] == "full"
+
+
+def test_a_volume_without_cbt_says_so(env, repo, tmp_path):
+    volume = _volume(tmp_path / "plain.raw")
+    result = env("backup", "--repo", repo, "--vm", "v", "--disk", f"d={volume}", "--no-progress")
+    assert result.code == 0, result.stderr
+    assert "CBT is off" in result.stderr and f"diskferry cbt enable {volume}" in result.stderr
+
+
+def test_usage_errors_and_missing_disks(env, repo, tmp_path):
+    bad = env("backup", "--repo", repo, "--vm", "v", "--disk", "no-equals-sign")
+    assert bad.code == 2 and "NAME=PATH" in bad.error
+    missing = env("backup", "--repo", repo, "--vm", "v", "--disk", f"d={tmp_path / 'nope.raw'}")
+    assert missing.code == 1 and "does not exist" in missing.error
+    fmt = env("restore", "x", tmp_path / "t", "--repo", repo, "--format", "vmdk")
+    assert fmt.code == 2
+
+
+def _worker(job_file: Path, env: dict[str, str]) -> tuple[int, list[dict]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "diskferry.backup.worker", str(job_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_the_worker_runs_backup_and_restore_jobs(env, repo, tmp_path):
+    volume = _volume(tmp_path / "disk.raw")
+    worker_env = {k: v for k, v in env.env.items() if k != "DISKFERRY_PASSWORD"}
+    worker_env["BACKUP_SECRET"] = PASSWORD
+    job = tmp_path / "backup.json"
+    disks = [{"name": "d", "path": volume}]
+    access = {"repo": repo, "passwordEnv": "BACKUP_SECRET"}
+    job.write_text(json.dumps({"kind": "backup", "vm": "w", "disks": disks, **access}))
+    code, lines = _worker(job, worker_env)
+    assert code == 0, lines
+    assert "port" in lines[0]
+    result = lines[-1]
+    assert result["ok"] and result["disks"][0]["type"] == "full"
+
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD + "\n")
+    target = tmp_path / "out.raw"
+    restore = {"repo": repo, "passwordFile": str(password_file)}
+    job.write_text(
+        json.dumps(
+            {
+                "kind": "restore",
+                "snapshot": result["disks"][0]["snapshot"],
+                "target": str(target),
+                **restore,
+            }
+        )
+    )
+    code, lines = _worker(job, worker_env)
+    assert code == 0, lines
+    assert lines[-1]["ok"] and _same(target, volume)
+
+    job.write_text(
+        json.dumps(
+            {
+                "kind": "restore",
+                "snapshot": "x",
+                "target": str(target),
+                **access,
+                "password": "inline",
+            }
+        )
+    )
+    code, lines = _worker(job, worker_env)
+    assert code == 2 and lines[-1]["reason"] == "BadJob"
+
+    job.write_text(json.dumps({"kind": "backup", "vm": "w", "disks": disks, "repo": repo}))
+    code, lines = _worker(job, worker_env)
+    assert code == 1 and lines[-1]["reason"] == "WrongPassword"
