@@ -157,3 +157,16 @@ def test_info_of_a_missing_file(diskferry, tmp_path):
     result = diskferry("info", tmp_path / "nothing")
     assert result.code == 1
     assert result.error == f"cannot open {tmp_path / 'nothing'}: No such file or directory"
+
+
+def test_info_names_a_vmdk_extent_in_another_file(diskferry, tmp_path):
+    flat = tmp_path / "flat.raw"
+    flat.write_bytes(bytes(1 << 20))
+    descriptor = tmp_path / "disk.vmdk"
+    descriptor.write_text(
+        "# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\n"
+        'createType="monolithicFlat"\nRW 2048 FLAT "flat.raw" 0\n'
+    )
+    out = info(diskferry, descriptor)
+    assert out["format"] == "vmdk"
+    assert out["dataFile"] == str(flat)

@@ -170,3 +170,31 @@ def test_truncated_image_file_is_refused(refuse, images, nginx, tmp_path, fmt, f
         error = refuse(source)
         assert error.startswith("the image is damaged or truncated (")
         assert found in error
+
+
+VMDK_DESCRIPTOR = """# Disk DescriptorFile
+version=1
+CID=fffffffe
+parentCID=ffffffff
+createType="monolithicFlat"
+
+RW 2048 FLAT "{extent}" 0
+
+ddb.adapterType = "ide"
+"""
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+@pytest.mark.parametrize("absolute", [True, False])
+def test_vmdk_naming_another_file_as_its_extent_is_refused(
+    refuse, images, tmp_path, compression, absolute
+):
+    secret = tmp_path / "host-secret"
+    secret.write_bytes(b"not for the disk\n" * 100)
+    extent = str(secret) if absolute else secret.name
+    descriptor = tmp_path / "flat.vmdk"
+    descriptor.write_text(VMDK_DESCRIPTOR.format(extent=extent))
+    source = images.compress(descriptor, compression) if compression else descriptor
+    assert refuse(source) == (
+        "the image is a VMDK descriptor that keeps its data in other files; refusing it"
+    )

@@ -26,6 +26,8 @@ from diskferry.qemu import img
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
 _QCOW2_SLACK_DIVISOR = 64
 _QCOW2_SLACK_FIXED = 16 << 20
+# a stand-alone VMDK descriptor: its extents, the data, are other files
+_VMDK_DESCRIPTOR = b"# Disk DescriptorFile"
 
 
 class ImageRefusedError(DiskferryError):
@@ -50,6 +52,10 @@ def _sniff(stream: SourceStream) -> _Sniffed:
         body = PeekReader(DecompressingReader(raw, compression))
     head = body.peek(PROBE_BYTES)
     fmt = probe_image_format(head)
+    if head.startswith(_VMDK_DESCRIPTOR):
+        raise ImageRefusedError(
+            "the image is a VMDK descriptor that keeps its data in other files; refusing it"
+        )
     declared = None
     if fmt == "qcow2":
         header = parse_qcow2_header(head)

@@ -94,10 +94,20 @@ def info(path: str, fmt: str | None = None, *, untrusted: bool = True) -> ImageI
         virtual_size=int(data["virtual-size"]),
         actual_size=int(data.get("actual-size", 0)),
         backing_file=data.get("backing-filename") or data.get("full-backing-filename"),
-        data_file=specific.get("data-file"),
+        data_file=specific.get("data-file") or _foreign_extent(path, specific),
         encrypted=bool(data.get("encrypted", False)),
         raw=data,
     )
+
+
+def _foreign_extent(path: str, specific: dict[str, Any]) -> str | None:
+    """The first VMDK extent kept in a file other than the image itself."""
+    own = os.path.realpath(path)
+    for extent in specific.get("extents", []):
+        name = extent.get("filename")
+        if name and os.path.realpath(name) != own:
+            return name
+    return None
 
 
 def check(path: str, fmt: str) -> str | None:
