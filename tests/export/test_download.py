@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, MiB, Running, make_disk, write_routes
-from plain_server import PlainServer
+from export_plain_server import PlainServer
+from export_support import TOKEN, MiB, Running, make_disk, write_routes
 
 from diskferry.disk.http import TlsError
 from diskferry.export.certs import create_ca

@@ -7,12 +7,19 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, MiB, Running, curl, make_disk, open_fds, write_routes
+from export_support import TOKEN, MiB, Running, curl, make_disk, open_fds, write_routes
 
 from diskferry.export.certs import create_ca
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
 
 
 def _code(r: Running, path: str, *args: str) -> int:
@@ -163,6 +170,7 @@ def test_load_through_the_proxy_leaks_no_descriptors(
     assert lines.count("200") == 200 and lines.count(str(2 * MiB)) == 200
     time.sleep(5)
     assert abs(open_fds(proxy.proc.pid) - start) <= 5
+    assert _peak_rss(proxy.proc.pid) <= 256 * MiB
 
     sequential = tmp_path / "sequential.curl"
     ready = proxy.url + f"{PREFIX}/vm1/volumes/disk/extents"

@@ -9,7 +9,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from conftest import TOKEN, Running, curl
+from export_support import TOKEN, Running, curl
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 

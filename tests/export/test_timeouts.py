@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import TOKEN, MiB, curl, make_disk
+from export_support import TOKEN, MiB, curl, make_disk
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 SLOW_CLIENTS = 200

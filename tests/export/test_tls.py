@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, curl
 from cryptography import x509
+from export_support import TOKEN, curl
 
 from diskferry.export.certs import create_ca, issue_server_cert
 from diskferry.export.errors import TlsSetupError
