@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,19 @@ def same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     )
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode == 0
+
+
+def write_random(overlay: str, offset: int, length: int) -> bytes:
+    """Write fresh random bytes through the CBT overlay with qemu-io; the bytes."""
+    data = os.urandom(length)
+    with tempfile.NamedTemporaryFile() as source:
+        source.write(data)
+        source.flush()
+        cmd = f"write -s {source.name} {offset} {length}"
+        subprocess.run(
+            ["qemu-io", "-f", "qcow2", "-c", cmd, overlay], check=True, capture_output=True
+        )
+    return data
 
 
 def make_disk(path: Path, *, tracked: bool = True, size: int = DISK_SIZE) -> str:

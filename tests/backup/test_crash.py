@@ -9,13 +9,26 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from backup_support import PASSWORD, KiB, MiB, engine_fixture, make_disk, write  # noqa: F401
+from backup_support import (  # noqa: F401
+    PASSWORD,
+    KiB,
+    MiB,
+    engine_fixture,
+    make_disk,
+    write,
+    write_random,
+)
 
 from diskferry.backup.check import check
+from diskferry.backup.engine import run_backup
+from diskferry.backup.job import BackupJob, DiskSource
 from diskferry.backup.repository import Repository
+from diskferry.disk.errors import CancelledError
+from diskferry.disk.progress import Progress
 
 RUNS = int(os.environ.get("DISKFERRY_CRASH_RUNS", "10"))
 
@@ -81,3 +94,41 @@ def test_backups_killed_at_random_moments(engine, tmp_path):
     for snapshot in engine.references:
         assert engine.restores_exactly(snapshot), snapshot
     assert not [n for n in os.listdir(tmp_path) if "fleece" in n]
+
+
+class _CancelAfter(Progress):
+    """Sets `cancel` once `limit` bytes are done."""
+
+    def __init__(self, cancel: threading.Event, limit: int) -> None:
+        super().__init__()
+        self.cancel, self.limit = cancel, limit
+
+    def add(self, n: int) -> None:
+        super().add(n)
+        if self.done >= self.limit:
+            self.cancel.set()
+
+
+def test_a_cancelled_backup_leaves_nothing_and_loses_nothing(engine, tmp_path):
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    first = engine.backup(disks={"d": volume}).disks[0]
+    with Repository.open(engine.url, PASSWORD) as repo:
+        packs = {p.path for p in repo.store.list("packs/")}
+        tracker = repo.load_tracker("vm")
+    for block in range(0, 256, 8):
+        write_random(overlay, block * 128 * KiB, 64 * KiB)
+    cancel = threading.Event()
+    job = BackupJob(repo=engine.url, vm="vm", disks=[DiskSource(name="d", path=volume)])
+    with pytest.raises(CancelledError):
+        run_backup(job, _CancelAfter(cancel, 256 * KiB), cancel)
+    with Repository.open(engine.url, PASSWORD) as repo:
+        assert {p.path for p in repo.store.list("packs/")} == packs
+        assert [s.id for s in repo.list_snapshots()] == [first.snapshot]
+        assert repo.load_tracker("vm") == tracker
+        assert list(repo.store.list("locks/")) == []
+    assert not [n for n in os.listdir(tmp_path) if "fleece" in n]
+    again = engine.backup(disks={"d": volume}).disks[0]
+    assert again.type == "incremental" and again.bytes_read == 32 * 64 * KiB
+    engine.keep(again.snapshot, volume)
+    assert engine.restores_exactly(again.snapshot)
