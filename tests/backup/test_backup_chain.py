@@ -2,6 +2,7 @@
 
 import random
 import subprocess
+import time
 
 from backup_support import KiB, MiB, engine_fixture, make_disk, write, write_random  # noqa: F401
 
@@ -166,3 +167,34 @@ def engine_checkpoint(eng, snapshot: str) -> str:
     """The checkpoint a snapshot was taken at."""
     with Repository.open(eng.url, "correct horse") as repo:
         return repo.load_snapshot(repo.find_snapshot(snapshot)).info.checkpoint
+
+
+def test_an_overlay_path_and_an_nbd_url_are_disks_too(engine, tmp_path):
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    assert engine.backup(disks={"d": overlay}).disks[0].type == "full"
+    write(overlay, 0, 4096, 0x12)
+    by_overlay = engine.backup(disks={"d": overlay}).disks[0]
+    assert by_overlay.type == "incremental"
+    engine.keep(by_overlay.snapshot, volume)
+
+    plain = make_disk(tmp_path / "plain.raw", tracked=False)
+    sock = tmp_path / "nbd.sock"
+    server = subprocess.Popen(
+        ["qemu-nbd", "-r", "-f", "raw", "-k", str(sock), "-x", "e", "--persistent", plain]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        url = f"nbd+unix:///e?socket={sock}"
+        served = engine.backup("nbd-vm", {"e": url}).disks[0]
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert (served.type, served.cbt) == ("full", False)
+    assert "NBD export without a checkpoint" in served.reason
+    assert served.bytes_read < 5 * MiB  # holes are not read
+    engine.keep(served.snapshot, plain)
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot)

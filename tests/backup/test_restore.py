@@ -5,9 +5,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backup_support import MiB, engine_fixture, make_disk, same, write  # noqa: F401
+from backup_support import PASSWORD, MiB, engine_fixture, make_disk, same, write  # noqa: F401
 
 from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
+from diskferry.backup.repository import Repository
 from diskferry.disk.prime import TargetError
 from diskferry.qemu import cbt
 
@@ -22,7 +23,7 @@ def backed_up(engine, tmp_path):
     volume = make_disk(tmp_path / "disk.raw")
     first = engine.backup(disks={"d": volume}).disks[0].snapshot
     engine.keep(first, volume)
-    write(volume + ".cbt.qcow2", 2 * MiB, MiB, 0x42)
+    write(volume + ".cbt.qcow2", 2 * MiB + 100 * 1024, 64 * 1024, 0x42)  # inside a chunk
     second = engine.backup(disks={"d": volume}).disks[0].snapshot
     engine.keep(second, volume)
     return volume, first, second
@@ -37,6 +38,9 @@ def test_latest_needs_vm_and_disk_and_finds_the_newest(engine, backed_up, tmp_pa
         engine.restore("latest", out, vm="vm", disk="other")
     result = engine.restore("latest", out, vm="vm", disk="d")
     assert result.snapshot == second
+    with Repository.open(engine.url, PASSWORD) as repo:
+        named = repo.load_snapshot(repo.find_snapshot(second)).chunk_ids()
+    assert result.chunks_read == len(named)  # each chunk read once, however many entries
     assert same(out, engine.references[second])
     assert os.stat(out).st_blocks * 512 < 6 * MiB  # holes stay holes
     with pytest.raises(SnapshotNotFoundError):
