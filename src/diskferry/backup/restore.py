@@ -135,6 +135,8 @@ def run_restore(
             target.check_fits(size)
             say(f"restore writes the block device {target.path} in place")
         tracked = exists and not target.block_device and cbt.find(target.path).enabled
+        if tracked and job.format != "raw":
+            raise TargetError(f"{target.path} has CBT: it can only hold a raw disk")
         progress.set_total(sum(e.length for e in snapshot.entries if e.chunk is not None))
         progress.set_phase("restoring")
         raw = target.scratch if job.format == "qcow2" else target.prime
