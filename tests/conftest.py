@@ -357,7 +357,10 @@ class Fault:
     piece: int = 64 * 1024
     status: int | None = None
     redirect: str | None = None
+    range_offset: int = 0
+    changing: bool = False
     dropped: int = 0
+    version: int = 0
 
 
 @dataclass
@@ -393,14 +396,22 @@ class FaultServer:
         data = fault.path.read_bytes()
         start, end, status = 0, len(data), 200
         wanted = request.headers.get("Range")
+        etag = None
+        if fault.changing:
+            fault.version += 1
+            etag = f'"v{fault.version}"'
+            if request.headers.get("If-Range", etag) != etag:
+                wanted = None
         if wanted and fault.ranges:
             first, _, last = wanted.removeprefix("bytes=").partition("-")
-            start = int(first)
+            start = int(first) + fault.range_offset
             end = min(len(data), int(last) + 1) if last else len(data)
             if start >= len(data):
                 return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})
             status = 206
         resp = web.StreamResponse(status=status)
+        if etag:
+            resp.headers["ETag"] = etag
         resp.content_length = end - start + fault.length_delta
         if fault.ranges:
             resp.headers["Accept-Ranges"] = "bytes"

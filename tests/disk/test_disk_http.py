@@ -14,6 +14,7 @@ from diskferry.disk.http import (
     HttpError,
     HttpSource,
     RangeNotSupportedError,
+    SourceChangedError,
     TlsError,
     TruncatedError,
 )
@@ -64,6 +65,19 @@ def test_reader_resumes_after_each_drop(faulty, body):
         "bytes=1400000-",
         "bytes=2100000-",
     ]
+
+
+def test_reader_resumes_only_the_same_version(faulty, body):
+    url = faulty.add("body", body, drop_after=500_000, changing=True)
+    with pytest.raises(SourceChangedError, match="resource changed during the transfer"):
+        read_all(HttpSource(url, backoff=0.01).open_stream())
+    assert [h.get("If-Range") for h in faulty.seen("body")] == [None, '"v1"']
+
+
+def test_reader_refuses_a_range_it_did_not_ask_for(faulty, body):
+    url = faulty.add("body", body, drop_after=1000, range_offset=10)
+    with pytest.raises(HttpError, match="asked for bytes from 1000, the server sent"):
+        read_all(HttpSource(url, backoff=0.01).open_stream())
 
 
 def test_reader_of_a_bounded_range(faulty, body):

@@ -61,6 +61,14 @@ def test_server_without_range_fails_clearly_once_data_was_written(refuse, images
     )
 
 
+def test_source_changing_during_the_import_fails_clearly(refuse, images, faulty):
+    half = images.disk_size // 2
+    url = faulty.add("disk", images.get("raw"), drop_after=half, changing=True)
+    assert refuse(url) == (
+        f"{url}: the resource changed during the transfer, so it cannot resume at byte {half}"
+    )
+
+
 def test_content_length_beyond_the_body_is_a_truncated_stream(refuse, images, faulty):
     url = faulty.add("disk", images.get("raw", "gzip"), length_delta=4096, drops=0)
     error = refuse(url)

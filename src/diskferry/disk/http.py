@@ -49,6 +49,20 @@ class RangeNotSupportedError(DiskferryError):
     reason = "RangeNotSupported"
 
 
+class SourceChangedError(RangeNotSupportedError):
+    """The resource changed during the transfer, so reading on would mix two versions."""
+
+    reason = "SourceChanged"
+
+
+def _validator(headers) -> str | None:
+    """What If-Range can name: a strong ETag, or else Last-Modified."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")
+
+
 def _pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
     ctx = ssl.create_default_context(cafile=ca_bundle)
     return urllib3.PoolManager(
@@ -150,6 +164,7 @@ class ResumingReader:
         self.resumes = 0
         self._cancel = cancel
         self._resp: urllib3.BaseHTTPResponse | None = None
+        self._validator: str | None = None
         self._open()
 
     def _open(self) -> None:
@@ -172,14 +187,36 @@ class ResumingReader:
     def _request(self) -> urllib3.BaseHTTPResponse:
         ranged = bool(self.position) or self.end is not None
         last = "" if self.end is None else str(self.end - 1)
-        headers = {"Range": f"bytes={self.position}-{last}"} if ranged else {}
+        headers = {}
+        if ranged:
+            headers["Range"] = f"bytes={self.position}-{last}"
+            if self._validator:
+                headers["If-Range"] = self._validator
         resp = self.source.request("GET", headers)
+        where = _redact(self.source.url)
         if ranged and resp.status != 206:
-            resp.release_conn()
+            resp.close()
+            if self._validator and resp.status == 200:
+                raise SourceChangedError(
+                    f"{where}: the resource changed during the transfer, "
+                    f"so it cannot resume at byte {self.position}"
+                )
             raise RangeNotSupportedError(
-                f"{_redact(self.source.url)}: the server does not support Range requests, "
+                f"{where}: the server does not support Range requests, "
                 f"so the transfer cannot resume at byte {self.position}"
             )
+        if ranged:
+            sent = resp.headers.get("Content-Range", "").removeprefix("bytes ").split("-")[0]
+            if sent != str(self.position):
+                resp.close()
+                raise HttpError(
+                    f"{where}: asked for bytes from {self.position}, the server sent "
+                    f"'Content-Range: {resp.headers.get('Content-Range', '')}'",
+                    resp.status,
+                    transient=False,
+                )
+        if self._validator is None:
+            self._validator = _validator(resp.headers)
         length = resp.headers.get("Content-Length")
         if length is not None and self.length is None:
             self.length = self.position + int(length)
