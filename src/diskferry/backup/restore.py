@@ -23,6 +23,7 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
+from diskferry.disk.zeros import data_runs
 from diskferry.qemu import cbt, img
 
 RESTORE_THREADS = 8
@@ -78,15 +79,21 @@ def write_entries(
                     volume.zero(e.offset, e.length)
             return 0
         data = memoryview(cache.get(chunk))
+        written = 0
         for e in task:
             if e.chunk_offset + e.length > len(data):
                 raise CorruptObjectError(
                     f"{path} names bytes past the end of chunk {chunk.hex()[:16]}",
                     objects=(path,),
                 )
-            volume.write(e.offset, data[e.chunk_offset : e.chunk_offset + e.length])
+            piece = data[e.chunk_offset : e.chunk_offset + e.length]
+            # zeros inside a chunk stay holes too, unless the target cannot have holes
+            runs = [(0, e.length)] if zero_holes else data_runs(piece)
+            for start, end in runs:
+                volume.write(e.offset + start, piece[start:end])
+                written += end - start
             progress.add(e.length)
-        return sum(e.length for e in task)
+        return written
 
     written = sum(
         ordered_map(write, _tasks(snapshot.entries), threads=RESTORE_THREADS, cancel=cancel)
