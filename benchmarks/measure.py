@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -58,6 +59,24 @@ def run_process(args: list[str] | str, **kwargs) -> Run:
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark command failed ({proc.returncode}): {args}")
     return Run(seconds, usage.ru_maxrss * 1024)
+
+
+def proc_status(pid: int, field: str) -> int:
+    """A size field of /proc/<pid>/status (VmHWM, VmRSS, ...) in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value.split()[0]) * 1024
+    raise KeyError(f"no {field} in /proc/{pid}/status")
+
+
+def bytes_written(pid: int) -> int:
+    """Bytes process `pid` has written so far, sockets included (wchar of /proc/<pid>/io)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == "wchar":
+            return int(value)
+    raise KeyError(f"no wchar in /proc/{pid}/io")
 
 
 def alternate(

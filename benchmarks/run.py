@@ -1,27 +1,53 @@
-"""`make bench`: run every benchmark and print a table of medians and ratios."""
+"""`make bench`: run the benchmarks and print a table of medians and ratios for each."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import bench_import
+from benchmarks.measure import Comparison
+
+Bench = Callable[[Path, int], list[tuple[Comparison, str]]]
 
 
-def main() -> None:
-    """Run the benchmarks and print their table."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workdir", type=Path, default=Path("benchmarks/work"))
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    rows = bench_import.run(args.workdir, args.rounds)
+def _benchmarks() -> dict[str, Bench]:
+    from benchmarks import bench_backup, bench_export, bench_import
+
+    return {"import": bench_import.run, "export": bench_export.run, "backup": bench_backup.run}
+
+
+def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:
+    """One benchmark's rows as a Markdown table."""
+    print(f"\n### {title}\n")
     print("| job | diskferry (median s) | peer (median s) | ratio | diskferry peak RSS | note |")
     print("|---|---|---|---|---|---|")
     for cmp, extra in rows:
         print(
             f"| {cmp.name} | {cmp.ours_median:.2f} | {cmp.peer_median:.2f} | {cmp.ratio:.2f} "
-            f"| {cmp.peak_rss / 2**20:.0f} MiB | {extra} |"
+            f"| {cmp.peak_rss / 2**20:.0f} MiB | {extra} |",
+            flush=True,
         )
+
+
+def main() -> None:
+    """Run the chosen benchmarks and print their tables."""
+    benchmarks = _benchmarks()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workdir", type=Path, default=Path("benchmarks/work"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        default=",".join(benchmarks),
+        help=f"comma-separated benchmarks to run, of {', '.join(benchmarks)}",
+    )
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in benchmarks]
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}: choose of {', '.join(benchmarks)}")
+    for name in chosen:
+        print_table(name, benchmarks[name](args.workdir, args.rounds))
 
 
 if __name__ == "__main__":
