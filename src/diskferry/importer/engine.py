@@ -188,9 +188,11 @@ def _raw_to_raw(
     cancel: threading.Event | None,
 ) -> tuple[int, int, int]:
     """Stream (or, for a local plain file, copy extent by extent) straight into the target."""
-    progress.set_total(stream.size or 0)
+    copying = bool(stream.local_path) and not sniffed.compression and checksum is None
+    # a file copied extent by extent is read again from its start, sniffed head included
+    progress.set_total((stream.size or 0) + (stream.bytes_read if copying else 0))
     with target.open_prime() as dst:
-        if stream.local_path and not sniffed.compression and checksum is None:
+        if copying:
             with FileVolume(stream.local_path) as src:
                 result = copy(
                     src, dst, progress=progress, dst_zeroed=not target.block_device, cancel=cancel
@@ -249,7 +251,7 @@ def _through_qemu_img(
     if local:
         image = local
         share = stream.size or 1
-        progress.set_total(share)
+        progress.set_total(stream.bytes_read + share)
     else:
         share = stream.size or 1
         progress.set_total(2 * share)

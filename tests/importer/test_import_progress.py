@@ -1,0 +1,52 @@
+"""Progress of an import: one percentage over both phases, ending with all bytes done."""
+
+from __future__ import annotations
+
+import pytest
+
+from diskferry.disk.progress import Progress
+from diskferry.importer.engine import run_import
+from diskferry.importer.job import ImportJob
+
+
+class PhaseLog(Progress):
+    """Remembers the percent at which each phase began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: list[tuple[str, float]] = []
+
+    def set_phase(self, phase: str) -> None:
+        super().set_phase(phase)
+        self.phases.append((phase, self.percent))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "compression", "http"),
+    [
+        ("raw", None, False),
+        ("raw", "gzip", False),
+        ("raw", None, True),
+        ("qcow2", None, False),
+        ("qcow2", "zstd", False),
+        ("vdi", None, True),
+    ],
+)
+def test_every_byte_is_counted_once(images, nginx, tmp_path, fmt, compression, http):
+    source = images.get(fmt, compression)
+    where = nginx.publish(source) if http else str(source)
+    progress = PhaseLog()
+    run_import(ImportJob(source=where, target=str(tmp_path / "disk.raw")), progress)
+    assert progress.done == progress.total > 0
+    assert progress.percent == 100.0
+    assert progress.phases[0][0] == "import"
+
+
+@pytest.mark.parametrize("compression", ["gzip", "xz"])
+def test_download_and_conversion_are_halves_of_one_percentage(images, tmp_path, compression):
+    progress = PhaseLog()
+    job = ImportJob(source=str(images.get("qcow2", compression)), target=str(tmp_path / "d.raw"))
+    run_import(job, progress)
+    assert [phase for phase, _ in progress.phases] == ["import", "convert"]
+    assert progress.phases[1][1] == 50.0
+    assert progress.done == progress.total
