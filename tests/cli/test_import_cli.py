@@ -170,3 +170,13 @@ def test_info_names_a_vmdk_extent_in_another_file(diskferry, tmp_path):
     out = info(diskferry, descriptor)
     assert out["format"] == "vmdk"
     assert out["dataFile"] == str(flat)
+
+
+def test_info_over_https_with_a_ca_bundle_and_headers(diskferry, images, faulty_tls, tls):
+    url = faulty_tls.add("disk.qcow2", images.get("qcow2"))
+    out = info(diskferry, url, "--ca-bundle", tls.ca, "--header", "X-Token: t1")
+    assert (out["format"], out["virtualSize"]) == ("qcow2", images.disk_size)
+    assert faulty_tls.seen("disk.qcow2")[0]["X-Token"] == "t1"
+    refused = diskferry("info", url)
+    assert refused.code == 1
+    assert refused.error.startswith(f"{url}: TLS verification failed: ")
