@@ -93,6 +93,9 @@ def export_serve(
     token_file: Annotated[Path, typer.Option(help="File holding the token, read per request.")],
     cert_dir: CertDir,
     san: Sans = None,
+    bitmap: Annotated[
+        list[str] | None, typer.Option(help="VOLUME=BITMAP: the dirty bitmap of an NBD volume.")
+    ] = None,
     address: Address = "0.0.0.0",
     port: Port = 8443,
     ttl: Annotated[str, typer.Option(help="Lifetime; then 410, drain, exit 0.")] = "2h",
@@ -124,13 +127,16 @@ def export_serve(
     specs = [parse_spec(v) for v in volume]
     if len({n for n, _ in specs}) != len(specs):
         raise typer.BadParameter("two --volume options have the same name")
+    bitmaps = dict(parse_spec(b) for b in bitmap or [])
+    if not bitmaps.keys() <= {n for n, _ in specs}:
+        raise typer.BadParameter("--bitmap names a volume that no --volume gives")
     token = TokenFile(token_file)
     manifest_text = load_manifest(manifest) if manifest is not None else None
     _logging()
     volumes: list[ExportedVolume] = []
     tls = ServerTls(cert_dir, san or default_sans(), tls_settings)
     try:
-        volumes += [open_exported(n, p) for n, p in specs]
+        volumes += [open_exported(n, p, bitmaps.get(n)) for n, p in specs]
         server = ExportServer(name, volumes, token, manifest_text)
         if links_json is not None:
             assert internal_url and external_url

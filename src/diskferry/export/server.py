@@ -246,7 +246,8 @@ class ExportServer:
         return await self._page(request, "zero")
 
     async def _map(self, request: web.Request) -> web.StreamResponse:
-        return await self._page(request, request.query.get("context", "zero"))
+        default = "zero" if self._volume(request).bitmap is None else "dirty"
+        return await self._page(request, request.query.get("context", default))
 
     async def _data(self, request: web.Request) -> web.StreamResponse:
         disk = self._disk(request)

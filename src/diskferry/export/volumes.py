@@ -21,6 +21,7 @@ class ExportedVolume:
     name: str
     disk: Volume | None = None
     directory: Path | None = None
+    bitmap: str | None = None
 
     def close(self) -> None:
         """Close the disk."""
@@ -29,16 +30,21 @@ class ExportedVolume:
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """Split `NAME=PATH`."""
+    """Split `NAME=VALUE` (a volume's path, or its bitmap)."""
     name, sep, path = spec.partition("=")
     if not sep or not name or not path or "/" in name:
-        raise ExportError(f"volume {spec!r} is not NAME=PATH (a name without '/')")
+        raise ExportError(f"{spec!r} is not NAME=VALUE (a name without '/')")
     return name, path
 
 
-def open_exported(name: str, path: str) -> ExportedVolume:
-    """A directory as files (its disk.img as the disk); a file, device or NBD URL as a disk."""
+def open_exported(name: str, path: str, bitmap: str | None = None) -> ExportedVolume:
+    """A directory as files (its disk.img as the disk); a file, device or NBD URL as a disk.
+
+    `bitmap` names the dirty bitmap an NBD export carries: its map then shows what changed.
+    """
     p = Path(path)
+    if bitmap is not None:
+        return ExportedVolume(name, disk=open_volume(path, bitmap=bitmap), bitmap=bitmap)
     if p.is_dir():
         disk = FileVolume(p / DIR_DISK) if (p / DIR_DISK).is_file() else None
         return ExportedVolume(name, disk=disk, directory=p)
