@@ -61,9 +61,15 @@ def _read_pem(path: Path) -> str:
 
 
 def _write_json(path: Path, obj: object) -> None:
+    from diskferry.export.errors import ExportError
+
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"cannot write {path}: {e.strerror}") from e
 
 
 CertDir = Annotated[Path, typer.Option("--cert-dir", help="tls.crt/tls.key, or a CA to issue.")]
