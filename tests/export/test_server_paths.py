@@ -179,6 +179,20 @@ def test_directory_volume_as_tar_and_dir(export_factory, tmp_path: Path) -> None
     assert _get(r, "/volumes/files/disk.img")[0] == 404
 
 
+def test_directory_with_a_disk_image_serves_both(
+    export_factory, tmp_path: Path, disk: Path
+) -> None:
+    root = tmp_path / "pvc"
+    root.mkdir()
+    (root / "disk.img").write_bytes(disk.read_bytes())
+    r = export_factory({"pvc": root})
+    assert _get(r, "/volumes/pvc/disk.img") == (200, disk.read_bytes())
+    code, body = _get(r, "/volumes/pvc/disk.tar.gz")
+    assert code == 200
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        assert tar.getnames() == ["disk.img"]
+
+
 def test_extents_pages_and_map(export: Running, disk: Path) -> None:
     code, body = _get(export, "/volumes/disk/extents")
     assert code == 200
