@@ -180,3 +180,12 @@ def test_info_over_https_with_a_ca_bundle_and_headers(diskferry, images, faulty_
     refused = diskferry("info", url)
     assert refused.code == 1
     assert refused.error.startswith(f"{url}: TLS verification failed: ")
+
+
+def test_info_tells_a_fixed_vhd_from_raw(diskferry, images, tmp_path):
+    vhd = tmp_path / "fixed.vhd"
+    args = ["-f", "raw", "-O", "vpc", "-o", "subformat=fixed", str(images.reference), str(vhd)]
+    subprocess.run(["qemu-img", "convert", *args], check=True)
+    out = info(diskferry, vhd)
+    assert out["format"] == "vhd"
+    assert out["virtualSize"] == vhd.stat().st_size - 512

@@ -10,13 +10,17 @@ import subprocess
 import pytest
 import zstandard
 
+from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import (
     FORMATS,
     PROBE_BYTES,
+    VHD_FOOTER,
     FormatError,
+    fixed_vhd_size,
     parse_qcow2_header,
     probe_compression,
     probe_format,
+    read_fixed_vhd_size,
 )
 
 COMPRESS = {
@@ -106,3 +110,22 @@ def test_unknown_qcow2_version(tmp_path):
     head[4:8] = (4).to_bytes(4, "big")
     with pytest.raises(FormatError, match="qcow2 version 4 is not supported"):
         parse_qcow2_header(bytes(head))
+
+
+def test_fixed_vhd_footer(tmp_path):
+    raw = tmp_path / "d.raw"
+    raw.write_bytes(b"\x01" * (1 << 20))
+    vhd = tmp_path / "d.vhd"
+    args = ["-f", "raw", "-O", "vpc", "-o", "subformat=fixed,force_size=on", str(raw), str(vhd)]
+    subprocess.run(["qemu-img", "convert", *args], check=True)
+    data = vhd.read_bytes()
+    assert len(data) == (1 << 20) + VHD_FOOTER
+    assert fixed_vhd_size(data[-VHD_FOOTER:], len(data)) == 1 << 20
+    # the footer of a disk of another size, or no footer at all
+    assert fixed_vhd_size(data[-VHD_FOOTER:], len(data) + 512) is None
+    assert fixed_vhd_size(bytes(VHD_FOOTER), len(data)) is None
+    assert fixed_vhd_size(data[-100:], len(data)) is None
+    with FileVolume(vhd) as vol:
+        assert read_fixed_vhd_size(vol, vol.size) == 1 << 20
+    with FileVolume(raw) as vol:
+        assert read_fixed_vhd_size(vol, vol.size) is None

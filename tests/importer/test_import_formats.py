@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -27,3 +28,31 @@ def test_every_format_and_compression_imports_exactly(images, tmp_path, fmt, com
     assert images.allocated(target) <= images.data_bytes + 512 * 1024
     assert progress.percent == 100.0
     assert images.leftovers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def fixed_vhd(images, tmp_path_factory):
+    path = tmp_path_factory.mktemp("vhd") / "fixed.vhd"
+    args = ["-f", "raw", "-O", "vpc", "-o", "subformat=fixed", str(images.reference), str(path)]
+    subprocess.run(["qemu-img", "convert", *args], check=True)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["raw", "qcow2"])
+@pytest.mark.parametrize("how", ["file", "gzip", "http"])
+def test_fixed_vhd_is_told_from_raw_by_its_footer(images, nginx, fixed_vhd, tmp_path, how, fmt):
+    # a fixed VHD starts like raw; only the footer after the disk says what it is
+    source = str(fixed_vhd)
+    if how == "gzip":
+        source = str(images.compress(fixed_vhd, "gzip", tmp_path / "fixed.vhd.gz"))
+    elif how == "http":
+        source = nginx.publish(fixed_vhd, f"fixed-{tmp_path.name}.vhd")
+    target = tmp_path / "disk.img"
+    result = run_import(ImportJob(source=source, target=str(target), format=fmt), Progress())
+    disk = os.path.getsize(fixed_vhd) - 512
+    assert result.source_format == "vhd"
+    assert result.virtual_size == disk
+    assert images.same(images.reference, target)
+    if fmt == "raw":
+        assert os.path.getsize(target) == disk
+        assert images.allocated(target) <= images.data_bytes + 512 * 1024

@@ -6,11 +6,14 @@ import struct
 from dataclasses import dataclass
 
 from diskferry.disk.errors import DiskferryError
+from diskferry.disk.volume import Volume
 
 PROBE_BYTES = 64 * 1024
 COMPRESSIONS = ("gzip", "xz", "zstd", "bzip2")
 FORMATS = ("raw", "qcow2", "vmdk", "vhd", "vhdx", "vdi", "iso")
 
+VHD_FOOTER = 512
+_VHD_FIXED = 2
 _QCOW2_MAGIC = b"QFI\xfb"
 _QCOW2_EXT_DATA_FILE = 0x44415441
 _QCOW2_INCOMPAT_DATA_FILE = 1 << 2
@@ -50,6 +53,25 @@ def probe_format(header: bytes) -> str:
     if header[0x8001:0x8006] == b"CD001":
         return "iso"
     return "raw"
+
+
+def fixed_vhd_size(tail: bytes, length: int) -> int | None:
+    """The disk size of a fixed VHD `length` bytes long that ends with `tail`, or None.
+
+    A fixed VHD is its raw disk followed by a 512-byte footer: only its end tells it from raw.
+    """
+    if len(tail) != VHD_FOOTER or not tail.startswith(b"conectix"):
+        return None
+    size = struct.unpack_from(">Q", tail, 48)[0]
+    kind = struct.unpack_from(">I", tail, 60)[0]
+    return size if kind == _VHD_FIXED and size == length - VHD_FOOTER else None
+
+
+def read_fixed_vhd_size(volume: Volume, length: int) -> int | None:
+    """fixed_vhd_size of the first `length` bytes of `volume`, reading only their end."""
+    if length < 2 * VHD_FOOTER:
+        return None
+    return fixed_vhd_size(volume.read(length - VHD_FOOTER, VHD_FOOTER), length)
 
 
 @dataclass(frozen=True)

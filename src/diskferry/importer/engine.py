@@ -12,7 +12,12 @@ from diskferry.disk.copy import copy
 from diskferry.disk.decompress import DecompressingReader, Readable
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
-from diskferry.disk.formats import PROBE_BYTES, parse_qcow2_header, probe_compression
+from diskferry.disk.formats import (
+    PROBE_BYTES,
+    parse_qcow2_header,
+    probe_compression,
+    read_fixed_vhd_size,
+)
 from diskferry.disk.formats import probe_format as probe_image_format
 from diskferry.disk.http import RangeNotSupportedError
 from diskferry.disk.peek import PeekReader
@@ -63,6 +68,10 @@ def _sniff(stream: SourceStream) -> _Sniffed:
         declared = header.virtual_size
     elif fmt == "raw" and not compression:
         declared = stream.size
+        if stream.local_path:
+            with FileVolume(stream.local_path) as image:
+                if read_fixed_vhd_size(image, image.size) is not None:
+                    fmt, declared = "vhd", None
     return _Sniffed(compression, fmt, declared, body)
 
 
@@ -219,6 +228,10 @@ def _raw_to_raw(
                 raise ImageRefusedError(
                     f"the stream ended after {length} of {sniffed.declared_size} bytes (truncated)"
                 )
+            disk = read_fixed_vhd_size(dst, length)
+            if disk is not None:
+                dst.zero(disk, length - disk)
+                length, sniffed.format = disk, "vhd"
         final = max(length, job.size or 0)
         if target.block_device:
             dst.zero(length, dst.size - length)
@@ -257,6 +270,10 @@ def _through_qemu_img(
         progress.set_total(2 * share)
         image = target.scratch
         _stream_to_scratch(target, sniffed, cancel)
+        if sniffed.format == "raw":
+            with FileVolume(image) as scratch:
+                if read_fixed_vhd_size(scratch, scratch.size) is not None:
+                    sniffed.format = "vhd"
     info = img.info(image, sniffed.format, untrusted=True)
     _refuse_untrusted(info.backing_file, info.data_file, info.encrypted)
     damage = img.check(image, sniffed.format)

@@ -6,7 +6,14 @@ import os
 from typing import Any
 
 from diskferry.disk.decompress import DecompressingReader
-from diskferry.disk.formats import PROBE_BYTES, parse_qcow2_header, probe_compression, probe_format
+from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.formats import (
+    PROBE_BYTES,
+    parse_qcow2_header,
+    probe_compression,
+    probe_format,
+    read_fixed_vhd_size,
+)
 from diskferry.disk.peek import PeekReader
 from diskferry.importer.source import SourceStream
 from diskferry.qemu import img
@@ -25,6 +32,10 @@ def probe_image(
     finally:
         stream.close()
     fmt = probe_format(head)
+    if fmt == "raw" and stream.local_path and not compression:
+        with FileVolume(stream.local_path) as image:
+            if read_fixed_vhd_size(image, image.size) is not None:
+                fmt = "vhd"
     found: dict[str, Any] = {
         "format": fmt,
         "compression": compression,
