@@ -1,6 +1,7 @@
 """Sizes as users write them: plain bytes or K M G T (and Ki Mi Gi Ti), all binary."""
 
 import re
+from fractions import Fraction
 
 from diskferry.disk.errors import DiskferryError
 
@@ -20,8 +21,8 @@ def parse_size(text: str) -> int:
     if not match:
         raise SizeError(f"cannot read size {text!r}: use bytes or a number with K, M, G or T")
     number, unit, _ = match.groups()
-    value = float(number) * (1024 ** _UNITS[unit.upper()])
-    if value != int(value):
+    value = Fraction(number) * (1024 ** _UNITS[unit.upper()])
+    if value.denominator != 1:
         raise SizeError(f"size {text!r} is not a whole number of bytes")
     return int(value)
 
