@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from diskferry.backup.entries import full_entries, overlay
 from diskferry.backup.errors import RepositoryError
@@ -51,7 +52,7 @@ class _Reading:
 
     plan: DiskPlan
     volume: Volume
-    mode: str
+    mode: Literal["full", "incremental"]
     reason: str
     checkpoint: str | None
     pieces: Callable[[], Iterator[Piece]]
