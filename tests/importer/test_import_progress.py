@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from diskferry.disk.progress import Progress
@@ -32,11 +34,14 @@ class PhaseLog(Progress):
         ("vdi", None, True),
     ],
 )
-def test_every_byte_is_counted_once(images, nginx, tmp_path, fmt, compression, http):
+@pytest.mark.parametrize("hashed", [False, True], ids=["", "checksum"])
+def test_every_byte_is_counted_once(images, nginx, tmp_path, fmt, compression, http, hashed):
     source = images.get(fmt, compression)
     where = nginx.publish(source) if http else str(source)
+    checksum = f"md5:{hashlib.md5(source.read_bytes()).hexdigest()}" if hashed else None
     progress = PhaseLog()
-    run_import(ImportJob(source=where, target=str(tmp_path / "disk.raw")), progress)
+    job = ImportJob(source=where, target=str(tmp_path / "disk.raw"), checksum=checksum)
+    run_import(job, progress)
     assert progress.done == progress.total > 0
     assert progress.percent == 100.0
     assert progress.phases[0][0] == "import"

@@ -264,7 +264,9 @@ def _through_qemu_img(
     if local:
         image = local
         share = stream.size or 1
-        progress.set_total(stream.bytes_read + share)
+        # qemu-img reads the file; the stream is read whole only to hash it
+        streamed = share if job.checksum else stream.bytes_read
+        progress.set_total(streamed + share)
     else:
         share = stream.size or 1
         progress.set_total(2 * share)
