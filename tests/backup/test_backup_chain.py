@@ -103,7 +103,7 @@ def test_broken_chains_and_limits_make_a_full_backup_saying_why(engine, tmp_path
     with Repository.open(engine.url, "correct horse") as repo:
         assert reset_chain(repo, "vm") == ["d"]
     reset = engine.backup(disks=disks).disks[0]
-    assert reset.type == "full"
+    assert reset.type == "full" and "the chain was reset" in reset.reason
     write(overlay, 0, 4096, 1)
     last = engine.backup(disks=disks).disks[0]
     engine.keep(last.snapshot, volume)

@@ -50,8 +50,10 @@ def plan_disk(
     if source != "cbt":
         return DiskPlan(name, path, source, None, None, cbt_off_reason(path, source))
     last = chain.last if chain is not None else None
-    if chain is None or last is None:
+    if chain is None:
         reason = "no earlier backup of this disk"
+    elif last is None:
+        reason = "no checkpoint to start from: the chain was reset, or CBT was off last time"
     elif full:
         reason = "a full backup was asked for (--full)"
     elif max_incrementals and chain.incrementals_since_full >= max_incrementals:
