@@ -80,12 +80,24 @@ def test_qcow2_of_an_unknown_version_is_refused(refuse, images, tmp_path):
     assert refuse(bad) == "qcow2 version 9 is not supported"
 
 
-def test_garbage_behind_an_image_magic_is_refused(refuse, tmp_path):
-    bad = tmp_path / "garbage.vmdk"
-    bad.write_bytes(b"KDMV" + bytes(range(256)) * 400)
-    error = refuse(bad)
-    assert "garbage.vmdk" in error
-    assert "VMDK" in error
+@pytest.mark.parametrize(
+    ("magic", "fmt", "why"),
+    [
+        (b"KDMV", "vmdk", "Unsupported VMDK version"),
+        (b"vhdxfile", "vhdx", "No valid VHDX header found"),
+        (b"conectix", "vhd", "Incorrect header checksum"),
+    ],
+)
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_garbage_behind_an_image_magic_is_refused(
+    refuse, images, tmp_path, magic, fmt, why, compression
+):
+    bad = tmp_path / f"garbage.{fmt}"
+    bad.write_bytes(magic + bytes(range(1, 256)) * 1200)
+    source = images.compress(bad, compression) if compression else bad
+    error = refuse(source)
+    assert error.startswith(f"{source} is not a readable {fmt} image ({why}")
+    assert error.endswith("); refusing it")
 
 
 @pytest.mark.parametrize("fmt", ["raw", "qcow2"])

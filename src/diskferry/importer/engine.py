@@ -276,7 +276,12 @@ def _through_qemu_img(
             with FileVolume(image) as scratch:
                 if read_fixed_vhd_size(scratch, scratch.size) is not None:
                     sniffed.format = "vhd"
-    info = img.info(image, sniffed.format, untrusted=True)
+    try:
+        info = img.info(image, sniffed.format, untrusted=True)
+    except img.QemuImgError as e:
+        raise ImageRefusedError(
+            f"{stream.name} is not a readable {sniffed.format} image ({e.detail}); refusing it"
+        ) from e
     _refuse_untrusted(info.backing_file, info.data_file, info.encrypted)
     damage = img.check(image, sniffed.format)
     if damage:

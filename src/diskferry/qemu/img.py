@@ -20,6 +20,8 @@ QEMU_IMG = "qemu-img"
 PROBE_LIMITS = (30, 1 << 30)
 CONVERT_LIMITS = (None, 4 << 30)
 _PERCENT = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
+# "Could not open 'PATH': " that qemu-img says once per layer before the reason
+_OPENING = re.compile(r"^(?:Could not open '[^']*': )+")
 # `qemu-img check` exits with this for formats it cannot check; 3 means leaked clusters only
 _CHECK_UNSUPPORTED = 63
 # diskferry's format names that qemu-img spells otherwise
@@ -27,9 +29,13 @@ _QEMU_NAMES = {"vhd": "vpc", "iso": "raw"}
 
 
 class QemuImgError(DiskferryError):
-    """qemu-img failed; the message carries its last error line."""
+    """qemu-img failed; the message carries its last error line, `detail` that line alone."""
 
     reason = "QemuImgFailed"
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ def _error_line(stderr: bytes, fallback: str) -> str:
     lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
     if not lines:
         return fallback
-    return lines[-1].removeprefix("qemu-img: ")
+    return _OPENING.sub("", lines[-1].removeprefix("qemu-img: "))
 
 
 def _run(args: list[str], limits: tuple[int | None, int | None], what: str) -> bytes:
@@ -78,7 +84,8 @@ def _run(args: list[str], limits: tuple[int | None, int | None], what: str) -> b
     if proc.returncode == -signal.SIGXCPU or proc.returncode == -signal.SIGKILL:
         raise QemuImgError(f"{what}: qemu-img ran out of its CPU time limit")
     if proc.returncode != 0:
-        raise QemuImgError(f"{what}: {_error_line(proc.stderr, 'qemu-img failed')}")
+        detail = _error_line(proc.stderr, "qemu-img failed")
+        raise QemuImgError(f"{what}: {detail}", detail)
     return proc.stdout
 
 
