@@ -75,7 +75,12 @@ def copy(
         if progress is not None:
             progress.add(length)
 
+    def cancelled() -> bool:
+        return failed.is_set() or (cancel is not None and cancel.is_set())
+
     def zero_run(ext: Extent) -> None:
+        if cancelled():
+            return
         if not dst_zeroed:
             dst.zero(ext.start, ext.length)
         count(0, 0, ext.length, ext.length)
@@ -83,6 +88,8 @@ def copy(
     def copy_block(ext: Extent) -> None:
         buf = buffers.get()
         try:
+            if cancelled():
+                return
             view = memoryview(buf)[: ext.length]
             src.read_into(ext.start, view)
             written = 0
@@ -100,37 +107,33 @@ def copy(
             buffers.put(buf)
             free.release()
 
+    def note_failure(future: Future[None]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            failed.set()
+
     if extents is None:
         extents = src.extents("zero")
     pending: set[Future[None]] = set()
-
-    def submit(fn, ext: Extent) -> None:
-        future = pool.submit(fn, ext)
-        future.add_done_callback(lambda f: f.exception() and failed.set())
-        pending.add(future)
-
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="copy") as pool:
         try:
             for ext in _blocks(extents, block_size):
-                if cancel is not None and cancel.is_set():
-                    raise CancelledError("copy cancelled")
-                if ext.zero:
-                    submit(zero_run, ext)
-                    continue
-                free.acquire()
-                if failed.is_set():
-                    free.release()
+                if cancelled():
                     break
-                submit(copy_block, ext)
+                if not ext.zero:
+                    free.acquire()
+                future = pool.submit(zero_run if ext.zero else copy_block, ext)
+                future.add_done_callback(note_failure)
+                pending.add(future)
                 if len(pending) > 4 * slots:
                     pending = {f for f in pending if not f.done() or f.exception()}
         except BaseException:
-            for f in pending:
-                f.cancel()
+            failed.set()
             raise
         finally:
             wait(pending)
     for f in pending:
-        if not f.cancelled() and f.exception() is not None:
+        if f.exception() is not None:
             raise f.exception()  # type: ignore[misc]
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("copy cancelled")
     return result

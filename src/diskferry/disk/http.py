@@ -64,7 +64,13 @@ def _validator(headers) -> str | None:
 
 
 def _pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
-    ctx = ssl.create_default_context(cafile=ca_bundle)
+    try:
+        ctx = ssl.create_default_context(cafile=ca_bundle)
+    except (OSError, ssl.SSLError) as e:
+        raise TlsError(
+            f"cannot use the CA bundle {ca_bundle}: {getattr(e, 'strerror', None) or e}",
+            reason="BadCaBundle",
+        ) from e
     return urllib3.PoolManager(
         num_pools=4,
         maxsize=16,
