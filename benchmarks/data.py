@@ -24,12 +24,17 @@ def _runs(rng: random.Random) -> list[tuple[int, int]]:
     return runs
 
 
-def _fill(rng: random.Random, length: int) -> bytes:
+def fill(rng: random.Random, length: int) -> bytes:
     """Half random bytes, half text-like repetition: compresses about 2:1, like a real disk."""
     half = length // 2
     words = b"diskferry moves virtual machine disks between hosts and clusters "
     text = (words * (half // len(words) + 1))[:half]
     return rng.randbytes(length - half) + text
+
+
+def data_runs() -> list[tuple[int, int]]:
+    """The (offset, length) runs that hold the benchmark disk's data."""
+    return _runs(random.Random(_SEED))
 
 
 def make_disk(workdir: Path) -> dict[str, Path]:
@@ -45,7 +50,7 @@ def make_disk(workdir: Path) -> dict[str, Path]:
             f.truncate(VIRTUAL)
             for start, length in _runs(rng):
                 f.seek(start)
-                f.write(_fill(rng, length))
+                f.write(fill(rng, length))
         os.replace(tmp, raw)
     if not qcow2.exists():
         subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), f"{qcow2}.tmp"], check=True)
