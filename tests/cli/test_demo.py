@@ -1,0 +1,25 @@
+"""`diskferry demo` end to end: every step it runs checks itself and says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_every_step_and_verifies_it(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "diskferry.cli.main", "demo", "--dir", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert any("equals the sample" in ln for ln in lines)
+    assert any("downloaded through the proxy" in ln and "equal" in ln for ln in lines)
+    imported = tmp_path / "d" / "imported.img"
+    downloaded = tmp_path / "d" / "downloaded.img"
+    assert imported.read_bytes() == downloaded.read_bytes()
+    assert downloaded.stat().st_blocks * 512 < downloaded.stat().st_size // 2
