@@ -356,6 +356,7 @@ class Fault:
     trickle: float = 0.0
     piece: int = 64 * 1024
     status: int | None = None
+    statuses: int = 1_000_000
     redirect: str | None = None
     range_offset: int = 0
     changing: bool = False
@@ -388,7 +389,8 @@ class FaultServer:
         fault = self.faults.get(name)
         if fault is None:
             raise web.HTTPNotFound()
-        if fault.status is not None:
+        if fault.status is not None and fault.statuses > 0:
+            fault.statuses -= 1
             return web.Response(status=fault.status, text="broken on purpose\n")
         if fault.redirect is not None:
             raise web.HTTPFound(fault.redirect)

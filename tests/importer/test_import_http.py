@@ -6,6 +6,10 @@ import json
 
 import pytest
 
+from diskferry.disk.progress import Progress
+from diskferry.importer.engine import run_import
+from diskferry.importer.job import ImportJob
+
 
 def imported(diskferry, url, target, *options):
     result = diskferry("import", url, target, "--json", *options)
@@ -141,3 +145,23 @@ def test_headers_reach_the_server(diskferry, images, faulty, tmp_path):
     seen = faulty.seen("disk")
     assert seen
     assert all(h["Authorization"] == "Bearer abc" and h["X-Trace"] == "42" for h in seen)
+
+
+def test_busy_server_is_asked_again(diskferry, images, faulty, tmp_path):
+    url = faulty.add("disk", images.get("raw", "gzip"), status=503, statuses=2)
+    out = imported(diskferry, url, tmp_path / "disk.raw")
+    assert images.same(images.reference, tmp_path / "disk.raw")
+    assert len(faulty.seen("disk")) == 3
+    assert out["resumes"] == 0
+
+
+def test_headers_from_a_file(images, faulty, tmp_path):
+    secret = tmp_path / "headers"
+    secret.write_text("Authorization: Bearer from-a-file\nX-Empty:\n\nnot a header\n")
+    url = faulty.add("disk", images.get("qcow2", "gzip"))
+    job = ImportJob(source=url, target=str(tmp_path / "disk.raw"), headersFile=str(secret))
+    run_import(job, Progress())
+    assert images.same(images.reference, tmp_path / "disk.raw")
+    seen = faulty.seen("disk")[0]
+    assert seen["Authorization"] == "Bearer from-a-file"
+    assert seen["X-Empty"] == ""
