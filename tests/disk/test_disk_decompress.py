@@ -59,6 +59,12 @@ def test_concatenated_members_are_read_on(kind):
     assert read_all(joined, kind, 77_777) == DATA
 
 
+def test_zero_padding_after_gzip_members():
+    padded = compress("gzip", DATA[:1000]) + bytes(300_000) + compress("gzip", DATA[1000:])
+    assert read_all(padded + bytes(512), "gzip") == DATA
+    assert gzip.decompress(padded) == DATA
+
+
 def test_zstd_without_content_size_and_skippable_frames():
     skippable = (0x184D2A5E).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"12345"
     raw = zstd_streamed(DATA[:400_000]) + skippable + zstd_streamed(DATA[400_000:])

@@ -87,6 +87,11 @@ class DecompressingReader:
                     raise DecompressError(f"the {self.kind} stream ends in the middle (truncated)")
                 self._eof = True
                 return b""
+        if zlib_like and not self._in_member:
+            # zeros may pad a gzip stream after a member, as gzip itself accepts
+            self._pending = self._pending.lstrip(b"\0")
+            if not self._pending:
+                return b""
         if zlib_like:
             out = d.decompress(self._pending, n)
             self._pending = d.unconsumed_tail
