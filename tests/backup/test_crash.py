@@ -45,6 +45,14 @@ def _start(job_file) -> tuple[subprocess.Popen, float]:
     return proc, time.monotonic()
 
 
+def _wait_released(overlay: str) -> None:
+    """Wait until the storage daemon of a killed backup, ended by its parent's death, is gone."""
+    deadline = time.monotonic() + 20
+    while subprocess.run(["qemu-img", "info", overlay], capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, f"{overlay} stays locked"
+        time.sleep(0.05)
+
+
 def _snapshot_ids(url: str) -> set[str]:
     with Repository.open(url, PASSWORD) as repo:
         return {s.id for s in repo.list_snapshots()}
@@ -80,6 +88,7 @@ def test_backups_killed_at_random_moments(engine, tmp_path):
         time.sleep(max(0.0, started + rnd.uniform(0, span * 1.2) - time.monotonic()))
         proc.send_signal(signal.SIGKILL)
         outcomes.append(proc.wait(60))
+        _wait_released(overlay)
         made = _snapshot_ids(engine.url) - seen
         seen |= made
         for snapshot in made:  # a snapshot saved before the kill holds the disk as it was then
