@@ -1,4 +1,4 @@
-"""`diskferry demo` end to end: every step it runs checks itself and says so."""
+"""`diskferry demo` end to end: import, export, backup and restore, each verified."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def test_demo_runs_every_step_and_verifies_it(tmp_path: Path) -> None:
     lines = proc.stderr.splitlines()
     assert any("equals the sample" in ln for ln in lines)
     assert any("downloaded through the proxy" in ln and "equal" in ln for ln in lines)
+    assert any("backup 1: full" in ln for ln in lines)
+    assert any("backup 2: incremental" in ln and "read 1048576 bytes" in ln for ln in lines)
+    assert sum("qemu-img compare: equal" in ln and "restored" in ln for ln in lines) == 2
     imported = tmp_path / "d" / "imported.img"
     downloaded = tmp_path / "d" / "downloaded.img"
     assert imported.read_bytes() == downloaded.read_bytes()

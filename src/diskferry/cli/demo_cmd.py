@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import secrets
 import shutil
@@ -22,6 +23,19 @@ from diskferry.disk.errors import DiskferryError
 _SAMPLE_SIZE = 256 << 20
 _DATA_RUNS = 48
 _RUN_LENGTH = 1 << 20
+
+
+_MARKER = ".diskferry-demo"
+
+
+def _fresh(workdir: Path) -> None:
+    """An empty working directory: one a previous demo made is emptied, others refused."""
+    if workdir.exists() and any(workdir.iterdir()):
+        if not (workdir / _MARKER).exists():
+            raise DemoError(f"{workdir} is not empty and not a demo directory; use --dir")
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / _MARKER).touch()
 
 
 def _make_sample(workdir: Path) -> Path:
@@ -148,19 +162,68 @@ def _export_step(workdir: Path, disk: Path, no_progress: bool) -> None:
     )
 
 
+def _cli(*args: str, env: dict[str, str] | None = None) -> dict:
+    """Run a diskferry command with --json and return its result."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "diskferry.cli.main", *args, "--json"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise DemoError(f"diskferry {' '.join(args[:2])} failed")
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def _backup_step(workdir: Path, disk: Path, before: Path) -> None:
+    """Enable CBT, back up in full, write, back up incrementally, restore both points."""
+    from diskferry.qemu import img
+
+    env = {"DISKFERRY_PASSWORD": "diskferry-demo"}
+    repo = str(workdir / "repo")
+    note(f"backup repository {repo} (password from DISKFERRY_PASSWORD)")
+    _cli("repo", "init", "--repo", repo, env=env)
+    _cli("cbt", "enable", str(disk))
+    backup = ["backup", "--repo", repo, "--vm", "demo", "--disk", f"root={disk}", "--no-progress"]
+    full = _cli(*backup, env=env)["disks"][0]
+    note(f"backup 1: {full['type']} ({full['reason']}), {full['bytesUploaded']} bytes uploaded")
+    overlay = f"{disk}.cbt.qcow2"
+    writes = [f"write -P {0x40 + i} {i * 7 + 3}M 64k" for i in range(16)]
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", *[a for w in writes for a in ("-c", w)], overlay],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    note(f"the VM wrote 16 scattered 64 KiB blocks through {Path(overlay).name}")
+    incr = _cli(*backup, env=env)["disks"][0]
+    note(
+        f"backup 2: {incr['type']} ({incr['reason']}), read {incr['bytesRead']} bytes, "
+        f"uploaded {incr['bytesUploaded']} bytes"
+    )
+    for name, snapshot, reference in (
+        ("restored-1.img", full["snapshot"], before),
+        ("restored-2.img", incr["snapshot"], disk),
+    ):
+        out = workdir / name
+        _cli("restore", snapshot, str(out), "--repo", repo, "--no-progress", env=env)
+        if not img.compare(str(reference), str(out), "raw", "raw"):
+            raise DemoError(f"{out} differs from {reference}")
+        note(f"restored snapshot {snapshot} into {name}; qemu-img compare: equal")
+
+
 def demo_command(
     workdir: Annotated[
         Path, typer.Option("--dir", help="Working directory for the demo's files.")
     ] = Path("diskferry-demo"),
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
 ) -> None:
-    """Import a sample disk over HTTP, export it through the proxy, and verify each step."""
+    """Import a sample disk, export it through the proxy, back it up and restore it."""
     from diskferry.disk.progress import Progress
     from diskferry.importer.engine import run_import
     from diskferry.importer.job import ImportJob
     from diskferry.qemu import img
 
-    workdir.mkdir(parents=True, exist_ok=True)
+    _fresh(workdir)
     served = workdir / "served"
     served.mkdir(exist_ok=True)
     note(f"making a {_SAMPLE_SIZE >> 20} MiB sample disk (qcow2, gzip) in {served}")
@@ -183,6 +246,7 @@ def demo_command(
     allocated = os.stat(target).st_blocks * 512
     note(f"qemu-img compare: {target} equals the sample; {allocated >> 20} MiB allocated (sparse)")
     _export_step(workdir, target, no_progress)
+    _backup_step(workdir, target, workdir / "downloaded.img")
 
 
 def register(app: typer.Typer) -> None:
