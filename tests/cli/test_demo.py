@@ -22,7 +22,9 @@ def test_demo_runs_every_step_and_verifies_it(tmp_path: Path) -> None:
     assert any("backup 1: full" in ln for ln in lines)
     assert any("backup 2: incremental" in ln and "read 1048576 bytes" in ln for ln in lines)
     assert sum("qemu-img compare: equal" in ln and "restored" in ln for ln in lines) == 2
-    imported = tmp_path / "d" / "imported.img"
-    downloaded = tmp_path / "d" / "downloaded.img"
-    assert imported.read_bytes() == downloaded.read_bytes()
+    work = tmp_path / "d"
+    downloaded = work / "downloaded.img"
+    assert (work / "restored-1.img").read_bytes() == downloaded.read_bytes()
+    assert (work / "restored-2.img").read_bytes() == (work / "imported.img").read_bytes()
+    assert downloaded.read_bytes() != (work / "imported.img").read_bytes()
     assert downloaded.stat().st_blocks * 512 < downloaded.stat().st_size // 2
