@@ -59,18 +59,18 @@ def test_fixed_vhd_is_told_from_raw_by_its_footer(images, nginx, fixed_vhd, tmp_
 
 
 @pytest.mark.parametrize(
-    ("fmt", "qemu_fmt", "options"),
+    ("fmt", "options"),
     [
-        ("vmdk", "vmdk", ["-o", "subformat=streamOptimized"]),
-        ("vhdx", "vhdx", ["-o", "subformat=fixed"]),
-        ("vdi", "vdi", ["-o", "static=on"]),
-        ("qcow2", "qcow2", ["-c"]),
-        ("qcow2", "qcow2", ["-o", "compat=0.10"]),
+        ("vmdk", ["-o", "subformat=streamOptimized"]),
+        ("vhdx", ["-o", "subformat=fixed"]),
+        ("vdi", ["-o", "static=on"]),
+        ("qcow2", ["-c"]),
+        ("qcow2", ["-o", "compat=0.10"]),
     ],
 )
-def test_other_layouts_of_a_format(images, tmp_path, fmt, qemu_fmt, options):
+def test_other_layouts_of_a_format(images, tmp_path, fmt, options):
     source = tmp_path / f"layout.{fmt}"
-    args = ["-f", "raw", "-O", qemu_fmt, *options, str(images.reference), str(source)]
+    args = ["-f", "raw", "-O", fmt, *options, str(images.reference), str(source)]
     subprocess.run(["qemu-img", "convert", *args], check=True)
     target = tmp_path / "disk.raw"
     result = run_import(ImportJob(source=str(source), target=str(target)), Progress())
