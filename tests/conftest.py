@@ -93,8 +93,6 @@ class Images:
 
     data_bytes = DATA_BYTES
     disk_size = DISK_SIZE
-    data_runs = DATA_RUNS
-    zero_run = ZERO_RUN
     same = staticmethod(same_image)
     allocated = staticmethod(allocated)
     leftovers = staticmethod(leftovers)
