@@ -37,6 +37,20 @@ def test_import_into_a_block_device(diskferry, images, loop_device, fmt, compres
     assert out["format"] == "raw"
 
 
+@pytest.mark.parametrize(("fmt", "compression"), [("raw", "zstd"), ("qcow2", None), ("vdi", "xz")])
+def test_device_larger_than_the_image_reads_zeros_past_it(
+    diskferry, images, loop_device, fmt, compression
+):
+    device = loop_device(images.disk_size + (16 << 20))
+    fill(device, b"\x5a" * 4096)
+    result = diskferry("import", images.get(fmt, compression), device, "--size", "40M", "--json")
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["virtualSize"] == 40 << 20
+    data = content(device)
+    assert data[: images.disk_size] == images.reference.read_bytes()
+    assert data[images.disk_size :] == bytes(16 << 20)
+
+
 @pytest.mark.parametrize("fmt", ["raw", "qcow2"])
 def test_too_small_device_is_refused_before_any_write(diskferry, images, loop_device, fmt):
     device = loop_device(images.disk_size // 2)

@@ -299,7 +299,11 @@ def _through_qemu_img(
         cancel=cancel,
     )
     final = max(info.virtual_size, job.size or 0)
-    if final > info.virtual_size:
+    if target.block_device:
+        # the device keeps its size; past the image it reads as zeros, as after a raw import
+        with FileVolume(target.path, writable=True) as device:
+            device.zero(info.virtual_size, device.size - info.virtual_size)
+    elif final > info.virtual_size:
         img.resize(target.prime, final, job.format)
     with FileVolume(target.prime) as out:
         written = out.size if target.block_device else out.allocated_bytes()
