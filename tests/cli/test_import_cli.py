@@ -189,3 +189,20 @@ def test_info_tells_a_fixed_vhd_from_raw(diskferry, images, tmp_path):
     out = info(diskferry, vhd)
     assert out["format"] == "vhd"
     assert out["virtualSize"] == vhd.stat().st_size - 512
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["import"], "Missing argument 'source'."),
+        (["import", "a", "b", "--bogus"], "No such option: --bogus"),
+        (["import", "a", "b", "--header", "bad"], "header 'bad' is not 'Name: value'"),
+        (["info"], "Missing argument 'image'."),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(diskferry, tmp_path, args, said):
+    result = diskferry(*args)
+    assert result.code == 2
+    assert said in result.error
+    assert result.stdout == ""
+    assert not (tmp_path / "b").exists()
