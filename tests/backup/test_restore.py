@@ -86,7 +86,7 @@ def test_qcow2_output(engine, backed_up, tmp_path):
 
 def test_restoring_over_a_cbt_volume_resets_its_chain(engine, backed_up):
     volume, first, second = backed_up
-    with pytest.raises(TargetError, match="only hold a raw disk"):
+    with pytest.raises(cbt.CbtError, match="only hold a raw disk"):
         engine.restore(first, volume, force=True, format="qcow2")
     assert same(volume, engine.references[second])
     result = engine.restore(first, volume + ".cbt.qcow2", force=True)  # the overlay names it

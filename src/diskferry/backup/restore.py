@@ -102,13 +102,6 @@ def write_entries(
     return written, cache.reads
 
 
-def _target_path(path: str) -> str:
-    """The raw volume, when given the path of its CBT overlay."""
-    if path.endswith(cbt.SUFFIX) and os.path.exists(path):
-        return cbt.find(path).volume
-    return path
-
-
 def run_restore(
     job: RestoreJob,
     progress: Progress,
@@ -117,7 +110,8 @@ def run_restore(
 ) -> RestoreResult:
     """Restore one snapshot into `job.target`; a file target is replaced only on success."""
     clock = time.monotonic()
-    target = Target(_target_path(job.target))
+    path, tracked = cbt.overwrite_target(job.target, job.format)
+    target = Target(path)
     exists = os.path.exists(target.path)
     if target.block_device and job.format != "raw":
         raise TargetError(f"{target.path} is a block device: it can only hold a raw disk")
@@ -141,9 +135,6 @@ def run_restore(
         if target.block_device:
             target.check_fits(size)
             say(f"restore writes the block device {target.path} in place")
-        tracked = exists and not target.block_device and cbt.find(target.path).enabled
-        if tracked and job.format != "raw":
-            raise TargetError(f"{target.path} has CBT: it can only hold a raw disk")
         progress.set_total(sum(e.length for e in snapshot.entries if e.chunk is not None))
         progress.set_phase("restoring")
         raw = target.scratch if job.format == "qcow2" else target.prime

@@ -155,6 +155,20 @@ def disable(path: str) -> CbtDisk:
     return CbtDisk(disk.volume, None)
 
 
+def overwrite_target(path: str, fmt: str) -> tuple[str, bool]:
+    """Where an import or restore aimed at `path` writes, and whether that volume has CBT.
+
+    An overlay's path stands for its volume; only a raw disk may replace a tracked volume,
+    which its overlay reads as raw.
+    """
+    if not os.path.exists(path):
+        return path, False
+    disk = find(path)
+    if disk.enabled and fmt != "raw":
+        raise CbtError(f"{disk.volume} has CBT: it can only hold a raw disk")
+    return disk.volume, disk.enabled
+
+
 def reset_chain(path: str) -> bool:
     """Forget every checkpoint before a write that bypasses the overlay (import, restore).
 
