@@ -26,7 +26,7 @@ from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
 from diskferry.importer.job import ImportJob, ImportResult
 from diskferry.importer.source import SourceStream, read_headers_file
-from diskferry.qemu import img
+from diskferry.qemu import cbt, img
 
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
 _QCOW2_SLACK_DIVISOR = 64
@@ -127,7 +127,8 @@ def run_import(
 ) -> ImportResult:
     """Import `job.source` into `job.target`; the target is replaced only on success."""
     started = time.monotonic()
-    target = Target(job.target)
+    path, tracked = cbt.overwrite_target(job.target, job.format)
+    target = Target(path)
     if target.block_device and job.format != "raw":
         raise TargetError(f"{target.path} is a block device: it can only hold a raw image")
     headers = dict(job.headers)
@@ -153,10 +154,13 @@ def run_import(
         if checksum is not None:
             stream.drain()
             checksum.verify()
+        # before the swap: a crash after it must not leave checkpoints that miss the import
+        if tracked and cbt.reset_chain(target.path):
+            say(f"{target.path} has CBT: its chain was reset, so its next backup is full")
         target.commit()
     except DiskferryError as e:
         if target.block_device and writing:
-            raise type(e)(f"{e.message}; the block device {target.path} is partly written") from e
+            e.args = (f"{e.message}; the block device {target.path} is partly written",)
         raise
     finally:
         stream.close()
