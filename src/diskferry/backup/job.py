@@ -13,6 +13,7 @@ from diskferry.disk.jobrunner import WorkerJob
 
 if TYPE_CHECKING:
     from diskferry.backup.repository import Repository
+    from diskferry.objstore.store import S3Options
 
 
 class RepoAccess(WorkerJob):
@@ -36,13 +37,17 @@ class RepoAccess(WorkerJob):
             return value
         return read_password(self.password_file)
 
+    def s3_options(self) -> S3Options:
+        """The S3 settings given, over those of the environment."""
+        from diskferry.objstore.store import S3Options
+
+        return S3Options(endpoint=self.s3_endpoint, region=self.s3_region)
+
     def open_repository(self) -> Repository:
         """Open the repository with the job's password and S3 settings."""
         from diskferry.backup.repository import Repository
-        from diskferry.objstore.store import S3Options
 
-        s3 = S3Options(endpoint=self.s3_endpoint, region=self.s3_region)
-        return Repository.open(self.repo, self.password(), s3=s3)
+        return Repository.open(self.repo, self.password(), s3=self.s3_options())
 
     @property
     def lock_wait(self) -> float:

@@ -10,9 +10,8 @@ from diskferry.cli.common import note, print_json, progress_bar, size_option
 from diskferry.disk.errors import DiskferryError
 
 if TYPE_CHECKING:
-    from diskferry.backup.repository import Repository
+    from diskferry.backup.job import RepoAccess
     from diskferry.backup.snapshots import SnapshotInfo
-    from diskferry.objstore.store import S3Options
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="A directory or s3://bucket/prefix.")]
 PasswordFileOpt = Annotated[
@@ -29,29 +28,24 @@ WaitOpt = Annotated[
 ]
 
 
-def _wait(wait: bool) -> float:
-    return float("inf") if wait else 0.0
-
-
 class CheckFailedError(DiskferryError):
     """The repository check found damage."""
 
     reason = "CheckFailed"
 
 
-def _s3(endpoint: str | None, region: str | None) -> S3Options:
-    from diskferry.objstore.store import S3Options
+def _access(
+    url: str,
+    password_file: str | None,
+    endpoint: str | None,
+    region: str | None,
+    wait: bool = False,
+) -> RepoAccess:
+    from diskferry.backup.job import RepoAccess
 
-    return S3Options(endpoint=endpoint, region=region)
-
-
-def _open(
-    url: str, password_file: str | None, endpoint: str | None, region: str | None
-) -> Repository:
-    from diskferry.backup.password import read_password
-    from diskferry.backup.repository import Repository
-
-    return Repository.open(url, read_password(password_file), s3=_s3(endpoint, region))
+    return RepoAccess(
+        repo=url, password_file=password_file, s3_endpoint=endpoint, s3_region=region, wait=wait
+    )
 
 
 def init_command(
@@ -69,20 +63,20 @@ def init_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Make a new, empty backup repository."""
-    from diskferry.backup.password import read_password
     from diskferry.backup.repository import Repository
 
     size = size_option(chunk_size) or 0
     if size < 4096 or size & (size - 1):
         raise typer.BadParameter("the chunk size must be a power of two, 4K or more")
-    password = None if no_encryption else read_password(password_file)
+    access = _access(repo, password_file, s3_endpoint, s3_region)
+    password = None if no_encryption else access.password()
     with Repository.init(
         repo,
         password,
         chunk_size=size,
         max_incrementals=max_incrementals,
         encrypted=not no_encryption,
-        s3=_s3(s3_endpoint, s3_region),
+        s3=access.s3_options(),
     ) as made:
         result = {
             "repository": made.id,
@@ -113,9 +107,10 @@ def check_command(
     from diskferry.backup.check import check
     from diskferry.disk.progress import Progress
 
+    access = _access(repo, password_file, s3_endpoint, s3_region, wait)
     with (
-        _open(repo, password_file, s3_endpoint, s3_region) as opened,
-        opened.lock("shared", "check", wait=_wait(wait), notify=note),
+        access.open_repository() as opened,
+        opened.lock("shared", "check", wait=access.lock_wait, notify=note),
     ):
         total = sum(info.size for info in opened.store.list("packs/")) if read_data else 0
         progress = Progress(total, "reading packs")
@@ -142,7 +137,7 @@ def stats_command(
     """Show what the repository holds: snapshots, chunks, packs and their sizes."""
     from diskferry.disk.sizes import format_size
 
-    with _open(repo, password_file, s3_endpoint, s3_region) as opened:
+    with _access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
     if json_out:
         print_json(stats)
@@ -177,7 +172,7 @@ def snapshots_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """List the snapshots, oldest first."""
-    with _open(repo, password_file, s3_endpoint, s3_region) as opened:
+    with _access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         found = [_snapshot_json(s) for s in opened.list_snapshots(vm)]
     if json_out:
         print_json(found)
@@ -211,9 +206,10 @@ def forget_command(
     policy = keep_last or keep_daily or keep_weekly
     if not snapshot_ids and not policy:
         raise typer.BadParameter("name snapshot ids, or a --keep-last/--keep-daily/--keep-weekly")
+    access = _access(repo, password_file, s3_endpoint, s3_region, wait)
     with (
-        _open(repo, password_file, s3_endpoint, s3_region) as opened,
-        opened.lock("shared", "forget", wait=_wait(wait), notify=note),
+        access.open_repository() as opened,
+        opened.lock("shared", "forget", wait=access.lock_wait, notify=note),
     ):
         ids = list(snapshot_ids or [])
         if policy:
@@ -241,8 +237,9 @@ def prune_command(
 
     from diskferry.backup.prune import prune
 
-    with _open(repo, password_file, s3_endpoint, s3_region) as opened:
-        stats = prune(opened, wait=_wait(wait), notify=note)
+    access = _access(repo, password_file, s3_endpoint, s3_region, wait)
+    with access.open_repository() as opened:
+        stats = prune(opened, wait=access.lock_wait, notify=note)
     if json_out:
         print_json({_camel(k): v for k, v in asdict(stats).items()})
     else:
