@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import leftovers, same_image
-
 from diskferry.qemu import cbt
 from diskferry.qemu.bitmaps import BASE
 
@@ -39,7 +37,7 @@ def test_import_over_a_tracked_volume_resets_its_chain(diskferry, images, tmp_pa
     assert result.code == 0, result.stderr
     assert "chain was reset" in result.stderr
     assert _bitmaps(volume) == [BASE]
-    assert same_image(images.reference, volume)
+    assert images.same(images.reference, volume)
 
 
 def test_import_aimed_at_the_overlay_writes_its_volume(diskferry, images, tmp_path: Path) -> None:
@@ -47,7 +45,7 @@ def test_import_aimed_at_the_overlay_writes_its_volume(diskferry, images, tmp_pa
     overlay = cbt.overlay_path(str(volume))
     result = diskferry("import", images.get("raw", "gzip"), overlay, "--no-progress")
     assert result.code == 0, result.stderr
-    assert same_image(images.reference, volume)
+    assert images.same(images.reference, volume)
     assert cbt.find(overlay).volume == str(volume)
     assert _bitmaps(volume) == [BASE]
 
@@ -61,4 +59,4 @@ def test_a_tracked_volume_takes_only_raw(diskferry, images, tmp_path: Path) -> N
     assert "has CBT: it can only hold a raw disk" in result.error
     assert volume.read_bytes() == before
     assert CHECKPOINT in _bitmaps(volume)
-    assert leftovers(volume.parent) == []
+    assert images.leftovers(volume.parent) == []

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from qemu_helpers import MiB
+from qemu_helpers import MiB, Vm
 
 from diskferry.qemu import cbt
 from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
@@ -26,23 +25,6 @@ def volume(tmp_path: Path) -> str:
 def cbt_volume(volume: str) -> cbt.CbtDisk:
     """A volume with CBT enabled."""
     return cbt.enable(volume)
-
-
-@dataclass
-class Vm:
-    """A running QEMU that serves a disk: its monitor, and a writable NBD export of the disk."""
-
-    daemon: StorageDaemon
-    url: str
-    disk: cbt.CbtDisk
-
-    @property
-    def qmp_socket(self) -> str:
-        return self.daemon.qmp_socket
-
-    @property
-    def nbd_socket(self) -> str:
-        return self.daemon.nbd_socket
 
 
 @pytest.fixture

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
+
+from diskferry.qemu import cbt
+from diskferry.qemu.storage_daemon import StorageDaemon
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -49,3 +53,20 @@ def bare_daemon(overlay: str) -> subprocess.Popen[bytes]:
     """A qemu-storage-daemon with the overlay open and nothing else: one to kill in tests."""
     spec = {"driver": "qcow2", "node-name": "d", "file": {"driver": "file", "filename": overlay}}
     return subprocess.Popen(["qemu-storage-daemon", "--blockdev", json.dumps(spec)])
+
+
+@dataclass
+class Vm:
+    """A running QEMU that serves a disk: its monitor, and a writable NBD export of the disk."""
+
+    daemon: StorageDaemon
+    url: str
+    disk: cbt.CbtDisk
+
+    @property
+    def qmp_socket(self) -> str:
+        return self.daemon.qmp_socket
+
+    @property
+    def nbd_socket(self) -> str:
+        return self.daemon.nbd_socket

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Vm
-from qemu_helpers import KiB, MiB, bare_daemon, dirty_runs, image_bitmaps, read, write
+from qemu_helpers import KiB, MiB, Vm, bare_daemon, dirty_runs, image_bitmaps, read, write
 
 from diskferry.qemu import cbt
 from diskferry.qemu.hostlock import Busy

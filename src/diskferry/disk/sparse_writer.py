@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 
+from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
@@ -121,6 +122,16 @@ class SparseWriter:
         self._thread.join()
         self._check()
         return self.offset
+
+    def write_from(self, stream: Readable, block: int = 1 << 20) -> int:
+        """Write all of `stream` and close; on any error stop the writer and re-raise."""
+        try:
+            while data := stream.read(block):
+                self.write(data)
+            return self.close()
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
         """Stop the writer thread without writing what is buffered."""

@@ -221,13 +221,7 @@ def _stream(
                 progress=progress,
                 cancel=cancel,
             )
-            try:
-                while chunk := body.read(_READ):
-                    writer.write(chunk)
-                written = writer.close()
-            except BaseException:
-                writer.abort()
-                raise
+            written = writer.write_from(body, _READ)
             if written != size:
                 raise DownloadError(f"the stream ended after {written} of {size} bytes")
         fetched = reader.position

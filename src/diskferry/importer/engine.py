@@ -221,13 +221,8 @@ def _raw_to_raw(
                 limit_message=_bomb_message(limit, job.size, sniffed.declared_size, what),
                 cancel=cancel,
             )
-            try:
-                while data := sniffed.stream.read(1 << 20):
-                    writer.write(data)
-            except BaseException:
-                writer.abort()
-                raise
-            length, read, written = writer.close(), stream.bytes_read, writer.bytes_written
+            length = writer.write_from(sniffed.stream)
+            read, written = stream.bytes_read, writer.bytes_written
             if sniffed.declared_size is not None and length < sniffed.declared_size:
                 raise ImageRefusedError(
                     f"the stream ended after {length} of {sniffed.declared_size} bytes (truncated)"
@@ -328,10 +323,4 @@ def _stream_to_scratch(target: Target, sniffed: _Sniffed, cancel: threading.Even
             limit_message=_bomb_message(limit, None, sniffed.declared_size, what),
             cancel=cancel,
         )
-        try:
-            while data := sniffed.stream.read(1 << 20):
-                writer.write(data)
-        except BaseException:
-            writer.abort()
-            raise
-        scratch.truncate(writer.close())
+        scratch.truncate(writer.write_from(sniffed.stream))
