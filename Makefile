@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 DEB_PACKAGES := qemu-utils qemu-system-common qemu-block-extra qemu-guest-agent nginx nbdkit libnbd-bin \
-	docker-registry skopeo curl xz-utils bzip2 zstd pigz
-BENCH_PACKAGES := restic borgbackup hyperfine
+	curl xz-utils bzip2 zstd pigz
+BENCH_PACKAGES := restic borgbackup
 
 .PHONY: setup demo test lint bench clean
 
