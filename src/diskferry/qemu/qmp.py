@@ -57,13 +57,13 @@ class Qmp:
             self._client.negotiate = False
         self._events = EventListener()
         self._client.register_listener(self._events)
-        peer = "the guest agent" if guest_agent else "the QEMU monitor"
+        self._peer = "the guest agent" if guest_agent else "QEMU"
         try:
             self._run(self._client.connect(socket_path), timeout)
         except (ConnectError, QMPError, OSError, TimeoutError) as e:
             self._stop_loop()
             raise QmpError(
-                f"cannot connect to {peer} at {socket_path}: {e}",
+                f"cannot connect to {self._peer} at {socket_path}: {e}",
                 reason="QmpConnectFailed",
             ) from e
 
@@ -79,11 +79,11 @@ class Qmp:
             return self._run(self._client.execute(name, merged or None), self.timeout)
         except ExecuteError as e:
             raise QmpError(
-                f"QEMU refused {name}: {e}", error_class=e.error_class, desc=str(e)
+                f"{self._peer} refused {name}: {e}", error_class=e.error_class, desc=str(e)
             ) from e
         except (QMPError, OSError, TimeoutError) as e:
             raise QmpError(
-                f"QEMU monitor at {self.socket_path} did not answer {name}: "
+                f"{self._peer} at {self.socket_path} did not answer {name}: "
                 f"{e or type(e).__name__}",
                 reason="QmpDisconnected",
             ) from e

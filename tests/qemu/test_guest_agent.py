@@ -1,0 +1,139 @@
+"""Backup sessions freeze the guest's filesystems through a real qemu-ga, jailed on a loop image."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from guest_agent import GuestAgent, jailed_agent
+from qemu_helpers import KiB, MiB, Vm, read, write
+
+from diskferry.qemu.qmp import Qmp, QmpError
+from diskferry.qemu.session import BackupSession, SessionDisk
+
+REPO = "repo1"
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[GuestAgent]:
+    """A running qemu-ga whose only filesystem is a 64 MiB ext4 loop image."""
+    with jailed_agent(tmp_path) as started:
+        yield started
+
+
+def _session(vm: Vm, agent: GuestAgent) -> BackupSession:
+    return BackupSession(
+        [SessionDisk("vda", vm.disk.volume)],
+        REPO,
+        qmp_socket=vm.qmp_socket,
+        nbd_socket=vm.nbd_socket,
+        qga_socket=agent.socket,
+    )
+
+
+def _left_behind(vm: Vm) -> list[str]:
+    """Bitmaps, nodes, jobs and exports the sessions made on the VM, and its fleecing files."""
+    with Qmp(vm.qmp_socket) as qmp:
+        found = [e["id"] for e in qmp.command("query-block-exports") if e["id"] != "vm"]
+        found += [j["device"] for j in qmp.command("query-block-jobs")]
+        for node in qmp.command("query-named-block-nodes", flat=True):
+            found += [n for n in [node["node-name"]] if n.startswith("diskferry-")]
+            found += [b["name"] for b in node.get("dirty-bitmaps", []) if REPO in b.get("name", "")]
+    files = os.listdir(os.path.dirname(vm.disk.overlay or ""))
+    return found + [f for f in files if f.endswith(".fleece.qcow2")]
+
+
+class _Watch:
+    """Records the agent commands a session sends, and what holds while its transaction runs."""
+
+    def __init__(self, agent: GuestAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.agent = agent
+        self.calls: list[str] = []
+        self.status_in_transaction: object = None
+        self.write_blocked_in_transaction: bool | None = None
+        self.writer: threading.Thread | None = None
+        self._connection: Qmp | None = None
+        self._command = Qmp.command
+        monkeypatch.setattr(Qmp, "command", self._wrap())
+
+    def _wrap(self) -> Any:
+        watch = self
+
+        def command(qmp: Qmp, name: str, arguments: Any = None, /, **args: Any) -> Any:
+            if qmp.socket_path == watch.agent.socket:
+                watch.calls.append(name)
+                watch._connection = qmp
+            elif name == "transaction":
+                watch.calls.append(name)
+                return watch._transaction(qmp, arguments, args)
+            return watch._command(qmp, name, arguments, **args)
+
+        return command
+
+    def _transaction(self, qmp: Qmp, arguments: Any, args: dict[str, Any]) -> Any:
+        """Ask the agent how it stands, and start a write into the guest, then run it."""
+        assert self._connection is not None, "the transaction ran without the guest agent"
+        self.status_in_transaction = self._command(self._connection, "guest-fsfreeze-status")
+        target = self.agent.root / "written-while-frozen"
+        self.writer = threading.Thread(target=target.write_bytes, args=(b"x",), daemon=True)
+        self.writer.start()
+        result = self._command(qmp, "transaction", arguments, **args)
+        # On a frozen filesystem the write waits for the thaw, however long this waits.
+        self.writer.join(1.0)
+        self.write_blocked_in_transaction = self.writer.is_alive()
+        return result
+
+
+def test_a_session_freezes_the_guest_around_its_transaction(
+    vm: Vm, agent: GuestAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(vm.url, 1 * MiB, 64 * KiB, 0x5A)
+    watch = _Watch(agent, monkeypatch)
+    session = _session(vm, agent)
+    assert session.consistency == "filesystems frozen"
+    with session as (export,):
+        assert watch.write_blocked_in_transaction is True
+        assert watch.status_in_transaction == "frozen"
+        assert watch.calls == ["guest-fsfreeze-freeze", "transaction", "guest-fsfreeze-thaw"]
+        assert watch.writer is not None
+        watch.writer.join(10)
+        assert not watch.writer.is_alive(), "the guest's write still waits: not thawed"
+        assert (agent.root / "written-while-frozen").read_bytes() == b"x"
+        assert agent.command("guest-fsfreeze-status") == "thawed"
+        assert export.mode == "full"
+        assert read(export.url, 1 * MiB, 64 * KiB) == b"\x5a" * (64 * KiB)
+    assert _left_behind(vm) == [export.checkpoint]
+
+
+def test_a_refused_freeze_fails_the_session_before_any_checkpoint(vm: Vm, tmp_path: Path) -> None:
+    refused = r"^the guest agent refused guest-fsfreeze-freeze: .*disabled"
+    with jailed_agent(tmp_path, blocked=("guest-fsfreeze-freeze",)) as agent:
+        with pytest.raises(QmpError, match=refused), _session(vm, agent):
+            pass
+        assert agent.command("guest-fsfreeze-status") == "thawed"
+    assert _left_behind(vm) == []
+
+
+def test_the_cli_reports_a_frozen_backup(
+    vm: Vm, agent: GuestAgent, diskferry: Any, tmp_path: Path
+) -> None:
+    diskferry.env.update(
+        DISKFERRY_PASSWORD="guest agent test", DISKFERRY_CACHE_DIR=str(tmp_path / "cache")
+    )
+    repo = str(tmp_path / "repo")
+    made = diskferry("repo", "init", "--repo", repo, "--json")
+    assert made.code == 0, made.stderr
+    done = diskferry(
+        "backup", "--repo", repo, "--vm", "web", "--disk", f"vda={vm.disk.volume}",
+        "--qmp", vm.qmp_socket, "--nbd-socket", vm.nbd_socket, "--qga", agent.socket,
+        "--no-progress", "--json",
+    )  # fmt: skip
+    assert done.code == 0, done.stderr
+    assert json.loads(done.stdout)["consistency"] == "filesystems frozen"
+    assert "crash-consistent" not in done.stderr
+    assert agent.command("guest-fsfreeze-status") == "thawed"
