@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from guest_agent import GuestAgent, jailed_agent
 from qemu_helpers import KiB, MiB, Vm, read, write
 
 from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.qemu.session import BackupSession, SessionDisk
+from diskferry.qemu.session import FLEECE_NODE, BackupSession, SessionDisk
 
 REPO = "repo1"
 
@@ -51,8 +52,14 @@ def _left_behind(vm: Vm) -> list[str]:
 class _Watch:
     """Records the agent commands a session sends, and what holds while its transaction runs."""
 
-    def __init__(self, agent: GuestAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(
+        self,
+        agent: GuestAgent,
+        monkeypatch: pytest.MonkeyPatch,
+        before_transaction: Callable[[Callable[..., Any]], object] | None = None,
+    ) -> None:
         self.agent = agent
+        self.before_transaction = before_transaction
         self.calls: list[str] = []
         self.status_in_transaction: object = None
         self.write_blocked_in_transaction: bool | None = None
@@ -82,11 +89,25 @@ class _Watch:
         target = self.agent.root / "written-while-frozen"
         self.writer = threading.Thread(target=target.write_bytes, args=(b"x",), daemon=True)
         self.writer.start()
-        result = self._command(qmp, "transaction", arguments, **args)
-        # On a frozen filesystem the write waits for the thaw, however long this waits.
-        self.writer.join(1.0)
-        self.write_blocked_in_transaction = self.writer.is_alive()
-        return result
+        if self.before_transaction is not None:
+            self.before_transaction(functools.partial(self._command, qmp))
+        try:
+            return self._command(qmp, "transaction", arguments, **args)
+        finally:
+            # On a frozen filesystem the write waits for the thaw, however long this waits.
+            self.writer.join(1.0)
+            self.write_blocked_in_transaction = self.writer.is_alive()
+
+    def assert_frozen_then_thawed(self) -> None:
+        """The guest was frozen during the transaction only, and its waiting write went through."""
+        assert self.write_blocked_in_transaction is True
+        assert self.status_in_transaction == "frozen"
+        assert self.calls == ["guest-fsfreeze-freeze", "transaction", "guest-fsfreeze-thaw"]
+        assert self.writer is not None
+        self.writer.join(10)
+        assert not self.writer.is_alive(), "the guest's write still waits: not thawed"
+        assert (self.agent.root / "written-while-frozen").read_bytes() == b"x"
+        assert self.agent.command("guest-fsfreeze-status") == "thawed"
 
 
 def test_a_session_freezes_the_guest_around_its_transaction(
@@ -97,17 +118,23 @@ def test_a_session_freezes_the_guest_around_its_transaction(
     session = _session(vm, agent)
     assert session.consistency == "filesystems frozen"
     with session as (export,):
-        assert watch.write_blocked_in_transaction is True
-        assert watch.status_in_transaction == "frozen"
-        assert watch.calls == ["guest-fsfreeze-freeze", "transaction", "guest-fsfreeze-thaw"]
-        assert watch.writer is not None
-        watch.writer.join(10)
-        assert not watch.writer.is_alive(), "the guest's write still waits: not thawed"
-        assert (agent.root / "written-while-frozen").read_bytes() == b"x"
-        assert agent.command("guest-fsfreeze-status") == "thawed"
+        watch.assert_frozen_then_thawed()
         assert export.mode == "full"
         assert read(export.url, 1 * MiB, 64 * KiB) == b"\x5a" * (64 * KiB)
     assert _left_behind(vm) == [export.checkpoint]
+
+
+def test_a_failed_transaction_thaws_the_guest_and_leaves_nothing(
+    vm: Vm, agent: GuestAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def remove_fleecing_node(monitor: Callable[..., Any]) -> object:
+        return monitor("blockdev-del", node_name=f"{FLEECE_NODE}0")
+
+    watch = _Watch(agent, monkeypatch, before_transaction=remove_fleecing_node)
+    with pytest.raises(QmpError, match=r"^QEMU refused transaction"), _session(vm, agent):
+        pass
+    watch.assert_frozen_then_thawed()
+    assert _left_behind(vm) == []
 
 
 def test_a_refused_freeze_fails_the_session_before_any_checkpoint(vm: Vm, tmp_path: Path) -> None:
