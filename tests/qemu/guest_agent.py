@@ -116,8 +116,7 @@ def _wait_for_agent(proc: subprocess.Popen[bytes], socket: Path, log: Path) -> i
     while not socket.exists():
         if proc.poll() is not None:
             text = log.read_text()
-            if "unshare failed" in text:
-                pytest.skip(f"the kernel refuses a private mount namespace: {text.strip()}")
+            skip_if_unshare_refused(text)
             pytest.fail(f"the jailed qemu-ga exited with {proc.returncode}: {text.strip()}")
         assert time.monotonic() < deadline, f"qemu-ga made no socket: {log.read_text()}"
         time.sleep(0.05)
@@ -132,16 +131,43 @@ def _check_jail(agent: GuestAgent) -> None:
     assert paths == [agent.device], f"the agent's namespace mounts {paths}: not freezing"
     fsinfo = agent.command("guest-get-fsinfo")
     assert isinstance(fsinfo, list)
-    seen = [(fs["mountpoint"], fs["type"]) for fs in fsinfo]
-    assert seen == [("/", "ext4")], f"the agent reports {seen}: not freezing"
+    number = os.stat(agent.device).st_rdev
+    loop = f"{os.major(number)}:{os.minor(number)}"
+    seen = [(fs["name"], fs["mountpoint"], fs["type"]) for fs in fsinfo]
+    assert seen == [(loop, "/", "ext4")], f"the agent reports {seen}: not freezing"
+
+
+@dataclass
+class GuestRoot:
+    """A loop-mounted ext4 image holding qemu-ga and what it loads: the guest's only disk."""
+
+    path: Path
+    device: str
+    qemu_ga: str
+
+    def jail(self, *program: str) -> list[str]:
+        """The command that runs `program` jailed in this root, for LIFETIME seconds at most."""
+        namespace = ["unshare", "--mount", "--propagation", "private"]
+        script = ["sh", "-c", JAIL, "jail", str(self.path), self.device]
+        return ["timeout", str(LIFETIME), *namespace, *script, *program]
+
+    def run(self, *program: str) -> subprocess.CompletedProcess[str]:
+        """Run `program` jailed in this root, to its end."""
+        return _run(*self.jail(*program))
+
+
+def skip_if_unshare_refused(output: str) -> None:
+    """Skip the test when the kernel refused the private mount namespace."""
+    if "unshare failed" in output:
+        pytest.skip(f"the kernel refuses a private mount namespace: {output.strip()}")
 
 
 @contextlib.contextmanager
-def jailed_agent(tmp_path: Path, *, blocked: tuple[str, ...] = ()) -> Iterator[GuestAgent]:
-    """Start qemu-ga in its jail (refusing the commands in `blocked`); thaw and remove it after."""
+def guest_root(tmp_path: Path) -> Iterator[GuestRoot]:
+    """Make, mount and fill the guest's image at tmp_path/root; thaw, unmount and detach after."""
     qemu_ga = _tool("qemu-ga")
     umount = _tool("umount")
-    image, root, log = tmp_path / "guest.img", tmp_path / "root", tmp_path / "qga.log"
+    image, root = tmp_path / "guest.img", tmp_path / "root"
     with open(image, "wb") as f:
         f.truncate(64 * MiB)
     made = _run("mkfs.ext4", "-q", "-F", str(image))
@@ -150,8 +176,6 @@ def jailed_agent(tmp_path: Path, *, blocked: tuple[str, ...] = ()) -> Iterator[G
     if attached.returncode != 0:
         pytest.skip(f"the kernel refuses loop devices: {attached.stderr.strip()}")
     device = attached.stdout.strip()
-    proc: subprocess.Popen[bytes] | None = None
-    agent: GuestAgent | None = None
     root.mkdir()
     try:
         mounted = _run("mount", "-t", "ext4", device, str(root))
@@ -161,37 +185,44 @@ def jailed_agent(tmp_path: Path, *, blocked: tuple[str, ...] = ()) -> Iterator[G
         os.mknod(root / "dev/null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
         for program in (qemu_ga, umount):
             _copy_with_libraries(program, root)
-        argv = ["timeout", str(LIFETIME), "unshare", "--mount", "--propagation", "private"]
-        argv += ["sh", "-c", JAIL, "jail", str(root), device]
-        argv += [qemu_ga, "-m", "unix-listen", "-p", "/run/qga.sock", "-t", "/run"]
-        argv += ["-f", "/run/qga.pid"]
-        if blocked:
-            argv += ["-b", ",".join(blocked)]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=out,
-                env={"PATH": TOOL_PATH},
-            )
-        socket = root / "run/qga.sock"
-        pid = _wait_for_agent(proc, socket, log)
-        agent = GuestAgent(str(socket), root, device, pid)
-        _check_jail(agent)
-        yield agent
+        yield GuestRoot(root, device, qemu_ga)
     finally:
-        if agent is not None:
-            with contextlib.suppress(QmpError):
-                agent.command("guest-fsfreeze-thaw")
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
         if os.path.ismount(root):
             _run("fsfreeze", "--unfreeze", str(root), timeout=10)
             if _run("umount", str(root)).returncode != 0:
                 _run("umount", "--lazy", str(root))
         _run("losetup", "--detach", device)
+
+
+@contextlib.contextmanager
+def jailed_agent(tmp_path: Path, *, blocked: tuple[str, ...] = ()) -> Iterator[GuestAgent]:
+    """Start qemu-ga in its jail (refusing the commands in `blocked`); thaw and stop it after."""
+    with guest_root(tmp_path) as root:
+        argv = [root.qemu_ga, "-m", "unix-listen", "-p", "/run/qga.sock", "-t", "/run"]
+        argv += ["-f", "/run/qga.pid"]
+        if blocked:
+            argv += ["-b", ",".join(blocked)]
+        log = tmp_path / "qga.log"
+        proc: subprocess.Popen[bytes] | None = None
+        agent: GuestAgent | None = None
+        try:
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    root.jail(*argv), stdout=out, stderr=out, env={"PATH": TOOL_PATH}
+                )
+            socket = root.path / "run/qga.sock"
+            pid = _wait_for_agent(proc, socket, log)
+            agent = GuestAgent(str(socket), root.path, root.device, pid)
+            _check_jail(agent)
+            yield agent
+        finally:
+            if agent is not None:
+                with contextlib.suppress(QmpError):
+                    agent.command("guest-fsfreeze-thaw")
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)

@@ -5,19 +5,39 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_agent import GuestAgent, jailed_agent
+from guest_agent import GuestAgent, guest_root, jailed_agent, skip_if_unshare_refused
 from qemu_helpers import KiB, MiB, Vm, read, write
 
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.session import FLEECE_NODE, BackupSession, SessionDisk
 
 REPO = "repo1"
+
+
+def test_the_jail_starts_nothing_beside_another_disk_filesystem(tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    with guest_root(tmp_path) as root, guest_root(tmp_path / "other") as other:
+        alone = root.run(root.qemu_ga, "--version")
+        skip_if_unshare_refused(alone.stderr)
+        assert (alone.returncode, alone.stderr) == (0, ""), alone.stderr
+        assert alone.stdout.startswith("QEMU Guest Agent")
+        mountpoint = root.path / "other"
+        mountpoint.mkdir()
+        subprocess.run(["mount", "--bind", other.path, mountpoint], check=True, timeout=30)
+        try:
+            beside = root.run(root.qemu_ga, "--version")
+        finally:
+            subprocess.run(["umount", mountpoint], check=True, timeout=30)
+    assert beside.returncode == 3
+    assert beside.stdout == ""
+    assert beside.stderr == f"jail: {other.device} is mounted too; qemu-ga not started\n"
 
 
 @pytest.fixture
