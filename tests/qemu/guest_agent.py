@@ -28,7 +28,7 @@ MiB = 1 << 20
 LIFETIME = 120  # seconds an agent may live at most, whatever happens to the test
 TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
-# Runs in the new mount namespace: $1 the loop mount, $2 its device, then the agent's argv.
+# Runs in the new mount namespace: $1 the loop mount, $2 its device, then the program to run.
 JAIL = r"""
 set -eu
 root=$1 device=$2

@@ -63,9 +63,10 @@ def _left_behind(vm: Vm) -> list[str]:
         found = [e["id"] for e in qmp.command("query-block-exports") if e["id"] != "vm"]
         found += [j["device"] for j in qmp.command("query-block-jobs")]
         for node in qmp.command("query-named-block-nodes", flat=True):
-            found += [n for n in [node["node-name"]] if n.startswith("diskferry-")]
+            if node["node-name"].startswith("diskferry-"):
+                found.append(node["node-name"])
             found += [b["name"] for b in node.get("dirty-bitmaps", []) if REPO in b.get("name", "")]
-    files = os.listdir(os.path.dirname(vm.disk.overlay or ""))
+    files = os.listdir(os.path.dirname(vm.disk.volume))
     return found + [f for f in files if f.endswith(".fleece.qcow2")]
 
 
@@ -175,11 +176,9 @@ def test_the_cli_reports_a_frozen_backup(
     repo = str(tmp_path / "repo")
     made = diskferry("repo", "init", "--repo", repo, "--json")
     assert made.code == 0, made.stderr
-    done = diskferry(
-        "backup", "--repo", repo, "--vm", "web", "--disk", f"vda={vm.disk.volume}",
-        "--qmp", vm.qmp_socket, "--nbd-socket", vm.nbd_socket, "--qga", agent.socket,
-        "--no-progress", "--json",
-    )  # fmt: skip
+    running = ["--qmp", vm.qmp_socket, "--nbd-socket", vm.nbd_socket, "--qga", agent.socket]
+    disk = ["--vm", "web", "--disk", f"vda={vm.disk.volume}"]
+    done = diskferry("backup", "--repo", repo, *disk, *running, "--no-progress", "--json")
     assert done.code == 0, done.stderr
     assert json.loads(done.stdout)["consistency"] == "filesystems frozen"
     assert "crash-consistent" not in done.stderr
