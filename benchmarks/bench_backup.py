@@ -54,10 +54,21 @@ class Tool(abc.ABC):
         """Its repository."""
         return self.root / f"repo-{self.name.replace(' ', '-')}"
 
+    @property
+    def log(self) -> Path:
+        """Where its commands' messages go."""
+        return self.root / f"{self.repo.name}.log"
+
     def run(self, cmd: list[str] | str, **kwargs) -> Run:
-        """Run one of its commands with its environment, its stderr appended to a log."""
-        with open(self.root / f"{self.repo.name}.log", "a") as log:
+        """Run and measure one of its commands with its environment, stderr to its log."""
+        with open(self.log, "a") as log:
             return run_process(cmd, env=self.env, stderr=log, **kwargs)
+
+    def prepare(self, cmd: list[str] | str) -> None:
+        """Run one of its commands unmeasured, stdout and stderr to its log."""
+        with open(self.log, "a") as log:
+            shell = isinstance(cmd, str)
+            subprocess.run(cmd, shell=shell, env=self.env, stdout=log, stderr=log, check=True)
 
     @abc.abstractmethod
     def init(self) -> None:
@@ -78,12 +89,10 @@ class Diskferry(Tool):
     results: list[dict]
 
     def init(self) -> None:
-        quiet = {"env": self.env, "check": True, "stderr": subprocess.DEVNULL}
-        overlay = Path(f"{self.disk}.cbt.qcow2")
-        if overlay.exists():
-            subprocess.run([*DISKFERRY, "cbt", "disable", str(self.disk)], **quiet)
-        subprocess.run([*DISKFERRY, "cbt", "enable", str(self.disk)], **quiet)
-        subprocess.run([*DISKFERRY, "repo", "init", "--repo", str(self.repo)], **quiet)
+        if Path(f"{self.disk}.cbt.qcow2").exists():
+            self.prepare([*DISKFERRY, "cbt", "disable", str(self.disk)])
+        self.prepare([*DISKFERRY, "cbt", "enable", str(self.disk)])
+        self.prepare([*DISKFERRY, "repo", "init", "--repo", str(self.repo)])
         self.results = []
 
     def backup(self, point: int) -> Run:
@@ -107,7 +116,7 @@ class Restic(Tool):
         return f"restic -q -r {self.repo} --cache-dir {self.root / 'restic-cache'}"
 
     def init(self) -> None:
-        subprocess.run(f"{self._cmd()} init", shell=True, env=self.env, check=True)
+        self.prepare(f"{self._cmd()} init")
 
     def backup(self, point: int) -> Run:
         return self.run(f"{self._cmd()} backup {self.disk}")
@@ -123,8 +132,7 @@ class Borg(Tool):
     options: str = ""
 
     def init(self) -> None:
-        cmd = f"borg init -e repokey {self.repo}"
-        subprocess.run(cmd, shell=True, env=self.env, check=True)
+        self.prepare(f"borg init -e repokey {self.repo}")
 
     def backup(self, point: int) -> Run:
         return self.run(f"borg create {self.options} {self.repo}::p{point} {self.disk}")
