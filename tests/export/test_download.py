@@ -103,7 +103,7 @@ def test_download_through_the_proxy(
 def test_plain_server_without_extents_and_a_dropped_connection(
     ca_dir: Path, tmp_path: Path
 ) -> None:
-    disk = make_disk(tmp_path / "plain.img", 6 * MiB, [(0, 6 * MiB)])
+    disk = make_disk(tmp_path / "plain.img", 24 * MiB, [(0, 24 * MiB)])
     server = PlainServer(disk.read_bytes(), ca_dir, drops={2, 4})
     try:
         out = tmp_path / "out.img"
