@@ -71,3 +71,41 @@ def test_map_shows_the_dirty_runs_and_data_serves_them(export_factory, nbd_socke
     assert get(f"/exports/disk/data?offset={MiB}&length=65536") == b"\x01" * 65536
     whole = get("/volumes/disk/disk.img")
     assert len(whole) == 16 * MiB and whole[4 * MiB : 5 * MiB] == b"\x07" * MiB
+
+
+def test_a_fleecing_export_of_a_backup_session_maps_its_dirty_runs(
+    export_factory, tmp_path: Path
+) -> None:
+    from diskferry.qemu import cbt
+    from diskferry.qemu.session import BackupSession, SessionDisk
+
+    volume = tmp_path / "vm.raw"
+    with open(volume, "wb") as f:
+        f.truncate(16 * MiB)
+    overlay = cbt.enable(str(volume)).overlay
+    with BackupSession([SessionDisk("root", str(volume))], "exporttest") as exports:
+        first = exports[0].checkpoint
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", "write -P 9 3M 128k", str(overlay)],
+        check=True,
+        capture_output=True,
+    )
+    with BackupSession([SessionDisk("root", str(volume), since=first)], "exporttest") as exports:
+        export = exports[0]
+        assert export.mode == "incremental" and export.bitmap
+        r = export_factory({"disk": export.url}, "--bitmap", f"disk={export.bitmap}")
+        try:
+            p = curl("-f", "-H", AUTH, r.url + "/exports/disk/map", ca=r.ca)
+            assert p.returncode == 0, p.stderr
+            dirty = [e for e in json.loads(p.stdout)["extents"] if e["type"] == "dirty"]
+            assert dirty == [{"offset": 3 * MiB, "length": 128 << 10, "type": "dirty"}]
+            p = curl(
+                "-f",
+                "-H",
+                AUTH,
+                r.url + f"/exports/disk/data?offset={3 * MiB}&length=4096",
+                ca=r.ca,
+            )
+            assert p.stdout == b"\x09" * 4096
+        finally:
+            r.stop()
