@@ -223,6 +223,8 @@ def _raw_to_raw(
             )
             length = writer.write_from(sniffed.stream)
             read, written = stream.bytes_read, writer.bytes_written
+            if not target.block_device:
+                dst.truncate(length)  # a trailing run of zeros was left unwritten
             if sniffed.declared_size is not None and length < sniffed.declared_size:
                 raise ImageRefusedError(
                     f"the stream ended after {length} of {sniffed.declared_size} bytes (truncated)"
