@@ -14,6 +14,7 @@ from diskferry.cli.repo_cmd import (
     RegionOpt,
     RepoOpt,
     WaitOpt,
+    repo_access,
 )
 
 NoProgressOpt = Annotated[bool, typer.Option("--no-progress", help="Draw no progress bar.")]
@@ -159,15 +160,8 @@ def chain_reset_command(
 ) -> None:
     """Forget a VM's checkpoints in the repository, so that its next backup is full."""
     from diskferry.backup.engine import reset_chain
-    from diskferry.backup.job import RepoAccess
 
-    access = RepoAccess(
-        repo=repo,
-        password_file=password_file,
-        s3_endpoint=s3_endpoint,
-        s3_region=s3_region,
-        wait=wait,
-    )
+    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
     with (
         access.open_repository() as opened,
         opened.lock("vm", "chain reset", vm=vm, wait=access.lock_wait, notify=note),

@@ -34,13 +34,14 @@ class CheckFailedError(DiskferryError):
     reason = "CheckFailed"
 
 
-def _access(
+def repo_access(
     url: str,
     password_file: str | None,
     endpoint: str | None,
     region: str | None,
     wait: bool = False,
 ) -> RepoAccess:
+    """Where a command's repository is, and its password and S3 settings."""
     from diskferry.backup.job import RepoAccess
 
     return RepoAccess(
@@ -68,7 +69,7 @@ def init_command(
     size = size_option(chunk_size) or 0
     if size < 4096 or size & (size - 1):
         raise typer.BadParameter("the chunk size must be a power of two, 4K or more")
-    access = _access(repo, password_file, s3_endpoint, s3_region)
+    access = repo_access(repo, password_file, s3_endpoint, s3_region)
     password = None if no_encryption else access.password()
     with Repository.init(
         repo,
@@ -107,7 +108,7 @@ def check_command(
     from diskferry.backup.check import check
     from diskferry.disk.progress import Progress
 
-    access = _access(repo, password_file, s3_endpoint, s3_region, wait)
+    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
     with (
         access.open_repository() as opened,
         opened.lock("shared", "check", wait=access.lock_wait, notify=note),
@@ -137,7 +138,7 @@ def stats_command(
     """Show what the repository holds: snapshots, chunks, packs and their sizes."""
     from diskferry.disk.sizes import format_size
 
-    with _access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with repo_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
     if json_out:
         print_json(stats)
@@ -172,7 +173,7 @@ def snapshots_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """List the snapshots, oldest first."""
-    with _access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with repo_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         found = [_snapshot_json(s) for s in opened.list_snapshots(vm)]
     if json_out:
         print_json(found)
@@ -206,7 +207,7 @@ def forget_command(
     policy = keep_last or keep_daily or keep_weekly
     if not snapshot_ids and not policy:
         raise typer.BadParameter("name snapshot ids, or a --keep-last/--keep-daily/--keep-weekly")
-    access = _access(repo, password_file, s3_endpoint, s3_region, wait)
+    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
     with (
         access.open_repository() as opened,
         opened.lock("shared", "forget", wait=access.lock_wait, notify=note),
@@ -237,7 +238,7 @@ def prune_command(
 
     from diskferry.backup.prune import prune
 
-    access = _access(repo, password_file, s3_endpoint, s3_region, wait)
+    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
     with access.open_repository() as opened:
         stats = prune(opened, wait=access.lock_wait, notify=note)
     if json_out:
