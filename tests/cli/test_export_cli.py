@@ -55,6 +55,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     url = "https://127.0.0.1:1/volumes/disk/disk.img"
     token = tmp_path / "token"
     token.write_text("t")
+    serve = ("export", "serve", "--name", "x", "--volume", f"d={token}")
+    serve += ("--token-file", str(token), "--cert-dir", str(tmp_path))
     cases = [
         ("export", "download", url, str(tmp_path / "o"), "--encoding", "bzip2"),
         (
@@ -68,34 +70,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
             str(token),
         ),
         ("export", "download", url, str(tmp_path / "o"), "--connections", "0"),
-        (
-            "export",
-            "serve",
-            "--name",
-            "x",
-            "--volume",
-            f"d={token}",
-            "--token-file",
-            str(token),
-            "--cert-dir",
-            str(tmp_path),
-            "--links-json",
-            str(tmp_path / "l.json"),
-        ),
-        (
-            "export",
-            "serve",
-            "--name",
-            "x",
-            "--volume",
-            f"d={token}",
-            "--token-file",
-            str(token),
-            "--cert-dir",
-            str(tmp_path),
-            "--ttl",
-            "soon",
-        ),
+        (*serve, "--links-json", str(tmp_path / "l.json")),
+        (*serve, "--ttl", "soon"),
     ]
     for args in cases:
         p = _run(*args)

@@ -32,6 +32,14 @@ def _peer_cert(port: int, ca: Path, name: str = "127.0.0.1") -> x509.Certificate
     return x509.load_der_x509_certificate(der)
 
 
+def _serve(disk: Path, token: Path, certs: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """`diskferry export serve` of `disk` on 127.0.0.1, run to its end."""
+    return _cli(
+        *("export", "serve", "--name", "x", "--volume", f"d={disk}", "--token-file", str(token)),
+        *("--cert-dir", str(certs), "--port", str(port), "--address", "127.0.0.1"),
+    )
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "diskferry.cli.main", *args], capture_output=True, text=True
@@ -52,22 +60,7 @@ def test_ca_create_writes_a_private_key_and_refuses_to_overwrite(tmp_path: Path)
 def test_serve_without_certificate_or_ca_fails_clearly(
     tmp_path: Path, disk: Path, token_file: Path
 ) -> None:
-    p = _cli(
-        "export",
-        "serve",
-        "--name",
-        "x",
-        "--volume",
-        f"d={disk}",
-        "--token-file",
-        str(token_file),
-        "--cert-dir",
-        str(tmp_path / "empty"),
-        "--port",
-        "0",
-        "--address",
-        "127.0.0.1",
-    )
+    p = _serve(disk, token_file, tmp_path / "empty", 0)
     assert p.returncode == 1
     assert "export ca create" in p.stderr
 
@@ -121,22 +114,7 @@ def test_rotation_mid_download(tmp_path: Path, export_factory, disk: Path) -> No
 
 
 def test_port_in_use_fails_clearly(export, disk: Path, token_file: Path, ca_dir: Path) -> None:
-    p = _cli(
-        "export",
-        "serve",
-        "--name",
-        "x",
-        "--volume",
-        f"d={disk}",
-        "--token-file",
-        str(token_file),
-        "--cert-dir",
-        str(ca_dir),
-        "--port",
-        str(export.port),
-        "--address",
-        "127.0.0.1",
-    )
+    p = _serve(disk, token_file, ca_dir, export.port)
     assert p.returncode == 1
     assert p.stderr.splitlines()[-1].startswith("diskferry: error: cannot listen on 127.0.0.1:")
 
