@@ -19,6 +19,7 @@ from pathlib import Path
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
+from diskferry.worker import procstat
 
 _PR_SET_PDEATHSIG = 1
 _BINARY = "qemu-storage-daemon"
@@ -48,15 +49,6 @@ def runtime_dir() -> Path:
     if path.stat().st_uid != os.getuid():
         raise StorageDaemonError(f"{path} belongs to another user: remove it")
     return path
-
-
-def _start_time(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot); None if it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
 
 
 def _set_parent_death_signal() -> None:
@@ -148,7 +140,8 @@ class StorageDaemon:
         finally:
             log.close()
             listener.close()
-        self._lock.write(f"{self.process.pid} {_start_time(self.process.pid)}\n")
+        pid = self.process.pid
+        self._lock.write(f"{pid} {procstat.start_time(pid)}\n")
         try:
             self._connect()
         except BaseException:
@@ -184,16 +177,15 @@ class StorageDaemon:
     def _kill_leftover(self) -> None:
         """End a daemon a killed predecessor left for the same disks, named by the pid file."""
         try:
-            pid_text, started = self._lock.read().split()
-            pid = int(pid_text)
+            pid, started = (int(field) for field in self._lock.read().split())
         except ValueError:
             return
         with contextlib.suppress(OSError):
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if _start_time(pid) == started and cmdline.split(b"\0")[0].endswith(_BINARY.encode()):
+            program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            if procstat.is_same(pid, started) and program.endswith(_BINARY.encode()):
                 os.kill(pid, signal.SIGKILL)
                 deadline = time.monotonic() + self.timeout
-                while _start_time(pid) == started and time.monotonic() < deadline:
+                while procstat.is_same(pid, started) and time.monotonic() < deadline:
                     time.sleep(0.02)
         self._lock.write("")
 
