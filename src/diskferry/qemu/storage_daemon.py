@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -19,9 +18,8 @@ from pathlib import Path
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.worker import procstat
+from diskferry.worker import procstat, tether
 
-_PR_SET_PDEATHSIG = 1
 _BINARY = "qemu-storage-daemon"
 
 
@@ -51,16 +49,11 @@ def runtime_dir() -> Path:
     return path
 
 
-def _set_parent_death_signal() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 class StorageDaemon:
     """A qemu-storage-daemon for `disks`, with a QMP socket and an NBD server, in a temp dir.
 
-    It gets SIGTERM when the thread that started it ends (start it from a thread that
-    outlives it). Its pid file, locked while its starter lives, names it so that a later
+    It gets SIGTERM when the process that started it ends, whichever thread started it
+    (see `tether`). Its pid file, locked while its starter lives, names it so that a later
     daemon for the same disks first ends one that a killed starter left; a daemon for
     disks another live process serves is refused. `stop()` quits it, killing it after
     `timeout`.
@@ -125,13 +118,12 @@ class StorageDaemon:
             args += ["--blockdev", self._blockdev(disk)]
         log = open(self.dir / "log", "wb")  # noqa: SIM115 - the child holds it
         try:
-            self.process = subprocess.Popen(
+            self.process = tether.start(
                 args,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=[listener.fileno()],
-                preexec_fn=_set_parent_death_signal,
             )
         except OSError as e:
             self._remove_dir()
