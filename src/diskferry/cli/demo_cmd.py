@@ -19,6 +19,7 @@ import typer
 
 from diskferry.cli.common import note, progress_bar
 from diskferry.disk.errors import DiskferryError
+from diskferry.qemu import img
 
 _SAMPLE_SIZE = 256 << 20
 _DATA_RUNS = 48
@@ -48,9 +49,7 @@ def _make_sample(workdir: Path) -> Path:
             f.seek(i * stride)
             f.write(os.urandom(_RUN_LENGTH // 2) + bytes([i + 1]) * (_RUN_LENGTH // 2))
     qcow2 = workdir / "sample.qcow2"
-    subprocess.run(
-        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)], check=True
-    )
+    img.convert(str(raw), str(qcow2), src_format="raw", dst_format="qcow2")
     packed = workdir / "sample.qcow2.gz"
     with open(qcow2, "rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
@@ -114,7 +113,6 @@ def _export_step(workdir: Path, disk: Path, no_progress: bool) -> None:
     """Serve `disk` from an export server, download it through the proxy, compare."""
     from diskferry.disk.progress import Progress
     from diskferry.export.download import DownloadRequest, download
-    from diskferry.qemu import img
 
     certs = workdir / "certs"
     token_file = workdir / "token"
@@ -177,7 +175,6 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> dict:
 
 def _backup_step(workdir: Path, disk: Path, before: Path) -> None:
     """Enable CBT, back up in full, write, back up incrementally, restore both points."""
-    from diskferry.qemu import img
 
     env = {"DISKFERRY_PASSWORD": "diskferry-demo"}
     repo = str(workdir / "repo")
@@ -221,7 +218,6 @@ def demo_command(
     from diskferry.disk.progress import Progress
     from diskferry.importer.engine import run_import
     from diskferry.importer.job import ImportJob
-    from diskferry.qemu import img
 
     _fresh(workdir)
     served = workdir / "served"
