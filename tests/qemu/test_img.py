@@ -70,7 +70,7 @@ def test_no_child_is_started_with_a_preexec_fn(
 ) -> None:
     started: list[tuple[list[str], dict[str, Any]]] = []
 
-    class RecordingPopen(subprocess.Popen):  # type: ignore[type-arg]
+    class RecordingPopen(subprocess.Popen[bytes]):
         def __init__(self, args: list[str], **kwargs: Any) -> None:
             started.append((list(args), kwargs))
             super().__init__(args, **kwargs)
