@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-DEB_PACKAGES := qemu-utils qemu-system-common qemu-block-extra qemu-guest-agent nginx nbdkit libnbd-bin \
+DEB_PACKAGES := util-linux qemu-utils qemu-system-common qemu-block-extra qemu-guest-agent nginx nbdkit libnbd-bin \
 	curl xz-utils bzip2 zstd pigz
 BENCH_PACKAGES := restic borgbackup
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from diskferry.cli import demo_cmd
 
 
 def test_demo_runs_every_step_and_verifies_it(tmp_path: Path) -> None:
@@ -28,3 +33,23 @@ def test_demo_runs_every_step_and_verifies_it(tmp_path: Path) -> None:
     assert (work / "restored-2.img").read_bytes() == (work / "imported.img").read_bytes()
     assert downloaded.read_bytes() != (work / "imported.img").read_bytes()
     assert downloaded.stat().st_blocks * 512 < downloaded.stat().st_size // 2
+
+
+def test_a_demo_command_that_hangs_is_a_demo_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo_cmd, "_STEP_SECONDS", 1)
+    with pytest.raises(demo_cmd.DemoError, match="a sleeper did not finish within 1 s"):
+        demo_cmd._step([sys.executable, "-c", "import time; time.sleep(60)"], "a sleeper")
+
+
+def test_a_server_that_never_prints_its_port_is_a_demo_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo_cmd, "_STEP_SECONDS", 2)
+    routes = tmp_path / "routes.yaml"
+    os.mkfifo(routes)  # reading it waits for a writer that never comes
+    serve = ["proxy", "serve", "--routes", str(routes), "--cert-dir", str(tmp_path)]
+    with (
+        pytest.raises(demo_cmd.DemoError, match="proxy serve did not start"),
+        demo_cmd._server(serve, tmp_path / "proxy.log"),
+    ):
+        pass

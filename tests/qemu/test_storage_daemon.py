@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -115,12 +116,41 @@ def test_a_leftover_daemon_named_by_the_pid_file_is_ended(cbt_volume: cbt.CbtDis
         leftover.wait()
 
 
+def _start_in_a_thread(disks: list[DaemonDisk]) -> StorageDaemon:
+    """A daemon started by a thread that has ended by the time this returns."""
+    started: list[StorageDaemon] = []
+    starter = threading.Thread(target=lambda: started.append(StorageDaemon(disks).start()))
+    starter.start()
+    starter.join()
+    return started[0]
+
+
+def test_a_daemon_outlives_the_thread_that_started_it(cbt_volume: cbt.CbtDisk) -> None:
+    assert cbt_volume.overlay is not None
+    daemon = _start_in_a_thread([DaemonDisk("d", cbt_volume.overlay)])
+    process = daemon.process
+    assert daemon.qmp is not None and process is not None
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(2)
+        names = [n["node-name"] for n in daemon.qmp.command("query-named-block-nodes", flat=True)]
+        assert "d" in names
+    finally:
+        daemon.stop()
+    assert process.returncode == 0
+
+
 def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
     assert cbt_volume.overlay is not None
     script = (
-        "import sys, time\n"
+        "import sys, threading, time\n"
         "from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon\n"
-        "d = StorageDaemon([DaemonDisk('d', sys.argv[1])]).start()\n"
+        "started = []\n"
+        "disks = [DaemonDisk('d', sys.argv[1])]\n"
+        "starter = threading.Thread(target=lambda: started.append(StorageDaemon(disks).start()))\n"
+        "starter.start()\n"
+        "starter.join()\n"
+        "d = started[0]\n"
         "d.qmp.command('block-dirty-bitmap-add', node='d', name='p', persistent=True)\n"
         "print(d.process.pid, flush=True)\n"
         "time.sleep(60)\n"

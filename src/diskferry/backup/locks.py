@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from diskferry.backup.errors import LockedError
 from diskferry.objstore.errors import ObjectNotFoundError
 from diskferry.objstore.store import ObjectStore
+from diskferry.worker import procstat
 
 LEASE_SECONDS = 300.0
 LockKind = Literal["shared", "exclusive", "vm"]
@@ -49,14 +50,15 @@ class LockInfo(BaseModel):
 
 def process_start(pid: int) -> str | None:
     """The boot id and start time of a process on this host, or None when it is gone."""
+    stat = procstat.read(pid)
+    if stat is None:
+        return None
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-    except (OSError, IndexError):
+    except OSError:
         return None
-    return f"{boot}:{fields[19]}"
+    return f"{boot}:{stat.start_time}"
 
 
 def stale_reason(info: LockInfo, now: float) -> str | None:

@@ -7,18 +7,20 @@ import gzip
 import json
 import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from diskferry.cli.common import note, progress_bar
 from diskferry.disk.errors import DiskferryError
+from diskferry.qemu import img
 
 _SAMPLE_SIZE = 256 << 20
 _DATA_RUNS = 48
@@ -26,6 +28,8 @@ _RUN_LENGTH = 1 << 20
 
 
 _MARKER = ".diskferry-demo"
+# the longest one command of the demo may take before it counts as hung
+_STEP_SECONDS = 300
 
 
 def _fresh(workdir: Path) -> None:
@@ -48,9 +52,7 @@ def _make_sample(workdir: Path) -> Path:
             f.seek(i * stride)
             f.write(os.urandom(_RUN_LENGTH // 2) + bytes([i + 1]) * (_RUN_LENGTH // 2))
     qcow2 = workdir / "sample.qcow2"
-    subprocess.run(
-        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)], check=True
-    )
+    img.convert(str(raw), str(qcow2), src_format="raw", dst_format="qcow2")
     packed = workdir / "sample.qcow2.gz"
     with open(qcow2, "rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
@@ -95,13 +97,18 @@ def _server(args: list[str], log: Path) -> Iterator[int]:
         )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
+        printed, _, _ = select.select([proc.stdout], [], [], _STEP_SECONDS)
+        line = proc.stdout.readline().strip() if printed else b""
         if not line.isdigit():
             raise DemoError(f"{args[0]} {args[1]} did not start; see {log}")
         yield int(line)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class DemoError(DiskferryError):
@@ -114,15 +121,14 @@ def _export_step(workdir: Path, disk: Path, no_progress: bool) -> None:
     """Serve `disk` from an export server, download it through the proxy, compare."""
     from diskferry.disk.progress import Progress
     from diskferry.export.download import DownloadRequest, download
-    from diskferry.qemu import img
 
     certs = workdir / "certs"
     token_file = workdir / "token"
     token_file.write_text(secrets.token_urlsafe(24))
     token_file.chmod(0o600)
-    subprocess.run(
+    _step(
         [sys.executable, "-m", "diskferry.cli.main", "export", "ca", "create", "--dir", str(certs)],
-        check=True,
+        "diskferry export ca create",
         stdout=subprocess.DEVNULL,
     )
     export_args = ["export", "serve", "--name", "vm1", "--volume", f"disk={disk}"]
@@ -162,23 +168,30 @@ def _export_step(workdir: Path, disk: Path, no_progress: bool) -> None:
     )
 
 
+def _step(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """Run one command of the demo; one that fails or hangs is a DemoError naming `what`."""
+    try:
+        proc = subprocess.run(argv, timeout=_STEP_SECONDS, check=False, **kwargs)
+    except subprocess.TimeoutExpired as e:
+        raise DemoError(f"{what} did not finish within {_STEP_SECONDS} s") from e
+    if proc.returncode != 0:
+        raise DemoError(f"{what} failed")
+    return proc
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> dict:
     """Run a diskferry command with --json and return its result."""
-    proc = subprocess.run(
+    proc = _step(
         [sys.executable, "-m", "diskferry.cli.main", *args, "--json"],
+        f"diskferry {' '.join(args[:2])}",
         stdout=subprocess.PIPE,
         env={**os.environ, **(env or {})},
-        check=False,
     )
-    if proc.returncode != 0:
-        raise DemoError(f"diskferry {' '.join(args[:2])} failed")
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
 def _backup_step(workdir: Path, disk: Path, before: Path) -> None:
     """Enable CBT, back up in full, write, back up incrementally, restore both points."""
-    from diskferry.qemu import img
-
     env = {"DISKFERRY_PASSWORD": "diskferry-demo"}
     repo = str(workdir / "repo")
     note(f"backup repository {repo} (password from DISKFERRY_PASSWORD)")
@@ -189,9 +202,9 @@ def _backup_step(workdir: Path, disk: Path, before: Path) -> None:
     note(f"backup 1: {full['type']} ({full['reason']}), {full['bytesUploaded']} bytes uploaded")
     overlay = f"{disk}.cbt.qcow2"
     writes = [f"write -P {0x40 + i} {i * 7 + 3}M 64k" for i in range(16)]
-    subprocess.run(
+    _step(
         ["qemu-io", "-f", "qcow2", *[a for w in writes for a in ("-c", w)], overlay],
-        check=True,
+        "qemu-io",
         stdout=subprocess.DEVNULL,
     )
     note(f"the VM wrote 16 scattered 64 KiB blocks through {Path(overlay).name}")
@@ -221,7 +234,6 @@ def demo_command(
     from diskferry.disk.progress import Progress
     from diskferry.importer.engine import run_import
     from diskferry.importer.job import ImportJob
-    from diskferry.qemu import img
 
     _fresh(workdir)
     served = workdir / "served"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,13 +66,13 @@ def overlay_path(volume: str) -> str:
 
 def _qemu_img(image: str, *args: str) -> None:
     """Run `qemu-img ARGS` on the overlay `image`."""
-    proc = subprocess.run(["qemu-img", *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or ["qemu-img failed"]
-        line = lines[-1].removeprefix("qemu-img: ")
-        if "lock" in proc.stderr:
-            line = f"{image} is open in a running QEMU: stop it first"
-        raise CbtError(f"qemu-img {args[0]}: {line}")
+    what = f"qemu-img {args[0]}"
+    try:
+        img.run(list(args), what)
+    except img.QemuImgError as e:
+        if "lock" in e.stderr:
+            raise CbtError(f"{what}: {image} is open in a running QEMU: stop it first") from e
+        raise CbtError(str(e)) from e
 
 
 def _overlay_data_file(overlay: str) -> str:

@@ -1,24 +1,28 @@
-"""qemu-img: info, convert (with progress), resize and compare, run under resource limits."""
+"""qemu-img: every run of it, through `run`; info, check, convert with progress, resize, compare.
+
+Each run is a child tethered to this process (it ends when diskferry does), in a process
+group of its own; untrusted images are probed under CPU-time and address-space limits,
+which util-linux's prlimit sets before it execs qemu-img.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import resource
+import selectors
 import signal
 import subprocess
 import threading
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.progress import Progress
+from diskferry.worker import tether
 
 QEMU_IMG = "qemu-img"
-# As OpenStack probes untrusted images: 30 s of CPU and 1 GiB of address space.
-PROBE_LIMITS = (30, 1 << 30)
-CONVERT_LIMITS = (None, 4 << 30)
 _PERCENT = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
 # "Could not open 'PATH': " that qemu-img says once per layer before the reason
 _OPENING = re.compile(r"^(?:Could not open '[^']*': )+")
@@ -26,16 +30,54 @@ _OPENING = re.compile(r"^(?:Could not open '[^']*': )+")
 _CHECK_UNSUPPORTED = 63
 # diskferry's format names that qemu-img spells otherwise
 _QEMU_NAMES = {"vhd": "vpc", "iso": "raw"}
+# how often a waiting run looks at its cancel event
+_CANCEL_POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one qemu-img run: seconds of CPU time, bytes of address space."""
+
+    cpu_seconds: int | None = None
+    address_space: int | None = None
+
+    def command(self, args: list[str]) -> list[str]:
+        """`args` as run under these limits: through prlimit, or as they are when there are none."""
+        wanted = []
+        if self.cpu_seconds is not None:
+            wanted.append(f"--cpu={self.cpu_seconds}")
+        if self.address_space is not None:
+            wanted.append(f"--as={self.address_space}")
+        return ["prlimit", *wanted, "--", *args] if wanted else args
+
+
+NO_LIMITS = Limits()
+# As OpenStack probes untrusted images: 30 s of CPU and 1 GiB of address space.
+PROBE_LIMITS = Limits(cpu_seconds=30, address_space=1 << 30)
+CONVERT_LIMITS = Limits(address_space=4 << 30)
 
 
 class QemuImgError(DiskferryError):
-    """qemu-img failed; the message carries its last error line, `detail` that line alone."""
+    """qemu-img failed; the message carries its last error line, `detail` that line alone.
+
+    `stderr` holds all it printed there, when it ran to an exit code its caller refuses.
+    """
 
     reason = "QemuImgFailed"
 
-    def __init__(self, message: str, detail: str | None = None) -> None:
+    def __init__(self, message: str, detail: str | None = None, stderr: str = "") -> None:
         super().__init__(message)
         self.detail = detail or message
+        self.stderr = stderr
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A qemu-img run that ended with an exit code its caller accepts, and what it printed."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
 
 
 @dataclass(frozen=True)
@@ -56,17 +98,6 @@ def qemu_format(fmt: str) -> str:
     return _QEMU_NAMES.get(fmt, fmt)
 
 
-def _limiter(cpu: int | None, memory: int | None):
-    def apply() -> None:
-        if cpu is not None:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        if memory is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        os.setpgrp()
-
-    return apply
-
-
 def _error_line(stderr: bytes, fallback: str) -> str:
     lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
     if not lines:
@@ -74,19 +105,70 @@ def _error_line(stderr: bytes, fallback: str) -> str:
     return _OPENING.sub("", lines[-1].removeprefix("qemu-img: "))
 
 
-def _run(args: list[str], limits: tuple[int | None, int | None], what: str) -> bytes:
-    proc = subprocess.run(
-        [QEMU_IMG, *args],
-        capture_output=True,
-        preexec_fn=_limiter(*limits),
-        check=False,
-    )
-    if proc.returncode == -signal.SIGXCPU or proc.returncode == -signal.SIGKILL:
-        raise QemuImgError(f"{what}: qemu-img ran out of its CPU time limit")
-    if proc.returncode != 0:
-        detail = _error_line(proc.stderr, "qemu-img failed")
+def run(
+    args: list[str],
+    what: str,
+    *,
+    limits: Limits = NO_LIMITS,
+    accept: Container[int] | None = (0,),
+    cancel: threading.Event | None = None,
+    on_output: Callable[[bytes], None] | None = None,
+) -> Finished:
+    """Run `qemu-img ARGS`; an exit code not in `accept` (None: any) raises "WHAT: its reason".
+
+    `on_output` gets its standard output as it comes. Setting `cancel` kills it and raises
+    CancelledError, and so does any exception while it runs: no qemu-img is left behind.
+    """
+    try:
+        proc = tether.start(
+            limits.command([QEMU_IMG, *args]),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    except OSError as e:
+        raise QemuImgError(f"{what}: cannot run {QEMU_IMG}: {e.strerror}") from e
+    with proc:  # closes the pipes and reaps it
+        try:
+            stdout, stderr = _collect(proc, cancel, on_output)
+        except BaseException:
+            proc.kill()
+            raise
+    killed = proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL)
+    if killed and limits.cpu_seconds is not None:
+        detail = "qemu-img ran out of its CPU time limit"
         raise QemuImgError(f"{what}: {detail}", detail)
-    return proc.stdout
+    if accept is not None and proc.returncode not in accept:
+        detail = _error_line(stderr, "qemu-img failed")
+        raise QemuImgError(f"{what}: {detail}", detail, stderr.decode("utf-8", "replace"))
+    return Finished(proc.returncode, stdout, stderr)
+
+
+def _collect(
+    proc: subprocess.Popen[bytes],
+    cancel: threading.Event | None,
+    on_output: Callable[[bytes], None] | None,
+) -> tuple[bytes, bytes]:
+    """What the child prints on stdout and stderr, until it closes both; stop on `cancel`."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    printed = {out: bytearray(), err: bytearray()}
+    poll = None if cancel is None else _CANCEL_POLL_SECONDS
+    with selectors.DefaultSelector() as selector:
+        for fd in printed:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            if cancel is not None and cancel.is_set():
+                raise CancelledError("cancelled")
+            for key, _ in selector.select(poll):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                printed[key.fd] += chunk
+                if on_output is not None and key.fd == out:
+                    on_output(chunk)
+    return bytes(printed[out]), bytes(printed[err])
 
 
 def info(path: str, fmt: str | None = None, *, untrusted: bool = True) -> ImageInfo:
@@ -94,7 +176,8 @@ def info(path: str, fmt: str | None = None, *, untrusted: bool = True) -> ImageI
     args = ["info", "--output=json", "--force-share"]
     if fmt:
         args += ["-f", qemu_format(fmt)]
-    data = json.loads(_run([*args, path], PROBE_LIMITS if untrusted else (None, None), path))
+    limits = PROBE_LIMITS if untrusted else NO_LIMITS
+    data = json.loads(run([*args, path], path, limits=limits).stdout)
     specific = data.get("format-specific", {}).get("data", {})
     return ImageInfo(
         format=data["format"],
@@ -119,18 +202,14 @@ def _foreign_extent(path: str, specific: dict[str, Any]) -> str | None:
 
 def check(path: str, fmt: str) -> str | None:
     """What `qemu-img check` finds wrong in an untrusted image (damage, truncation), or None."""
-    proc = subprocess.run(
-        [QEMU_IMG, "check", "--output=json", "--force-share", "-f", qemu_format(fmt), path],
-        capture_output=True,
-        preexec_fn=_limiter(*PROBE_LIMITS),
-        check=False,
-    )
-    if proc.returncode in (0, 3, _CHECK_UNSUPPORTED):
+    args = ["check", "--output=json", "--force-share", "-f", qemu_format(fmt), path]
+    done = run(args, path, limits=PROBE_LIMITS, accept=None)
+    if done.returncode in (0, 3, _CHECK_UNSUPPORTED):
         return None
-    if proc.returncode == 2:
-        found = json.loads(proc.stdout).get("corruptions", 0)
+    if done.returncode == 2:
+        found = json.loads(done.stdout).get("corruptions", 0)
         return f"qemu-img check found {found} corruptions"
-    errors = [ln for ln in proc.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    errors = [ln for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
     return errors[0].removeprefix("ERROR: ") if errors else "qemu-img check failed"
 
 
@@ -144,62 +223,41 @@ def convert(
     progress_share: int = 0,
     target_exists: bool = False,
     cancel: threading.Event | None = None,
-    extra: list[str] | None = None,
 ) -> None:
     """`qemu-img convert -p`; its percent adds up to `progress_share` bytes of `progress`."""
-    args = [QEMU_IMG, "convert", "-p", "-W", "-m", "8", "-f", qemu_format(src_format)]
+    args = ["convert", "-p", "-W", "-m", "8", "-f", qemu_format(src_format)]
     args += ["-O", qemu_format(dst_format)]
     if target_exists:
         args.append("-n")
-    args += [*(extra or []), src, dst]
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=_limiter(*CONVERT_LIMITS),
-    )
-    stderr: list[bytes] = []
-    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
-    reader.start()
+    args += [src, dst]
     reported = 0
-    buf = b""
-    assert proc.stdout is not None
-    while True:
-        if cancel is not None and cancel.is_set():
-            proc.kill()
-            proc.wait()
-            raise CancelledError("cancelled")
-        chunk = os.read(proc.stdout.fileno(), 4096)
-        if not chunk:
-            break
-        buf = (buf + chunk)[-256:]
-        found = _PERCENT.findall(buf)
+    tail = b""
+
+    def advance(chunk: bytes) -> None:
+        nonlocal reported, tail
+        tail = (tail + chunk)[-256:]
+        found = _PERCENT.findall(tail)
         if found and progress is not None and progress_share:
             now = int(float(found[-1]) / 100 * progress_share)
             if now > reported:
                 progress.add(now - reported)
                 reported = now
-    proc.wait()
-    reader.join()
-    if proc.returncode != 0:
-        raise QemuImgError(f"converting {src}: {_error_line(b''.join(stderr), 'failed')}")
+
+    run(args, f"converting {src}", limits=CONVERT_LIMITS, cancel=cancel, on_output=advance)
     if progress is not None and progress_share > reported:
         progress.add(progress_share - reported)
 
 
 def resize(path: str, size: int, fmt: str) -> None:
     """Grow an image to `size` bytes."""
-    _run(["resize", "-f", fmt, path, str(size)], (None, None), path)
+    run(["resize", "-f", fmt, path, str(size)], path)
 
 
 def compare(a: str, b: str, fmt_a: str | None = None, fmt_b: str | None = None) -> bool:
     """Whether two images have equal contents (`qemu-img compare`)."""
-    args = [QEMU_IMG, "compare", "-q"]
+    args = ["compare", "-q"]
     if fmt_a:
         args += ["-f", fmt_a]
     if fmt_b:
         args += ["-F", fmt_b]
-    proc = subprocess.run([*args, a, b], capture_output=True, check=False)
-    if proc.returncode in (0, 1):
-        return proc.returncode == 0
-    raise QemuImgError(f"comparing {a} and {b}: {_error_line(proc.stderr, 'failed')}")
+    return run([*args, a, b], f"comparing {a} and {b}", accept=(0, 1)).returncode == 0

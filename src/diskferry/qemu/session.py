@@ -16,7 +16,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from diskferry.disk.errors import DiskferryError
-from diskferry.qemu import bitmaps, cbt
+from diskferry.qemu import bitmaps, cbt, img
 from diskferry.qemu.bitmaps import Checkpoint
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
@@ -258,14 +257,11 @@ class BackupSession:
 
     def _add_fleecing_nodes(self) -> None:
         for disk in self._disks:
-            proc = subprocess.run(
-                ["qemu-img", "create", "-q", "-f", "qcow2", disk.fleece_file, str(disk.size)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise SessionError(f"cannot create {disk.fleece_file}: {proc.stderr.strip()}")
+            create = ["create", "-q", "-f", "qcow2", disk.fleece_file, str(disk.size)]
+            try:
+                img.run(create, disk.fleece_file)
+            except img.QemuImgError as e:
+                raise SessionError(f"cannot create {disk.fleece_file}: {e.detail}") from e
             self.qmp.command(
                 "blockdev-add",
                 {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -19,8 +18,8 @@ from pathlib import Path
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
+from diskferry.worker import procstat, tether
 
-_PR_SET_PDEATHSIG = 1
 _BINARY = "qemu-storage-daemon"
 
 
@@ -50,25 +49,11 @@ def runtime_dir() -> Path:
     return path
 
 
-def _start_time(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot); None if it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
-
-
-def _set_parent_death_signal() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 class StorageDaemon:
     """A qemu-storage-daemon for `disks`, with a QMP socket and an NBD server, in a temp dir.
 
-    It gets SIGTERM when the thread that started it ends (start it from a thread that
-    outlives it). Its pid file, locked while its starter lives, names it so that a later
+    It gets SIGTERM when the process that started it ends, whichever thread started it
+    (see `tether`). Its pid file, locked while its starter lives, names it so that a later
     daemon for the same disks first ends one that a killed starter left; a daemon for
     disks another live process serves is refused. `stop()` quits it, killing it after
     `timeout`.
@@ -133,13 +118,12 @@ class StorageDaemon:
             args += ["--blockdev", self._blockdev(disk)]
         log = open(self.dir / "log", "wb")  # noqa: SIM115 - the child holds it
         try:
-            self.process = subprocess.Popen(
+            self.process = tether.start(
                 args,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=[listener.fileno()],
-                preexec_fn=_set_parent_death_signal,
             )
         except OSError as e:
             self._remove_dir()
@@ -148,7 +132,8 @@ class StorageDaemon:
         finally:
             log.close()
             listener.close()
-        self._lock.write(f"{self.process.pid} {_start_time(self.process.pid)}\n")
+        pid = self.process.pid
+        self._lock.write(f"{pid} {procstat.start_time(pid)}\n")
         try:
             self._connect()
         except BaseException:
@@ -184,16 +169,15 @@ class StorageDaemon:
     def _kill_leftover(self) -> None:
         """End a daemon a killed predecessor left for the same disks, named by the pid file."""
         try:
-            pid_text, started = self._lock.read().split()
-            pid = int(pid_text)
+            pid, started = (int(field) for field in self._lock.read().split())
         except ValueError:
             return
         with contextlib.suppress(OSError):
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if _start_time(pid) == started and cmdline.split(b"\0")[0].endswith(_BINARY.encode()):
+            program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            if procstat.is_same(pid, started) and program.endswith(_BINARY.encode()):
                 os.kill(pid, signal.SIGKILL)
                 deadline = time.monotonic() + self.timeout
-                while _start_time(pid) == started and time.monotonic() < deadline:
+                while procstat.is_same(pid, started) and time.monotonic() < deadline:
                     time.sleep(0.02)
         self._lock.write("")
 

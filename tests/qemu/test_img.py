@@ -1,0 +1,151 @@
+"""How qemu-img runs: limits in force, no preexec_fn, cancel of a stalled run, its errors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qemu_helpers import MiB
+
+from diskferry.disk.errors import CancelledError
+from diskferry.qemu import cbt, img
+from diskferry.qemu.session import BackupSession, SessionDisk
+from diskferry.worker import procstat
+
+_OPENAT = {"x86_64": 257, "aarch64": 56}[platform.machine()]
+
+
+def _qemu_img_child(timeout: float = 20.0) -> int:
+    """The pid of this process's qemu-img child, once it runs qemu-img itself."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for children in Path("/proc/self/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for pid in children.read_text().split():
+                    if os.readlink(f"/proc/{pid}/exe").endswith("/qemu-img"):
+                        return int(pid)
+        assert time.monotonic() < deadline, "no qemu-img child appeared"
+        time.sleep(0.02)
+
+
+def _wait_blocked_opening(pid: int, timeout: float = 20.0) -> None:
+    """Wait until process `pid` waits in openat(2), as qemu-img does on a FIFO no one writes."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/syscall").read_text().split()[0] != str(_OPENAT):
+        assert time.monotonic() < deadline, f"process {pid} never waited to open a file"
+        time.sleep(0.02)
+
+
+def _release(fifo: Path) -> None:
+    """Let a qemu-img waiting to open `fifo` go on: it then finds it is no regular file."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _in_thread(call: Any) -> tuple[threading.Thread, list[BaseException]]:
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, raised
+
+
+def test_no_child_is_started_with_a_preexec_fn(
+    volume: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[list[str], dict[str, Any]]] = []
+
+    class RecordingPopen(subprocess.Popen[bytes]):
+        def __init__(self, args: list[str], **kwargs: Any) -> None:
+            started.append((list(args), kwargs))
+            super().__init__(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
+    image = str(tmp_path / "image.qcow2")
+    img.run(["create", "-q", "-f", "qcow2", image, str(4 * MiB)], image)
+    assert img.info(image).format == "qcow2"
+    assert img.check(image, "qcow2") is None
+    converted = str(tmp_path / "converted.raw")
+    img.convert(image, converted, src_format="qcow2", dst_format="raw")
+    img.resize(converted, 8 * MiB, "raw")
+    assert img.compare(image, converted, "qcow2", "raw")
+    cbt.enable(volume)
+    cbt.reset_chain(volume)
+    with BackupSession([SessionDisk("d", volume)], "repo1") as exports:
+        assert exports[0].mode == "full"
+    programs = [args[args.index("--") + 1] if "--" in args else args[0] for args, _ in started]
+    assert programs.count("qemu-img") >= 10
+    assert "qemu-storage-daemon" in programs
+    assert [args for args, kwargs in started if kwargs.get("preexec_fn") is not None] == []
+
+
+def test_a_probe_runs_under_its_limits_in_a_process_group_of_its_own(tmp_path: Path) -> None:
+    fifo = tmp_path / "stalls"
+    os.mkfifo(fifo)
+    prober, raised = _in_thread(lambda: img.info(str(fifo)))
+    try:
+        pid = _qemu_img_child()
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        cpu, memory = img.PROBE_LIMITS.cpu_seconds, img.PROBE_LIMITS.address_space
+        assert re.search(rf"^Max cpu time\s+{cpu}\s+{cpu}\s+seconds", limits, re.M)
+        assert re.search(rf"^Max address space\s+{memory}\s+{memory}\s+bytes", limits, re.M)
+        assert os.getpgid(pid) == pid
+    finally:
+        _release(fifo)
+        prober.join(20)
+    assert not prober.is_alive()
+    assert isinstance(raised[0], img.QemuImgError)
+    assert "regular file" in raised[0].detail
+
+
+def test_a_run_past_its_cpu_limit_says_so() -> None:
+    busy = ["bench", "-q", "-c", "1000000000", "--image-opts", "driver=null-co,size=1G"]
+    with pytest.raises(img.QemuImgError) as caught:
+        img.run(busy, "benchmarking", limits=img.Limits(cpu_seconds=1))
+    assert str(caught.value) == "benchmarking: qemu-img ran out of its CPU time limit"
+
+
+def test_a_stalled_convert_is_cancelled_and_its_qemu_img_ended(tmp_path: Path) -> None:
+    fifo = tmp_path / "stalls"
+    os.mkfifo(fifo)
+    cancel = threading.Event()
+    converter, raised = _in_thread(
+        lambda: img.convert(
+            str(fifo), str(tmp_path / "out.raw"), src_format="raw", dst_format="raw", cancel=cancel
+        )
+    )
+    pid = _qemu_img_child()
+    try:
+        _wait_blocked_opening(pid)
+        cancel.set()
+        converter.join(20)
+        assert not converter.is_alive(), "cancel did not stop a qemu-img that prints nothing"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        converter.join()
+    assert isinstance(raised[0], CancelledError)
+    assert procstat.read(pid) is None
+
+
+def test_an_error_names_what_was_run_and_the_reason_qemu_img_gave(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.qcow2")
+    with pytest.raises(img.QemuImgError) as caught:
+        img.info(missing)
+    assert caught.value.detail == "No such file or directory"
+    assert str(caught.value) == f"{missing}: No such file or directory"

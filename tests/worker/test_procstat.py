@@ -1,0 +1,82 @@
+"""procstat against real processes: a live one, one that ended, a zombie, a reused pid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from diskferry.worker import procstat
+
+
+def _wait_zombie(pid: int) -> procstat.ProcessStat:
+    deadline = time.monotonic() + 20
+    while True:
+        stat = procstat.read(pid)
+        assert stat is not None, f"process {pid} was reaped"
+        if stat.zombie:
+            return stat
+        assert time.monotonic() < deadline, f"process {pid} never ended"
+        time.sleep(0.02)
+
+
+def test_a_live_process_is_the_same_process_while_it_runs() -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        stat = procstat.read(child.pid)
+        assert stat is not None and not stat.zombie
+        assert stat.start_time == procstat.start_time(child.pid)
+        mine = procstat.read(os.getpid())
+        assert mine is not None and mine.start_time <= stat.start_time
+        assert procstat.is_same(child.pid, stat.start_time)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_reused_pid_has_another_start_time() -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        started = procstat.start_time(child.pid)
+        assert started is not None
+        assert not procstat.is_same(child.pid, started + 1)
+        assert not procstat.is_same(child.pid, started - 1)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_that_ended_is_gone() -> None:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert procstat.read(child.pid) is None
+    assert procstat.start_time(child.pid) is None
+
+
+def test_a_zombie_is_no_longer_the_same_process() -> None:
+    child = subprocess.Popen(["true"])
+    try:
+        zombie = _wait_zombie(child.pid)
+        assert zombie.state == "Z"
+        assert procstat.start_time(child.pid) is None
+        assert not procstat.is_same(child.pid, zombie.start_time)
+    finally:
+        child.wait()
+
+
+def test_a_command_name_with_parentheses_and_spaces_is_read_past(tmp_path: Path) -> None:
+    tricky = tmp_path / "x) Z 1 2 (y"
+    tricky.symlink_to("/bin/sleep")
+    child = subprocess.Popen([str(tricky), "60"])
+    try:
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{child.pid}/comm").read_text().strip() != tricky.name:
+            assert time.monotonic() < deadline, "the child never took its tricky name"
+            time.sleep(0.02)
+        stat = procstat.read(child.pid)
+        assert stat is not None and not stat.zombie
+        assert procstat.is_same(child.pid, stat.start_time)
+    finally:
+        child.kill()
+        child.wait()
