@@ -1,1 +1,1 @@
-"""The job runtime every engine's worker uses: job file, /progress, /metrics, result line, SIGTERM."""
+"""The job runtime every engine's worker uses: job file, /progress, /metrics, result, SIGTERM."""
