@@ -80,3 +80,8 @@ def test_a_command_name_with_parentheses_and_spaces_is_read_past(tmp_path: Path)
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_boot_id_is_this_boots() -> None:
+    assert procstat.boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert len(procstat.boot_id()) == 36

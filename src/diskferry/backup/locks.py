@@ -53,12 +53,7 @@ def process_start(pid: int) -> str | None:
     stat = procstat.read(pid)
     if stat is None:
         return None
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        return None
-    return f"{boot}:{stat.start_time}"
+    return f"{procstat.boot_id()}:{stat.start_time}"
 
 
 def stale_reason(info: LockInfo, now: float) -> str | None:

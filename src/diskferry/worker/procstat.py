@@ -39,6 +39,11 @@ def read(pid: int) -> ProcessStat | None:
     return ProcessStat(pid, fields[_STATE], int(fields[_START_TIME]))
 
 
+def boot_id() -> str:
+    """This boot's id: a (pid, start time) pair means one process only within one boot."""
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
 def start_time(pid: int) -> int | None:
     """When process `pid` started (clock ticks since boot); None when it is gone or a zombie."""
     stat = read(pid)
