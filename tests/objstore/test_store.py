@@ -115,6 +115,13 @@ def test_a_killed_writers_temporary_files_are_never_objects(tmp_path):
         store.put("packs/ab/.busy.0123456789ab.tmp", b"x")
 
 
+def test_a_name_as_long_as_the_filesystem_allows(store_url):
+    store = ObjectStore(store_url)
+    name = "trackers/" + "v" * 250
+    store.put(name, b"tracked")
+    assert store.get(name) == b"tracked" and [o.path for o in store.list("trackers")] == [name]
+
+
 def test_listing_an_empty_folder(store_url):
     assert list(ObjectStore(store_url).list("packs")) == []
 

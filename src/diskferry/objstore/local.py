@@ -186,7 +186,7 @@ class LocalBackend:
 def _write_temporary(final: str, data: Data) -> str:
     """Write `data` to a new temporary file beside `final` and fsync it; its path."""
     folder, name = os.path.split(final)
-    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
+    temporary = os.path.join(folder, f".{name[:200]}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         view = memoryview(data).cast("B")
