@@ -141,7 +141,7 @@ class Lock:
             )
 
     def release(self) -> None:
-        """Stop renewing and remove the lock object (a lost one's is left to expire on error)."""
+        """Stop renewing and remove the lock object (left to expire if a lost lock cannot be)."""
         if self._stop.is_set():
             return
         self._stop.set()

@@ -39,7 +39,7 @@ class LocalBackend:
     def __init__(self, url: str, root: str, *, create: bool) -> None:
         self.url = url
         self.root = root
-        self._durable = {root}  # directories whose entries from the root down are fsynced
+        self._durable = {root}  # directories whose entry, and each parent's, is fsynced
         self._dirs_lock = threading.Lock()
         if not os.path.isdir(root):
             if not create:
