@@ -1,5 +1,7 @@
-"""Locks: shared and exclusive, per VM, renewal, take-over of dead or expired holders, waiting."""
+"""Locks: shared and exclusive, per VM, renewal, take-over of dead or expired holders, waiting,
+cancelling a wait, and a lock lost to failing renewals or to another host."""
 
+import contextlib
 import json
 import os
 import signal
@@ -9,9 +11,12 @@ import threading
 import time
 
 import pytest
+from backup_support import PASSWORD
 
-from diskferry.backup.errors import LockedError
+from diskferry.backup.errors import LockedError, LockLostError
 from diskferry.backup.locks import LockInfo, acquire
+from diskferry.backup.repository import Repository
+from diskferry.disk.errors import CancelledError
 from diskferry.objstore.store import ObjectStore
 
 HOLDER = """
@@ -109,3 +114,85 @@ def test_lease_is_renewed_while_held(store):
         time.sleep(0.05)
     lock.release()
     assert not store.exists(lock.path)
+
+
+def test_a_cancelled_wait_ends_and_leaves_no_lock_of_its_own(repo):
+    held = acquire(repo.store, "exclusive", "prune")
+    cancel, waiting = threading.Event(), threading.Event()
+    raised: list[BaseException] = []
+
+    def wait_for_the_lock():
+        try:
+            repo.lock("shared", "backup", wait=600, cancel=cancel, notify=lambda _: waiting.set())
+        except BaseException as e:
+            raised.append(e)
+
+    waiter = threading.Thread(target=wait_for_the_lock)
+    waiter.start()
+    assert waiting.wait(30)
+    cancel.set()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], CancelledError), raised
+    assert repo.url in raised[0].message
+    assert [o.path for o in repo.store.list("locks/")] == [held.path]
+    held.release()
+
+
+def wait_until_lost(lock):
+    deadline = time.monotonic() + 30
+    while not lock.lost:
+        assert time.monotonic() < deadline, "the lock was never marked lost"
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def read_only(folder):
+    """`folder` mounted read-only over itself, so every write into it fails with EROFS."""
+    subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_lock_whose_renewals_keep_failing_is_lost(dir_url, new_repo):
+    new_repo(dir_url)
+    other = ObjectStore(dir_url)
+    with Repository.open(dir_url, PASSWORD, lease=2.0) as repo:
+        lock = repo.lock("shared", "backup")
+        with read_only(os.path.join(dir_url, "locks")):
+            last_written = other.get(lock.path)
+            wait_until_lost(lock)
+            assert other.get(lock.path) == last_written
+            with pytest.raises(LockLostError) as lost:
+                repo.store.put("snapshots/vm/d/x", b"written after the loss")
+            with pytest.raises(LockLostError):
+                repo.store.get("config")
+        assert lost.value.reason == "LockLost"
+        assert dir_url in lost.value.message and "backup" in lost.value.message
+        assert "not renewed" in lost.value.message and "Read-only file system" in lost.value.message
+        assert not other.exists("snapshots/vm/d/x")
+        lock.release()
+    assert list(other.list("locks/")) == []
+
+
+def test_a_lock_deleted_by_another_host_is_not_put_back(repo_url, new_repo):
+    new_repo(repo_url)
+    other = ObjectStore(repo_url)
+    with Repository.open(repo_url, PASSWORD, lease=4.0) as repo:
+        lock = repo.lock("shared", "backup")
+        held = repo.lock("vm", "backup", vm="vm1")
+        other.delete(lock.path)  # as a prune on another host does to a lease it saw expire
+        wait_until_lost(lock)
+        assert not other.exists(lock.path)
+        assert not held.lost
+        with pytest.raises(LockLostError, match="is gone") as lost:
+            repo.store.put("trackers/vm1", b"written after the loss")
+        assert repo_url in lost.value.message
+        assert not other.exists("trackers/vm1")
+        lock.release()
+        repo.store.put("trackers/vm1", b"the remaining lock still holds")
+        held.release()
+    assert list(other.list("locks/")) == []

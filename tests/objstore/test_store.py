@@ -2,10 +2,13 @@
 
 import os
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from s3server import running_moto, use_endpoint
 
+from diskferry.objstore import local
 from diskferry.objstore.errors import (
     BucketNotFoundError,
     CredentialsRefusedError,
@@ -59,6 +62,64 @@ def test_put_new_only_once(store_url):
     assert store.put_new("lock", b"first")
     assert not store.put_new("lock", b"second")
     assert store.get("lock") == b"first"
+
+
+def test_put_new_has_one_winner_among_racing_writers(store_url):
+    store = ObjectStore(store_url)
+    start = threading.Barrier(8)
+
+    def race(writer):
+        start.wait()
+        return [store.put_new(f"race/{n}", f"writer {writer}".encode()) for n in range(20)]
+
+    with ThreadPoolExecutor(8) as pool:
+        wins = list(pool.map(race, range(8)))
+    for n in range(20):
+        winners = [w for w in range(8) if wins[w][n]]
+        assert len(winners) == 1
+        assert store.get(f"race/{n}") == f"writer {winners[0]}".encode()
+
+
+def test_replace_writes_only_over_an_existing_object(store_url):
+    store = ObjectStore(store_url)
+    assert not store.replace("locks/gone", b"renewed")
+    assert not store.exists("locks/gone")
+    store.put("locks/here", b"first")
+    assert store.replace("locks/here", b"renewed")
+    assert store.get("locks/here") == b"renewed"
+    assert [o.path for o in store.list("locks")] == ["locks/here"]
+
+
+def test_replace_where_names_cannot_be_exchanged(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "_renameat2", lambda: None)
+    store = ObjectStore(str(tmp_path))
+    assert not store.replace("gone", b"x") and not store.exists("gone")
+    store.put("here", b"first")
+    assert store.replace("here", b"renewed") and store.get("here") == b"renewed"
+    assert os.listdir(tmp_path) == ["here"]
+
+
+def test_a_killed_writers_temporary_files_are_never_objects(tmp_path):
+    store = ObjectStore(str(tmp_path))
+    store.put("packs/ab/kept", b"data")
+    folder = tmp_path / "packs" / "ab"
+    abandoned = folder / ".lost.0123456789ab.tmp"
+    abandoned.write_bytes(b"half a pack")
+    old = time.time() - local.ABANDONED_AFTER - 60
+    os.utime(abandoned, (old, old))
+    in_flight = folder / ".busy.0123456789ab.tmp"
+    in_flight.write_bytes(b"being written")
+    assert [o.path for o in store.list("packs/")] == ["packs/ab/kept"]
+    assert sorted(os.listdir(folder)) == [".busy.0123456789ab.tmp", "kept"]
+    with pytest.raises(ObjectStoreError, match="not an object path"):
+        store.put("packs/ab/.busy.0123456789ab.tmp", b"x")
+
+
+def test_a_name_as_long_as_the_filesystem_allows(store_url):
+    store = ObjectStore(store_url)
+    name = "trackers/" + "v" * 250
+    store.put(name, b"tracked")
+    assert store.get(name) == b"tracked" and [o.path for o in store.list("trackers")] == [name]
 
 
 def test_listing_an_empty_folder(store_url):

@@ -121,8 +121,8 @@ def run_backup(
     check_name("VM", job.vm)
     with (
         job.open_repository() as repo,
-        repo.lock("vm", "backup", vm=job.vm, wait=job.lock_wait, notify=say),
-        repo.lock("shared", "backup", wait=job.lock_wait, notify=say),
+        repo.lock("vm", "backup", vm=job.vm, wait=job.lock_wait, notify=say, cancel=cancel),
+        repo.lock("shared", "backup", wait=job.lock_wait, notify=say, cancel=cancel),
     ):
         tracker = repo.load_tracker(job.vm) or Tracker(vm=job.vm)
         plans = _plans(job, repo, tracker)

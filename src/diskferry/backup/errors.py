@@ -47,3 +47,9 @@ class LockedError(RepositoryError):
     """Someone else holds a conflicting lock on the repository."""
 
     reason = "Locked"
+
+
+class LockLostError(RepositoryError):
+    """A lock the operation held was lost; it stopped before writing more to the repository."""
+
+    reason = "LockLost"

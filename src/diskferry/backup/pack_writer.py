@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from diskferry.backup.codec import Codec
+from diskferry.backup.errors import LockLostError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
 from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
@@ -182,14 +184,18 @@ class PackWriter:
         return self.stats
 
     def abort(self) -> None:
-        """Stop, and delete the packs uploaded but not yet named by an index."""
+        """Stop, and delete the packs uploaded but not yet named by an index.
+
+        With the repository's lock lost they stay, unnamed, as a killed writer's would.
+        """
         if self._closed:
             return
         self._error = self._error or RuntimeError("aborted")
         self._encoders.shutdown(wait=True, cancel_futures=True)
         self._uploaders.shutdown(wait=True, cancel_futures=True)
-        for pack in sorted(self._unindexed_packs):
-            self._store.delete(pack_path(pack))
+        with contextlib.suppress(LockLostError):  # the repository is no longer this writer's
+            for pack in sorted(self._unindexed_packs):
+                self._store.delete(pack_path(pack))
         self._unindexed_packs.clear()
         self._closed = True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +22,7 @@ from diskferry.backup.errors import (
 )
 from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.keys import new_keys, unwrap_keys, wrap_keys
-from diskferry.backup.locks import Lock, LockKind, acquire
+from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.packs import pack_path
 from diskferry.backup.snapshots import (
@@ -40,12 +41,26 @@ _INFO_READ = 16 * 1024
 
 
 class Repository:
-    """An open repository: its store, config and keys, and a local cache of its index."""
+    """An open repository: its store, config and keys, and a local cache of its index.
+
+    Every operation on `store` first checks the locks taken through `lock`: once one of
+    them is lost, each raises LockLostError, so the work in progress stops there. Locks
+    are leased for `lease` seconds.
+    """
 
     def __init__(
-        self, store: ObjectStore, config: RepoConfig, codec: Codec, cache_root: Path | None = None
+        self,
+        store: ObjectStore,
+        config: RepoConfig,
+        codec: Codec,
+        cache_root: Path | None = None,
+        *,
+        lease: float = LEASE_SECONDS,
     ) -> None:
-        self.store = store
+        self.lease = lease
+        self._locks = LockGuard()
+        self._lock_store = store
+        self.store = store.guarded(self._locks.check)
         self.config = config
         self.codec = codec
         self._cache_root = cache_root
@@ -103,8 +118,9 @@ class Repository:
         *,
         s3: S3Options | None = None,
         cache_root: Path | None = None,
+        lease: float = LEASE_SECONDS,
     ) -> Repository:
-        """Open the repository at `url` with `password`."""
+        """Open the repository at `url` with `password`; its locks are leased for `lease` s."""
         try:
             store = ObjectStore(url, s3, create=False)
             raw = store.get("config")
@@ -123,7 +139,7 @@ class Repository:
         for info in store.list("keys/"):
             keys = unwrap_keys(store.get(info.path), password)
             if keys is not None:
-                return cls(store, config, Codec(keys), cache_root)
+                return cls(store, config, Codec(keys), cache_root, lease=lease)
         raise PasswordError(f"wrong password for repository {url}")
 
     def close(self) -> None:
@@ -229,12 +245,23 @@ class Repository:
         vm: str | None = None,
         wait: float = 0.0,
         notify: Callable[[str], None] = lambda message: None,
+        cancel: threading.Event | None = None,
     ) -> Lock:
         """Take a lock on the repository (see locks.acquire), then catch up with its index.
 
         A prune may have run since the index cache last looked; under the lock it cannot.
         """
-        lock = acquire(self.store, kind, purpose, vm=vm, wait=wait, notify=notify)
+        lock = acquire(
+            self._lock_store,
+            kind,
+            purpose,
+            vm=vm,
+            wait=wait,
+            notify=notify,
+            cancel=cancel,
+            lease=self.lease,
+            guard=self._locks,
+        )
         if self._cache is not None:
             try:
                 self._cache.refresh(self.store, self.codec)

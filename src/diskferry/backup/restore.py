@@ -121,7 +121,7 @@ def run_restore(
         )
     with (
         job.open_repository() as repo,
-        repo.lock("shared", "restore", wait=job.lock_wait, notify=say),
+        repo.lock("shared", "restore", wait=job.lock_wait, notify=say, cancel=cancel),
     ):
         snapshot = repo.load_snapshot(find_restore_point(repo, job.snapshot, job.vm, job.disk))
         info = snapshot.info

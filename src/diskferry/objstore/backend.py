@@ -1,0 +1,48 @@
+"""What an object store backend does (a directory, S3), and what it says of one object."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a listing or head says of one object."""
+
+    path: str
+    size: int
+    modified: datetime
+
+
+Data = bytes | bytearray | memoryview
+
+
+class Backend(Protocol):
+    """Whole objects under a root, named by `/`-separated paths; raises the typed store errors."""
+
+    def put(self, path: str, data: Data) -> None:
+        """Write the object whole, durably, before returning."""
+
+    def put_new(self, path: str, data: Data) -> bool:
+        """Write the object only if none exists under `path`; False when one did."""
+
+    def replace(self, path: str, data: Data) -> bool:
+        """Overwrite the object only while it exists; False (nothing written) when it is gone."""
+
+    def get(self, path: str) -> bytes:
+        """The whole object."""
+
+    def get_range(self, path: str, start: int, length: int) -> bytes:
+        """Up to `length` bytes of the object from `start` (fewer past its end)."""
+
+    def head(self, path: str) -> ObjectInfo | None:
+        """What the store says of the object, or None when it does not exist."""
+
+    def list(self, folder: str) -> Iterator[ObjectInfo]:
+        """Every object under `folder` ("" for all)."""
+
+    def delete(self, path: str) -> None:
+        """Remove the object durably; a missing one is not an error."""

@@ -1,0 +1,169 @@
+"""An S3 bucket and prefix as an object store, through obstore: every put is whole or nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from obstore.store import S3Store
+
+from diskferry.objstore.backend import Data, ObjectInfo
+from diskferry.objstore.errors import (
+    BucketNotFoundError,
+    CredentialsRefusedError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+)
+
+_REFUSED_MARKERS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden")
+
+
+@dataclass(frozen=True, slots=True)
+class S3Options:
+    """Explicit S3 settings; any left None comes from the usual AWS_* environment variables."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+
+class S3Backend:
+    """Objects under `s3://bucket/prefix`; safe to call from several threads at once."""
+
+    def __init__(self, url: str, bucket: str, prefix: str, opts: S3Options) -> None:
+        self.url = url
+        self.bucket = bucket
+        self._store = _s3_store(bucket, prefix, opts)
+
+    def put(self, path: str, data: Data) -> None:
+        """Write the object whole: S3 shows it only once it is complete."""
+        with self._errors(path):
+            obstore.put(self._store, path, memoryview(data), use_multipart=False)
+
+    def put_new(self, path: str, data: Data) -> bool:
+        """Write the object only if none exists (If-None-Match); False when one did."""
+        with self._errors(path):
+            try:
+                obstore.put(self._store, path, memoryview(data), mode="create", use_multipart=False)
+            except AlreadyExistsError:
+                return False
+        return True
+
+    def replace(self, path: str, data: Data) -> bool:
+        """Overwrite the object only while it exists: a put conditional on the ETag just read.
+
+        A deletion between the head and the put fails the put (If-Match); a server that
+        gives no ETag gets a plain put, and a deletion in that moment is overwritten.
+        """
+        info = self._head(path)
+        if info is None:
+            return False
+        mode: Any = {"e_tag": info["e_tag"]} if info.get("e_tag") else "overwrite"
+        with self._errors(path):
+            try:
+                obstore.put(self._store, path, memoryview(data), mode=mode, use_multipart=False)
+            except PreconditionError:
+                return False
+        return True
+
+    def get(self, path: str) -> bytes:
+        """The whole object."""
+        with self._errors(path):
+            return obstore.get(self._store, path).bytes().to_bytes()
+
+    def get_range(self, path: str, start: int, length: int) -> bytes:
+        """Up to `length` bytes of the object from `start`."""
+        with self._errors(path):
+            return obstore.get_range(self._store, path, start=start, length=length).to_bytes()
+
+    def head(self, path: str) -> ObjectInfo | None:
+        """What S3 says of the object, or None when it does not exist."""
+        meta = self._head(path)
+        if meta is None:
+            return None
+        return ObjectInfo(meta["path"], meta["size"], meta["last_modified"])
+
+    def _head(self, path: str) -> Any:
+        try:
+            with self._errors(path):
+                return obstore.head(self._store, path)
+        except ObjectNotFoundError:
+            return None
+
+    def list(self, folder: str) -> Iterator[ObjectInfo]:
+        """Every object under `folder`."""
+        with self._errors(folder):
+            for batch in obstore.list(self._store, folder or None, chunk_size=1000):
+                for meta in batch:
+                    yield ObjectInfo(meta["path"], meta["size"], meta["last_modified"])
+
+    def delete(self, path: str) -> None:
+        """Remove the object; a missing one is not an error."""
+        try:
+            with self._errors(path):
+                obstore.delete(self._store, path)
+        except ObjectNotFoundError:
+            pass
+
+    @contextlib.contextmanager
+    def _errors(self, path: str) -> Iterator[None]:
+        """Turn obstore's exceptions into the typed errors of this package."""
+        try:
+            yield
+        except ObjectStoreError:
+            raise
+        except Exception as exc:
+            raise self._translate(exc, path) from None
+
+    def _translate(self, exc: Exception, path: str) -> ObjectStoreError:
+        text = str(exc)
+        if "NoSuchBucket" in text:
+            return BucketNotFoundError(
+                f"bucket {self.bucket!r} does not exist: create it or fix the URL"
+            )
+        if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or any(
+            m in text for m in _REFUSED_MARKERS
+        ):
+            return CredentialsRefusedError(
+                f"{self.url}: the store refused the credentials: check AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY"
+            )
+        if isinstance(exc, FileNotFoundError | NotFoundError):
+            return ObjectNotFoundError(f"{self.url}: {path} does not exist")
+        first = text.split("\n")[0][:300]
+        return ObjectStoreError(f"{self.url}: {path}: {first}")
+
+
+def _s3_store(bucket: str, prefix: str, opts: S3Options) -> S3Store:
+    if not bucket:
+        raise ObjectStoreError("an S3 URL needs a bucket: s3://bucket/prefix", reason="BadStoreURL")
+    config: dict[str, Any] = {}
+    endpoint = (
+        opts.endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+    )
+    if endpoint:
+        config["endpoint"] = endpoint
+    region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    config["region"] = region or "us-east-1"
+    if opts.access_key_id:
+        config["access_key_id"] = opts.access_key_id
+    if opts.secret_access_key:
+        config["secret_access_key"] = opts.secret_access_key
+    client = {"allow_http": bool(endpoint and endpoint.startswith("http://"))}
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+    return S3Store(
+        bucket, prefix=prefix or None, client_options=client, retry_config=retry, **config
+    )
