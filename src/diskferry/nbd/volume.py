@@ -85,7 +85,7 @@ class NbdVolume(Volume):
     def extents(
         self, context: ExtentContext = "zero", offset: int = 0, length: int | None = None
     ) -> Iterator[Extent]:
-        """Holes and zeros from base:allocation, or dirty runs from the bitmap given at open."""
+        """Zeros and holes from base:allocation, or dirty runs from the bitmap given at open."""
         end = self.size if length is None else min(self.size, offset + length)
         name = ALLOCATION if context == "zero" else DIRTY_BITMAP + (self.bitmap or "")
         if name not in self.client.contexts:
@@ -126,5 +126,8 @@ class NbdVolume(Volume):
 
 def _extent(context: ExtentContext, start: int, length: int, flags: int) -> Extent:
     if context == "zero":
-        return Extent(start, length, zero=bool(flags & (p.STATE_HOLE | p.STATE_ZERO)))
+        # Only STATE_ZERO says the range reads as zeros: a hole over a backing file need not.
+        return Extent(
+            start, length, zero=bool(flags & p.STATE_ZERO), hole=bool(flags & p.STATE_HOLE)
+        )
     return Extent(start, length, zero=False, dirty=bool(flags & p.STATE_DIRTY))
