@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent, merge_adjacent
 from diskferry.disk.volume import ExtentContext, Volume
 from diskferry.nbd import protocol as p
-from diskferry.nbd.client import NbdClient
+from diskferry.nbd.client import DEFAULT_REQUEST_TIMEOUT, NbdClient
 from diskferry.nbd.errors import NbdConnectionError, NbdError
 
 ALLOCATION = "base:allocation"
@@ -26,10 +27,24 @@ class NbdVolume(Volume):
         self.sparse = client.can_zero or client.can_trim
 
     @classmethod
-    def open(cls, url: str, *, writable: bool = False, bitmap: str | None = None) -> NbdVolume:
-        """Connect to the export at `url`; `bitmap` names a qemu dirty bitmap it exports."""
+    def open(
+        cls,
+        url: str,
+        *,
+        writable: bool = False,
+        bitmap: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        cancel: threading.Event | None = None,
+    ) -> NbdVolume:
+        """Connect to the export at `url`; `bitmap` names a qemu dirty bitmap it exports.
+
+        A request unanswered for `request_timeout` seconds breaks the connection; once
+        `cancel` is set, waiting reads and writes raise CancelledError.
+        """
         contexts = [ALLOCATION] + ([DIRTY_BITMAP + bitmap] if bitmap else [])
-        client = NbdClient.connect(url, contexts=contexts)
+        client = NbdClient.connect(
+            url, contexts=contexts, request_timeout=request_timeout, cancel=cancel
+        )
         try:
             if writable and client.readonly:
                 raise NbdError(
