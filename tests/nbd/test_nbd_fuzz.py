@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hostile_server import (
     Request,
+    Talk,
     answering,
     handshake_bytes,
     hole_chunk,
@@ -53,7 +54,8 @@ def memory_bound() -> Iterator[None]:
 
 
 @contextmanager
-def served(talk: Callable) -> Iterator[str]:
+def served(talk: Talk) -> Iterator[str]:
+    """A hostile server running `talk` on a socket in a folder of its own; its URL."""
     with (
         tempfile.TemporaryDirectory() as folder,
         hostile_server(Path(folder) / "nbd.sock", talk) as url,
@@ -159,6 +161,7 @@ class Chunk:
     text: bytes
 
     def build(self, request: Request) -> bytes:
+        """The bytes of the chunk in answer to `request`."""
         cookie = request.cookie if self.own_cookie else self.cookie
         if self.magic == "simple":
             payload = b"\x11" * request.length if self.code == 0 else b""

@@ -95,9 +95,9 @@ class NbdClient:
         self._broken: Failure | None = None
         self._closing = False
         self._received_all = threading.Event()
-        self._receiver = threading.Thread(target=self._receive_loop, name="nbd-receiver")
+        self._receiver = threading.Thread(target=self._receive_loop, name=f"nbd-receiver {url}")
         self._receiver.daemon = True
-        self._watchdog = threading.Thread(target=self._watch, name="nbd-watchdog")
+        self._watchdog = threading.Thread(target=self._watch, name=f"nbd-watchdog {url}")
         self._watchdog.daemon = True
         self._receiver.start()
         self._watchdog.start()
@@ -418,7 +418,7 @@ class NbdClient:
             if late:
                 self._break(
                     NbdConnectionError(
-                        f"{self._describe(late[0])} got no answer in "
+                        f"NBD {_command(late[0])} on {self.url} got no answer in "
                         f"{self._request_timeout:g} s: the server hangs or is overloaded"
                     )
                 )
@@ -493,8 +493,7 @@ class NbdClient:
             coverage = request.coverage
             if request.error is None and coverage is not None and not coverage.whole:
                 raise self._violation(
-                    f"the reply to the {self._describe(request)} ended after "
-                    f"{coverage.filled} bytes"
+                    f"the reply to the {_command(request)} ended after {coverage.filled} bytes"
                 )
             self._finish(cookie)
 
@@ -534,20 +533,17 @@ class NbdClient:
     def _fill(self, request: _Request, offset: int, size: int) -> memoryview:
         """The part of a read's buffer that a data or hole chunk fills: new, inside the request."""
         if request.buf is None or request.coverage is None:
-            raise self._violation(f"read data in the reply to the {self._describe(request)}")
+            raise self._violation(f"read data in the reply to the {_command(request)}")
         at = offset - request.offset
         wrong = request.coverage.add(at, size)
         if wrong is not None:
-            raise self._violation(f"{wrong}, in the reply to the {self._describe(request)}")
+            raise self._violation(f"{wrong}, in the reply to the {_command(request)}")
         return request.buf[at : at + size]
-
-    def _describe(self, request: _Request) -> str:
-        what = p.COMMAND_NAMES.get(request.command, f"command {request.command}")
-        return f"NBD {what} of {request.length} bytes at offset {request.offset} on {self.url}"
 
     def _server_error(self, request: _Request, code: int, text: str) -> NbdError:
         name = p.errno_name(code)
-        message = f"{self._describe(request)} failed: {name}" + (f" ({text})" if text else "")
+        message = f"NBD {_command(request)} on {self.url} failed: {name}"
+        message += f" ({text})" if text else ""
         return NbdError(message, errno_name=name)
 
     def _violation(self, what: str) -> NbdConnectionError:
@@ -577,3 +573,9 @@ def _fresh(error: Failure) -> Failure:
     if isinstance(error, NbdError):
         return type(error)(str(error), errno_name=error.errno_name)
     return CancelledError(str(error))
+
+
+def _command(request: _Request) -> str:
+    """What a request asked, as in "read of 4096 bytes at offset 0"."""
+    what = p.COMMAND_NAMES.get(request.command, f"command {request.command}")
+    return f"{what} of {request.length} bytes at offset {request.offset}"
