@@ -1,9 +1,12 @@
-"""NbdClient against servers that misbehave: short or overlapping read replies, failed sends."""
+"""NbdClient against servers that misbehave: short or overlapping read replies, failed sends,
+a handshake dribbled out a byte at a time."""
 
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from hostile_server import (
     answering,
     data_chunk,
     done_chunk,
+    handshake_bytes,
     hole_chunk,
     hostile_server,
 )
@@ -216,3 +220,17 @@ def test_a_read_refused_halfway_waits_for_the_requests_it_sent(
     assert not reader.is_alive()
     assert isinstance(outcomes["read"], CancelledError)
     client.close()
+
+
+def test_a_handshake_dribbled_out_fails_at_its_deadline(tmp_path: Path) -> None:
+    def dribble(conn: socket.socket) -> None:  # each byte well within the timeout
+        for byte in handshake_bytes():
+            conn.sendall(bytes([byte]))
+            time.sleep(0.05)
+
+    with (
+        hostile_server(tmp_path / "nbd.sock", dribble) as url,
+        pytest.raises(NbdConnectionError) as caught,
+    ):
+        NbdClient.connect(url, contexts=["base:allocation"], timeout=1.0)
+    assert "did not finish in 1 s" in str(caught.value)

@@ -171,6 +171,12 @@ class Handshake:
             raise NbdConnectionError(f"NBD server {self.url} sent a malformed option reply")
         return rtype, self._recv(length)
 
+    def _late(self) -> NbdConnectionError:
+        return NbdConnectionError(
+            f"NBD handshake with {self.url} did not finish in {self.timeout:g} s: "
+            "check that the server is an NBD server and not overloaded"
+        )
+
     def _send(self, data: bytes) -> None:
         try:
             self.transport.sendall(data)
@@ -184,12 +190,12 @@ class Handshake:
         while done < n:
             left = self.deadline - time.monotonic()
             if left <= 0:
-                raise NbdConnectionError(
-                    f"NBD handshake with {self.url} did not finish in {self.timeout:g} s"
-                )
+                raise self._late()
             try:
                 self.transport.settimeout(left)
                 got = self.transport.recv_into(view[done:])
+            except TimeoutError as e:
+                raise self._late() from e
             except OSError as e:
                 raise NbdConnectionError(f"NBD handshake with {self.url} failed: {e}") from e
             if got == 0:
