@@ -28,17 +28,17 @@ def test_extents_follow_holes_and_data(tmp_path):
     with FileVolume(path) as vol:
         assert vol.size == 8 * MiB
         assert list(vol.extents()) == [
-            Extent(0, MiB, True),
+            Extent(0, MiB, True, hole=True),
             Extent(MiB, MiB, False),
-            Extent(2 * MiB, 3 * MiB, True),
+            Extent(2 * MiB, 3 * MiB, True, hole=True),
             Extent(5 * MiB, 4096, False),
-            Extent(5 * MiB + 4096, 3 * MiB - 4096, True),
+            Extent(5 * MiB + 4096, 3 * MiB - 4096, True, hole=True),
         ]
         assert list(vol.extents(offset=MiB + 10, length=MiB)) == [
             Extent(MiB + 10, MiB - 10, False),
-            Extent(2 * MiB, 10, True),
+            Extent(2 * MiB, 10, True, hole=True),
         ]
-        assert list(vol.extents("dirty")) == [Extent(0, 8 * MiB, False, True)]
+        assert list(vol.extents("dirty")) == [Extent(0, 8 * MiB, False, dirty=True)]
 
 
 def test_zero_punches_a_hole(tmp_path):

@@ -51,11 +51,11 @@ def nbdinfo_map(url: str, context: str = "base:allocation") -> list[dict[str, in
 
 
 def as_extents(entries: list[dict[str, int]], dirty: bool) -> list[Extent]:
-    """nbdinfo map entries as merged extents: zero from hole/zero bits, or dirty from bit 0."""
+    """nbdinfo map entries as merged extents: zero and hole from their bits, or dirty from bit 0."""
     extents = (
         Extent(e["offset"], e["length"], zero=False, dirty=bool(e["type"] & 1))
         if dirty
-        else Extent(e["offset"], e["length"], zero=bool(e["type"] & 3))
+        else Extent(e["offset"], e["length"], zero=bool(e["type"] & 2), hole=bool(e["type"] & 1))
         for e in entries
     )
     return list(merge_adjacent(extents))

@@ -17,6 +17,7 @@ from nbd_helpers import (
     unix_url,
 )
 
+from diskferry.disk.copy import copy
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent, clip, merge_adjacent
 from diskferry.disk.file_volume import FileVolume
@@ -44,6 +45,29 @@ def test_zero_extents_equal_nbdinfo_on_qemu_nbd(
     assert extents == as_extents(nbdinfo_map(server.url), dirty=False)
     assert [e.zero for e in extents] == [True, False, True, False, True, False]
     assert part == list(merge_adjacent(clip(extents, 5 * MiB + 100, 10 * MiB)))
+
+
+def test_a_hole_that_is_not_zero_is_read(nbdkit: Callable[..., Server], tmp_path: Path) -> None:
+    image = make_image(
+        tmp_path / "backed.raw", 8 * MiB, {0: pattern(2 * MiB, 5), 4 * MiB: pattern(MiB, 6)}
+    )
+    listing = tmp_path / "extents.txt"
+    # 0-2 MiB unallocated yet not zeros (as over a backing file); the gaps are zero holes
+    listing.write_text("0 2M hole\n4M 1M\n")
+    server = nbdkit("-r", "file", str(image), f"extentlist={listing}", filters=("extentlist",))
+    with NbdVolume.open(server.url) as volume:
+        extents = list(volume.extents("zero"))
+        with FileVolume.create(tmp_path / "copy.raw", volume.size) as target:
+            result = copy(volume, target, dst_zeroed=True)
+    assert result.bytes_read == 3 * MiB
+    assert (tmp_path / "copy.raw").read_bytes() == image.read_bytes()
+    assert extents == [
+        Extent(0, 2 * MiB, zero=False, hole=True),
+        Extent(2 * MiB, 2 * MiB, zero=True, hole=True),
+        Extent(4 * MiB, MiB, zero=False),
+        Extent(5 * MiB, 3 * MiB, zero=True, hole=True),
+    ]
+    assert extents == as_extents(nbdinfo_map(server.url), dirty=False)
 
 
 def test_zero_extents_in_many_pieces_on_nbdkit(nbdkit: Callable[..., Server]) -> None:

@@ -36,7 +36,7 @@ def _blocks(extents: Iterable[Extent], block: int) -> Iterator[Extent]:
         while pos < ext.end:
             # align later blocks to the block size so writes stay aligned
             stop = min(ext.end, (pos // block + 1) * block)
-            yield Extent(pos, stop - pos, zero=False, dirty=ext.dirty)
+            yield Extent(pos, stop - pos, zero=False, hole=ext.hole, dirty=ext.dirty)
             pos = stop
 
 

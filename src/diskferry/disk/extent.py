@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
 class Extent:
-    """A run of `length` bytes at `start`; `zero` reads as zeros; `dirty` changed since a point."""
+    """A run of `length` bytes at `start` and what is known of it.
+
+    `zero`: it reads as zeros and may be skipped. `hole`: it is unallocated, which over a
+    backing file need not read as zeros, so a hole that is not zero is read like data.
+    `dirty`: it changed since a checkpoint.
+    """
 
     start: int
     length: int
     zero: bool
+    hole: bool = False
     dirty: bool | None = None
 
     @property
@@ -37,10 +43,9 @@ def merge_adjacent(extents: Iterable[Extent]) -> Iterator[Extent]:
         if (
             pending is not None
             and pending.end == ext.start
-            and pending.zero == ext.zero
-            and pending.dirty == ext.dirty
+            and (pending.zero, pending.hole, pending.dirty) == (ext.zero, ext.hole, ext.dirty)
         ):
-            pending = Extent(pending.start, pending.length + ext.length, ext.zero, ext.dirty)
+            pending = replace(pending, length=pending.length + ext.length)
             continue
         if pending is not None:
             yield pending
@@ -56,4 +61,4 @@ def clip(extents: Iterable[Extent], offset: int, length: int) -> Iterator[Extent
         start = max(ext.start, offset)
         stop = min(ext.end, end)
         if start < stop:
-            yield Extent(start, stop - start, ext.zero, ext.dirty)
+            yield replace(ext, start=start, length=stop - start)

@@ -162,7 +162,7 @@ class FileVolume(Volume):
                 data = end
             data = min(data, end)
             if data > pos:
-                yield Extent(pos, data - pos, zero=True)
+                yield Extent(pos, data - pos, zero=True, hole=True)
             if data >= end:
                 return
             hole = min(os.lseek(self._fd, data, os.SEEK_HOLE), end)

@@ -51,7 +51,7 @@ class Volume(ABC):
     def extents(
         self, context: ExtentContext = "zero", offset: int = 0, length: int | None = None
     ) -> Iterator[Extent]:
-        """The extents covering [offset, offset+length): holes as zero, or dirty runs.
+        """The extents covering [offset, offset+length): what reads as zeros, or dirty runs.
 
         A volume that knows nothing of its allocation reports one data extent.
         """

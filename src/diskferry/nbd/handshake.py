@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -52,11 +53,16 @@ def open_socket(url: NbdUrl, timeout: float) -> socket.socket:
 
 
 class Handshake:
-    """The option haggling on one connection; its transport becomes TLS after STARTTLS."""
+    """The option haggling on one connection; its transport becomes TLS after STARTTLS.
 
-    def __init__(self, transport: Transport, url: NbdUrl) -> None:
+    All of it must be done within `timeout` seconds, however the server dribbles its bytes.
+    """
+
+    def __init__(self, transport: Transport, url: NbdUrl, timeout: float) -> None:
         self.transport = transport
         self.url = url
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
 
     def greet(self) -> None:
         """Read the server's greeting and answer with the client flags."""
@@ -165,6 +171,12 @@ class Handshake:
             raise NbdConnectionError(f"NBD server {self.url} sent a malformed option reply")
         return rtype, self._recv(length)
 
+    def _late(self) -> NbdConnectionError:
+        return NbdConnectionError(
+            f"NBD handshake with {self.url} did not finish in {self.timeout:g} s: "
+            "check that the server is an NBD server and not overloaded"
+        )
+
     def _send(self, data: bytes) -> None:
         try:
             self.transport.sendall(data)
@@ -176,8 +188,14 @@ class Handshake:
         view = memoryview(buf)
         done = 0
         while done < n:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise self._late()
             try:
+                self.transport.settimeout(left)
                 got = self.transport.recv_into(view[done:])
+            except TimeoutError as e:
+                raise self._late() from e
             except OSError as e:
                 raise NbdConnectionError(f"NBD handshake with {self.url} failed: {e}") from e
             if got == 0:
@@ -190,7 +208,7 @@ class Handshake:
 
 def _start(url: NbdUrl, timeout: float) -> Handshake:
     """Connect, greet and (for nbds URLs) start TLS."""
-    shake = Handshake(Transport(open_socket(url, timeout)), url)
+    shake = Handshake(Transport(open_socket(url, timeout)), url, timeout)
     try:
         shake.greet()
         if url.tls:
@@ -221,7 +239,7 @@ def negotiate(
                 listed = shake.meta_contexts(p.OPT_LIST_META_CONTEXT, url.export, [namespace])
                 available[missing] = sorted(name for _, name in listed)
         info = shake.go(url.export)
-        _check_block_sizes(url, info)
+        _check_sizes(url, info)
     except BaseException:
         shake.transport.close()
         raise
@@ -247,10 +265,14 @@ def list_meta_contexts(
         shake.transport.close()
 
 
-def _check_block_sizes(url: NbdUrl, info: ExportInfo) -> None:
+def _check_sizes(url: NbdUrl, info: ExportInfo) -> None:
+    """Refuse an export size or block sizes that no real export has."""
+    if info.size > p.MAX_EXPORT_SIZE:
+        raise NbdConnectionError(f"NBD server {url} announced an impossible size {info.size}")
     sizes = (info.min_block, info.preferred_block, info.max_block)
     if (
         info.min_block < 1
+        or info.min_block > p.MAX_MIN_BLOCK
         or info.min_block & (info.min_block - 1)
         or info.max_block < info.min_block
     ):

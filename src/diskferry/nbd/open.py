@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import threading
+
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.volume import Volume
+from diskferry.nbd.client import DEFAULT_REQUEST_TIMEOUT
 from diskferry.nbd.url import is_nbd_url
 
 
-def open_volume(spec: str, *, writable: bool = False, bitmap: str | None = None) -> Volume:
-    """Open `spec`: nbd:// and nbd+unix:// URLs as NbdVolume, anything else as a FileVolume."""
+def open_volume(
+    spec: str,
+    *,
+    writable: bool = False,
+    bitmap: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    cancel: threading.Event | None = None,
+) -> Volume:
+    """Open `spec`: nbd:// and nbd+unix:// URLs as NbdVolume, anything else as a FileVolume.
+
+    `request_timeout` and `cancel` bound the waits of an NBD volume (see NbdVolume.open).
+    """
     if is_nbd_url(spec):
         from diskferry.nbd.volume import NbdVolume
 
-        return NbdVolume.open(spec, writable=writable, bitmap=bitmap)
+        return NbdVolume.open(
+            spec, writable=writable, bitmap=bitmap, request_timeout=request_timeout, cancel=cancel
+        )
     if bitmap is not None:
         raise VolumeError(
             f"dirty bitmap {bitmap!r} asked of {spec}, which is not an NBD export: "

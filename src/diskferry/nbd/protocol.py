@@ -93,6 +93,9 @@ STATE_DIRTY = 1 << 0
 
 DEFAULT_PORT = 10809
 DEFAULT_MAX_PAYLOAD = 32 << 20
+MAX_MIN_BLOCK = 64 << 10
+MAX_EXPORT_SIZE = (1 << 63) - 1
+MAX_ERROR_MESSAGE = 4096
 
 OPTION_HEADER = struct.Struct(">QII")
 OPTION_REPLY = struct.Struct(">QIII")
@@ -100,6 +103,11 @@ REQUEST = struct.Struct(">IHHQQI")
 SIMPLE_REPLY_REST = struct.Struct(">IQ")
 STRUCTURED_REPLY_REST = struct.Struct(">HHQI")
 MAGIC = struct.Struct(">I")
+CHUNK_OFFSET = struct.Struct(">Q")
+HOLE_CHUNK = struct.Struct(">QI")
+STATUS_CONTEXT = struct.Struct(">I")
+STATUS_DESCRIPTOR = struct.Struct(">II")
+ERROR_CHUNK = struct.Struct(">IH")
 
 
 def errno_name(code: int) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent, merge_adjacent
 from diskferry.disk.volume import ExtentContext, Volume
 from diskferry.nbd import protocol as p
-from diskferry.nbd.client import NbdClient
+from diskferry.nbd.client import DEFAULT_REQUEST_TIMEOUT, NbdClient
 from diskferry.nbd.errors import NbdConnectionError, NbdError
 
 ALLOCATION = "base:allocation"
@@ -26,10 +27,24 @@ class NbdVolume(Volume):
         self.sparse = client.can_zero or client.can_trim
 
     @classmethod
-    def open(cls, url: str, *, writable: bool = False, bitmap: str | None = None) -> NbdVolume:
-        """Connect to the export at `url`; `bitmap` names a qemu dirty bitmap it exports."""
+    def open(
+        cls,
+        url: str,
+        *,
+        writable: bool = False,
+        bitmap: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        cancel: threading.Event | None = None,
+    ) -> NbdVolume:
+        """Connect to the export at `url`; `bitmap` names a qemu dirty bitmap it exports.
+
+        A request unanswered for `request_timeout` seconds breaks the connection; once
+        `cancel` is set, waiting reads and writes raise CancelledError.
+        """
         contexts = [ALLOCATION] + ([DIRTY_BITMAP + bitmap] if bitmap else [])
-        client = NbdClient.connect(url, contexts=contexts)
+        client = NbdClient.connect(
+            url, contexts=contexts, request_timeout=request_timeout, cancel=cancel
+        )
         try:
             if writable and client.readonly:
                 raise NbdError(
@@ -85,7 +100,7 @@ class NbdVolume(Volume):
     def extents(
         self, context: ExtentContext = "zero", offset: int = 0, length: int | None = None
     ) -> Iterator[Extent]:
-        """Holes and zeros from base:allocation, or dirty runs from the bitmap given at open."""
+        """Zeros and holes from base:allocation, or dirty runs from the bitmap given at open."""
         end = self.size if length is None else min(self.size, offset + length)
         name = ALLOCATION if context == "zero" else DIRTY_BITMAP + (self.bitmap or "")
         if name not in self.client.contexts:
@@ -126,5 +141,8 @@ class NbdVolume(Volume):
 
 def _extent(context: ExtentContext, start: int, length: int, flags: int) -> Extent:
     if context == "zero":
-        return Extent(start, length, zero=bool(flags & (p.STATE_HOLE | p.STATE_ZERO)))
+        # Only STATE_ZERO says the range reads as zeros: a hole over a backing file need not.
+        return Extent(
+            start, length, zero=bool(flags & p.STATE_ZERO), hole=bool(flags & p.STATE_HOLE)
+        )
     return Extent(start, length, zero=False, dirty=bool(flags & p.STATE_DIRTY))
