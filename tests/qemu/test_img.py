@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
 import re
@@ -45,10 +46,20 @@ def _wait_blocked_opening(pid: int, timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def _release(fifo: Path) -> None:
-    """Let a qemu-img waiting to open `fifo` go on: it then finds it is no regular file."""
-    with contextlib.suppress(OSError):
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+def _release(fifo: Path, timeout: float = 20.0) -> None:
+    """Let a qemu-img waiting to open `fifo` go on: it then finds it is no regular file.
+
+    Until the reader has opened the FIFO a non-blocking writer gets ENXIO: try again.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                return
+        time.sleep(0.02)
 
 
 def _in_thread(call: Any) -> tuple[threading.Thread, list[BaseException]]:
