@@ -47,3 +47,9 @@ class LockedError(RepositoryError):
     """Someone else holds a conflicting lock on the repository."""
 
     reason = "Locked"
+
+
+class CheckFailedError(RepositoryError):
+    """The repository check found damage."""
+
+    reason = "CheckFailed"

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from diskferry.backup.errors import LockedError
+from diskferry.disk.errors import CancelledError
 from diskferry.objstore.errors import ObjectNotFoundError
 from diskferry.objstore.store import ObjectStore
 
@@ -114,8 +115,12 @@ def acquire(
     wait: float = 0.0,
     notify: Callable[[str], None] = lambda message: None,
     renew_every: float = LEASE_SECONDS / 5,
+    cancel: threading.Event | None = None,
 ) -> Lock:
-    """Take a lock (stale ones are taken over); wait up to `wait` seconds, else LockedError."""
+    """Take a lock (stale ones are taken over); wait up to `wait` seconds, else LockedError.
+
+    Setting `cancel` ends a wait with CancelledError.
+    """
     pid = os.getpid()
     info = LockInfo(
         id=os.urandom(12).hex(),
@@ -144,7 +149,11 @@ def acquire(
         if not told:
             notify(f"waiting: {store.url} is locked by {blockers[0].describe()}")
             told = True
-        time.sleep(min(random.uniform(0.5, 2.0), max(0.05, deadline - time.monotonic())))
+        pause = min(random.uniform(0.5, 2.0), max(0.05, deadline - time.monotonic()))
+        if cancel is None:
+            time.sleep(pause)
+        elif cancel.wait(pause):
+            raise CancelledError("cancelled while waiting for a lock")
 
 
 def _blockers(store: ObjectStore, mine: LockInfo, notify: Callable[[str], None]) -> list[LockInfo]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -229,12 +230,13 @@ class Repository:
         vm: str | None = None,
         wait: float = 0.0,
         notify: Callable[[str], None] = lambda message: None,
+        cancel: threading.Event | None = None,
     ) -> Lock:
         """Take a lock on the repository (see locks.acquire), then catch up with its index.
 
         A prune may have run since the index cache last looked; under the lock it cannot.
         """
-        lock = acquire(self.store, kind, purpose, vm=vm, wait=wait, notify=notify)
+        lock = acquire(self.store, kind, purpose, vm=vm, wait=wait, notify=notify, cancel=cancel)
         if self._cache is not None:
             try:
                 self._cache.refresh(self.store, self.codec)
