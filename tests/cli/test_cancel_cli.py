@@ -69,14 +69,6 @@ def test_a_signalled_import_leaves_the_target_as_it_was(
     assert images.leftovers(out) == [] and images.leftovers(tmp_path) == []
 
 
-def test_a_signalled_download_leaves_nothing(diskferry, trickling, tmp_path: Path) -> None:
-    target = tmp_path / "downloaded.img"
-    partial = tmp_path / ".downloaded.img.part"
-    proc = _start(diskferry.env, "export", "download", trickling, target, "--no-progress")
-    _signal_when(proc, partial.exists, signal.SIGTERM)
-    assert not target.exists() and not partial.exists()
-
-
 def _sparse_disk(path: Path, size: int, data: int) -> Path:
     with open(path, "wb") as f:
         f.truncate(size)
