@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -118,11 +116,3 @@ def run(
         timeout=timeout,
     )
     return Finished(proc.returncode, proc.stdout.splitlines(), proc.stderr)
-
-
-def environment(**extra: str) -> dict[str, str]:
-    """The test's environment with `extra` set."""
-    return {**os.environ, **extra}
-
-
-SIGTERM = signal.SIGTERM

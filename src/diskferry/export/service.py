@@ -57,19 +57,26 @@ def _options(job: Listening, ttl: float | None, grace: float) -> ServeOptions:
 
 
 class _Announcer:
-    """Publishes where a server listens, and remembers the port."""
+    """Publishes where a server listens (and `links`, its other URLs), and remembers the port."""
 
-    def __init__(self, what: str, job: Listening, progress: Progress, reporter: Reporter) -> None:
+    def __init__(
+        self,
+        what: str,
+        job: Listening,
+        progress: Progress,
+        reporter: Reporter,
+        links: dict[str, str] | None = None,
+    ) -> None:
         self.what, self.job, self.progress, self.reporter = what, job, progress, reporter
+        self.links = links or {}
         self.port = 0
 
-    def __call__(self, port: int, **more: object) -> None:
+    def __call__(self, port: int) -> None:
         self.port = port
-        url = f"https://{self.job.listen_address}:{port}"
+        address = self.job.listen_address
+        url = f"https://{address}:{port}"
         self.progress.set_phase(ExportPhase.SERVING)
-        self.reporter.details(
-            listenAddress=self.job.listen_address, listenPort=port, url=url, **more
-        )
+        self.reporter.details(listenAddress=address, listenPort=port, url=url, **self.links)
         self.reporter.event(EventType.NORMAL, "Listening", f"{self.what} listening on {url}")
 
 
@@ -87,7 +94,7 @@ def serve_export(
     try:
         volumes += [open_exported(v.name, v.path, v.bitmap) for v in job.volumes]
         server = ExportServer(job.name, volumes, token, manifest)
-        links: dict[str, object] = {}
+        links: dict[str, str] = {}
         if job.links is not None:
             ca = tls.ca_pem()
             outside = _read_pem(job.links.external_ca) if job.links.external_ca else ca
@@ -102,7 +109,7 @@ def serve_export(
                 )
                 _write_json(job.links.file, found)
             links = {"internalUrl": job.links.internal_url, "externalUrl": job.links.external_url}
-        announce = _Announcer(what, job, progress, reporter)
+        announce = _Announcer(what, job, progress, reporter, links)
 
         async def drain(expired: bool) -> None:
             nonlocal cut
@@ -120,7 +127,7 @@ def serve_export(
             tls,
             _options(job, job.ttl, job.grace),
             stop,
-            lambda port: announce(port, **links),
+            announce,
             drain,
         )
     finally:
