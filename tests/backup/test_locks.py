@@ -12,6 +12,7 @@ import pytest
 
 from diskferry.backup.errors import LockedError
 from diskferry.backup.locks import LockInfo, acquire
+from diskferry.disk.errors import CancelledError
 from diskferry.objstore.store import ObjectStore
 
 HOLDER = """
@@ -109,3 +110,12 @@ def test_lease_is_renewed_while_held(store):
         time.sleep(0.05)
     lock.release()
     assert not store.exists(lock.path)
+
+
+def test_a_cancel_ends_a_wait(store):
+    cancel = threading.Event()
+    with acquire(store, "exclusive", "prune") as held:
+        threading.Timer(0.3, cancel.set).start()
+        with pytest.raises(CancelledError, match="waiting for a lock"):
+            acquire(store, "shared", "backup", wait=float("inf"), cancel=cancel)
+        assert [info.path for info in store.list("locks/")] == [held.path]

@@ -110,3 +110,36 @@ def test_a_signalled_backup_leaves_the_repository_as_it_was(
     assert (report["ok"], report["snapshots"], report["unusedPacks"]) == (True, 0, [])
     assert not list((repo / "packs").rglob("*.*")) and not list((repo / "locks").iterdir())
     assert not [p for p in (repo / "packs").rglob("*") if p.is_file()]
+
+
+HOLDER = """
+import sys
+from diskferry.backup.locks import acquire
+from diskferry.objstore.store import ObjectStore
+with acquire(ObjectStore(sys.argv[1]), "shared", "restore"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_signal_ends_a_wait_for_a_lock(diskferry, tmp_path: Path) -> None:
+    diskferry.env.update(DISKFERRY_PASSWORD=PASSWORD, DISKFERRY_CACHE_DIR=str(tmp_path / "cache"))
+    repo = tmp_path / "repo"
+    assert diskferry("repo", "init", "--repo", repo).code == 0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(repo)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        (held,) = (repo / "locks").iterdir()
+        proc = _start(diskferry.env, "prune", "--repo", repo, "--wait")
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("diskferry: waiting: ")
+        _signal_when(proc, lambda: True, signal.SIGINT)
+        assert list((repo / "locks").iterdir()) == [held]
+    finally:
+        holder.kill()
+        holder.wait()
