@@ -506,3 +506,25 @@ def loop_device(tmp_path) -> Iterator[Callable[[int], str]]:
     finally:
         for dev in devices:
             subprocess.run(["losetup", "-d", dev], check=False)
+
+
+@pytest.fixture
+def slow_nbd(tmp_path) -> Iterator[Callable[[Path, str], str]]:
+    """Serve a raw file over NBD through nbdkit's rate filter: slow_nbd(path, "40M") is the URL
+    of `path` read at 40 Mbit/s."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def serve(path: Path, rate: str) -> str:
+        sock = tmp_path / f"slow-{len(procs)}.sock"
+        argv = ["nbdkit", "-f", "-U", str(sock), "--filter=rate", "file", str(path), f"rate={rate}"]
+        procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
+        deadline = time.monotonic() + 15
+        while not sock.exists():
+            assert procs[-1].poll() is None and time.monotonic() < deadline, "nbdkit did not start"
+            time.sleep(0.02)
+        return f"nbd+unix:///?socket={sock}"
+
+    yield serve
+    for proc in procs:
+        proc.kill()
+        proc.wait()

@@ -1,9 +1,8 @@
-"""`diskferry backup`, `restore` and `chain reset` as the real command, and the backup worker."""
+"""`diskferry backup`, `restore` and `chain reset` as the real command."""
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -114,65 +113,3 @@ def test_usage_errors_and_missing_disks(env, repo, tmp_path):
     assert missing.code == 1 and "does not exist" in missing.error
     fmt = env("restore", "x", tmp_path / "t", "--repo", repo, "--format", "vmdk")
     assert fmt.code == 2
-
-
-def _worker(job_file: Path, env: dict[str, str]) -> tuple[int, list[dict]]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "diskferry.backup.worker", str(job_file)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
-
-
-def test_the_worker_runs_backup_and_restore_jobs(env, repo, tmp_path):
-    volume = _volume(tmp_path / "disk.raw")
-    worker_env = {k: v for k, v in env.env.items() if k != "DISKFERRY_PASSWORD"}
-    worker_env["BACKUP_SECRET"] = PASSWORD
-    job = tmp_path / "backup.json"
-    disks = [{"name": "d", "path": volume}]
-    access = {"repo": repo, "passwordEnv": "BACKUP_SECRET"}
-    job.write_text(json.dumps({"kind": "backup", "vm": "w", "disks": disks, **access}))
-    code, lines = _worker(job, worker_env)
-    assert code == 0, lines
-    assert "port" in lines[0]
-    result = lines[-1]
-    assert result["ok"] and result["disks"][0]["type"] == "full"
-
-    password_file = tmp_path / "password"
-    password_file.write_text(PASSWORD + "\n")
-    target = tmp_path / "out.raw"
-    restore = {"repo": repo, "passwordFile": str(password_file)}
-    job.write_text(
-        json.dumps(
-            {
-                "kind": "restore",
-                "snapshot": result["disks"][0]["snapshot"],
-                "target": str(target),
-                **restore,
-            }
-        )
-    )
-    code, lines = _worker(job, worker_env)
-    assert code == 0, lines
-    assert lines[-1]["ok"] and _same(target, volume)
-
-    job.write_text(
-        json.dumps(
-            {
-                "kind": "restore",
-                "snapshot": "x",
-                "target": str(target),
-                **access,
-                "password": "inline",
-            }
-        )
-    )
-    code, lines = _worker(job, worker_env)
-    assert code == 2 and lines[-1]["reason"] == "BadJob"
-
-    job.write_text(json.dumps({"kind": "backup", "vm": "w", "disks": disks, "repo": repo}))
-    code, lines = _worker(job, worker_env)
-    assert code == 1 and lines[-1]["reason"] == "WrongPassword"

@@ -9,7 +9,7 @@ import pytest
 from diskferry.disk.errors import CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
-from diskferry.importer.job import ImportJob
+from diskferry.importer.job import ImportJob, ImportPhase
 
 OLD = b"the old disk\n" * 1000
 
@@ -47,6 +47,6 @@ def test_cancel_while_converting(images, tmp_path, compression):
     cancel = threading.Event()
     job = ImportJob(source=str(images.get("vhdx", compression)), target=str(target))
     with pytest.raises(CancelledError):
-        run_import(job, CancelOnPhase("convert", cancel), cancel)
+        run_import(job, CancelOnPhase(ImportPhase.CONVERTING, cancel), cancel)
     assert target.read_bytes() == OLD
     assert images.leftovers(tmp_path) == []

@@ -8,7 +8,7 @@ import pytest
 
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
-from diskferry.importer.job import ImportJob
+from diskferry.importer.job import ImportJob, ImportPhase
 
 
 class PhaseLog(Progress):
@@ -44,7 +44,10 @@ def test_every_byte_is_counted_once(images, nginx, tmp_path, fmt, compression, h
     run_import(job, progress)
     assert progress.done == progress.total > 0
     assert progress.percent == 100.0
-    assert progress.phases[0][0] == "import"
+    assert [phase for phase, _ in progress.phases[:2]] == [
+        ImportPhase.OPENING,
+        ImportPhase.IMPORTING,
+    ]
 
 
 @pytest.mark.parametrize("compression", ["gzip", "xz"])
@@ -52,6 +55,7 @@ def test_download_and_conversion_are_halves_of_one_percentage(images, tmp_path, 
     progress = PhaseLog()
     job = ImportJob(source=str(images.get("qcow2", compression)), target=str(tmp_path / "d.raw"))
     run_import(job, progress)
-    assert [phase for phase, _ in progress.phases] == ["import", "convert"]
-    assert progress.phases[1][1] == 50.0
+    phases = [ImportPhase.OPENING, ImportPhase.IMPORTING, ImportPhase.CONVERTING]
+    assert [phase for phase, _ in progress.phases] == phases
+    assert progress.phases[2][1] == 50.0
     assert progress.done == progress.total

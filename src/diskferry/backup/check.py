@@ -95,11 +95,17 @@ def check(
         elif read_data:
             to_read.append((pack, present[path]))
     with ThreadPoolExecutor(_READERS) as pool:
-        for job in [
+        jobs = [
             pool.submit(_read_pack, repo, pack, size, report, bad_chunks, on_pack)
             for pack, size in to_read
-        ]:
-            job.result()
+        ]
+        try:
+            for job in jobs:
+                job.result()
+        except BaseException:  # on_pack may stop the check: the packs not begun are not read
+            for job in jobs:
+                job.cancel()
+            raise
     report.problems.sort(key=lambda p: p.object)
     known = set(index.named_packs())
     report.unused_packs = sorted(p for p in present if p.rsplit("/", 1)[1] not in known)

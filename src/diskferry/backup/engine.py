@@ -17,6 +17,7 @@ from typing import Literal
 from diskferry.backup.entries import full_entries, overlay
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.job import BackupJob, BackupResult, DiskResult
+from diskferry.backup.phases import BackupPhase
 from diskferry.backup.plan import DiskPlan, Source, plan_disk
 from diskferry.backup.reader import Piece, dirty_pieces, full_pieces, store_pieces
 from diskferry.backup.repository import Repository
@@ -35,6 +36,7 @@ from diskferry.nbd.open import open_volume
 from diskferry.nbd.url import is_nbd_url
 from diskferry.qemu import cbt
 from diskferry.qemu.session import BackupSession, DiskExport, SessionDisk
+from diskferry.worker.reporter import QUIET, EventType, Reporter
 
 # checkpoints a tracker remembers per disk, newest last (only the newest is still on the disk)
 TRACKER_HISTORY = 16
@@ -115,14 +117,19 @@ def run_backup(
     job: BackupJob,
     progress: Progress,
     cancel: threading.Event | None = None,
-    say: Callable[[str], None] = lambda _: None,
+    reporter: Reporter = QUIET,
 ) -> BackupResult:
-    """Back up the job's disks of one VM; each disk gets a snapshot, full or incremental."""
+    """Back up the job's disks of one VM; each disk gets a snapshot, full or incremental.
+
+    Each snapshot's description names the job (`job.job_id`).
+    """
     check_name("VM", job.vm)
+    progress.set_phase(BackupPhase.STARTING)
+    locking = {"wait": job.lock_wait, "notify": reporter.note, "cancel": cancel}
     with (
         job.open_repository() as repo,
-        repo.lock("vm", "backup", vm=job.vm, wait=job.lock_wait, notify=say, cancel=cancel),
-        repo.lock("shared", "backup", wait=job.lock_wait, notify=say, cancel=cancel),
+        repo.lock("vm", "backup", vm=job.vm, **locking),
+        repo.lock("shared", "backup", **locking),
     ):
         tracker = repo.load_tracker(job.vm) or Tracker(vm=job.vm)
         plans = _plans(job, repo, tracker)
@@ -148,11 +155,11 @@ def run_backup(
                 volumes.callback(reading.volume.close)
                 readings.append(reading)
             progress.set_total(sum(p.read_bytes for r in readings for p in r.pieces()))
-            progress.set_phase("reading")
+            progress.set_phase(BackupPhase.READING)
             results = [
-                _back_up_disk(repo, job, backup_id, r, progress, cancel, say) for r in readings
+                _back_up_disk(repo, job, backup_id, r, progress, cancel, reporter) for r in readings
             ]
-            progress.set_phase("saving the tracker")
+            progress.set_phase(BackupPhase.SAVING_TRACKER)
             _update_tracker(tracker, readings, results)
             repo.save_tracker(tracker)
         return BackupResult(backup=backup_id, vm=job.vm, consistency=consistency, disks=results)
@@ -165,11 +172,15 @@ def _back_up_disk(
     reading: _Reading,
     progress: Progress,
     cancel: threading.Event | None,
-    say: Callable[[str], None],
+    reporter: Reporter,
 ) -> DiskResult:
     plan = reading.plan
     started, clock = now_rfc3339(), time.monotonic()
-    say(f"disk {plan.name}: {reading.mode} backup ({reading.reason})")
+    reporter.event(
+        EventType.NORMAL,
+        "DiskBackup",
+        f"disk {plan.name}: {reading.mode} backup ({reading.reason})",
+    )
     size = reading.volume.size
     with repo.pack_writer() as writer:
         runs, read = store_pieces(reading.volume, reading.pieces(), writer, progress, cancel)
@@ -202,6 +213,7 @@ def _back_up_disk(
             "seconds": seconds,
         },
         tags=job.tags,
+        job=job.job_id,
     )
     repo.save_snapshot(Snapshot(info, entries))
     return DiskResult(

@@ -53,3 +53,9 @@ class LockLostError(RepositoryError):
     """A lock the operation held was lost; it stopped before writing more to the repository."""
 
     reason = "LockLost"
+
+
+class CheckFailedError(RepositoryError):
+    """The repository check found damage."""
+
+    reason = "CheckFailed"

@@ -1,23 +1,29 @@
-"""The backup and restore jobs and their results, shared by the CLI and the worker."""
+"""The backup engine's jobs and their results, shared by the CLI and the worker: backup,
+restore, and the repository operations (init, check, forget, prune, chain reset, CBT)."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from diskferry.backup.errors import PasswordError
 from diskferry.backup.password import read_password
-from diskferry.disk.jobrunner import WorkerJob
+from diskferry.worker.job import JobModel, WorkerJob
 
 if TYPE_CHECKING:
     from diskferry.backup.repository import Repository
     from diskferry.objstore.store import S3Options
 
 
+MIN_CHUNK_SIZE = 4096
+
+
 class RepoAccess(WorkerJob):
-    """Where the repository is and where its password comes from (never the password itself)."""
+    """Where the repository is and where its password comes from (never the password itself:
+    a job file names a file or an environment variable, and has no field for it inline)."""
 
     repo: str
     password_file: str | None = Field(default=None, alias="passwordFile")
@@ -55,7 +61,7 @@ class RepoAccess(WorkerJob):
         return float("inf") if self.wait else 0.0
 
 
-class DiskSource(BaseModel):
+class DiskSource(JobModel):
     """A disk to back up: its name in the repository, and a raw volume, overlay or NBD URL."""
 
     name: str
@@ -89,6 +95,77 @@ class RestoreJob(RepoAccess):
     format: Literal["raw", "qcow2"] = "raw"
     size: int | None = Field(default=None, ge=0)
     force: bool = False
+
+
+class InitJob(RepoAccess):
+    """What `diskferry repo init` and the worker run: a new, empty repository."""
+
+    kind: Literal["init"] = "init"
+    chunk_size: int = Field(default=1 << 20, alias="chunkSize")
+    max_incrementals: int = Field(default=0, ge=0, alias="maxIncrementals")
+    encrypted: bool = True
+
+    @field_validator("chunk_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value < MIN_CHUNK_SIZE or value & (value - 1):
+            raise PydanticCustomError(
+                "chunk_size", "the chunk size must be a power of two, 4K or more"
+            )
+        return value
+
+
+class CheckJob(RepoAccess):
+    """What `diskferry repo check` and the worker run: the repository checked, its data too."""
+
+    kind: Literal["check"] = "check"
+    read_data: bool = Field(default=False, alias="readData")
+
+
+class ForgetJob(RepoAccess):
+    """What `diskferry forget` and the worker run: snapshots dropped by id or by a keep policy."""
+
+    kind: Literal["forget"] = "forget"
+    snapshots: list[str] = Field(default_factory=list)
+    keep_last: int = Field(default=0, ge=0, alias="keepLast")
+    keep_daily: int = Field(default=0, ge=0, alias="keepDaily")
+    keep_weekly: int = Field(default=0, ge=0, alias="keepWeekly")
+    vm: str | None = Field(default=None, description="apply the policy to this VM only")
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether a keep policy is given."""
+        return bool(self.keep_last or self.keep_daily or self.keep_weekly)
+
+    @model_validator(mode="after")
+    def _something_to_forget(self) -> ForgetJob:
+        if not self.snapshots and not self.has_policy:
+            raise PydanticCustomError(
+                "nothing_to_forget",
+                "name snapshot ids, or a keep-last, keep-daily or keep-weekly policy",
+            )
+        return self
+
+
+class PruneJob(RepoAccess):
+    """What `diskferry prune` and the worker run: data no snapshot names deleted."""
+
+    kind: Literal["prune"] = "prune"
+
+
+class ChainResetJob(RepoAccess):
+    """What `diskferry chain reset` and the worker run: a VM's next backup made full."""
+
+    kind: Literal["chainReset"] = "chainReset"
+    vm: str
+    disks: list[str] | None = Field(default=None, description="only these disks (default: all)")
+
+
+class CbtJob(WorkerJob):
+    """What `diskferry cbt enable|disable` and the worker run, on one raw volume."""
+
+    kind: Literal["cbtEnable", "cbtDisable"]
+    volume: str
 
 
 class _Result(BaseModel):
@@ -133,3 +210,36 @@ class RestoreResult(_Result):
     chunks_read: int = Field(alias="chunksRead")
     chain_reset: bool = Field(alias="chainReset")
     seconds: float
+
+
+class InitResult(_Result):
+    """The repository an init made."""
+
+    repository: str
+    url: str
+    chunk_size: int = Field(alias="chunkSize")
+    encrypted: bool
+    max_incrementals: int = Field(alias="maxIncrementals")
+
+
+class ForgetResult(_Result):
+    """The snapshots a forget dropped, as VM/DISK/ID."""
+
+    forgotten: list[str]
+
+
+class PruneResult(_Result):
+    """What a prune did."""
+
+    packs_deleted: int = Field(alias="packsDeleted")
+    packs_repacked: int = Field(alias="packsRepacked")
+    packs_written: int = Field(alias="packsWritten")
+    chunks_removed: int = Field(alias="chunksRemoved")
+    bytes_freed: int = Field(alias="bytesFreed")
+
+
+class ChainResetResult(_Result):
+    """The disks of a VM whose chain was reset."""
+
+    vm: str
+    disks: list[str]

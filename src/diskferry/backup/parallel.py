@@ -27,15 +27,21 @@ def ordered_map(
     """
     pool = ThreadPoolExecutor(threads, thread_name_prefix="ordered-map")
     pending: deque[Future[R]] = deque()
+
+    def next_result() -> R:
+        if cancel is not None and cancel.is_set():
+            raise CancelledError("cancelled")
+        return pending.popleft().result()
+
     try:
         for item in items:
             if cancel is not None and cancel.is_set():
                 raise CancelledError("cancelled")
             pending.append(pool.submit(fn, item))
             if len(pending) >= 2 * threads:
-                yield pending.popleft().result()
+                yield next_result()
         while pending:
-            yield pending.popleft().result()
+            yield next_result()
     finally:
         for future in pending:
             future.cancel()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from diskferry.backup.trackers import DiskChain
+from diskferry.disk.urls import without_credentials
 
 Source = Literal["cbt", "raw", "nbd"]
 
@@ -29,7 +30,8 @@ class DiskPlan:
 def cbt_off_reason(path: str, source: Source) -> str:
     """Why a disk without changed-block tracking is backed up in full, and what to do."""
     if source == "nbd":
-        return f"{path} is an NBD export without a checkpoint: every backup reads all its data"
+        shown = without_credentials(path)
+        return f"{shown} is an NBD export without a checkpoint: every backup reads all its data"
     return (
         f"CBT is off on {path}: every backup reads all its data; "
         f"enable it with 'diskferry cbt enable {path}' while the VM is stopped"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -34,13 +35,14 @@ def prune(
     pack_size: int = TARGET_PACK_SIZE,
     wait: float = 0.0,
     notify: Callable[[str], None] = lambda message: None,
+    cancel: threading.Event | None = None,
 ) -> PruneStats:
     """Drop chunks no manifest names; repack packs whose unused share reaches `repack_share`.
 
     New packs and index objects are written first, old index objects deleted next and
     old packs last, so a prune stopped at any moment leaves a repository that checks.
     """
-    with repo.lock("exclusive", "prune", wait=wait, notify=notify):
+    with repo.lock("exclusive", "prune", wait=wait, notify=notify, cancel=cancel):
         problems = repo.refresh_index()
         if problems:
             raise RepositoryError(f"cannot prune: {problems[0].message}", reason="CorruptObject")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from diskferry.backup.chunk_cache import ChunkCache
 from diskferry.backup.entries import Entry
 from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
 from diskferry.backup.job import RestoreJob, RestoreResult
 from diskferry.backup.parallel import ordered_map
+from diskferry.backup.phases import RestorePhase
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import Snapshot
 from diskferry.disk.errors import DiskferryError
@@ -25,6 +26,7 @@ from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
 from diskferry.disk.zeros import data_runs
 from diskferry.qemu import cbt, img
+from diskferry.worker.reporter import QUIET, Reporter
 
 RESTORE_THREADS = 8
 CACHED_CHUNKS = 16
@@ -106,10 +108,14 @@ def run_restore(
     job: RestoreJob,
     progress: Progress,
     cancel: threading.Event | None = None,
-    say: Callable[[str], None] = lambda _: None,
+    reporter: Reporter = QUIET,
 ) -> RestoreResult:
-    """Restore one snapshot into `job.target`; a file target is replaced only on success."""
+    """Restore one snapshot into `job.target`; a file target is replaced only on success.
+
+    A file target committed carries the job's id (see `Target.commit`).
+    """
     clock = time.monotonic()
+    progress.set_phase(RestorePhase.STARTING)
     path, tracked = cbt.overwrite_target(job.target, job.format)
     target = Target(path)
     exists = os.path.exists(target.path)
@@ -121,7 +127,7 @@ def run_restore(
         )
     with (
         job.open_repository() as repo,
-        repo.lock("shared", "restore", wait=job.lock_wait, notify=say, cancel=cancel),
+        repo.lock("shared", "restore", wait=job.lock_wait, notify=reporter.note, cancel=cancel),
     ):
         snapshot = repo.load_snapshot(find_restore_point(repo, job.snapshot, job.vm, job.disk))
         info = snapshot.info
@@ -134,9 +140,11 @@ def run_restore(
             )
         if target.block_device:
             target.check_fits(size)
-            say(f"restore writes the block device {target.path} in place")
+            reporter.warn(
+                "BlockDeviceInPlace", f"restore writes the block device {target.path} in place"
+            )
         progress.set_total(sum(e.length for e in snapshot.entries if e.chunk is not None))
-        progress.set_phase("restoring")
+        progress.set_phase(RestorePhase.RESTORING)
         raw = target.scratch if job.format == "qcow2" else target.prime
         try:
             if target.block_device:
@@ -148,11 +156,11 @@ def run_restore(
                     repo, snapshot, volume, progress, cancel, zero_holes=target.block_device
                 )
             if job.format == "qcow2":
-                progress.set_phase("converting")
+                progress.set_phase(RestorePhase.CONVERTING)
                 img.convert(raw, target.prime, src_format="raw", dst_format="qcow2", cancel=cancel)
             # before the swap: a crash after it must not leave checkpoints that miss the restore
             chain_reset = tracked and cbt.reset_chain(target.path)
-            target.commit()
+            target.commit(job.job_id)
         except DiskferryError as e:
             line = f"restore of snapshot {info.id} failed: {e.message}"
             if target.block_device:

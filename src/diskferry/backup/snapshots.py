@@ -38,6 +38,7 @@ class SnapshotInfo(BaseModel):
     finished: str
     stats: dict[str, int | float] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
+    job: str | None = None
 
     @property
     def path(self) -> str:

@@ -1,51 +1,97 @@
-"""`python -m diskferry.backup.worker JOB.json`: one backup or restore as a child process or Pod."""
+"""`python -m diskferry.backup.worker JOB.json`: one job of the backup engine, in a child process
+or a Pod: a backup or a restore, or a repository operation; the job's `kind` says which."""
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
-import threading
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from diskferry.backup.job import BackupJob, RestoreJob
-from diskferry.disk.jobrunner import run_worker
-from diskferry.disk.progress import Progress
+from diskferry.backup.errors import CheckFailedError
+from diskferry.backup.job import (
+    BackupJob,
+    CbtJob,
+    ChainResetJob,
+    CheckJob,
+    ForgetJob,
+    InitJob,
+    PruneJob,
+    RestoreJob,
+)
+from diskferry.worker.runtime import JobContext, JobKind, run_worker
 
-log = logging.getLogger("diskferry.backup")
 
-
-def run_backup_job(job: BackupJob, progress: Progress, cancel: threading.Event) -> dict[str, Any]:
-    """Run the job's backup and return its result as JSON values."""
+def backup(job: BackupJob, ctx: JobContext) -> dict[str, Any]:
+    """Back up the job's disks."""
     from diskferry.backup.engine import run_backup
 
-    return run_backup(job, progress, cancel, say=log.info).to_json()
+    return run_backup(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
-def run_restore_job(job: RestoreJob, progress: Progress, cancel: threading.Event) -> dict[str, Any]:
-    """Run the job's restore and return its result as JSON values."""
+def restore(job: RestoreJob, ctx: JobContext) -> dict[str, Any]:
+    """Restore the job's snapshot."""
     from diskferry.backup.restore import run_restore
 
-    return run_restore(job, progress, cancel, say=log.info).to_json()
+    return run_restore(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
-def _kind(argv: list[str]) -> str:
-    """The job's `kind`, or "backup" when the file cannot say (the runtime then reports why)."""
-    try:
-        kind = json.loads(Path(argv[0]).read_text()).get("kind")
-    except (IndexError, OSError, ValueError, AttributeError):
-        return "backup"
-    return "restore" if kind == "restore" else "backup"
+def init(job: InitJob, ctx: JobContext) -> dict[str, Any]:
+    """Make the job's repository."""
+    from diskferry.backup.ops import init_repository
+
+    return init_repository(job, ctx.progress).to_json()
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Run the backup or restore job named on the command line."""
-    args = sys.argv[1:] if argv is None else argv
-    if _kind(args) == "restore":
-        run_worker("restore", RestoreJob, run_restore_job, args)
-    run_worker("backup", BackupJob, run_backup_job, args)
+def check(job: CheckJob, ctx: JobContext) -> dict[str, Any]:
+    """Check the repository; damage fails the job (CheckFailed), naming what is damaged."""
+    from diskferry.backup.ops import check_repository
 
+    report = check_repository(job, ctx.progress, ctx.cancel, ctx.reporter)
+    for problem in report.problems:
+        ctx.reporter.warn("Damaged", problem.message)
+    if not report.ok:
+        raise CheckFailedError(report.summary())
+    return report.to_json()
+
+
+def forget(job: ForgetJob, ctx: JobContext) -> dict[str, Any]:
+    """Drop the snapshots the job names or its policy lets go."""
+    from diskferry.backup.ops import forget_snapshots
+
+    return forget_snapshots(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
+
+
+def prune(job: PruneJob, ctx: JobContext) -> dict[str, Any]:
+    """Delete the data no snapshot names."""
+    from diskferry.backup.ops import prune_repository
+
+    return prune_repository(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
+
+
+def chain_reset(job: ChainResetJob, ctx: JobContext) -> dict[str, Any]:
+    """Make the VM's next backup full."""
+    from diskferry.backup.ops import reset_vm_chain
+
+    return reset_vm_chain(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
+
+
+def change_cbt(job: CbtJob, ctx: JobContext) -> dict[str, Any]:
+    """Enable or disable CBT on the job's volume."""
+    from diskferry.backup.ops import change_cbt as change
+
+    disk = change(job, ctx.progress)
+    return {"volume": disk.volume, "overlay": disk.overlay, "enabled": disk.overlay is not None}
+
+
+KINDS = {
+    "backup": JobKind(BackupJob, backup),
+    "restore": JobKind(RestoreJob, restore),
+    "init": JobKind(InitJob, init),
+    "check": JobKind(CheckJob, check),
+    "forget": JobKind(ForgetJob, forget),
+    "prune": JobKind(PruneJob, prune),
+    "chainReset": JobKind(ChainResetJob, chain_reset),
+    "cbtEnable": JobKind(CbtJob, change_cbt),
+    "cbtDisable": JobKind(CbtJob, change_cbt),
+}
 
 if __name__ == "__main__":
-    main()
+    run_worker(KINDS, default="backup")

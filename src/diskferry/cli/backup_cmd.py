@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from diskferry.cli.common import note, print_json, progress_bar, size_option
+from diskferry.cli.cancel import cancellable
+from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
 from diskferry.cli.repo_cmd import (
     EndpointOpt,
     JsonOpt,
@@ -64,8 +65,8 @@ def backup_command(
     from diskferry.backup.job import BackupJob, DiskSource
     from diskferry.disk.progress import Progress
 
-    job = BackupJob(
-        repo=repo,
+    job = build_job(
+        BackupJob,
         vm=vm,
         disks=[DiskSource(name=n, path=p) for n, p in map(_disk, disk)],
         qmp=qmp,
@@ -74,14 +75,11 @@ def backup_command(
         full=full,
         max_incrementals=max_incrementals,
         tags=tag or [],
-        password_file=password_file,
-        s3_endpoint=s3_endpoint,
-        s3_region=s3_region,
-        wait=wait,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
-    progress = Progress(phase="starting")
-    with progress_bar(progress, f"backup {vm}", enabled=not no_progress):
-        result = run_backup(job, progress, say=note)
+    progress = Progress()
+    with cancellable() as cancel, progress_bar(progress, f"backup {vm}", enabled=not no_progress):
+        result = run_backup(job, progress, cancel, NOTES)
     for d in result.disks:
         if not d.cbt:
             note(f"disk {d.disk}: {d.reason}")
@@ -121,8 +119,8 @@ def restore_command(
 
     if fmt not in ("raw", "qcow2"):
         raise typer.BadParameter("use raw or qcow2", param_hint="--format")
-    job = RestoreJob(
-        repo=repo,
+    job = build_job(
+        RestoreJob,
         snapshot=snapshot,
         target=target,
         vm=vm,
@@ -130,14 +128,11 @@ def restore_command(
         format=fmt,
         size=size_option(size),
         force=force,
-        password_file=password_file,
-        s3_endpoint=s3_endpoint,
-        s3_region=s3_region,
-        wait=wait,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
-    progress = Progress(phase="starting")
-    with progress_bar(progress, "restore", enabled=not no_progress):
-        result = run_restore(job, progress, say=note)
+    progress = Progress()
+    with cancellable() as cancel, progress_bar(progress, "restore", enabled=not no_progress):
+        result = run_restore(job, progress, cancel, NOTES)
     if result.chain_reset:
         note(f"reset the CBT chain of {result.target}: its next backup is full")
     if json_out:
@@ -159,18 +154,23 @@ def chain_reset_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Forget a VM's checkpoints in the repository, so that its next backup is full."""
-    from diskferry.backup.engine import reset_chain
+    from diskferry.backup.job import ChainResetJob
+    from diskferry.backup.ops import reset_vm_chain
+    from diskferry.disk.progress import Progress
 
-    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
-    with (
-        access.open_repository() as opened,
-        opened.lock("vm", "chain reset", vm=vm, wait=access.lock_wait, notify=note),
-    ):
-        names = reset_chain(opened, vm, disk)
+    job = build_job(
+        ChainResetJob,
+        vm=vm,
+        disks=disk,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
+    )
+    with cancellable() as cancel:
+        result = reset_vm_chain(job, Progress(), cancel, NOTES)
     if json_out:
-        print_json({"vm": vm, "disks": names})
+        print_json(result.to_json())
     else:
-        note(f"reset the chain of VM {vm}: {', '.join(names) or 'no disks'}; next backup is full")
+        names = ", ".join(result.disks) or "no disks"
+        note(f"reset the chain of VM {vm}: {names}; next backup is full")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import note, print_json
+
+if TYPE_CHECKING:
+    from diskferry.qemu.cbt import CbtDisk
 
 cbt_app = typer.Typer(
     help="Changed-block tracking: a qcow2 metadata overlay whose bitmaps mark what changed.",
@@ -17,12 +21,21 @@ Volume = Annotated[str, typer.Argument(help="The raw volume, or its .cbt.qcow2 o
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
+def _change(kind: str, volume: str) -> CbtDisk:
+    from diskferry.backup.job import CbtJob
+    from diskferry.backup.ops import change_cbt
+    from diskferry.disk.progress import Progress
+
+    with cancellable():
+        return change_cbt(CbtJob(kind=kind, volume=volume), Progress())
+
+
 @cbt_app.command("enable")
 def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
     """Make VOLUME.cbt.qcow2 while the VM is stopped; run the VM on it to track writes."""
     from diskferry.qemu import cbt
 
-    disk = cbt.enable(volume)
+    disk = _change("cbtEnable", volume)
     if json_out:
         print_json(cbt.status(disk.volume).to_json())
         return
@@ -58,9 +71,7 @@ def status_command(volume: Volume, json_out: JsonOut = False) -> None:
 @cbt_app.command("disable")
 def disable_command(volume: Volume, json_out: JsonOut = False) -> None:
     """Remove VOLUME's overlay and its checkpoints; the volume keeps its data."""
-    from diskferry.qemu import cbt
-
-    disk = cbt.disable(volume)
+    disk = _change("cbtDisable", volume)
     if json_out:
         print_json({"volume": disk.volume, "enabled": False})
         return

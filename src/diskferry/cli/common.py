@@ -1,4 +1,5 @@
-"""What every command shares: error lines, JSON output, size options, the progress bar."""
+"""What every command shares: error and note lines, the engines' reporter, JSON output,
+size options, jobs built from flags, the progress bar."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import json
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
+from pydantic import BaseModel, ValidationError
 
 from diskferry.disk.progress import Progress
 from diskferry.disk.sizes import SizeError, parse_size
+from diskferry.worker.reporter import EventType, Reporter
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def fail_line(message: str) -> None:
@@ -24,6 +29,26 @@ def fail_line(message: str) -> None:
 def note(message: str) -> None:
     """Tell the user something on stderr (so stdout stays clean for --json)."""
     print(f"diskferry: {message}", file=sys.stderr)
+
+
+class NoteReporter(Reporter):
+    """An engine's notes and events, printed as the CLI's notes on stderr."""
+
+    def event(self, type: EventType, reason: str, message: str) -> None:
+        """Print the event's message as a note."""
+        note(message)
+
+
+NOTES = NoteReporter()
+
+
+def build_job(model: type[M], **fields: Any) -> M:
+    """The job `model` of a command's flags; a value the model refuses is a usage error."""
+    try:
+        return model(**fields)
+    except ValidationError as e:
+        first = e.errors(include_url=False, include_input=False)[0]
+        raise typer.BadParameter(first["msg"]) from None
 
 
 def print_json(obj: Any) -> None:

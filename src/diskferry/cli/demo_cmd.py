@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from diskferry.cli.common import note, progress_bar
+from diskferry.cli.common import NOTES, note, progress_bar
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu import img
 
@@ -247,7 +247,8 @@ def demo_command(
         note(f"importing {url} into {target}")
         progress = Progress()
         with progress_bar(progress, "import", enabled=not no_progress):
-            result = run_import(ImportJob(source=url, target=str(target)), progress, say=note)
+            job = ImportJob(source=url, target=str(target))
+            result = run_import(job, progress, reporter=NOTES)
     note(
         f"imported {result.source_format}+{result.compression}: {result.bytes_read} bytes "
         f"received, {result.bytes_written} bytes written, virtual size {result.virtual_size}, "

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 
-from diskferry.cli.common import note, parse_headers, print_json, progress_bar
-
-if TYPE_CHECKING:
-    from diskferry.export.serve import ServeOptions
+from diskferry.cli.cancel import cancellable, signals_set
+from diskferry.cli.common import (
+    NoteReporter,
+    build_job,
+    note,
+    parse_headers,
+    print_json,
+    progress_bar,
+)
 
 export_app = typer.Typer(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
 ca_app = typer.Typer(help="The CA that issues export server certificates.")
@@ -43,33 +44,13 @@ def _logging() -> None:
     )
 
 
-def _announce(what: str, host: str) -> Callable[[int], None]:
-    def on_listening(port: int) -> None:
-        print(port, flush=True)
-        note(f"{what} listening on https://{host}:{port}")
+class _ServingReporter(NoteReporter):
+    """The CLI's notes, and the port a server listens on alone on a stdout line."""
 
-    return on_listening
-
-
-def _read_pem(path: Path) -> str:
-    from diskferry.export.errors import ExportError
-
-    try:
-        return path.read_text()
-    except OSError as e:
-        raise ExportError(f"cannot read {path}: {e.strerror}") from e
-
-
-def _write_json(path: Path, obj: object) -> None:
-    from diskferry.export.errors import ExportError
-
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ExportError(f"cannot write {path}: {e.strerror}") from e
+    def details(self, **facts: Any) -> None:
+        """Print the listening port once it is known."""
+        if "listenPort" in facts:
+            print(facts["listenPort"], flush=True)
 
 
 CertDir = Annotated[Path, typer.Option("--cert-dir", help="tls.crt/tls.key, or a CA to issue.")]
@@ -118,52 +99,42 @@ def export_serve(
     idle_timeout: IdleTimeout = "60s",
 ) -> None:
     """Serve one export's volumes over HTTPS with KubeVirt's paths, until its TTL."""
-    from diskferry.export.certs import default_sans
-    from diskferry.export.links import export_links
-    from diskferry.export.manifests import load_manifest
-    from diskferry.export.serve import run
-    from diskferry.export.server import ExportServer
-    from diskferry.export.tls import ServerTls
-    from diskferry.export.token import TokenFile
-    from diskferry.export.volumes import ExportedVolume, open_exported, parse_spec
+    from diskferry.disk.progress import Progress
+    from diskferry.export.job import ExportJob, ExportVolumeSpec, LinkSettings
+    from diskferry.export.service import serve_export
+    from diskferry.export.volumes import parse_spec
 
     if links_json is not None and not (internal_url and external_url):
         raise typer.BadParameter("--links-json needs --internal-url and --external-url")
-    opts = _serve_options(address, port, header_timeout, idle_timeout, grace, ttl)
+    timing = _timing(header_timeout, idle_timeout, grace)
+    lifetime = parse_duration(ttl)
     specs = [parse_spec(v) for v in volume]
-    if len({n for n, _ in specs}) != len(specs):
-        raise typer.BadParameter("two --volume options have the same name")
     bitmaps = dict(parse_spec(b) for b in bitmap or [])
     if not bitmaps.keys() <= {n for n, _ in specs}:
         raise typer.BadParameter("--bitmap names a volume that no --volume gives")
-    token = TokenFile(token_file)
-    manifest_text = load_manifest(manifest) if manifest is not None else None
+    links = None
+    if internal_url and external_url:
+        links = LinkSettings(
+            internal_url=internal_url,
+            external_url=external_url,
+            external_ca=_text(external_ca),
+            file=_text(links_json),
+        )
+    job = build_job(
+        ExportJob,
+        name=name,
+        volumes=[ExportVolumeSpec(name=n, path=p, bitmap=bitmaps.get(n)) for n, p in specs],
+        token_file=str(token_file),
+        ttl=lifetime,
+        manifest=_text(manifest),
+        links=links,
+        **_listening(cert_dir, san, address, port, tls_settings),
+        **timing,
+    )
     _logging()
-    volumes: list[ExportedVolume] = []
-    tls = ServerTls(cert_dir, san or default_sans(), tls_settings)
-    try:
-        volumes += [open_exported(n, p, bitmaps.get(n)) for n, p in specs]
-        server = ExportServer(name, volumes, token, manifest_text)
-        if links_json is not None:
-            assert internal_url and external_url
-            ca = tls.ca_pem()
-            outside = _read_pem(external_ca) if external_ca is not None else ca
-            links = export_links(
-                internal_url, external_url, ca, outside, volumes, manifest_text is not None
-            )
-            _write_json(links_json, links)
-
-        async def on_stop() -> None:
-            server.expire()
-            if not await server.drained(opts.grace):
-                note(f"export {name}: transfers still running after the grace period are cut")
-
-        run(server.app(), tls, opts, _announce(f"export {name}", address), on_stop)
-    finally:
-        for v in volumes:
-            v.close()
-        tls.close()
-    note(f"export {name} stopped")
+    stop = threading.Event()
+    with signals_set(stop):
+        serve_export(job, Progress(), stop, _ServingReporter())
 
 
 @export_app.command("download")
@@ -190,6 +161,11 @@ def export_download(
         raise typer.BadParameter("give --token or --token-file, not both")
     if not 1 <= connections <= 16:
         raise typer.BadParameter("give 1 to 16", param_hint="--connections")
+    if token is not None:
+        note(
+            "warning: a token on the command line is visible to other users of this machine; "
+            "give it with --token-file"
+        )
     if token_file is not None:
         from diskferry.export.token import TokenFile
 
@@ -206,13 +182,11 @@ def export_download(
     if is_block_device(target):
         note(f"overwriting block device {target}; on failure it is left partly written")
     progress = Progress()
-    cancel = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: cancel.set())
-    try:
-        with progress_bar(progress, "download", enabled=not no_progress and not json_out):
-            result = download(req, progress, cancel)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "download", enabled=not no_progress and not json_out),
+    ):
+        result = download(req, progress, cancel)
     if json_out:
         print_json(result.to_json())
     else:
@@ -239,33 +213,45 @@ def proxy_serve(
     grace: Grace = "10s",
 ) -> None:
     """Route /api/export.kubevirt.io/... requests to the export servers in the routes file."""
-    from diskferry.export.certs import default_sans
-    from diskferry.export.proxy import ExportProxy, PoolSettings
-    from diskferry.export.routes import RoutesFile
-    from diskferry.export.serve import run
-    from diskferry.export.tls import ServerTls
+    from diskferry.disk.progress import Progress
+    from diskferry.export.job import ProxyJob
+    from diskferry.export.service import serve_proxy
 
-    opts = _serve_options(address, port, header_timeout, idle_timeout, grace, None)
-    proxy = ExportProxy(RoutesFile(routes), PoolSettings(idle=parse_duration(backend_idle_timeout)))
-    _logging()
-    tls = ServerTls(cert_dir, san or default_sans(), tls_settings)
-    run(proxy.app(), tls, opts, _announce("export proxy", address))
-    note("export proxy stopped")
-
-
-def _serve_options(
-    address: str, port: int, header: str, idle: str, grace: str, ttl: str | None
-) -> ServeOptions:
-    from diskferry.export.listener import Timeouts
-    from diskferry.export.serve import ServeOptions
-
-    return ServeOptions(
-        host=address,
-        port=port,
-        ttl=None if ttl is None else parse_duration(ttl),
-        grace=parse_duration(grace),
-        timeouts=Timeouts(header=parse_duration(header), idle=parse_duration(idle)),
+    job = build_job(
+        ProxyJob,
+        routes=str(routes),
+        backend_idle_timeout=parse_duration(backend_idle_timeout),
+        **_listening(cert_dir, san, address, port, tls_settings),
+        **_timing(header_timeout, idle_timeout, grace),
     )
+    _logging()
+    stop = threading.Event()
+    with signals_set(stop):
+        serve_proxy(job, Progress(), stop, _ServingReporter())
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _listening(
+    cert_dir: Path, sans: list[str] | None, address: str, port: int, tls_settings: Path | None
+) -> dict[str, Any]:
+    return {
+        "cert_dir": str(cert_dir),
+        "sans": sans or [],
+        "listen_address": address,
+        "listen_port": port,
+        "tls_settings": _text(tls_settings),
+    }
+
+
+def _timing(header: str, idle: str, grace: str) -> dict[str, float]:
+    return {
+        "header_timeout": parse_duration(header),
+        "idle_timeout": parse_duration(idle),
+        "grace": parse_duration(grace),
+    }
 
 
 def register(app: typer.Typer) -> None:

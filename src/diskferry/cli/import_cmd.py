@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Annotated
 
 import typer
 
-from diskferry.cli.common import note, parse_headers, print_json, progress_bar, size_option
+from diskferry.cli.cancel import cancellable
+from diskferry.cli.common import (
+    NOTES,
+    build_job,
+    note,
+    parse_headers,
+    print_json,
+    progress_bar,
+    size_option,
+)
 
 
 def import_command(
@@ -30,7 +38,8 @@ def import_command(
         raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
     if checksum is not None:
         _check_checksum(checksum)
-    job = ImportJob(
+    job = build_job(
+        ImportJob,
         source=source,
         target=target,
         format=format,
@@ -40,9 +49,11 @@ def import_command(
         headers=parse_headers(header),
     )
     progress = Progress()
-    cancel = threading.Event()
-    with progress_bar(progress, "import", enabled=not no_progress and not json_out):
-        result = run_import(job, progress, cancel, say=note)
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "import", enabled=not no_progress and not json_out),
+    ):
+        result = run_import(job, progress, cancel, NOTES)
     if json_out:
         print_json(result.to_json())
     else:

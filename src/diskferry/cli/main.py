@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from diskferry.cli.backup_cmd import register as register_backup
+from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
 from diskferry.cli.demo_cmd import register as register_demo
@@ -33,26 +33,28 @@ register_backup(app)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI: 0 done, 1 the job failed, 2 bad usage; errors as one line on stderr."""
+    """Run the CLI: 0 done, 1 the job failed, 2 bad usage; errors as one line on stderr.
+
+    A command stopped by SIGINT or SIGTERM prints `diskferry: cancelled` and exits 130 or 143.
+    """
+    stop_on_signals()
     try:
-        app(args=argv, standalone_mode=False)
-    except typer.Exit as e:
+        # not standalone: typer returns the exit code and raises what the CLI prints itself
+        code = app(args=argv, standalone_mode=False)
+    except Interrupted as e:
+        print("diskferry: cancelled", file=sys.stderr)
         sys.exit(e.exit_code)
-    except typer.Abort:
-        fail_line("cancelled")
-        sys.exit(130)
-    except NoArgsIsHelpError:
-        sys.exit(2)
-    except UsageError as e:
-        fail_line(e.format_message())
-        sys.exit(2)
+    except typer.TyperException as e:
+        message = e.format_message()
+        if "\n" in message.strip():  # the help of a command given no arguments
+            print(message, file=sys.stderr)
+        else:
+            fail_line(message)
+        sys.exit(e.exit_code)
     except DiskferryError as e:
         fail_line(e.message)
         sys.exit(1)
-    except KeyboardInterrupt:
-        fail_line("cancelled")
-        sys.exit(130)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from diskferry.cli.common import note, print_json, progress_bar, size_option
-from diskferry.disk.errors import DiskferryError
+from diskferry.cli.cancel import cancellable
+from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
 
 if TYPE_CHECKING:
     from diskferry.backup.job import RepoAccess
@@ -28,25 +28,29 @@ WaitOpt = Annotated[
 ]
 
 
-class CheckFailedError(DiskferryError):
-    """The repository check found damage."""
-
-    reason = "CheckFailed"
-
-
 def repo_access(
     url: str,
     password_file: str | None,
     endpoint: str | None,
     region: str | None,
     wait: bool = False,
+) -> dict[str, Any]:
+    """The fields every repository job has: where it is, its password file, its S3 settings."""
+    return {
+        "repo": url,
+        "password_file": password_file,
+        "s3_endpoint": endpoint,
+        "s3_region": region,
+        "wait": wait,
+    }
+
+
+def _open_access(
+    url: str, password_file: str | None, endpoint: str | None, region: str | None
 ) -> RepoAccess:
-    """Where a command's repository is, and its password and S3 settings."""
     from diskferry.backup.job import RepoAccess
 
-    return RepoAccess(
-        repo=url, password_file=password_file, s3_endpoint=endpoint, s3_region=region, wait=wait
-    )
+    return RepoAccess(**repo_access(url, password_file, endpoint, region))
 
 
 def init_command(
@@ -64,32 +68,23 @@ def init_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Make a new, empty backup repository."""
-    from diskferry.backup.repository import Repository
+    from diskferry.backup.job import InitJob
+    from diskferry.backup.ops import init_repository
+    from diskferry.disk.progress import Progress
 
-    size = size_option(chunk_size) or 0
-    if size < 4096 or size & (size - 1):
-        raise typer.BadParameter("the chunk size must be a power of two, 4K or more")
-    access = repo_access(repo, password_file, s3_endpoint, s3_region)
-    password = None if no_encryption else access.password()
-    with Repository.init(
-        repo,
-        password,
-        chunk_size=size,
+    job = build_job(
+        InitJob,
+        chunk_size=size_option(chunk_size) or 0,
         max_incrementals=max_incrementals,
         encrypted=not no_encryption,
-        s3=access.s3_options(),
-    ) as made:
-        result = {
-            "repository": made.id,
-            "url": made.url,
-            "chunkSize": made.config.chunk_size,
-            "encrypted": made.config.encrypted,
-            "maxIncrementals": made.config.max_incrementals,
-        }
+        **repo_access(repo, password_file, s3_endpoint, s3_region),
+    )
+    with cancellable():
+        result = init_repository(job, Progress())
     if json_out:
-        print_json(result)
+        print_json(result.to_json())
     else:
-        note(f"created repository {result['repository']} at {repo}")
+        note(f"created repository {result.repository} at {repo}")
 
 
 def check_command(
@@ -105,18 +100,22 @@ def check_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check that every snapshot's chunks are indexed and stored (and intact, with --read-data)."""
-    from diskferry.backup.check import check
+    from diskferry.backup.errors import CheckFailedError
+    from diskferry.backup.job import CheckJob
+    from diskferry.backup.ops import check_repository
     from diskferry.disk.progress import Progress
 
-    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
+    job = build_job(
+        CheckJob,
+        read_data=read_data,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
+    )
+    progress = Progress()
     with (
-        access.open_repository() as opened,
-        opened.lock("shared", "check", wait=access.lock_wait, notify=note),
+        cancellable() as cancel,
+        progress_bar(progress, "check", enabled=read_data and not no_progress),
     ):
-        total = sum(info.size for info in opened.store.list("packs/")) if read_data else 0
-        progress = Progress(total, "reading packs")
-        with progress_bar(progress, "check", enabled=read_data and not no_progress):
-            report = check(opened, read_data=read_data, on_pack=progress.add)
+        report = check_repository(job, progress, cancel, NOTES)
     if json_out:
         print_json(report.to_json())
     else:
@@ -138,7 +137,7 @@ def stats_command(
     """Show what the repository holds: snapshots, chunks, packs and their sizes."""
     from diskferry.disk.sizes import format_size
 
-    with repo_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
     if json_out:
         print_json(stats)
@@ -161,6 +160,7 @@ def _snapshot_json(info: SnapshotInfo) -> dict[str, object]:
         "size": info.disk_size,
         "checkpoint": info.checkpoint,
         "tags": info.tags,
+        "job": info.job,
     }
 
 
@@ -173,7 +173,7 @@ def snapshots_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """List the snapshots, oldest first."""
-    with repo_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         found = [_snapshot_json(s) for s in opened.list_snapshots(vm)]
     if json_out:
         print_json(found)
@@ -202,27 +202,27 @@ def forget_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Forget snapshots by id or by a keep policy (their data goes at the next prune)."""
-    from diskferry.backup.policy import to_forget
+    from diskferry.backup.job import ForgetJob
+    from diskferry.backup.ops import forget_snapshots
+    from diskferry.disk.progress import Progress
 
-    policy = keep_last or keep_daily or keep_weekly
-    if not snapshot_ids and not policy:
-        raise typer.BadParameter("name snapshot ids, or a --keep-last/--keep-daily/--keep-weekly")
-    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
-    with (
-        access.open_repository() as opened,
-        opened.lock("shared", "forget", wait=access.lock_wait, notify=note),
-    ):
-        ids = list(snapshot_ids or [])
-        if policy:
-            chosen = to_forget(opened.list_snapshots(vm), keep_last, keep_daily, keep_weekly)
-            ids.extend(s.id for s in chosen if s.id not in ids)
-        paths = opened.forget(ids)
+    job = build_job(
+        ForgetJob,
+        snapshots=snapshot_ids or [],
+        keep_last=keep_last,
+        keep_daily=keep_daily,
+        keep_weekly=keep_weekly,
+        vm=vm,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
+    )
+    with cancellable() as cancel:
+        result = forget_snapshots(job, Progress(), cancel, NOTES)
     if json_out:
-        print_json({"forgotten": [p.removeprefix("snapshots/") for p in paths]})
+        print_json(result.to_json())
     else:
-        for path in paths:
-            note(f"forgot {path.removeprefix('snapshots/')}")
-        note(f"forgot {len(paths)} snapshots; run 'diskferry prune' to free their space")
+        for name in result.forgotten:
+            note(f"forgot {name}")
+        note(f"forgot {len(result.forgotten)} snapshots; run 'diskferry prune' to free their space")
 
 
 def prune_command(
@@ -234,25 +234,20 @@ def prune_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Delete data no snapshot names; repack packs that are mostly unused."""
-    from dataclasses import asdict
+    from diskferry.backup.job import PruneJob
+    from diskferry.backup.ops import prune_repository
+    from diskferry.disk.progress import Progress
 
-    from diskferry.backup.prune import prune
-
-    access = repo_access(repo, password_file, s3_endpoint, s3_region, wait)
-    with access.open_repository() as opened:
-        stats = prune(opened, wait=access.lock_wait, notify=note)
+    job = build_job(PruneJob, **repo_access(repo, password_file, s3_endpoint, s3_region, wait))
+    with cancellable() as cancel:
+        result = prune_repository(job, Progress(), cancel, NOTES)
     if json_out:
-        print_json({_camel(k): v for k, v in asdict(stats).items()})
+        print_json(result.to_json())
     else:
         note(
-            f"removed {stats.chunks_removed} chunks, deleted {stats.packs_deleted} packs, "
-            f"repacked {stats.packs_repacked}; freed {stats.bytes_freed} bytes"
+            f"removed {result.chunks_removed} chunks, deleted {result.packs_deleted} packs, "
+            f"repacked {result.packs_repacked}; freed {result.bytes_freed} bytes"
         )
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.title() for word in rest)
 
 
 def register(app: typer.Typer) -> None:

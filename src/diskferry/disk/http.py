@@ -15,6 +15,7 @@ from urllib3.exceptions import (
 from urllib3.exceptions import MaxRetryError, ProtocolError, SSLError
 
 from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.disk.urls import http_url_for_message
 
 log = logging.getLogger(__name__)
 _RETRY_STATUSES = {429, 502, 503, 504}
@@ -80,10 +81,6 @@ def _pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
     )
 
 
-def _redact(url: str) -> str:
-    return url.split("?", 1)[0]
-
-
 @dataclass
 class HttpSource:
     """An HTTP(S) URL to read, with its CA bundle, headers and resume policy."""
@@ -98,6 +95,11 @@ class HttpSource:
     def __post_init__(self) -> None:
         self._pool = _pool(self.ca_bundle, self.timeout)
         self._head: tuple[int | None, bool] | None = None
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as messages and logs show it: no credentials, no query (where tokens go)."""
+        return http_url_for_message(self.url)
 
     def request(
         self, method: str, headers: dict[str, str] | None = None, *, stream: bool = True
@@ -120,11 +122,11 @@ class HttpSource:
             resp.drain_conn()
             resp.release_conn()
             status = f"HTTP {resp.status} {resp.reason or ''}".strip()
-            raise HttpError(f"{_redact(self.url)}: server answered {status}", resp.status)
+            raise HttpError(f"{self.shown_url}: server answered {status}", resp.status)
         return resp
 
     def _translate(self, e: BaseException) -> DiskferryError:
-        where = _redact(self.url)
+        where = self.shown_url
         if isinstance(e, (SSLError, ssl.SSLError)):
             return TlsError(f"{where}: TLS verification failed: {e}")
         text = str(e)
@@ -182,7 +184,7 @@ class ResumingReader:
             except HttpError as e:
                 if e.status == 416 and self.position > self.start:
                     raise TruncatedError(
-                        f"{_redact(self.source.url)}: the body ended at byte {self.position}, "
+                        f"{self.source.shown_url}: the body ended at byte {self.position}, "
                         f"short of its declared length {self.length} (truncated)"
                     ) from e
                 if not e.transient or attempt >= self.source.retries:
@@ -199,7 +201,7 @@ class ResumingReader:
             if self._validator:
                 headers["If-Range"] = self._validator
         resp = self.source.request("GET", headers)
-        where = _redact(self.source.url)
+        where = self.source.shown_url
         if ranged and resp.status != 206:
             resp.close()
             if self._validator and resp.status == 200:
@@ -254,7 +256,7 @@ class ResumingReader:
                 attempt += 1
                 if attempt > self.source.retries:
                     raise TruncatedError(
-                        f"{_redact(self.source.url)}: transfer broke at byte {self.position} "
+                        f"{self.source.shown_url}: transfer broke at byte {self.position} "
                         f"and did not resume after {self.source.retries} retries: {e}"
                     ) from e
                 log.info("transfer broke at byte %d (%s); resuming", self.position, e)

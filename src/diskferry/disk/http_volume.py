@@ -16,10 +16,10 @@ class HttpVolume(Volume):
         self.source = source
         length, ranges = source.head()
         if length is None:
-            raise VolumeError(f"{source.url.split('?')[0]}: the server sends no Content-Length")
+            raise VolumeError(f"{source.shown_url}: the server sends no Content-Length")
         if not ranges:
             raise RangeNotSupportedError(
-                f"{source.url.split('?')[0]}: the server does not accept Range requests"
+                f"{source.shown_url}: the server does not accept Range requests"
             )
         self._size = length
 
@@ -32,7 +32,7 @@ class HttpVolume(Volume):
         """Fill `buf` from `offset`; a break resumes from where it stopped."""
         view = memoryview(buf).cast("B")
         if offset + len(view) > self._size:
-            raise VolumeError(f"read past the end of {self.source.url.split('?')[0]}")
+            raise VolumeError(f"read past the end of {self.source.shown_url}")
         done = 0
         reader = self.source.open_stream(offset, end=offset + len(view))
         try:

@@ -9,6 +9,16 @@ import secrets
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume, is_block_device
 
+JOB_XATTR = "user.diskferry.job"
+
+
+def recorded_job(path: str) -> str | None:
+    """The id of the job that committed the file at `path`, or None when none recorded one."""
+    try:
+        return os.getxattr(path, JOB_XATTR).decode()
+    except OSError:
+        return None
+
 
 class TargetError(DiskferryError):
     """The target cannot take the image or disk."""
@@ -59,12 +69,19 @@ class Target:
             return FileVolume(self.path, writable=True)
         return FileVolume.create(self.prime, 0)
 
-    def commit(self) -> None:
-        """fsync the prime file and rename it over the target (files only)."""
+    def commit(self, job_id: str | None = None) -> None:
+        """Record `job_id` on the prime file, fsync it and rename it over the target.
+
+        The id goes into the extended attribute `user.diskferry.job` before the rename, so a
+        target that carries it is one that job finished. A block device is written in place
+        and has no such attribute: nothing is recorded there, and nothing is renamed.
+        """
         if self.block_device:
             return
         fd = os.open(self.prime, os.O_RDONLY)
         try:
+            if job_id is not None:
+                self._record_job(fd, job_id)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -74,6 +91,16 @@ class Target:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+    def _record_job(self, fd: int, job_id: str) -> None:
+        try:
+            os.setxattr(fd, JOB_XATTR, job_id.encode())
+        except OSError as e:
+            raise TargetError(
+                f"cannot record job {job_id} on {self.path} (extended attribute {JOB_XATTR}): "
+                f"{e.strerror}",
+                reason="JobNotRecorded",
+            ) from e
 
     def discard(self) -> None:
         """Remove the prime and scratch files, whatever happened."""

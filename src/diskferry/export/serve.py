@@ -1,10 +1,10 @@
-"""Running a server until a signal or its TTL: listen, announce the port, drain, stop."""
+"""Running a server until its stop event or its TTL: listen, announce the port, drain, stop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,6 +16,8 @@ from diskferry.export.listener import HttpsListener, Timeouts
 from diskferry.export.tls import ServerTls
 
 _WORKERS = 32
+# how often the loop looks at the stop event, which signal handlers and other threads set
+_STOP_POLL_SECONDS = 0.1
 
 
 @dataclass
@@ -29,40 +31,48 @@ class ServeOptions:
     timeouts: Timeouts = field(default_factory=Timeouts)
 
 
+async def _stopped(stop: threading.Event, ttl: float | None) -> bool:
+    """Wait for `stop` or the TTL; whether `stop` came first."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(ttl):
+            while not stop.is_set():
+                await asyncio.sleep(_STOP_POLL_SECONDS)
+    return stop.is_set()
+
+
 async def _serve(
     app: web.Application,
     tls: ServerTls,
     opts: ServeOptions,
+    stop: threading.Event,
     on_listening: Callable[[int], None],
-    on_stop: Callable[[], Awaitable[None]] | None,
-) -> None:
+    on_stop: Callable[[bool], Awaitable[None]] | None,
+) -> bool:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(_WORKERS, thread_name_prefix="diskferry-io"))
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     listener = HttpsListener(app, tls, opts.timeouts)
     await listener.start(opts.host, opts.port, grace=opts.grace)
     try:
         on_listening(listener.port)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(opts.ttl):
-                await stop.wait()
+        expired = not await _stopped(stop, opts.ttl)
         if on_stop is not None:
-            await on_stop()
+            await on_stop(expired)
     finally:
         await listener.stop()
+    return expired
 
 
 def run(
     app: web.Application,
     tls: ServerTls,
     opts: ServeOptions,
+    stop: threading.Event,
     on_listening: Callable[[int], None],
-    on_stop: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """Serve `app` on uvloop until SIGTERM/SIGINT or the TTL, then `on_stop()` and close."""
+    on_stop: Callable[[bool], Awaitable[None]] | None = None,
+) -> bool:
+    """Serve `app` on uvloop until `stop` is set or the TTL, then `on_stop(expired)` and close;
+    whether the TTL ended it."""
     try:
-        uvloop.run(_serve(app, tls, opts, on_listening, on_stop))
+        return uvloop.run(_serve(app, tls, opts, stop, on_listening, on_stop))
     finally:
         tls.close()

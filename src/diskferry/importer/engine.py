@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from diskferry.disk.checksums import Checksum
@@ -24,9 +23,10 @@ from diskferry.disk.peek import PeekReader
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
-from diskferry.importer.job import ImportJob, ImportResult
+from diskferry.importer.job import ImportJob, ImportPhase, ImportResult
 from diskferry.importer.source import SourceStream, read_headers_file
 from diskferry.qemu import cbt, img
+from diskferry.worker.reporter import QUIET, EventType, Reporter
 
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
 _QCOW2_SLACK_DIVISOR = 64
@@ -123,10 +123,14 @@ def run_import(
     job: ImportJob,
     progress: Progress,
     cancel: threading.Event | None = None,
-    say: Callable[[str], None] = lambda _: None,
+    reporter: Reporter = QUIET,
 ) -> ImportResult:
-    """Import `job.source` into `job.target`; the target is replaced only on success."""
+    """Import `job.source` into `job.target`; the target is replaced only on success.
+
+    A file target committed carries the job's id (see `Target.commit`).
+    """
     started = time.monotonic()
+    progress.set_phase(ImportPhase.OPENING)
     path, tracked = cbt.overwrite_target(job.target, job.format)
     target = Target(path)
     if target.block_device and job.format != "raw":
@@ -135,14 +139,16 @@ def run_import(
     if job.headers_file:
         headers.update(read_headers_file(job.headers_file))
     if target.block_device:
-        say(f"this import overwrites the block device {target.path}")
+        reporter.warn(
+            "BlockDeviceInPlace", f"this import overwrites the block device {target.path}"
+        )
     stream, checksum, sniffed = _open_source(job, headers, progress, cancel)
     writing = False
     try:
         if sniffed.declared_size is not None:
             _check_size(job, target, sniffed.declared_size)
         writing = True
-        progress.set_phase("import")
+        progress.set_phase(ImportPhase.IMPORTING)
         if sniffed.format == "raw" and job.format == "raw":
             virtual, read, written = _raw_to_raw(
                 job, target, stream, sniffed, checksum, progress, cancel
@@ -156,8 +162,12 @@ def run_import(
             checksum.verify()
         # before the swap: a crash after it must not leave checkpoints that miss the import
         if tracked and cbt.reset_chain(target.path):
-            say(f"{target.path} has CBT: its chain was reset, so its next backup is full")
-        target.commit()
+            reporter.event(
+                EventType.NORMAL,
+                "ChainReset",
+                f"{target.path} has CBT: its chain was reset, so its next backup is full",
+            )
+        target.commit(job.job_id)
     except DiskferryError as e:
         if target.block_device and writing:
             e.args = (f"{e.message}; the block device {target.path} is partly written",)
@@ -288,7 +298,7 @@ def _through_qemu_img(
     if damage:
         raise ImageRefusedError(f"the image is damaged or truncated ({damage}); refusing it")
     _check_size(job, target, info.virtual_size)
-    progress.set_phase("convert")
+    progress.set_phase(ImportPhase.CONVERTING)
     img.convert(
         image,
         target.prime,

@@ -1,17 +1,31 @@
-"""The import job and its result, shared by the CLI and the worker."""
+"""The import job, its phases and its result, shared by the CLI and the worker."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from diskferry.disk.jobrunner import WorkerJob
+from diskferry.worker.job import WorkerJob, refuse_inline_secret
+
+
+class ImportPhase(StrEnum):
+    """What an import is doing."""
+
+    OPENING = "Opening"
+    IMPORTING = "Importing"
+    CONVERTING = "Converting"
 
 
 class ImportJob(WorkerJob):
-    """Where from, where to, and how: what `diskferry import` and the worker run."""
+    """Where from, where to, and how: what `diskferry import` and the worker run.
 
+    `headers` may carry secrets, so a job file gives them only through `headersFile`;
+    the CLI passes the `--header` values it was given in-process.
+    """
+
+    kind: Literal["import"] = "import"
     source: str
     target: str
     format: Literal["raw", "qcow2"] = "raw"
@@ -23,6 +37,12 @@ class ImportJob(WorkerJob):
         default=None, alias="headersFile", description="'Name: value' lines, for secret headers"
     )
     retries: int = Field(default=5, ge=0)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_from_a_file(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        refuse_inline_secret(info, bool(value), "headersFile")
+        return value
 
 
 class ImportResult(BaseModel):

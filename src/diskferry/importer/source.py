@@ -10,6 +10,7 @@ from diskferry.disk.checksums import Checksum
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
+from diskferry.disk.urls import http_url_for_message
 
 
 class SourceError(DiskferryError):
@@ -20,8 +21,15 @@ class SourceError(DiskferryError):
 
 def read_headers_file(path: str) -> dict[str, str]:
     """'Name: value' lines from a file (for headers that carry secrets)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or "not text"
+        raise SourceError(
+            f"cannot read the headers file {path}: {why}", reason="BadHeadersFile"
+        ) from e
     headers = {}
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         name, sep, value = line.partition(":")
         if sep and name.strip():
             headers[name.strip()] = value.strip()
@@ -47,7 +55,7 @@ class SourceStream:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
-        self.name = source.split("?", 1)[0]
+        self.name = http_url_for_message(source) if is_url(source) else source
         self.local_path: str | None = None
         self.bytes_read = 0
         self._checksum = checksum
@@ -76,13 +84,21 @@ class SourceStream:
         """Up to `n` bytes of the source."""
         if self._cancel is not None and self._cancel.is_set():
             raise CancelledError("cancelled")
-        data = self._reader.read(n) if self._reader is not None else self._file.read(n)
+        data = self._reader.read(n) if self._reader is not None else self._read_file(n)
         self.bytes_read += len(data)
         if self._checksum is not None:
             self._checksum.update(data)
         if self._progress is not None:
             self._progress.add(len(data))
         return data
+
+    def _read_file(self, n: int) -> bytes:
+        try:
+            return self._file.read(n)
+        except OSError as e:
+            raise SourceError(
+                f"cannot read {self.name} at byte {self.bytes_read}: {e.strerror or e}"
+            ) from e
 
     def drain(self) -> None:
         """Read what is left (so the checksum covers the whole stream)."""

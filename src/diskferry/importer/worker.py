@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Any
 
-from diskferry.disk.jobrunner import run_worker
-from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob
+from diskferry.worker.runtime import JobContext, JobKind, run_worker
 
-log = logging.getLogger("diskferry.importer")
 
-
-def run(job: ImportJob, progress: Progress, cancel: threading.Event) -> dict[str, Any]:
+def run(job: ImportJob, ctx: JobContext) -> dict[str, Any]:
     """Run the job's import and return its result as JSON values."""
-    return run_import(job, progress, cancel, say=log.info).to_json()
+    return run_import(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
 if __name__ == "__main__":
-    run_worker("import", ImportJob, run)
+    run_worker({"import": JobKind(ImportJob, run)}, default="import")

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
+from diskferry.disk.urls import without_credentials
 from diskferry.nbd.errors import NbdUrlError
 from diskferry.nbd.protocol import DEFAULT_PORT
 
@@ -51,25 +52,26 @@ def is_nbd_url(spec: str) -> bool:
 
 def parse_url(spec: str) -> NbdUrl:
     """Read an NBD URL, or raise NbdUrlError saying what is wrong with it."""
+    shown = without_credentials(spec)
     try:
         parts = urlsplit(spec)
         port = parts.port
     except ValueError as e:
-        raise NbdUrlError(f"cannot read NBD URL {spec!r}: {e}; {_USAGE}") from e
+        raise NbdUrlError(f"cannot read NBD URL {shown!r}: {e}; {_USAGE}") from e
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
-        raise NbdUrlError(f"{spec!r} is not a supported NBD URL: {_USAGE}")
+        raise NbdUrlError(f"{shown!r} is not a supported NBD URL: {_USAGE}")
     unix, tls = _SCHEMES[scheme]
     if parts.fragment:
-        raise NbdUrlError(f"NBD URL {spec!r} has a fragment (#...): remove it")
-    params = _query(spec, parts.query)
+        raise NbdUrlError(f"NBD URL {shown!r} has a fragment (#...): remove it")
+    params = _query(shown, parts.query)
     export = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     for name in _TLS_PARAMS & params.keys():
         if not tls:
-            raise NbdUrlError(f"NBD URL {spec!r}: {name} needs an nbds:// or nbds+unix:// URL")
+            raise NbdUrlError(f"NBD URL {shown!r}: {name} needs an nbds:// or nbds+unix:// URL")
     verify = params.get("tls-verify-peer", "1")
     if verify not in ("0", "1"):
-        raise NbdUrlError(f"NBD URL {spec!r}: tls-verify-peer must be 0 or 1")
+        raise NbdUrlError(f"NBD URL {shown!r}: tls-verify-peer must be 0 or 1")
     common = {
         "export": export,
         "tls": tls,
@@ -79,26 +81,26 @@ def parse_url(spec: str) -> NbdUrl:
     }
     if unix:
         if parts.netloc:
-            raise NbdUrlError(f"NBD URL {spec!r} names a host for a Unix socket: {_USAGE}")
+            raise NbdUrlError(f"NBD URL {shown!r} names a host for a Unix socket: {_USAGE}")
         if not params.get("socket"):
-            raise NbdUrlError(f"NBD URL {spec!r} has no socket=PATH: {_USAGE}")
+            raise NbdUrlError(f"NBD URL {shown!r} has no socket=PATH: {_USAGE}")
         return NbdUrl(socket=params["socket"], **common)
     if "socket" in params:
-        raise NbdUrlError(f"NBD URL {spec!r}: socket= needs nbd+unix://; {_USAGE}")
+        raise NbdUrlError(f"NBD URL {shown!r}: socket= needs nbd+unix://; {_USAGE}")
     if not parts.hostname:
-        raise NbdUrlError(f"NBD URL {spec!r} has no host: {_USAGE}")
+        raise NbdUrlError(f"NBD URL {shown!r} has no host: {_USAGE}")
     return NbdUrl(host=parts.hostname, port=port or DEFAULT_PORT, **common)
 
 
-def _query(spec: str, query: str) -> dict[str, str]:
+def _query(shown: str, query: str) -> dict[str, str]:
     """Query parameters, percent-decoded (a '+' stays a '+'); unknown or repeated ones refused."""
     params: dict[str, str] = {}
     for item in filter(None, query.split("&")):
         key, _, value = item.partition("=")
         key = unquote(key)
         if key not in _TLS_PARAMS | {"socket"}:
-            raise NbdUrlError(f"NBD URL {spec!r} has an unknown parameter {key!r}")
+            raise NbdUrlError(f"NBD URL {shown!r} has an unknown parameter {key!r}")
         if key in params:
-            raise NbdUrlError(f"NBD URL {spec!r} repeats the parameter {key!r}")
+            raise NbdUrlError(f"NBD URL {shown!r} repeats the parameter {key!r}")
         params[key] = unquote(value)
     return params

@@ -1,0 +1,98 @@
+"""The export engine's jobs and their results, shared by the CLI and the worker: an export
+server and the export proxy. Durations are in seconds."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from diskferry.worker.job import JobModel, WorkerJob
+
+
+class ExportPhase(StrEnum):
+    """What an export server or the proxy is doing."""
+
+    STARTING = "Starting"
+    SERVING = "Serving"
+    DRAINING = "Draining"
+
+
+class ExportVolumeSpec(JobModel):
+    """One volume of an export: a file, block device, directory or NBD URL, and for an NBD
+    volume the dirty bitmap its map shows."""
+
+    name: str = Field(pattern=r"^[^/]+$")
+    path: str
+    bitmap: str | None = None
+
+
+class LinkSettings(JobModel):
+    """The export's base URLs inside the cluster and through the proxy, and where its links go."""
+
+    internal_url: str = Field(alias="internalUrl")
+    external_url: str = Field(alias="externalUrl")
+    external_ca: str | None = Field(
+        default=None, alias="externalCa", description="CA (PEM) of the external URL"
+    )
+    file: str | None = Field(default=None, description="write the status links here (JSON)")
+
+
+class Listening(JobModel):
+    """Where a server listens (port 0 picks one) and its server-side limits."""
+
+    cert_dir: str = Field(alias="certDir", description="tls.crt/tls.key, or a CA to issue from")
+    sans: list[str] = Field(default_factory=list, description="default: localhost, 127.0.0.1, host")
+    listen_address: str = Field(default="0.0.0.0", alias="listenAddress")
+    listen_port: int = Field(default=8443, ge=0, le=65535, alias="listenPort")
+    tls_settings: str | None = Field(default=None, alias="tlsSettings")
+    header_timeout: float = Field(default=10.0, gt=0, alias="headerTimeout")
+    idle_timeout: float = Field(default=60.0, gt=0, alias="idleTimeout")
+
+
+class ExportJob(WorkerJob, Listening):
+    """What `diskferry export serve` and the worker run: one export's volumes over HTTPS.
+
+    The token is read from `tokenFile` on every request; a job holds no token inline.
+    """
+
+    kind: Literal["export"] = "export"
+    name: str
+    volumes: list[ExportVolumeSpec] = Field(min_length=1)
+    token_file: str = Field(alias="tokenFile")
+    ttl: float = Field(default=7200.0, ge=0)
+    grace: float = Field(default=60.0, ge=0)
+    manifest: str | None = Field(default=None, description="the VM manifest (YAML file)")
+    links: LinkSettings | None = None
+
+    @model_validator(mode="after")
+    def _distinct_volumes(self) -> ExportJob:
+        if len({v.name for v in self.volumes}) != len(self.volumes):
+            raise PydanticCustomError("volume_names", "two volumes have the same name")
+        return self
+
+
+class ProxyJob(WorkerJob, Listening):
+    """What `diskferry proxy serve` and the worker run: the export proxy over a routes file."""
+
+    kind: Literal["proxy"] = "proxy"
+    routes: str = Field(description="the routes file (YAML), re-read when it changes")
+    backend_idle_timeout: float = Field(default=30.0, gt=0, alias="backendIdleTimeout")
+    grace: float = Field(default=10.0, ge=0)
+
+
+class ServeResult(BaseModel):
+    """How a server ended: `expired` (its TTL) or `stopped` (SIGTERM, SIGINT, or cancelled)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    ended: Literal["expired", "stopped"]
+    listen_port: int = Field(alias="listenPort")
+    transfers_cut: bool = Field(alias="transfersCut")
+
+    def to_json(self) -> dict:
+        """The result as JSON-ready values, camelCase keys."""
+        return self.model_dump(by_alias=True)

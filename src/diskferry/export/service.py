@@ -1,0 +1,162 @@
+"""The export engine's entry functions: one export server, or the proxy, run until stopped.
+
+The CLI (`export serve`, `proxy serve`) and the worker both run these: SIGTERM or SIGINT
+sets `stop`, the TTL expires an export; either way the server drains and the result says
+how it ended. The listening port and URLs are published as details once known.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from diskferry.disk.progress import Progress
+from diskferry.export.certs import default_sans
+from diskferry.export.errors import ExportError
+from diskferry.export.job import ExportJob, ExportPhase, Listening, ProxyJob, ServeResult
+from diskferry.export.links import export_links
+from diskferry.export.listener import Timeouts
+from diskferry.export.manifests import load_manifest
+from diskferry.export.proxy import ExportProxy, PoolSettings
+from diskferry.export.routes import RoutesFile
+from diskferry.export.serve import ServeOptions, run
+from diskferry.export.server import ExportServer
+from diskferry.export.tls import ServerTls
+from diskferry.export.token import TokenFile
+from diskferry.export.volumes import ExportedVolume, open_exported
+from diskferry.worker.reporter import QUIET, EventType, Reporter
+
+
+def _read_pem(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise ExportError(f"cannot read {path}: {e.strerror}") from e
+
+
+def _write_json(path: str, obj: object) -> None:
+    tmp = f"{path}.tmp"
+    try:
+        Path(tmp).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ExportError(f"cannot write {path}: {e.strerror}") from e
+
+
+def _options(job: Listening, ttl: float | None, grace: float) -> ServeOptions:
+    return ServeOptions(
+        host=job.listen_address,
+        port=job.listen_port,
+        ttl=ttl,
+        grace=grace,
+        timeouts=Timeouts(header=job.header_timeout, idle=job.idle_timeout),
+    )
+
+
+class _Announcer:
+    """Publishes where a server listens (and `links`, its other URLs), and remembers the port."""
+
+    def __init__(
+        self,
+        what: str,
+        job: Listening,
+        progress: Progress,
+        reporter: Reporter,
+        links: dict[str, str] | None = None,
+    ) -> None:
+        self.what, self.job, self.progress, self.reporter = what, job, progress, reporter
+        self.links = links or {}
+        self.port = 0
+
+    def __call__(self, port: int) -> None:
+        self.port = port
+        address = self.job.listen_address
+        url = f"https://{address}:{port}"
+        self.progress.set_phase(ExportPhase.SERVING)
+        self.reporter.details(listenAddress=address, listenPort=port, url=url, **self.links)
+        self.reporter.event(EventType.NORMAL, "Listening", f"{self.what} listening on {url}")
+
+
+def serve_export(
+    job: ExportJob, progress: Progress, stop: threading.Event, reporter: Reporter = QUIET
+) -> ServeResult:
+    """Serve the job's volumes over HTTPS until `stop` or the TTL, then drain up to the grace."""
+    progress.set_phase(ExportPhase.STARTING)
+    token = TokenFile(job.token_file)
+    manifest = load_manifest(job.manifest) if job.manifest is not None else None
+    what = f"export {job.name}"
+    volumes: list[ExportedVolume] = []
+    tls = ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings)
+    cut = False
+    try:
+        volumes += [open_exported(v.name, v.path, v.bitmap) for v in job.volumes]
+        server = ExportServer(job.name, volumes, token, manifest)
+        links: dict[str, str] = {}
+        if job.links is not None:
+            ca = tls.ca_pem()
+            outside = _read_pem(job.links.external_ca) if job.links.external_ca else ca
+            if job.links.file is not None:
+                found = export_links(
+                    job.links.internal_url,
+                    job.links.external_url,
+                    ca,
+                    outside,
+                    volumes,
+                    manifest is not None,
+                )
+                _write_json(job.links.file, found)
+            links = {"internalUrl": job.links.internal_url, "externalUrl": job.links.external_url}
+        announce = _Announcer(what, job, progress, reporter, links)
+
+        async def drain(expired: bool) -> None:
+            nonlocal cut
+            progress.set_phase(ExportPhase.DRAINING)
+            server.expire()
+            if not await server.drained(job.grace):
+                cut = True
+                reporter.warn(
+                    "TransfersCut",
+                    f"{what}: transfers still running after the grace period are cut",
+                )
+
+        expired = run(
+            server.app(),
+            tls,
+            _options(job, job.ttl, job.grace),
+            stop,
+            announce,
+            drain,
+        )
+    finally:
+        for v in volumes:
+            v.close()
+        tls.close()
+    reporter.event(EventType.NORMAL, "Expired" if expired else "Stopped", f"{what} stopped")
+    return ServeResult(
+        name=job.name,
+        ended="expired" if expired else "stopped",
+        listen_port=announce.port,
+        transfers_cut=cut,
+    )
+
+
+def serve_proxy(
+    job: ProxyJob, progress: Progress, stop: threading.Event, reporter: Reporter = QUIET
+) -> ServeResult:
+    """Route export API requests to the export servers in the routes file until `stop`."""
+    progress.set_phase(ExportPhase.STARTING)
+    proxy = ExportProxy(RoutesFile(job.routes), PoolSettings(idle=job.backend_idle_timeout))
+    tls = ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings)
+    announce = _Announcer("export proxy", job, progress, reporter)
+
+    async def drain(expired: bool) -> None:
+        progress.set_phase(ExportPhase.DRAINING)
+
+    run(proxy.app(), tls, _options(job, None, job.grace), stop, announce, drain)
+    reporter.event(EventType.NORMAL, "Stopped", "export proxy stopped")
+    return ServeResult(
+        name="proxy", ended="stopped", listen_port=announce.port, transfers_cut=False
+    )
