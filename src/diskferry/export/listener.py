@@ -8,7 +8,8 @@ handshake, and for later requests on a keep-alive connection from their first by
 Each connection is aiohttp's own protocol wrapped in a `_Connection` that sees every byte
 first. Between requests it looks for the blank line that ends the next request's headers; a
 middleware tells it when the app starts and finishes a request, so that nothing of a request
-in progress, its body above all, is ever counted.
+in progress, its body above all, is ever counted. Where neither sees a request (one that
+aiohttp refuses before the app), aiohttp's idle keep-alive limit still closes the connection.
 """
 
 from __future__ import annotations
@@ -172,7 +173,10 @@ class HttpsListener:
         self._grace = 0.0
 
     async def start(self, host: str, port: int, grace: float = 60.0) -> int:
-        """Listen on host:port (0 picks a free port) and return the port."""
+        """Listen on host:port (0 picks a free port) and return the port.
+
+        Puts the middleware that times request headers first among the app's middlewares.
+        """
         self.app.middlewares.insert(0, _mark_requests)
         self._runner = web.AppRunner(
             self.app,
