@@ -130,3 +130,29 @@ def test_ttl_refuses_new_requests_and_lets_transfers_finish(
     assert slow.wait(60) == 0
     assert out.read_bytes() == disk.read_bytes()
     assert r.proc.wait(30) == 0
+
+
+def test_later_requests_are_timed_from_their_first_byte(export_factory, disk: Path) -> None:
+    r = export_factory({"disk": disk}, "--header-timeout", "2s", "--idle-timeout", "120s")
+    ctx = ssl.create_default_context(cafile=str(r.ca))
+    ready = b"GET /exportready HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    async def main() -> tuple[bytes, bytes, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.port, ssl=ctx)
+        writer.write(ready)
+        first = await reader.readuntil(b"ready\n")
+        await asyncio.sleep(3)
+        writer.write(ready)
+        second = await asyncio.wait_for(reader.readuntil(b"ready\n"), 10)
+        for i in range(len(ready)):
+            writer.write(ready[i : i + 1])
+            await asyncio.sleep(1)
+            if reader.at_eof():
+                break
+        rest = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        return first, second, rest
+
+    first, second, rest = asyncio.run(main())
+    assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200")
+    assert rest == b"", "a slow second request on a kept-alive connection was served"

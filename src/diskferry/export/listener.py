@@ -4,6 +4,12 @@ aiohttp has no timeout for request headers of its own: a client that sends them 
 time would hold its connection forever. Each connection here must finish its TLS handshake, and
 then deliver each request's headers, within `header_timeout` seconds (counted from the
 handshake, and for later requests on a keep-alive connection from their first byte).
+
+Each connection is aiohttp's own protocol wrapped in a `_Connection` that sees every byte
+first. Between requests it looks for the blank line that ends the next request's headers; a
+middleware tells it when the app starts and finishes a request, so that nothing of a request
+in progress, its body above all, is ever counted. Where neither sees a request (one that
+aiohttp refuses before the app), aiohttp's idle keep-alive limit still closes the connection.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -22,6 +29,9 @@ from diskferry.export.tls import ServerTls
 
 access_log = logging.getLogger("diskferry.export.access")
 
+_HEADERS_END = b"\r\n\r\n"
+_AppHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 
 @dataclass
 class Timeouts:
@@ -31,20 +41,34 @@ class Timeouts:
     idle: float = 60.0
 
 
+class HeaderEnd:
+    """Finds the blank line that ends a request's headers, in whatever pieces they arrive."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, data: bytes) -> bool:
+        """Whether the headers end within `data`, given the bytes fed before it."""
+        keep = len(_HEADERS_END) - 1
+        found = _HEADERS_END in self._tail + data[:keep] or _HEADERS_END in data
+        self._tail = (self._tail + data[-keep:])[-keep:]
+        return found
+
+
 class _Connections:
     """The connections that completed their TLS handshake and are not closed yet."""
 
     def __init__(self) -> None:
-        self._open: set[web.RequestHandler] = set()
+        self._open: set[_Connection] = set()
         self._none_open = asyncio.Event()
         self._none_open.set()
 
-    def add(self, handler: web.RequestHandler) -> None:
-        self._open.add(handler)
+    def add(self, connection: _Connection) -> None:
+        self._open.add(connection)
         self._none_open.clear()
 
-    def discard(self, handler: web.RequestHandler) -> None:
-        self._open.discard(handler)
+    def discard(self, connection: _Connection) -> None:
+        self._open.discard(connection)
         if not self._open:
             self._none_open.set()
 
@@ -55,52 +79,84 @@ class _Connections:
                 await self._none_open.wait()
 
 
-class _Handler(web.RequestHandler):
-    """A request handler that closes a connection whose headers do not arrive in time."""
+class _Connection(asyncio.Protocol):
+    """aiohttp's protocol of one connection, closed when a request's headers come too late."""
 
     def __init__(
-        self,
-        manager: web.Server,
-        *,
-        header_timeout: float,
-        tracker: _Connections,
-        **kwargs: object,
+        self, inner: asyncio.Protocol, header_timeout: float, connections: _Connections
     ) -> None:
-        super().__init__(manager, **kwargs)  # type: ignore[arg-type]
+        self._inner = inner
         self._header_timeout = header_timeout
-        self._header_deadline: asyncio.TimerHandle | None = None
-        self._tracker = tracker
+        self._connections = connections
+        self._transport: asyncio.BaseTransport | None = None
+        self._awaiting_headers = True
+        self._header_end = HeaderEnd()
+        self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._tracker.add(self)
+        self._transport = transport
+        self._connections.add(self)
+        self._inner.connection_made(transport)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._header_deadline is None and not self._request_in_progress and not self._messages:
-            self._arm()
-        before = self._request_count
-        super().data_received(data)
-        if self._request_count != before:
-            self._disarm()
+        if self._awaiting_headers:
+            if self._deadline is None:
+                self._arm()
+            if self._header_end.feed(data):
+                self.request_started()
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
-        self._tracker.discard(self)
+        self._inner.connection_lost(exc)
+        self._connections.discard(self)
+
+    def request_started(self) -> None:
+        """The headers of a request are in: stop counting until it is finished."""
+        self._awaiting_headers = False
+        self._disarm()
+
+    def request_finished(self) -> None:
+        """The app is done with a request: the next byte starts the next request's deadline."""
+        self._awaiting_headers = True
+        self._header_end = HeaderEnd()
 
     def _arm(self) -> None:
-        self._header_deadline = self._loop.call_later(self._header_timeout, self._expired)
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(self._header_timeout, self._expired)
 
     def _disarm(self) -> None:
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def _expired(self) -> None:
-        self._header_deadline = None
-        if not self._request_in_progress and not self._messages:
-            self.force_close()
+        self._deadline = None
+        if self._transport is not None:
+            self._transport.close()
+
+
+@web.middleware
+async def _mark_requests(request: web.Request, handler: _AppHandler) -> web.StreamResponse:
+    """Tells the request's connection when the app starts and finishes it."""
+    connection = request.transport.get_protocol() if request.transport is not None else None
+    if not isinstance(connection, _Connection):
+        return await handler(request)
+    connection.request_started()
+    try:
+        return await handler(request)
+    finally:
+        connection.request_finished()
 
 
 class HttpsListener:
@@ -112,34 +168,35 @@ class HttpsListener:
         self.timeouts = timeouts
         self.port = 0
         self._runner: web.AppRunner | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.Server | None = None
         self._connections = _Connections()
         self._grace = 0.0
 
     async def start(self, host: str, port: int, grace: float = 60.0) -> int:
-        """Listen on host:port (0 picks a free port) and return the port."""
-        self._runner = web.AppRunner(self.app, handle_signals=False, shutdown_timeout=grace)
-        await self._runner.setup()
-        loop = asyncio.get_running_loop()
-        manager = self._runner.server
-        assert manager is not None
+        """Listen on host:port (0 picks a free port) and return the port.
 
-        def factory() -> _Handler:
+        Puts the middleware that times request headers first among the app's middlewares.
+        """
+        self.app.middlewares.insert(0, _mark_requests)
+        self._runner = web.AppRunner(
+            self.app,
+            handle_signals=False,
+            shutdown_timeout=grace,
+            keepalive_timeout=self.timeouts.idle,
+            access_log_class=RedactingAccessLogger,
+            access_log=access_log,
+        )
+        await self._runner.setup()
+        make_aiohttp_protocol = self._runner.server
+        assert make_aiohttp_protocol is not None
+
+        def factory() -> _Connection:
             self.tls.refresh()
-            return _Handler(
-                manager,
-                loop=loop,
-                header_timeout=self.timeouts.header,
-                tracker=self._connections,
-                keepalive_timeout=self.timeouts.idle,
-                access_log_class=RedactingAccessLogger,
-                access_log=access_log,
-            )
+            return _Connection(make_aiohttp_protocol(), self.timeouts.header, self._connections)
 
         self._grace = grace
-
         try:
-            self._server = await loop.create_server(
+            self._server = await asyncio.get_running_loop().create_server(
                 factory,
                 host,
                 port,

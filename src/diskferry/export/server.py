@@ -42,6 +42,23 @@ def problem_response(status: int, reason: str, message: str) -> web.Response:
     return web.json_response({"reason": reason, "message": message}, status=status)
 
 
+def _router_problem(request: web.Request, error: web.HTTPError) -> web.Response:
+    """The router's refusal (no such path, method not allowed) as a JSON error."""
+    resp = problem_response(
+        error.status,
+        error.reason.replace(" ", ""),
+        f"{request.method} {request.path}: {error.reason}",
+    )
+    if "Allow" in error.headers:
+        resp.headers["Allow"] = error.headers["Allow"]
+    return resp
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether the client closed its connection."""
+    return request.transport is None or request.transport.is_closing()
+
+
 def _int_query(request: web.Request, name: str, default: int | None) -> int | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
@@ -125,6 +142,8 @@ class ExportServer:
             return await handler(request)
         except HttpProblem as p:
             return problem_response(p.status, p.reason, str(p))
+        except web.HTTPError as e:
+            return _router_problem(request, e)
         finally:
             self.in_flight -= 1
             if self.in_flight == 0:
@@ -164,11 +183,17 @@ class ExportServer:
         if length is not None:
             resp.content_length = length
         async with contextlib.aclosing(body):  # type: ignore[type-var]
-            await resp.prepare(request)
-            if request.method != "HEAD":
-                async for block in body:
-                    await resp.write(block)
-        await resp.write_eof()
+            try:
+                await resp.prepare(request)
+                if request.method != "HEAD":
+                    async for block in body:
+                        await resp.write(block)
+                await resp.write_eof()
+            except ConnectionError:
+                # A client that went away is the access log's line (bytes sent short of the
+                # length); anything else is the server's fault.
+                if not _client_gone(request):
+                    raise
         return resp
 
     async def _serve_volume(self, request: web.Request, volume: Volume) -> web.StreamResponse:
