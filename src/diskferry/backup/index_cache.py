@@ -6,7 +6,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from diskferry.backup.codec import Codec
@@ -27,6 +27,8 @@ CREATE TABLE IF NOT EXISTS index_packs (
 ) WITHOUT ROWID;
 """
 _VERSION = 1
+# chunk ids looked up by one query (SQLite allows 999 parameters at the least)
+_LOOKUP_BATCH = 500
 _SELECT = (
     "SELECT c.id, p.name, c.offset, c.length, c.plain FROM chunks c JOIN packs p ON p.no = c.pack"
 )
@@ -40,6 +42,18 @@ def cache_root() -> Path:
     return Path(base) / "diskferry"
 
 
+def cache_folder(repo_id: str, root: Path | None = None) -> Path:
+    """The cache folder of one repository under `root` (or `cache_root()`), made if missing."""
+    folder = (root or cache_root()) / repo_id
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RepositoryError(
+            f"cannot make the cache folder {folder}: {e.strerror}; set DISKFERRY_CACHE_DIR"
+        ) from e
+    return folder
+
+
 class IndexCache:
     """has/locate for chunk ids, filled from the repository's `index/` objects it has not seen.
 
@@ -47,14 +61,7 @@ class IndexCache:
     """
 
     def __init__(self, repo_id: str, root: Path | None = None) -> None:
-        folder = (root or cache_root()) / repo_id
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RepositoryError(
-                f"cannot make the cache folder {folder}: {e.strerror}; set DISKFERRY_CACHE_DIR"
-            ) from e
-        self.path = folder / "index.sqlite"
+        self.path = cache_folder(repo_id, root) / "index.sqlite"
         self._lock = threading.Lock()
         try:
             self._db = self._connect()
@@ -150,6 +157,17 @@ class IndexCache:
         with self._lock:
             row = self._db.execute(f"{_SELECT} WHERE c.id = ?", (chunk_id,)).fetchone()
         return None if row is None else IndexEntry(*row)
+
+    def locate_many(self, chunk_ids: Sequence[bytes]) -> dict[bytes, IndexEntry]:
+        """Where each of the chunks is stored; those the index does not name are left out."""
+        found: dict[bytes, IndexEntry] = {}
+        for start in range(0, len(chunk_ids), _LOOKUP_BATCH):
+            batch = chunk_ids[start : start + _LOOKUP_BATCH]
+            marks = ", ".join("?" * len(batch))
+            with self._lock:
+                rows = self._db.execute(f"{_SELECT} WHERE c.id IN ({marks})", batch).fetchall()
+            found.update((row[0], IndexEntry(*row)) for row in rows)
+        return found
 
     def entries(self) -> Iterator[IndexEntry]:
         """Every indexed chunk, one pack at a time."""
