@@ -21,12 +21,13 @@ CREATE TABLE IF NOT EXISTS chunks (
     id BLOB PRIMARY KEY, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
     length INTEGER NOT NULL, plain INTEGER NOT NULL, idx INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks (pack);
+CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks (pack, offset, length, plain);
 CREATE TABLE IF NOT EXISTS index_packs (
     idx INTEGER NOT NULL, pack INTEGER NOT NULL, PRIMARY KEY (idx, pack)
 ) WITHOUT ROWID;
 """
-_VERSION = 1
+# 2: chunks_by_pack covers what in_pack reads, so a pack's chunks come in one index scan
+_VERSION = 2
 # chunk ids looked up by one query (SQLite allows 999 parameters at the least)
 _LOOKUP_BATCH = 500
 _SELECT = (
