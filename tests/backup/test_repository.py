@@ -4,7 +4,10 @@ import base64
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 from backup_support import save_snapshot
@@ -240,3 +243,75 @@ def test_tracker_round_trip_replaces_whole(repo):
     loaded = repo.load_tracker("vm1")
     assert loaded == tracker
     assert loaded.disks["root"].last.name == "c2"
+
+
+def _added_until_stalled(added: list[int], adder: threading.Thread) -> int:
+    """How many chunks the adder got in before it stopped getting more in."""
+    seen, quiet = -1, 0
+    while quiet < 10 and adder.is_alive():
+        quiet = quiet + 1 if len(added) == seen else 0
+        seen = len(added)
+        time.sleep(0.1)
+    return len(added)
+
+
+def test_the_writer_holds_no_more_chunks_than_its_memory(dir_url, new_repo):
+    repo = new_repo(dir_url)
+    uploads = threading.Event()
+    put = repo.store.put
+
+    def slow_put(path, data):
+        if path.startswith("packs/"):
+            uploads.wait()
+        return put(path, data)
+
+    repo.store.put = slow_put
+    data = [os.urandom(256 * 1024) for _ in range(24)]
+    added = []
+    writer = repo.pack_writer(memory=2 << 20, pack_size=1 << 20, workers=2, uploads=2)
+    with writer:
+
+        def add_all():
+            for chunk in data:
+                writer.add(chunk)
+                added.append(1)
+
+        adder = threading.Thread(target=add_all)
+        adder.start()
+        stalled = _added_until_stalled(added, adder)
+        uploads.set()
+        adder.join()
+    assert stalled >= 4 and stalled * 256 * 1024 <= 2 << 20  # some went in, then it waited
+    assert len(added) == len(data)
+    more = chunks(12, size=300_000)
+    with repo.pack_writer(memory=1, pack_size=1 << 20) as small:  # one chunk at a time
+        ids = [small.add(chunk) for chunk in more]
+    assert [repo.read_chunk(i) for i in ids] == more
+
+
+ONE_CPU_WRITER = """
+import os, sys, threading
+from diskferry.backup.repository import Repository
+with Repository.open(sys.argv[1], "correct horse") as repo, repo.pack_writer() as writer:
+    adders = [
+        threading.Thread(target=lambda: [writer.add(os.urandom(100_000)) for _ in range(20)])
+        for _ in range(4)
+    ]
+    for t in adders:
+        t.start()
+    for t in adders:
+        t.join()
+    print(sum(t.name.startswith("pack-encode") for t in threading.enumerate()))
+"""
+
+
+def test_the_writer_seals_on_the_cpus_the_process_may_use(dir_url, new_repo):
+    new_repo(dir_url)
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_CPU_WRITER, dir_url],
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "1"
