@@ -1,4 +1,4 @@
-"""Helpers of the backup engine tests: CBT disks written through qemu-io, and engine calls."""
+"""Helpers of the backup tests: CBT disks written through qemu-io, engine calls, manifests."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +18,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
 from qemu_helpers import write  # noqa: F401 (for the tests)
 
 from diskferry.backup.engine import run_backup
+from diskferry.backup.entries import Entry
 from diskferry.backup.job import BackupJob, BackupResult, DiskSource, RestoreJob
+from diskferry.backup.repository import Repository
 from diskferry.backup.restore import run_restore
+from diskferry.backup.snapshots import SnapshotInfo
 from diskferry.disk.progress import Progress
 from diskferry.qemu import cbt
 
@@ -26,6 +30,13 @@ MiB = 1 << 20
 KiB = 1 << 10
 DISK_SIZE = 32 * MiB
 PASSWORD = "correct horse"
+
+
+def save_snapshot(repo: Repository, info: SnapshotInfo, entries: Iterable[Entry]) -> None:
+    """Store a manifest of `entries` described by `info`."""
+    with repo.new_snapshot(info.path) as writer:
+        writer.write(entries)
+        repo.save_snapshot(writer, info)
 
 
 def same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

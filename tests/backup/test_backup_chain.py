@@ -198,3 +198,30 @@ def test_an_overlay_path_and_an_nbd_url_are_disks_too(engine, tmp_path):
     engine.keep(served.snapshot, plain)
     for snapshot in engine.references:
         assert engine.restores_exactly(snapshot)
+
+
+def test_a_checkpoint_a_killed_qemu_left_inconsistent_makes_a_full_backup(engine, tmp_path):
+    from qemu_helpers import bare_daemon, image_bitmaps
+
+    volume = make_disk(tmp_path / "disk.raw")
+    overlay = volume + ".cbt.qcow2"
+    first = engine.backup(disks={"d": volume}).disks[0]
+    checkpoint = engine_checkpoint(engine, first.snapshot)
+    killed = bare_daemon(overlay)
+    try:
+        deadline = time.monotonic() + 20
+        while "in-use" not in image_bitmaps(overlay).get(checkpoint, []):
+            assert time.monotonic() < deadline, "the daemon never opened the overlay"
+            time.sleep(0.05)
+    finally:
+        killed.kill()
+        killed.wait()
+    broken = engine.backup(disks={"d": volume}).disks[0]
+    assert (broken.type, broken.reason) == ("full", "checkpoint bitmap inconsistent")
+    engine.keep(broken.snapshot, volume)
+    write(overlay, 0, 4096, 0x21)
+    after = engine.backup(disks={"d": volume}).disks[0]
+    assert after.type == "incremental"
+    engine.keep(after.snapshot, volume)
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot)

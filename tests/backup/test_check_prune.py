@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from backup_support import save_snapshot
 
 from diskferry.backup.check import check
 from diskferry.backup.entries import Entry, full_entries
@@ -11,13 +12,23 @@ from diskferry.backup.packs import pack_path
 from diskferry.backup.policy import to_forget
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
-from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id
+from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id
 
 SIZE = 20_000
 
 
 def make_data(n):
     return [os.urandom(SIZE // 2) + bytes([i % 256]) * (SIZE // 2) for i in range(n)]
+
+
+class Stored:
+    """A snapshot stored by a test: its description and entries."""
+
+    def __init__(self, info, entries):
+        self.info, self.entries = info, entries
+
+    def chunk_ids(self):
+        return {e.chunk for e in self.entries if e.chunk is not None}
 
 
 def store_snapshot(repo, vm, data, finished="2026-01-01T00:00:00Z"):
@@ -36,8 +47,8 @@ def store_snapshot(repo, vm, data, finished="2026-01-01T00:00:00Z"):
         started=finished,
         finished=finished,
     )
-    snapshot = Snapshot(info, full_entries(runs, info.disk_size))
-    repo.save_snapshot(snapshot)
+    snapshot = Stored(info, list(full_entries(runs, info.disk_size)))
+    save_snapshot(repo, info, snapshot.entries)
     return snapshot
 
 

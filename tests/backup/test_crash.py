@@ -141,3 +141,30 @@ def test_a_cancelled_backup_leaves_nothing_and_loses_nothing(engine, tmp_path):
     assert again.type == "incremental" and again.bytes_read == 32 * 64 * KiB
     engine.keep(again.snapshot, volume)
     assert engine.restores_exactly(again.snapshot)
+
+
+def test_a_cancel_stops_the_walk_that_sizes_the_backup(engine, tmp_path):
+    sock, log = tmp_path / "nbdkit.sock", tmp_path / "nbdkit.log"
+    # 256 GiB of scattered data: nbdkit answers block status 1 GiB at a time
+    plugin = ["sparse-random", "256G", "runlength=65536", f"logfile={log}"]
+    server = subprocess.Popen(["nbdkit", "-f", "-U", str(sock), "--filter=log", *plugin])
+    try:
+        deadline = time.monotonic() + 15
+        while not sock.exists():
+            assert time.monotonic() < deadline and server.poll() is None, "nbdkit did not start"
+            time.sleep(0.02)
+        cancel = threading.Event()
+        cancel.set()
+        url = f"nbd+unix:///?socket={sock}"
+        job = BackupJob(repo=engine.url, vm="vm", disks=[DiskSource(name="d", path=url)])
+        with pytest.raises(CancelledError):
+            run_backup(job, Progress(), cancel)
+    finally:
+        server.terminate()
+        server.wait(10)
+    asked = [ln for ln in log.read_text().splitlines() if " Extents " in ln and "offset=" in ln]
+    assert 1 <= len(asked) <= 8  # the whole walk asks 256 times
+    with Repository.open(engine.url, PASSWORD) as repo:
+        assert repo.list_snapshots() == []
+        assert list(repo.store.list("packs/")) == []
+        assert list(repo.store.list("locks/")) == []

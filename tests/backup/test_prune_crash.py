@@ -8,12 +8,13 @@ import sys
 import time
 
 import pytest
+from backup_support import save_snapshot
 
 from diskferry.backup.check import check
 from diskferry.backup.entries import Entry, full_entries
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
-from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id
+from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id
 from diskferry.objstore.store import ObjectStore
 
 SIZE = 8_000
@@ -46,7 +47,7 @@ def build(url, new_repo):
             finished=f"2026-01-0{n + 1}T00:00:00Z",
         )
         runs = [Entry(i * SIZE, SIZE, cid, 0) for i, cid in enumerate(ids)]
-        repo.save_snapshot(Snapshot(info, full_entries(runs, size)))
+        save_snapshot(repo, info, full_entries(runs, size))
         if n == 1:
             repo.forget([info.id])
         else:
@@ -57,7 +58,7 @@ def build(url, new_repo):
 
 def restored(repo, path):
     snap = repo.load_snapshot(path)
-    return b"".join(repo.read_chunk(e.chunk)[e.chunk_offset :][: e.length] for e in snap.entries)
+    return b"".join(repo.read_chunk(e.chunk)[e.chunk_offset :][: e.length] for e in snap.entries())
 
 
 def crash_after(repo, limit):

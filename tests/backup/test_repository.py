@@ -4,13 +4,19 @@ import base64
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
+from backup_support import save_snapshot
 
 from diskferry.backup.entries import Entry, full_entries
 from diskferry.backup.errors import (
+    CorruptObjectError,
     PasswordError,
+    RepositoryError,
     RepositoryExistsError,
     RepositoryNotFoundError,
     SnapshotNotFoundError,
@@ -18,7 +24,7 @@ from diskferry.backup.errors import (
 from diskferry.backup.index import decode_index
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.repository import Repository
-from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id, now_rfc3339
+from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id, now_rfc3339
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
 
 PASSWORD = "correct horse"
@@ -145,9 +151,9 @@ def test_abort_removes_unindexed_packs(repo):
     assert list(repo.store.list("index/")) == []
 
 
-def snapshot(vm, disk, entries, size, **fields):
+def snapshot(vm, disk, size, **fields):
     when = fields.pop("finished", now_rfc3339())
-    info = SnapshotInfo(
+    return SnapshotInfo(
         id=new_snapshot_id(),
         vm=vm,
         disk=disk,
@@ -159,43 +165,70 @@ def snapshot(vm, disk, entries, size, **fields):
         finished=when,
         **fields,
     )
-    return Snapshot(info, entries)
 
 
 def test_snapshot_round_trip_and_listing(repo):
     ids, _ = write(repo, chunks(3))
-    entries = full_entries(
-        [Entry(0, 20_000, ids[0], 0), Entry(50_000, 100, ids[1], 7), Entry(60_000, 9, ids[2], 0)],
-        1 << 20,
+    entries = list(
+        full_entries(
+            [
+                Entry(0, 20_000, ids[0], 0),
+                Entry(50_000, 100, ids[1], 7),
+                Entry(60_000, 9, ids[2], 0),
+            ],
+            1 << 20,
+        )
     )
-    first = snapshot("vm1", "root", entries, 1 << 20, reason="no tracker", tags=["daily"])
-    repo.save_snapshot(first)
+    first = snapshot("vm1", "root", 1 << 20, reason="no tracker", tags=["daily"])
+    save_snapshot(repo, first, entries)
     later = "2999-01-01T00:00:00Z"
-    second = snapshot("vm2", "data", [*entries[:1], Entry(20_000, 5, None)], 20_005, finished=later)
-    second.info.parent = first.info.id
-    repo.save_snapshot(second)
-    loaded = repo.load_snapshot(first.info.path)
-    assert loaded.info == first.info and loaded.entries == first.entries
-    assert loaded.chunk_ids() == set(ids)
-    assert [s.id for s in repo.list_snapshots()] == [first.info.id, second.info.id]
-    assert [s.id for s in repo.list_snapshots("vm2")] == [second.info.id]
-    assert repo.find_snapshot(second.info.id) == second.info.path
+    second = snapshot("vm2", "data", 20_005, finished=later, parent=first.id)
+    save_snapshot(repo, second, [*entries[:1], Entry(20_000, 5, None)])
+    loaded = repo.load_snapshot(first.path)
+    assert loaded.info == first and list(loaded.entries()) == entries
+    assert loaded.data_bytes == 20_109
+    assert [s.id for s in repo.list_snapshots()] == [first.id, second.id]
+    assert [s.id for s in repo.list_snapshots("vm2")] == [second.id]
+    assert repo.find_snapshot(second.id) == second.path
     with pytest.raises(SnapshotNotFoundError):
         repo.find_snapshot("0000")
 
 
-def test_many_entries_stay_compact(repo):
+def test_many_entries_stay_compact_and_come_back_in_pages(repo):
     chunk = os.urandom(32)
-    entries = [Entry(i * 4096, 4096, None if i % 2 else chunk, i) for i in range(200_000)]
-    snap = snapshot("vm", "d", entries, 200_000 * 4096)
-    repo.save_snapshot(snap)
-    assert repo.store.head(snap.info.path).size < 2_000_000
-    assert repo.load_snapshot(snap.info.path).entries == entries
-    assert repo.load_snapshot_info(snap.info.path) == snap.info
-    snap.info.tags = [os.urandom(20_000).hex()]
-    snap.info.id = new_snapshot_id()
-    repo.save_snapshot(snap)
-    assert repo.load_snapshot_info(snap.info.path) == snap.info
+    entries = [
+        Entry(i * 4096, 4096, None) if i % 2 else Entry(i * 4096, 4096, chunk, i)
+        for i in range(200_000)
+    ]
+    info = snapshot("vm", "d", 200_000 * 4096)
+    save_snapshot(repo, info, iter(entries))
+    assert repo.store.head(info.path).size < 2_000_000
+    reads = []
+    get_range = repo.store.get_range
+    repo.store.get_range = lambda *args: reads.append(args) or get_range(*args)
+    loaded = repo.load_snapshot(info.path)
+    assert reads == []  # the description and the page table come with the start
+    assert list(loaded.entries()) == entries
+    assert len(reads) == -(-200_000 // 16384)  # then one ranged read a page
+    assert repo.load_snapshot_info(info.path) == info
+    info.tags = [os.urandom(20_000).hex()]
+    info.id = new_snapshot_id()
+    save_snapshot(repo, info, entries)
+    assert repo.load_snapshot_info(info.path) == info
+    assert list(repo.load_snapshot(info.path).entries()) == entries
+
+
+def test_an_older_repository_or_manifest_is_refused_clearly(repo, repo_url):
+    info = snapshot("vm", "d", 100)
+    repo.store.put(info.path, (200).to_bytes(4, "little") + os.urandom(300))
+    with pytest.raises(CorruptObjectError, match=r"not a manifest of format 2.*older diskferry"):
+        repo.load_snapshot_info(info.path)
+    with pytest.raises(CorruptObjectError, match="not a manifest of format 2"):
+        repo.load_snapshot(info.path)
+    config = json.loads(repo.store.get("config"))
+    repo.store.put("config", json.dumps({**config, "version": 1}).encode())
+    with pytest.raises(RepositoryError, match="format 1; this diskferry reads format 2 only"):
+        Repository.open(repo_url, PASSWORD)
 
 
 def test_tracker_round_trip_replaces_whole(repo):
@@ -210,3 +243,75 @@ def test_tracker_round_trip_replaces_whole(repo):
     loaded = repo.load_tracker("vm1")
     assert loaded == tracker
     assert loaded.disks["root"].last.name == "c2"
+
+
+def _added_until_stalled(added: list[int], adder: threading.Thread) -> int:
+    """How many chunks the adder got in before it stopped getting more in."""
+    seen, quiet = -1, 0
+    while quiet < 10 and adder.is_alive():
+        quiet = quiet + 1 if len(added) == seen else 0
+        seen = len(added)
+        time.sleep(0.1)
+    return len(added)
+
+
+def test_the_writer_holds_no_more_chunks_than_its_memory(dir_url, new_repo):
+    repo = new_repo(dir_url)
+    uploads = threading.Event()
+    put = repo.store.put
+
+    def slow_put(path, data):
+        if path.startswith("packs/"):
+            uploads.wait()
+        return put(path, data)
+
+    repo.store.put = slow_put
+    data = [os.urandom(256 * 1024) for _ in range(24)]
+    added = []
+    writer = repo.pack_writer(memory=2 << 20, pack_size=1 << 20, workers=2, uploads=2)
+    with writer:
+
+        def add_all():
+            for chunk in data:
+                writer.add(chunk)
+                added.append(1)
+
+        adder = threading.Thread(target=add_all)
+        adder.start()
+        stalled = _added_until_stalled(added, adder)
+        uploads.set()
+        adder.join()
+    assert stalled >= 4 and stalled * 256 * 1024 <= 2 << 20  # some went in, then it waited
+    assert len(added) == len(data)
+    more = chunks(12, size=300_000)
+    with repo.pack_writer(memory=1, pack_size=1 << 20) as small:  # one chunk at a time
+        ids = [small.add(chunk) for chunk in more]
+    assert [repo.read_chunk(i) for i in ids] == more
+
+
+ONE_CPU_WRITER = """
+import os, sys, threading
+from diskferry.backup.repository import Repository
+with Repository.open(sys.argv[1], "correct horse") as repo, repo.pack_writer() as writer:
+    adders = [
+        threading.Thread(target=lambda: [writer.add(os.urandom(100_000)) for _ in range(20)])
+        for _ in range(4)
+    ]
+    for t in adders:
+        t.start()
+    for t in adders:
+        t.join()
+    print(sum(t.name.startswith("pack-encode") for t in threading.enumerate()))
+"""
+
+
+def test_the_writer_seals_on_the_cpus_the_process_may_use(dir_url, new_repo):
+    new_repo(dir_url)
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_CPU_WRITER, dir_url],
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "1"

@@ -16,7 +16,7 @@ from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
 from diskferry.backup.entries import Entry, full_entries
 from diskferry.backup.packs import pack_path
 from diskferry.backup.repository import Repository
-from diskferry.backup.snapshots import Snapshot, SnapshotInfo, new_snapshot_id
+from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id
 
 PASSWORD = "cli password"
 
@@ -61,8 +61,9 @@ def add_snapshot(url, vm, when, data, s3=None):
             started=when,
             finished=when,
         )
-        snap = Snapshot(info, full_entries([Entry(0, len(data), cid, 0)], info.disk_size))
-        repo.save_snapshot(snap)
+        with repo.new_snapshot(info.path) as manifest:
+            manifest.write(full_entries([Entry(0, len(data), cid, 0)], info.disk_size))
+            repo.save_snapshot(manifest, info)
         return info, pack_path(repo.index.locate(cid).pack)
 
 

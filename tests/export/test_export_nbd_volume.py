@@ -83,15 +83,15 @@ def test_a_fleecing_export_of_a_backup_session_maps_its_dirty_runs(
     with open(volume, "wb") as f:
         f.truncate(16 * MiB)
     overlay = cbt.enable(str(volume)).overlay
-    with BackupSession([SessionDisk("root", str(volume))], "exporttest") as exports:
-        first = exports[0].checkpoint
+    with BackupSession([SessionDisk("root", str(volume))], "exporttest") as session:
+        first = session.start({})[0].checkpoint
     subprocess.run(
         ["qemu-io", "-f", "qcow2", "-c", "write -P 9 3M 128k", str(overlay)],
         check=True,
         capture_output=True,
     )
-    with BackupSession([SessionDisk("root", str(volume), since=first)], "exporttest") as exports:
-        export = exports[0]
+    with BackupSession([SessionDisk("root", str(volume))], "exporttest") as session:
+        export = session.start({"root": first})[0]
         assert export.mode == "incremental" and export.bitmap
         r = export_factory({"disk": export.url}, "--bitmap", f"disk={export.bitmap}")
         try:

@@ -190,3 +190,30 @@ def test_readers_never_see_a_partial_object(store_url):
     stop.set()
     reader.join()
     assert seen and all(data in versions for data in seen)
+
+
+def test_a_file_goes_up_whole_and_unseen_until_done(store_url, tmp_path):
+    store = ObjectStore(store_url)
+    old = b"\1" * 1000
+    store.put("obj", old)
+    new = os.urandom(20 << 20)  # several parts
+    source = tmp_path / "spool"
+    source.write_bytes(new)
+    stop = threading.Event()
+    seen = []
+
+    def watch():
+        while not stop.is_set():
+            info = store.head("obj")
+            seen.append((info.size if info else None, [o.path for o in store.list()]))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with open(source, "rb") as f:
+            store.put_file("obj", f)
+    finally:
+        stop.set()
+        watcher.join()
+    assert store.get("obj") == new
+    assert seen and all(size in (len(old), len(new)) and names == ["obj"] for size, names in seen)

@@ -138,7 +138,8 @@ def test_a_session_freezes_the_guest_around_its_transaction(
     watch = _Watch(agent, monkeypatch)
     session = _session(vm, agent)
     assert session.consistency == "filesystems frozen"
-    with session as (export,):
+    with session as opened:
+        (export,) = opened.start({})
         watch.assert_frozen_then_thawed()
         assert export.mode == "full"
         assert read(export.url, 1 * MiB, 64 * KiB) == b"\x5a" * (64 * KiB)
@@ -152,8 +153,8 @@ def test_a_failed_transaction_thaws_the_guest_and_leaves_nothing(
         return monitor("blockdev-del", node_name=f"{FLEECE_NODE}0")
 
     watch = _Watch(agent, monkeypatch, before_transaction=remove_fleecing_node)
-    with pytest.raises(QmpError, match=r"^QEMU refused transaction"), _session(vm, agent):
-        pass
+    with pytest.raises(QmpError, match=r"^QEMU refused transaction"), _session(vm, agent) as s:
+        s.start({})
     watch.assert_frozen_then_thawed()
     assert _left_behind(vm) == []
 
@@ -161,8 +162,8 @@ def test_a_failed_transaction_thaws_the_guest_and_leaves_nothing(
 def test_a_refused_freeze_fails_the_session_before_any_checkpoint(vm: Vm, tmp_path: Path) -> None:
     refused = r"^the guest agent refused guest-fsfreeze-freeze: .*disabled"
     with jailed_agent(tmp_path, blocked=("guest-fsfreeze-freeze",)) as agent:
-        with pytest.raises(QmpError, match=refused), _session(vm, agent):
-            pass
+        with pytest.raises(QmpError, match=refused), _session(vm, agent) as session:
+            session.start({})
         assert agent.command("guest-fsfreeze-status") == "thawed"
     assert _left_behind(vm) == []
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from qemu_helpers import KiB, MiB, Vm, bare_daemon, dirty_runs, image_bitmaps, r
 from diskferry.qemu import cbt
 from diskferry.qemu.hostlock import Busy
 from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.qemu.session import INCONSISTENT, BackupSession, DiskExport, SessionDisk
+from diskferry.qemu.session import BackupSession, DiskExport, SessionDisk, SessionError
 
 REPO = "repo1"
 
@@ -25,13 +27,25 @@ def _dirty(export: DiskExport) -> list[tuple[int, int]]:
     return dirty_runs(export.url, export.meta_context)
 
 
-def _live(vm: Vm, since: str | None = None, repo: str = REPO) -> BackupSession:
-    disk = SessionDisk("vda", vm.disk.volume, since=since)
+def _live(vm: Vm, repo: str = REPO) -> BackupSession:
+    disk = SessionDisk("vda", vm.disk.volume)
     return BackupSession([disk], repo, qmp_socket=vm.qmp_socket, nbd_socket=vm.nbd_socket)
 
 
+def _stopped(path: str) -> BackupSession:
+    return BackupSession([SessionDisk("vda", path)], REPO)
+
+
+@contextlib.contextmanager
+def _exported(session: BackupSession, since: str | None = None) -> Iterator[DiskExport]:
+    """The session's one disk exported: incremental since `since`, or full."""
+    with session as opened:
+        (export,) = opened.start({"vda": since})
+        yield export
+
+
 def _full(vm: Vm, repo: str = REPO) -> str:
-    with _live(vm, repo=repo) as (export,):
+    with _exported(_live(vm, repo=repo)) as export:
         assert (export.mode, export.meta_context) == ("full", None)
         return export.checkpoint
 
@@ -66,7 +80,7 @@ def test_stopped_disk_full_then_incremental_of_exactly_the_written_runs(
     overlay = cbt_volume.overlay
     assert overlay is not None
     write(overlay, 4 * MiB, 64 * KiB, 0x55)
-    with BackupSession([SessionDisk("vda", cbt_volume.volume)], REPO) as (export,):
+    with _exported(_stopped(cbt_volume.volume)) as export:
         assert export.mode == "full"
         assert export.size == 32 * MiB
         assert export.checkpoint == f"diskferry-{REPO}-1"
@@ -75,8 +89,8 @@ def test_stopped_disk_full_then_incremental_of_exactly_the_written_runs(
     first = export.checkpoint
     write(overlay, 1 * MiB, 64 * KiB, 0xAA)
     write(overlay, 10 * MiB, 192 * KiB, 0xBB)
-    with BackupSession([SessionDisk("vda", overlay, since=first)], REPO) as (export,):
-        assert (export.mode, export.reason) == ("incremental", f"changes since checkpoint {first}")
+    with _exported(_stopped(overlay), since=first) as export:
+        assert export.mode == "incremental"
         assert export.granularity == 64 * KiB
         assert _dirty(export) == [(1 * MiB, 64 * KiB), (10 * MiB, 192 * KiB)]
         assert read(export.url, 10 * MiB, 4) == b"\xbb" * 4
@@ -86,7 +100,7 @@ def test_stopped_disk_full_then_incremental_of_exactly_the_written_runs(
 
 def test_a_running_vm_keeps_writing_while_the_export_shows_the_checkpoint(vm: Vm) -> None:
     write(vm.url, 0, 64 * KiB, 0x11)
-    with _live(vm) as (export,):
+    with _exported(_live(vm)) as export:
         first = export.checkpoint
         write(vm.url, 0, 64 * KiB, 0x22)
         write(vm.url, 2 * MiB, 64 * KiB, 0x33)
@@ -94,7 +108,7 @@ def test_a_running_vm_keeps_writing_while_the_export_shows_the_checkpoint(vm: Vm
         assert read(export.url, 2 * MiB, 4) == b"\0" * 4
         assert read(vm.url, 0, 4) == b"\x22" * 4
     write(vm.url, 5 * MiB, 64 * KiB, 0x44)
-    with _live(vm, since=first) as (export,):
+    with _exported(_live(vm), since=first) as export:
         write(vm.url, 7 * MiB, 64 * KiB, 0x55)
         assert export.mode == "incremental"
         assert _dirty(export) == [(0, 64 * KiB), (2 * MiB, 64 * KiB), (5 * MiB, 64 * KiB)]
@@ -110,14 +124,14 @@ def test_two_repositories_keep_their_own_chains(vm: Vm) -> None:
     a, b = "aaaa", "bbbb"
     a1, b1 = _full(vm, a), _full(vm, b)
     write(vm.url, 1 * MiB, 64 * KiB, 0x01)
-    with _live(vm, since=a1, repo=a) as (export,):
+    with _exported(_live(vm, repo=a), since=a1) as export:
         assert _dirty(export) == [(1 * MiB, 64 * KiB)]
         a2 = export.checkpoint
     write(vm.url, 3 * MiB, 64 * KiB, 0x02)
-    with _live(vm, since=b1, repo=b) as (export,):
+    with _exported(_live(vm, repo=b), since=b1) as export:
         assert _dirty(export) == [(1 * MiB, 64 * KiB), (3 * MiB, 64 * KiB)]
         b2 = export.checkpoint
-    with _live(vm, since=a2, repo=a) as (export,):
+    with _exported(_live(vm, repo=a), since=a2) as export:
         assert _dirty(export) == [(3 * MiB, 64 * KiB)]
         a3 = export.checkpoint
     assert _repo_bitmaps(vm) == {a3: True, b2: True}
@@ -126,32 +140,40 @@ def test_two_repositories_keep_their_own_chains(vm: Vm) -> None:
 def test_a_failed_session_keeps_its_checkpoint_and_the_next_merge_counts_it(vm: Vm) -> None:
     first = _full(vm)
     write(vm.url, 1 * MiB, 64 * KiB, 0xA1)
-    with pytest.raises(RuntimeError), _live(vm, since=first) as (export,):
+    with pytest.raises(RuntimeError), _exported(_live(vm), since=first) as export:
         failed = export.checkpoint
         raise RuntimeError("the upload broke")
     assert _repo_bitmaps(vm) == {first: False, failed: True}
     assert _leftovers(vm) == []
     write(vm.url, 6 * MiB, 64 * KiB, 0xA2)
-    with _live(vm, since=first) as (export,):
+    with _exported(_live(vm), since=first) as export:
         assert export.mode == "incremental"
         assert _dirty(export) == [(1 * MiB, 64 * KiB), (6 * MiB, 64 * KiB)]
         last = export.checkpoint
     assert _repo_bitmaps(vm) == {last: True}
 
 
-def test_a_missing_checkpoint_means_full(vm: Vm) -> None:
-    with _live(vm, since=f"diskferry-{REPO}-9") as (export,):
-        assert export.mode == "full"
-        assert export.reason == f"checkpoint diskferry-{REPO}-9 missing on the disk"
+def test_a_session_reports_the_checkpoints_and_refuses_one_the_disk_lacks(vm: Vm) -> None:
+    with _live(vm) as session:
+        assert session.checkpoints == {"vda": []}
+    first = _full(vm)
+    with _live(vm) as session:
+        (found,) = session.checkpoints["vda"]
+        assert (found.name, found.seq, found.inconsistent) == (first, 1, False)
+        with pytest.raises(SessionError, match=f"diskferry-{REPO}-9 of disk vda is missing"):
+            session.start({"vda": f"diskferry-{REPO}-9"})
+    assert _repo_bitmaps(vm) == {first: True}
+    assert _leftovers(vm) == []
 
 
 _KILLED_SESSION = """
 import sys, time
 from diskferry.qemu.session import BackupSession, SessionDisk
 volume, qmp, since, nbd = sys.argv[1:5]
-disk = SessionDisk("vda", volume, since=since or None)
+disk = SessionDisk("vda", volume)
 session = BackupSession([disk], "repo1", qmp_socket=qmp or None, nbd_socket=nbd or None)
-with session as exports:
+with session as opened:
+    exports = opened.start({"vda": since or None})
     print(exports[0].url, flush=True)
     time.sleep(60)
 """
@@ -180,7 +202,7 @@ def test_a_killed_session_loses_no_write_and_its_leftovers_go(vm: Vm) -> None:
         left
     )
     write(vm.url, 0, 64 * KiB, 0x66)
-    with _live(vm, since=first) as (export,):
+    with _exported(_live(vm), since=first) as export:
         assert export.mode == "incremental"
         assert _dirty(export) == [(0, 64 * KiB), (1 * MiB, 64 * KiB)]
     assert _leftovers(vm) == []
@@ -193,7 +215,7 @@ def test_a_killed_session_s_own_nbd_server_is_replaced(vm: Vm) -> None:
     socket_path = url.split("socket=", 1)[1]
     assert os.path.exists(socket_path)
     session = BackupSession([SessionDisk("vda", vm.disk.volume)], REPO, qmp_socket=vm.qmp_socket)
-    with session as (export,):
+    with _exported(session) as export:
         assert export.url == url
         assert read(export.url, 0, 4) == b"\0" * 4
     assert not os.path.exists(os.path.dirname(socket_path))
@@ -205,7 +227,7 @@ def test_a_killed_session_s_own_nbd_server_is_replaced(vm: Vm) -> None:
 def test_a_killed_session_on_a_stopped_disk_loses_no_write(cbt_volume: cbt.CbtDisk) -> None:
     overlay = cbt_volume.overlay
     assert overlay is not None
-    with BackupSession([SessionDisk("vda", overlay)], REPO) as (export,):
+    with _exported(_stopped(overlay)) as export:
         first = export.checkpoint
     write(overlay, 2 * MiB, 64 * KiB, 0x71)
     _kill_a_session(cbt_volume.volume, "", first, "")
@@ -217,24 +239,26 @@ def test_a_killed_session_on_a_stopped_disk_loses_no_write(cbt_volume: cbt.CbtDi
         except subprocess.CalledProcessError:
             assert time.monotonic() < deadline, "the killed session's daemon kept the disk"
             time.sleep(0.05)
-    with BackupSession([SessionDisk("vda", overlay, since=first)], REPO) as (export,):
+    with _exported(_stopped(overlay), since=first) as export:
         assert export.mode == "incremental"
         assert _dirty(export) == [(2 * MiB, 64 * KiB), (9 * MiB, 64 * KiB)]
     assert sorted(os.listdir(os.path.dirname(overlay))) == ["disk.raw", "disk.raw.cbt.qcow2"]
 
 
 def test_a_second_session_against_the_same_qemu_is_refused(vm: Vm) -> None:
-    with _live(vm) as (export,):
+    with _exported(_live(vm)) as export:
         with pytest.raises(Busy, match=r"the QEMU at .* is in use by another diskferry process"):
             _live(vm).__enter__()
         assert read(export.url, 0, 4) == b"\0" * 4
     assert _leftovers(vm) == []
 
 
-def test_an_inconsistent_checkpoint_breaks_the_chain(cbt_volume: cbt.CbtDisk) -> None:
+def test_an_inconsistent_checkpoint_is_reported_refused_and_removed(
+    cbt_volume: cbt.CbtDisk,
+) -> None:
     overlay = cbt_volume.overlay
     assert overlay is not None
-    with BackupSession([SessionDisk("vda", overlay)], REPO) as (export,):
+    with _exported(_stopped(overlay)) as export:
         first = export.checkpoint
     killed = bare_daemon(overlay)
     try:
@@ -247,8 +271,12 @@ def test_an_inconsistent_checkpoint_breaks_the_chain(cbt_volume: cbt.CbtDisk) ->
         killed.wait()
     assert "in-use" in image_bitmaps(overlay)[first]
     assert cbt.status(overlay).checkpoints[-1].in_use
-    with BackupSession([SessionDisk("vda", overlay, since=first)], REPO) as (export,):
-        assert (export.mode, export.reason) == ("full", INCONSISTENT)
+    with _stopped(overlay) as session:
+        assert [(c.name, c.inconsistent) for c in session.checkpoints["vda"]] == [(first, True)]
+        with pytest.raises(SessionError, match=f"{first} of disk vda is missing or inconsistent"):
+            session.start({"vda": first})
+    with _exported(_stopped(overlay)) as export:
+        assert export.mode == "full"
         assert export.checkpoint == f"diskferry-{REPO}-2"
     assert sorted(image_bitmaps(overlay)) == ["diskferry-base", f"diskferry-{REPO}-2"]
 
@@ -261,7 +289,8 @@ def test_all_disks_of_a_vm_in_one_session(tmp_path: Path) -> None:
             f.truncate(16 * MiB)
         disks.append(cbt.enable(str(path)))
     specs = [SessionDisk(n, d.volume) for n, d in zip(("vda", "vdb"), disks, strict=True)]
-    with BackupSession(specs, REPO) as exports:
+    with BackupSession(specs, REPO) as session:
+        exports = session.start({})
         assert [(e.name, e.size, e.mode) for e in exports] == [
             ("vda", 16 * MiB, "full"),
             ("vdb", 16 * MiB, "full"),
@@ -270,11 +299,9 @@ def test_all_disks_of_a_vm_in_one_session(tmp_path: Path) -> None:
     for disk, name in zip(disks, ("vda", "vdb"), strict=True):
         assert disk.overlay is not None
         write(disk.overlay, 2 * MiB if name == "vda" else 3 * MiB, 64 * KiB, 0x77)
-    specs = [
-        SessionDisk(n, d.volume, since=c)
-        for n, d, c in zip(("vda", "vdb"), disks, checkpoints, strict=True)
-    ]
-    with BackupSession(specs, REPO) as exports:
+    since = dict(zip(("vda", "vdb"), checkpoints, strict=True))
+    with BackupSession(specs, REPO) as session:
+        exports = session.start(since)
         assert [_dirty(e) for e in exports] == [[(2 * MiB, 64 * KiB)], [(3 * MiB, 64 * KiB)]]
 
 
@@ -287,7 +314,7 @@ def test_an_unreachable_guest_agent_fails_before_the_checkpoint(vm: Vm, tmp_path
         qga_socket=str(tmp_path / "qga.sock"),
     )
     assert session.consistency == "filesystems frozen"
-    with pytest.raises(QmpError, match="cannot connect"), session:
+    with pytest.raises(QmpError, match="cannot connect"), _exported(session):
         pass
     assert _repo_bitmaps(vm) == {}
     assert _leftovers(vm) == []
@@ -305,7 +332,7 @@ def test_a_checkpoint_taken_amid_writes_splits_them_without_losing_one(vm: Vm) -
         stderr=subprocess.DEVNULL,
     )
     try:
-        with _live(vm) as (export,):
+        with _exported(_live(vm)) as export:
             first = export.checkpoint
             image = read(export.url, 0, blocks * 64 * KiB)
     finally:
@@ -317,7 +344,7 @@ def test_a_checkpoint_taken_amid_writes_splits_them_without_losing_one(vm: Vm) -
         seen.append(block[0] != 0)
     before = seen.count(True)
     assert seen == [True] * before + [False] * (blocks - before)
-    with _live(vm, since=first) as (export,):
+    with _exported(_live(vm), since=first) as export:
         dirty = _dirty(export)
     if before == blocks:
         assert dirty == []

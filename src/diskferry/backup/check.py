@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from diskferry.backup.entries import check_cover
+from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.repository import Repository
@@ -158,27 +158,44 @@ def _check_snapshot(
     bad_chunks: dict[bytes, str],
     report: CheckReport,
 ) -> None:
+    """Check a manifest page by page, then the chunks it names against the index."""
     name = path.removeprefix("snapshots/")
-    try:
-        snapshot = repo.load_snapshot(path)
-        check_cover(snapshot.entries, snapshot.info.disk_size)
-    except (CorruptObjectError, ValueError) as e:
-        report.add(path, str(e))
-        report.affected.setdefault(name, set()).add(path)
-        return
-    reach: dict[bytes, int] = {}
-    for e in snapshot.entries:
-        if e.chunk is not None:
-            reach[e.chunk] = max(reach.get(e.chunk, 0), e.chunk_offset + e.length)
-    for chunk, end in reach.items():
-        where = repo.index.locate(chunk)
-        if where is not None and end > where.plain_length:
-            report.add(path, f"{path} reads past the end of chunk {chunk.hex()[:16]}")
+    with ChunkUse(repo.cache_folder) as use:
+        try:
+            use.add(repo.load_snapshot(path).entries())
+        except CorruptObjectError as e:
+            report.add(path, e.message)
             report.affected.setdefault(name, set()).add(path)
-        elif where is None:
-            report.add(path, f"{path} names chunk {chunk.hex()[:16]}, which is in no index")
+            return
+        missing, past = _Fault("in no index"), _Fault("read past their end")
+        for batch in use.batches():
+            found = repo.index.locate_many([chunk for chunk, _ in batch])
+            for chunk, end in batch:
+                where = found.get(chunk)
+                if where is None:
+                    missing.add(chunk)
+                elif end > where.plain_length:
+                    past.add(chunk)
+                elif where.pack in bad_packs:
+                    report.affected.setdefault(name, set()).add(bad_packs[where.pack])
+                elif chunk in bad_chunks:
+                    report.affected.setdefault(name, set()).add(bad_chunks[chunk])
+    for fault in (missing, past):
+        if fault.count:
+            report.add(
+                path, f"{path} names {fault.count} chunk(s) {fault.what}, the first {fault.first}"
+            )
             report.affected.setdefault(name, set()).add(path)
-        elif where.pack in bad_packs:
-            report.affected.setdefault(name, set()).add(bad_packs[where.pack])
-        elif chunk in bad_chunks:
-            report.affected.setdefault(name, set()).add(bad_chunks[chunk])
+
+
+@dataclass
+class _Fault:
+    """Chunks a manifest names wrongly in one way: counted, not listed, so a report stays small."""
+
+    what: str
+    count: int = 0
+    first: str = ""
+
+    def add(self, chunk: bytes) -> None:
+        self.count += 1
+        self.first = self.first or chunk.hex()[:16]

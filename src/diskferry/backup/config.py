@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-FORMAT_VERSION = 1
+# 2: manifests stored in pages (snapshots.py)
+FORMAT_VERSION = 2
 DEFAULT_CHUNK_SIZE = 1 << 20
 
 

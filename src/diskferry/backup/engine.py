@@ -1,8 +1,12 @@
-"""The backup engine: plan each disk, checkpoint them in one session, store synthetic fulls.
+"""The backup engine: decide each disk, checkpoint them in one session, store synthetic fulls.
 
-Order of writes: packs and index (the pack writer), each disk's manifest, the VM's
-tracker; the session then drops the checkpoints older than the new ones. A crash at
-any step leaves the tracker at a checkpoint still on the disk, so nothing is lost.
+Full or incremental is decided once per disk (plan.decide), from the tracker's chain and
+the checkpoints the session finds on the disk. Order of writes: packs and index (the
+pack writer), each disk's manifest, the VM's tracker; the session then drops the
+checkpoints older than the new ones. A crash at any step leaves the tracker at a
+checkpoint still on the disk, so nothing is lost. Entries flow from the disk (and the
+parent's manifest, a page at a time) into the new manifest's spool, so memory does not
+grow with the disk.
 """
 
 from __future__ import annotations
@@ -12,17 +16,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-from diskferry.backup.entries import full_entries, overlay
+from diskferry.backup.entries import Entry, full_entries, overlay
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.job import BackupJob, BackupResult, DiskResult
+from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.phases import BackupPhase
-from diskferry.backup.plan import DiskPlan, Source, plan_disk
+from diskferry.backup.plan import Decision, DiskPlan, Source, decide
 from diskferry.backup.reader import Piece, dirty_pieces, full_pieces, store_pieces
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import (
-    Snapshot,
     SnapshotInfo,
     check_name,
     new_snapshot_id,
@@ -30,6 +33,7 @@ from diskferry.backup.snapshots import (
     snapshot_path,
 )
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
+from diskferry.disk.errors import CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 from diskferry.nbd.open import open_volume
@@ -50,12 +54,11 @@ class BackupError(RepositoryError):
 
 @dataclass
 class _Reading:
-    """A disk as the backup reads it: its plan, volume, pieces and what the session decided."""
+    """A disk as the backup reads it: its plan, the decision, its volume and pieces."""
 
     plan: DiskPlan
+    decision: Decision
     volume: Volume
-    mode: Literal["full", "incremental"]
-    reason: str
     checkpoint: str | None
     pieces: Callable[[], Iterator[Piece]]
 
@@ -67,7 +70,6 @@ def _source(path: str) -> Source:
 
 
 def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]:
-    limit = repo.config.max_incrementals if job.max_incrementals is None else job.max_incrementals
     if len({d.name for d in job.disks}) != len(job.disks):
         raise BackupError("each --disk needs its own name", reason="BadUsage")
     plans = []
@@ -84,33 +86,34 @@ def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]
         parent_exists = last is not None and repo.store.exists(
             snapshot_path(job.vm, disk.name, last.snapshot)
         )
-        plans.append(
-            plan_disk(
-                disk.name,
-                disk.path,
-                source,
-                chain,
-                full=job.full,
-                max_incrementals=limit,
-                parent_exists=parent_exists,
-            )
-        )
+        plans.append(DiskPlan(disk.name, disk.path, source, chain, parent_exists))
     return plans
 
 
-def _open_reading(plan: DiskPlan, export: DiskExport | None, chunk_size: int) -> _Reading:
+def _open_reading(
+    plan: DiskPlan,
+    decision: Decision,
+    export: DiskExport | None,
+    chunk_size: int,
+    cancel: threading.Event | None,
+) -> _Reading:
     if export is None:
-        volume = open_volume(plan.path)
-        return _Reading(
-            plan, volume, "full", plan.reason, None, lambda: full_pieces(volume, chunk_size)
-        )
-    incremental = export.mode == "incremental"
-    volume = open_volume(export.url, bitmap=export.bitmap)
-    reason = plan.reason if plan.reason and not incremental else export.reason
-    pieces = dirty_pieces if incremental else full_pieces
-    return _Reading(
-        plan, volume, export.mode, reason, export.checkpoint, lambda: pieces(volume, chunk_size)
-    )
+        volume = open_volume(plan.path, cancel=cancel)
+        return _Reading(plan, decision, volume, None, lambda: full_pieces(volume, chunk_size))
+    volume = open_volume(export.url, bitmap=export.bitmap, cancel=cancel)
+    pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
+    return _Reading(plan, decision, volume, export.checkpoint, lambda: pieces(volume, chunk_size))
+
+
+def _bytes_to_read(readings: list[_Reading], cancel: threading.Event | None) -> int:
+    """What the backup will read, walked piece by piece; CancelledError as soon as cancelled."""
+    total = 0
+    for reading in readings:
+        for piece in reading.pieces():
+            if cancel is not None and cancel.is_set():
+                raise CancelledError("cancelled")
+            total += piece.read_bytes
+    return total
 
 
 def run_backup(
@@ -131,14 +134,17 @@ def run_backup(
         repo.lock("vm", "backup", vm=job.vm, **locking),
         repo.lock("shared", "backup", **locking),
     ):
+        limit = job.max_incrementals
+        if limit is None:
+            limit = repo.config.max_incrementals
         tracker = repo.load_tracker(job.vm) or Tracker(vm=job.vm)
         plans = _plans(job, repo, tracker)
         tracked = [p for p in plans if p.source == "cbt"]
-        session: contextlib.AbstractContextManager[list[DiskExport]] = contextlib.nullcontext([])
+        session: contextlib.AbstractContextManager[BackupSession | None] = contextlib.nullcontext()
         consistency = "crash-consistent"
         if tracked:
             backup_session = BackupSession(
-                [SessionDisk(p.name, p.path, p.since) for p in tracked],
+                [SessionDisk(p.name, p.path) for p in tracked],
                 repo.id,
                 qmp_socket=job.qmp,
                 nbd_socket=job.nbd_socket,
@@ -147,14 +153,25 @@ def run_backup(
             consistency = backup_session.consistency
             session = backup_session
         backup_id = new_snapshot_id()
-        with session as exports, contextlib.ExitStack() as volumes:
+        with session as opened, contextlib.ExitStack() as volumes:
+            on_disk = opened.checkpoints if opened is not None else {}
+            decisions = [
+                decide(p, on_disk.get(p.name, []), full=job.full, max_incrementals=limit)
+                for p in plans
+            ]
+            exports: list[DiskExport] = []
+            if opened is not None:
+                since = {p.name: d.since for p, d in zip(plans, decisions, strict=True)}
+                exports = opened.start(since)
             by_name = {e.name: e for e in exports}
             readings = []
-            for plan in plans:
-                reading = _open_reading(plan, by_name.get(plan.name), repo.config.chunk_size)
+            for plan, decision in zip(plans, decisions, strict=True):
+                reading = _open_reading(
+                    plan, decision, by_name.get(plan.name), repo.config.chunk_size, cancel
+                )
                 volumes.callback(reading.volume.close)
                 readings.append(reading)
-            progress.set_total(sum(p.read_bytes for r in readings for p in r.pieces()))
+            progress.set_total(_bytes_to_read(readings, cancel))
             progress.set_phase(BackupPhase.READING)
             results = [
                 _back_up_disk(repo, job, backup_id, r, progress, cancel, reporter) for r in readings
@@ -174,48 +191,55 @@ def _back_up_disk(
     cancel: threading.Event | None,
     reporter: Reporter,
 ) -> DiskResult:
-    plan = reading.plan
+    plan, decision = reading.plan, reading.decision
     started, clock = now_rfc3339(), time.monotonic()
     reporter.event(
         EventType.NORMAL,
         "DiskBackup",
-        f"disk {plan.name}: {reading.mode} backup ({reading.reason})",
+        f"disk {plan.name}: {decision.mode} backup ({decision.reason})",
     )
     size = reading.volume.size
-    with repo.pack_writer() as writer:
-        runs, read = store_pieces(reading.volume, reading.pieces(), writer, progress, cancel)
-    parent = None
-    if reading.mode == "incremental":
-        assert plan.parent is not None
-        parent = repo.load_snapshot(snapshot_path(job.vm, plan.name, plan.parent))
-        entries = overlay(parent.entries, runs, size)
-    else:
-        entries = full_entries(runs, size)
-    seconds = round(time.monotonic() - clock, 3)
-    stats = writer.stats
-    info = SnapshotInfo(
-        id=new_snapshot_id(),
-        vm=job.vm,
-        disk=plan.name,
-        backup=backup_id,
-        disk_size=size,
-        chunk_size=repo.config.chunk_size,
-        type="incremental" if parent is not None else "full",
-        reason=reading.reason,
-        parent=parent.info.id if parent is not None else None,
-        checkpoint=reading.checkpoint,
-        started=started,
-        finished=now_rfc3339(),
-        stats={
-            "bytesRead": read,
-            "bytesNew": stats.bytes_new,
-            "bytesUploaded": stats.bytes_uploaded,
-            "seconds": seconds,
-        },
-        tags=job.tags,
-        job=job.job_id,
-    )
-    repo.save_snapshot(Snapshot(info, entries))
+    snapshot_id = new_snapshot_id()
+    read = 0
+
+    def runs(writer: PackWriter) -> Iterator[Entry]:
+        nonlocal read
+        for entry, n in store_pieces(reading.volume, reading.pieces(), writer, progress, cancel):
+            read += n
+            yield entry
+
+    with repo.new_snapshot(snapshot_path(job.vm, plan.name, snapshot_id)) as manifest:
+        with repo.pack_writer() as writer:
+            if decision.parent is not None:
+                parent = repo.load_snapshot(snapshot_path(job.vm, plan.name, decision.parent))
+                manifest.write(overlay(parent.entries(), runs(writer), size))
+            else:
+                manifest.write(full_entries(runs(writer), size))
+        seconds = round(time.monotonic() - clock, 3)
+        stats = writer.stats
+        info = SnapshotInfo(
+            id=snapshot_id,
+            vm=job.vm,
+            disk=plan.name,
+            backup=backup_id,
+            disk_size=size,
+            chunk_size=repo.config.chunk_size,
+            type=decision.mode,
+            reason=decision.reason,
+            parent=decision.parent,
+            checkpoint=reading.checkpoint,
+            started=started,
+            finished=now_rfc3339(),
+            stats={
+                "bytesRead": read,
+                "bytesNew": stats.bytes_new,
+                "bytesUploaded": stats.bytes_uploaded,
+                "seconds": seconds,
+            },
+            tags=job.tags,
+            job=job.job_id,
+        )
+        repo.save_snapshot(manifest, info)
     return DiskResult(
         disk=plan.name,
         snapshot=info.id,

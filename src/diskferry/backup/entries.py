@@ -1,8 +1,12 @@
-"""Manifest entries: runs of a disk naming part of a chunk or reading as zeros; their algebra."""
+"""Manifest entries: runs of a disk naming part of a chunk or reading as zeros; their algebra.
+
+Every operation takes and gives iterators, reading its input once and in order, so a
+manifest of any length flows through it in constant memory.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 
@@ -32,69 +36,84 @@ def _continues(prev: Entry, nxt: Entry) -> bool:
     return prev.chunk is None or prev.chunk_offset + prev.length == nxt.chunk_offset
 
 
-def coalesce(entries: Iterable[Entry]) -> list[Entry]:
+def coalesce(entries: Iterable[Entry]) -> Iterator[Entry]:
     """Join neighbours that continue one another (zeros after zeros, the same chunk onwards)."""
-    out: list[Entry] = []
+    last: Entry | None = None
     for e in entries:
         if e.length == 0:
             continue
-        if out and _continues(out[-1], e):
-            last = out[-1]
-            out[-1] = Entry(last.offset, last.length + e.length, last.chunk, last.chunk_offset)
-        else:
-            out.append(
-                e if e.chunk is not None or e.chunk_offset == 0 else e._replace(chunk_offset=0)
-            )
-    return out
+        if e.chunk is None and e.chunk_offset:
+            e = e._replace(chunk_offset=0)
+        if last is not None and _continues(last, e):
+            last = Entry(last.offset, last.length + e.length, last.chunk, last.chunk_offset)
+            continue
+        if last is not None:
+            yield last
+        last = e
+    if last is not None:
+        yield last
 
 
-def overlay(base: Sequence[Entry], runs: Iterable[Entry], size: int) -> list[Entry]:
-    """`base` with `runs` written over it, cut or zero-extended to `size`, coalesced.
+class _Cursor:
+    """A sorted, non-overlapping entry stream read forward, one entry ahead."""
 
-    `runs` must be sorted, not overlap and lie inside the disk; bytes `base` does not
-    cover read as zeros. Entries may be split at any byte.
-    """
-    out: list[Entry] = []
-    j = 0
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self._rest = iter(entries)
+        self._head = next(self._rest, None)
 
-    def keep(start: int, stop: int) -> None:
-        nonlocal j
+    def over(self, start: int, stop: int) -> Iterator[Entry]:
+        """The stream's pieces over [start, stop), zeros where it has none; entries before go."""
         while start < stop:
-            while j < len(base) and base[j].end <= start:
-                j += 1
-            if j == len(base) or base[j].offset > start:
-                gap_end = stop if j == len(base) else min(stop, base[j].offset)
-                out.append(Entry(start, gap_end - start, None, 0))
+            while self._head is not None and self._head.end <= start:
+                self._head = next(self._rest, None)
+            head = self._head
+            if head is None or head.offset > start:
+                gap_end = stop if head is None else min(stop, head.offset)
+                yield Entry(start, gap_end - start, None, 0)
                 start = gap_end
                 continue
-            piece_end = min(stop, base[j].end)
-            out.append(base[j].part(start, piece_end))
+            piece_end = min(stop, head.end)
+            yield head.part(start, piece_end)
             start = piece_end
 
+
+def _overlaid(base: Iterable[Entry], runs: Iterable[Entry], size: int) -> Iterator[Entry]:
+    cursor = _Cursor(base)
     pos = 0
     for run in runs:
         if run.length == 0:
             continue
         if run.offset < pos or run.length < 0 or run.end > size:
             raise ValueError(f"run {run.offset}+{run.length} overlaps or lies past the disk")
-        keep(pos, run.offset)
-        out.append(run)
+        yield from cursor.over(pos, run.offset)
+        yield run
         pos = run.end
-    keep(pos, size)
-    return coalesce(out)
+    yield from cursor.over(pos, size)
 
 
-def full_entries(runs: Iterable[Entry], size: int) -> list[Entry]:
+def overlay(base: Iterable[Entry], runs: Iterable[Entry], size: int) -> Iterator[Entry]:
+    """`base` with `runs` written over it, cut or zero-extended to `size`, coalesced.
+
+    `base` must be sorted and not overlap, as a manifest is; `runs` must be sorted, not
+    overlap and lie inside the disk (ValueError, raised as the bad run is reached). Bytes
+    `base` does not cover read as zeros; `base` is read no further than `size`. Entries
+    may be split at any byte.
+    """
+    return coalesce(_overlaid(base, runs, size))
+
+
+def full_entries(runs: Iterable[Entry], size: int) -> Iterator[Entry]:
     """The entries of a full backup: `runs` of data, zeros everywhere else."""
     return overlay((), runs, size)
 
 
-def check_cover(entries: Sequence[Entry], size: int) -> None:
-    """Raise ValueError unless `entries` cover [0, size) in order without gaps."""
+def check_cover(entries: Iterable[Entry], size: int) -> Iterator[Entry]:
+    """`entries` passed on, raising ValueError where they leave a gap or do not end at `size`."""
     pos = 0
     for e in entries:
         if e.offset != pos or e.length <= 0:
             raise ValueError(f"entries leave a gap or overlap at offset {pos}")
         pos = e.end
+        yield e
     if pos != size:
         raise ValueError(f"entries end at {pos}, not at the disk size {size}")

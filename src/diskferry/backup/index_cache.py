@@ -6,7 +6,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from diskferry.backup.codec import Codec
@@ -21,12 +21,15 @@ CREATE TABLE IF NOT EXISTS chunks (
     id BLOB PRIMARY KEY, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
     length INTEGER NOT NULL, plain INTEGER NOT NULL, idx INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks (pack);
+CREATE INDEX IF NOT EXISTS chunks_by_pack ON chunks (pack, offset, length, plain);
 CREATE TABLE IF NOT EXISTS index_packs (
     idx INTEGER NOT NULL, pack INTEGER NOT NULL, PRIMARY KEY (idx, pack)
 ) WITHOUT ROWID;
 """
-_VERSION = 1
+# 2: chunks_by_pack covers what in_pack reads, so a pack's chunks come in one index scan
+_VERSION = 2
+# chunk ids looked up by one query (SQLite allows 999 parameters at the least)
+_LOOKUP_BATCH = 500
 _SELECT = (
     "SELECT c.id, p.name, c.offset, c.length, c.plain FROM chunks c JOIN packs p ON p.no = c.pack"
 )
@@ -40,6 +43,18 @@ def cache_root() -> Path:
     return Path(base) / "diskferry"
 
 
+def cache_folder(repo_id: str, root: Path | None = None) -> Path:
+    """The cache folder of one repository under `root` (or `cache_root()`), made if missing."""
+    folder = (root or cache_root()) / repo_id
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RepositoryError(
+            f"cannot make the cache folder {folder}: {e.strerror}; set DISKFERRY_CACHE_DIR"
+        ) from e
+    return folder
+
+
 class IndexCache:
     """has/locate for chunk ids, filled from the repository's `index/` objects it has not seen.
 
@@ -47,14 +62,7 @@ class IndexCache:
     """
 
     def __init__(self, repo_id: str, root: Path | None = None) -> None:
-        folder = (root or cache_root()) / repo_id
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RepositoryError(
-                f"cannot make the cache folder {folder}: {e.strerror}; set DISKFERRY_CACHE_DIR"
-            ) from e
-        self.path = folder / "index.sqlite"
+        self.path = cache_folder(repo_id, root) / "index.sqlite"
         self._lock = threading.Lock()
         try:
             self._db = self._connect()
@@ -130,6 +138,7 @@ class IndexCache:
                     number = self._pack_number(e.pack)
                     pack_numbers[e.pack] = number
                 rows.append((e.chunk_id, number, e.offset, e.length, e.plain_length, idx))
+            rows.sort(key=lambda row: row[0])  # in key order SQLite inserts far faster; stable
             self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._db.executemany(
                 "INSERT INTO index_packs VALUES (?, ?)", ((idx, n) for n in pack_numbers.values())
@@ -150,6 +159,17 @@ class IndexCache:
         with self._lock:
             row = self._db.execute(f"{_SELECT} WHERE c.id = ?", (chunk_id,)).fetchone()
         return None if row is None else IndexEntry(*row)
+
+    def locate_many(self, chunk_ids: Sequence[bytes]) -> dict[bytes, IndexEntry]:
+        """Where each of the chunks is stored; those the index does not name are left out."""
+        found: dict[bytes, IndexEntry] = {}
+        for start in range(0, len(chunk_ids), _LOOKUP_BATCH):
+            batch = chunk_ids[start : start + _LOOKUP_BATCH]
+            marks = ", ".join("?" * len(batch))
+            with self._lock:
+                rows = self._db.execute(f"{_SELECT} WHERE c.id IN ({marks})", batch).fetchall()
+            found.update((row[0], IndexEntry(*row)) for row in rows)
+        return found
 
     def entries(self) -> Iterator[IndexEntry]:
         """Every indexed chunk, one pack at a time."""

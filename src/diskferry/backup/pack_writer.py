@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -13,9 +12,12 @@ from diskferry.backup.errors import LockLostError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
 from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
+from diskferry.disk.cpus import usable_cpus
 from diskferry.objstore.store import ObjectStore
 
 INDEX_BATCH = 65536
+# bytes of chunks a writer holds at most: waiting to be sealed, sealed into packs, uploading
+MEMORY = 64 << 20
 
 
 @dataclass
@@ -28,10 +30,14 @@ class WriterStats:
 
 
 class PackWriter:
-    """Accepts chunks from several threads; memory stays bounded by the worker and upload limits.
+    """Accepts chunks from several threads; the chunks it holds stay within `memory` bytes.
 
-    Use as a context manager: leaving it normally calls `finish()`, leaving on an error
-    calls `abort()`, which deletes the packs it uploaded but did not index.
+    `add` waits while the writer holds `memory` bytes of chunks, except that the pack being
+    filled never waits for room (so `memory` below a pack and a chunk still works, one
+    pack at a time). Chunks are sealed by one thread per usable CPU unless `workers` says
+    otherwise, and `uploads` packs go up at once. Use as a context manager: leaving it
+    normally calls `finish()`, leaving on an error calls `abort()`, which deletes the
+    packs it uploaded but did not index.
     """
 
     def __init__(
@@ -42,6 +48,7 @@ class PackWriter:
         *,
         workers: int | None = None,
         uploads: int = 4,
+        memory: int = MEMORY,
         pack_size: int = TARGET_PACK_SIZE,
         index_batch: int = INDEX_BATCH,
     ) -> None:
@@ -50,12 +57,14 @@ class PackWriter:
         self._cache = cache
         self._pack_size = pack_size
         self._index_batch = index_batch
-        workers = workers or os.cpu_count() or 2
-        self._encoders = ThreadPoolExecutor(workers, thread_name_prefix="pack-encode")
+        self._memory = memory
+        self._held = 0
+        self._encoders = ThreadPoolExecutor(
+            workers or usable_cpus(), thread_name_prefix="pack-encode"
+        )
         self._uploaders = ThreadPoolExecutor(uploads, thread_name_prefix="pack-upload")
-        self._encode_slots = threading.BoundedSemaphore(workers * 2)
-        self._upload_slots = threading.BoundedSemaphore(uploads + 1)
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         self._index_lock = threading.Lock()
         self._pending: set[bytes] = set()
         self._builder = PackBuilder()
@@ -88,27 +97,43 @@ class PackWriter:
             if chunk_id in self._pending:
                 return chunk_id
             self._pending.add(chunk_id)
-        self._encode_slots.acquire()
-        self._track(self._encoders.submit(self._encode, chunk_id, plain), self._encode_slots)
+        self._take(len(plain))
+        self._track(self._encoders.submit(self._encode, chunk_id, plain))
         return chunk_id
 
-    def _track(self, future: Future[None], slots: threading.BoundedSemaphore) -> None:
+    def _take(self, n: int) -> None:
+        """Wait for room for `n` more bytes; the pack being filled alone never waits."""
+        with self._room:
+            while self._held > self._builder.size and self._held + n > self._memory:
+                self._raise_failure()
+                self._room.wait()
+            self._raise_failure()
+            self._held += n
+
+    def _give_back(self, n: int) -> None:
+        with self._room:
+            self._held -= n
+            self._room.notify_all()
+
+    def _track(self, future: Future[None]) -> None:
         with self._lock:
             self._futures.add(future)
 
         def done(f: Future[None]) -> None:
-            slots.release()
-            with self._lock:
+            with self._room:
                 self._futures.discard(f)
                 if not f.cancelled() and f.exception() is not None and self._error is None:
                     self._error = f.exception()
+                    self._room.notify_all()
 
         future.add_done_callback(done)
 
     def _encode(self, chunk_id: bytes, plain: bytes) -> None:
         blob = self._codec.encode_chunk(chunk_id, plain)
         full = None
-        with self._lock:
+        with self._room:
+            self._held += len(blob) - len(plain)
+            self._room.notify_all()
             self._builder.add(chunk_id, blob, len(plain))
             self.stats.chunks_new += 1
             self.stats.bytes_new += len(plain)
@@ -118,17 +143,19 @@ class PackWriter:
             self._submit_upload(full)
 
     def _submit_upload(self, builder: PackBuilder) -> None:
-        self._upload_slots.acquire()
-        self._track(self._uploaders.submit(self._upload, builder), self._upload_slots)
+        self._track(self._uploaders.submit(self._upload, builder))
 
     def _upload(self, builder: PackBuilder) -> None:
         data = builder.build(self._codec)
         with self._lock:
             self._unindexed_packs.add(builder.pack_id)
         self._store.put(pack_path(builder.pack_id), data)
+        uploaded = len(data)
+        del data
+        self._give_back(builder.size)
         batch = None
         with self._lock:
-            self.stats.bytes_uploaded += len(data)
+            self.stats.bytes_uploaded += uploaded
             self._unindexed.extend(
                 IndexEntry(e.chunk_id, builder.pack_id, e.offset, e.length, e.plain_length)
                 for e in builder.entries
@@ -190,7 +217,9 @@ class PackWriter:
         """
         if self._closed:
             return
-        self._error = self._error or RuntimeError("aborted")
+        with self._room:
+            self._error = self._error or RuntimeError("aborted")
+            self._room.notify_all()
         self._encoders.shutdown(wait=True, cancel_futures=True)
         self._uploaders.shutdown(wait=True, cancel_futures=True)
         with contextlib.suppress(LockLostError):  # the repository is no longer this writer's

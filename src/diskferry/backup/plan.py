@@ -1,30 +1,42 @@
-"""The plan of one disk's backup: where it is read from, and full or incremental, with why."""
+"""Full or incremental, decided in one place from the tracker's chain and the disk's checkpoints."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from diskferry.backup.trackers import DiskChain
 from diskferry.disk.urls import without_credentials
+from diskferry.qemu.bitmaps import Checkpoint
 
 Source = Literal["cbt", "raw", "nbd"]
+INCONSISTENT = "checkpoint bitmap inconsistent"
 
 
 @dataclass(frozen=True)
 class DiskPlan:
-    """A disk of the backup: its name and path, how it is read, and the checkpoint to start from.
+    """A disk of the backup: its name and path, how it is read, and what the tracker knows of it.
 
-    `since` is None for a full backup; the session may still fall back to full when the
-    checkpoint turns out to be missing or broken on the disk.
+    `parent_exists` says whether the snapshot of the chain's last checkpoint is still in
+    the repository.
     """
 
     name: str
     path: str
     source: Source
-    since: str | None
-    parent: str | None
+    chain: DiskChain | None
+    parent_exists: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Full or incremental and why; an incremental reads the changes since `since`."""
+
+    mode: Literal["full", "incremental"]
     reason: str
+    since: str | None = None
+    parent: str | None = None
 
 
 def cbt_off_reason(path: str, source: Source) -> str:
@@ -38,20 +50,20 @@ def cbt_off_reason(path: str, source: Source) -> str:
     )
 
 
-def plan_disk(
-    name: str,
-    path: str,
-    source: Source,
-    chain: DiskChain | None,
-    *,
-    full: bool,
-    max_incrementals: int,
-    parent_exists: bool,
-) -> DiskPlan:
-    """Decide full or incremental from the tracker's chain and the options, saying why."""
-    if source != "cbt":
-        return DiskPlan(name, path, source, None, None, cbt_off_reason(path, source))
+def decide(
+    plan: DiskPlan, on_disk: Sequence[Checkpoint], *, full: bool, max_incrementals: int
+) -> Decision:
+    """Full or incremental, saying why, from the tracker's chain, the options and `on_disk`.
+
+    `on_disk` is the repository's checkpoints that the disk has, as its QEMU reports them
+    (nothing for a disk without CBT). An incremental reads the changes since the chain's
+    last checkpoint, which must be on the disk and, with every newer one, consistent.
+    """
+    if plan.source != "cbt":
+        return Decision("full", cbt_off_reason(plan.path, plan.source))
+    chain = plan.chain
     last = chain.last if chain is not None else None
+    since = next((c for c in on_disk if last is not None and c.name == last.name), None)
     if chain is None:
         reason = "no earlier backup of this disk"
     elif last is None:
@@ -63,11 +75,17 @@ def plan_disk(
             f"{chain.incrementals_since_full} incrementals since the last full "
             f"reached the limit of {max_incrementals}"
         )
-    elif not parent_exists:
+    elif not plan.parent_exists:
         reason = (
             f"broken chain: snapshot {last.snapshot} of checkpoint {last.name} "
             "is missing from the repository"
         )
+    elif since is None:
+        reason = f"checkpoint {last.name} missing on the disk"
+    elif any(c.inconsistent for c in on_disk if (c.seq or 0) >= (since.seq or 0)):
+        reason = INCONSISTENT
     else:
-        return DiskPlan(name, path, source, last.name, last.snapshot, "")
-    return DiskPlan(name, path, source, None, None, reason)
+        return Decision(
+            "incremental", f"changes since checkpoint {last.name}", last.name, last.snapshot
+        )
+    return Decision("full", reason)

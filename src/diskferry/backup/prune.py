@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from diskferry.backup.chunk_set import ChunkSet
+from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
 from diskferry.backup.pack_writer import INDEX_BATCH
@@ -50,19 +50,19 @@ def prune(
             return _sweep(repo, used, repack_share, pack_size)
 
 
-def _sweep(repo: Repository, used: ChunkSet, repack_share: float, pack_size: int) -> PruneStats:
+def _sweep(repo: Repository, used: ChunkUse, repack_share: float, pack_size: int) -> PruneStats:
     """Delete and repack what `used` does not name, in the crash-safe order."""
     index = repo.index
     present = {info.path: info.size for info in repo.store.list("packs/")}
     stats = PruneStats()
     keep: list[str] = []
-    to_copy: list[IndexEntry] = []
+    repack: list[str] = []
     obsolete: list[str] = []
     named = index.named_packs()
     rewrite = False
     for pack in named:
         entries = index.in_pack(pack)
-        live = [e for e in entries if e.chunk_id in used]
+        live = _live(used, entries)
         path = pack_path(pack)
         if path not in present:
             if live:
@@ -78,10 +78,10 @@ def _sweep(repo: Repository, used: ChunkSet, repack_share: float, pack_size: int
             keep.append(pack)
             continue
         obsolete.append(path)
-        to_copy.extend(live)
         stats.chunks_removed += len(entries) - len(live)
         stats.bytes_freed += present.pop(path)
         if live:
+            repack.append(pack)
             stats.packs_repacked += 1
         else:
             stats.packs_deleted += 1
@@ -93,7 +93,9 @@ def _sweep(repo: Repository, used: ChunkSet, repack_share: float, pack_size: int
         stats.bytes_freed += present[path]
         stats.packs_deleted += 1
     if obsolete or rewrite:
-        copied = _repack(repo, to_copy, pack_size, stats)
+        copied = _repack(
+            repo, (e for p in repack for e in _live(used, index.in_pack(p))), pack_size, stats
+        )
         old_indexes = index.index_names()
         kept = (e for pack in keep for e in index.in_pack(pack))
         _write_index(repo, itertools.chain(kept, copied))
@@ -105,19 +107,27 @@ def _sweep(repo: Repository, used: ChunkSet, repack_share: float, pack_size: int
     return stats
 
 
-def _used_chunks(repo: Repository) -> ChunkSet:
+def _live(used: ChunkUse, entries: list[IndexEntry]) -> list[IndexEntry]:
+    """The entries of chunks that some manifest names."""
+    named = used.among([e.chunk_id for e in entries])
+    return [e for e in entries if e.chunk_id in named]
+
+
+def _used_chunks(repo: Repository) -> ChunkUse:
     """The chunks some manifest names; RepositoryError if one of them is in no index."""
-    used = ChunkSet()
+    used = ChunkUse(repo.cache_folder)
     try:
         for path in repo.snapshot_paths():
-            chunks = repo.load_snapshot(path).chunk_ids()
-            if not all(repo.index.has(chunk) for chunk in chunks):
+            used.add(repo.load_snapshot(path).entries())
+        for batch in used.batches():
+            found = repo.index.locate_many([chunk for chunk, _ in batch])
+            missing = [chunk for chunk, _ in batch if chunk not in found]
+            if missing:
                 raise RepositoryError(
-                    f"cannot prune: {path} names chunks that are in no index; "
-                    "run 'diskferry repo check'",
+                    f"cannot prune: a snapshot names chunk {missing[0].hex()[:16]}, which is in "
+                    "no index; run 'diskferry repo check' to see which",
                     reason="CorruptObject",
                 )
-            used.update(chunks)
     except BaseException:
         used.close()
         raise
@@ -125,10 +135,9 @@ def _used_chunks(repo: Repository) -> ChunkSet:
 
 
 def _repack(
-    repo: Repository, entries: list[IndexEntry], pack_size: int, stats: PruneStats
-) -> list[IndexEntry]:
-    """Copy the chunks into new packs (verifying each); their new index entries."""
-    out: list[IndexEntry] = []
+    repo: Repository, entries: Iterable[IndexEntry], pack_size: int, stats: PruneStats
+) -> Iterator[IndexEntry]:
+    """Copy the chunks into new packs (verifying each); their new index entries once uploaded."""
     builder = PackBuilder()
     for e in entries:
         path = pack_path(e.pack)
@@ -136,11 +145,10 @@ def _repack(
         repo.codec.decode_chunk(e.chunk_id, blob, path)
         builder.add(e.chunk_id, blob, e.plain_length)
         if builder.size >= pack_size:
-            out.extend(_upload(repo, builder, stats))
+            yield from _upload(repo, builder, stats)
             builder = PackBuilder()
     if builder.entries:
-        out.extend(_upload(repo, builder, stats))
-    return out
+        yield from _upload(repo, builder, stats)
 
 
 def _upload(repo: Repository, builder: PackBuilder, stats: PruneStats) -> list[IndexEntry]:

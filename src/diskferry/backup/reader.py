@@ -3,7 +3,7 @@
 A piece is a run of the disk stored as one chunk; only its `reads` are read, the rest of
 it is known to be zeros. Pieces are read in parallel threads and handed to the pack
 writer, which dedups, compresses, seals and uploads them; an all-zero piece becomes a
-zero entry. Memory stays bounded by the threads and the writer's queue.
+zero entry. Memory stays bounded by the threads and the writer's memory.
 """
 
 from __future__ import annotations
@@ -81,8 +81,11 @@ def store_pieces(
     progress: Progress,
     cancel: threading.Event | None = None,
     threads: int = READ_THREADS,
-) -> tuple[list[Entry], int]:
-    """Read the pieces in parallel into the writer; their entries in disk order, and bytes read."""
+) -> Iterator[tuple[Entry, int]]:
+    """Read the pieces in parallel into the writer; each one's entry in disk order, and bytes read.
+
+    Pieces are read as the entries are taken, so the caller's pace bounds what is in flight.
+    """
 
     def store(piece: Piece) -> tuple[Entry, int]:
         buf = bytearray(piece.length)
@@ -95,9 +98,4 @@ def store_pieces(
             return Entry(piece.start, piece.length, None), piece.read_bytes
         return Entry(piece.start, piece.length, writer.add(bytes(buf))), piece.read_bytes
 
-    entries: list[Entry] = []
-    read = 0
-    for entry, n in ordered_map(store, pieces, threads=threads, cancel=cancel):
-        entries.append(entry)
-        read += n
-    return entries, read
+    return ordered_map(store, pieces, threads=threads, cancel=cancel)

@@ -12,25 +12,26 @@ from typing import Any
 from pydantic import ValidationError
 
 from diskferry.backup.codec import Codec
-from diskferry.backup.config import DEFAULT_CHUNK_SIZE, KdfParams, RepoConfig
+from diskferry.backup.config import DEFAULT_CHUNK_SIZE, FORMAT_VERSION, KdfParams, RepoConfig
 from diskferry.backup.errors import (
     CorruptObjectError,
     PasswordError,
+    RepositoryError,
     RepositoryExistsError,
     RepositoryNotFoundError,
     SnapshotNotFoundError,
 )
-from diskferry.backup.index_cache import IndexCache
+from diskferry.backup.index_cache import IndexCache, cache_folder
 from diskferry.backup.keys import new_keys, unwrap_keys, wrap_keys
 from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.packs import pack_path
 from diskferry.backup.snapshots import (
-    Snapshot,
+    Manifest,
+    ManifestWriter,
     SnapshotInfo,
-    decode_snapshot,
-    encode_snapshot,
-    info_length,
+    decode_info,
+    lead_length,
 )
 from diskferry.backup.trackers import Tracker, decode_tracker, encode_tracker, tracker_path
 from diskferry.objstore.errors import ObjectNotFoundError
@@ -132,6 +133,12 @@ class Repository:
             config = RepoConfig.model_validate_json(raw)
         except ValidationError:
             raise CorruptObjectError(f"{url}: config is malformed", objects=("config",)) from None
+        if config.version != FORMAT_VERSION:
+            raise RepositoryError(
+                f"{url} is a repository of format {config.version}; this diskferry reads "
+                f"format {FORMAT_VERSION} only",
+                reason="UnsupportedFormat",
+            )
         if config.encrypted and not password:
             raise PasswordError(
                 f"repository {url} is encrypted: set DISKFERRY_PASSWORD or give --password-file"
@@ -190,20 +197,44 @@ class Repository:
             ) from None
         return self.codec.decode_chunk(chunk_id, blob, path)
 
-    def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Write a manifest (after the chunks and index it names)."""
-        self.store.put(snapshot.info.path, encode_snapshot(snapshot, self.codec))
+    @property
+    def cache_folder(self) -> Path:
+        """The local folder of this repository's caches and spool files."""
+        return cache_folder(self.id, self._cache_root)
 
-    def load_snapshot(self, path: str) -> Snapshot:
-        """The manifest stored at `path`."""
-        return decode_snapshot(path, self.store.get(path), self.codec)
+    def new_snapshot(self, path: str, **options: Any) -> ManifestWriter:
+        """A writer of the manifest to be stored at `path`, spooled locally until it is saved."""
+        return ManifestWriter(path, self.codec, self.cache_folder, **options)
+
+    def save_snapshot(self, writer: ManifestWriter, info: SnapshotInfo) -> None:
+        """Store the written manifest with its description (after the chunks and index it names)."""
+        with writer.finish(info) as stored:
+            self.store.put_file(info.path, stored)
+
+    def load_snapshot(self, path: str) -> Manifest:
+        """The manifest stored at `path`: its description and page table; entries on demand."""
+        return Manifest(
+            path,
+            self._read_lead(path, table=True),
+            self.codec,
+            lambda start, length: self.store.get_range(path, start, length),
+        )
 
     def load_snapshot_info(self, path: str) -> SnapshotInfo:
         """The description of the manifest at `path`, read from the start of the object."""
-        start = self.store.get_start(path, _INFO_READ)
-        if len(start) < info_length(start):
-            start = self.store.get_start(path, info_length(start))
-        return decode_snapshot(path, start, self.codec, entries=False).info
+        return decode_info(path, self._read_lead(path, table=False), self.codec)
+
+    def _read_lead(self, path: str, *, table: bool) -> bytes:
+        """The first bytes of a manifest, as many as its description (and page table) take."""
+        want = _INFO_READ
+        while True:
+            start = self.store.get_start(path, want)
+            need = lead_length(path, start, table=table)
+            if need <= len(start):
+                return start
+            if len(start) < want:
+                raise CorruptObjectError(f"{path} is truncated", objects=(path,))
+            want = need
 
     def snapshot_paths(self, vm: str | None = None) -> list[str]:
         """The object paths of the manifests, of one VM or all."""

@@ -1,6 +1,7 @@
 """The restore engine: one pass over a snapshot's entries into a prime target, swapped in last.
 
-Zero entries stay holes; chunks are fetched, opened and verified in parallel threads,
+The manifest is read a page at a time, so memory stays flat however long it is. Zero
+entries stay holes; chunks are fetched, opened and verified in parallel threads,
 each read once while a few recent ones are cached. Any failure removes the prime file,
 so an existing target stays as it was (a block device is written in place, and said so).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from diskferry.backup.chunk_cache import ChunkCache
 from diskferry.backup.entries import Entry
@@ -19,7 +20,7 @@ from diskferry.backup.job import RestoreJob, RestoreResult
 from diskferry.backup.parallel import ordered_map
 from diskferry.backup.phases import RestorePhase
 from diskferry.backup.repository import Repository
-from diskferry.backup.snapshots import Snapshot
+from diskferry.backup.snapshots import Manifest
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.prime import Target, TargetError
@@ -48,7 +49,7 @@ def find_restore_point(repo: Repository, snapshot: str, vm: str | None, disk: st
     return found[-1].path
 
 
-def _tasks(entries: list[Entry]) -> Iterator[list[Entry]]:
+def _tasks(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
     """Runs of neighbouring entries that read one chunk (or are all zeros)."""
     task: list[Entry] = []
     for entry in entries:
@@ -62,16 +63,16 @@ def _tasks(entries: list[Entry]) -> Iterator[list[Entry]]:
 
 def write_entries(
     repo: Repository,
-    snapshot: Snapshot,
+    manifest: Manifest,
     volume: FileVolume,
     progress: Progress,
     cancel: threading.Event | None = None,
     *,
     zero_holes: bool,
 ) -> tuple[int, int]:
-    """Write the snapshot's entries into `volume`; bytes written and chunks read."""
+    """Write the manifest's entries into `volume`; bytes written and chunks read."""
     cache = ChunkCache(repo.read_chunk, CACHED_CHUNKS)
-    path = snapshot.info.path
+    path = manifest.path
 
     def write(task: list[Entry]) -> int:
         chunk = task[0].chunk
@@ -98,7 +99,7 @@ def write_entries(
         return written
 
     written = sum(
-        ordered_map(write, _tasks(snapshot.entries), threads=RESTORE_THREADS, cancel=cancel)
+        ordered_map(write, _tasks(manifest.entries()), threads=RESTORE_THREADS, cancel=cancel)
     )
     volume.flush()
     return written, cache.reads
@@ -129,8 +130,8 @@ def run_restore(
         job.open_repository() as repo,
         repo.lock("shared", "restore", wait=job.lock_wait, notify=reporter.note, cancel=cancel),
     ):
-        snapshot = repo.load_snapshot(find_restore_point(repo, job.snapshot, job.vm, job.disk))
-        info = snapshot.info
+        manifest = repo.load_snapshot(find_restore_point(repo, job.snapshot, job.vm, job.disk))
+        info = manifest.info
         size = max(info.disk_size, job.size or 0)
         if job.size is not None and job.size < info.disk_size:
             raise TargetError(
@@ -143,7 +144,7 @@ def run_restore(
             reporter.warn(
                 "BlockDeviceInPlace", f"restore writes the block device {target.path} in place"
             )
-        progress.set_total(sum(e.length for e in snapshot.entries if e.chunk is not None))
+        progress.set_total(manifest.data_bytes)
         progress.set_phase(RestorePhase.RESTORING)
         raw = target.scratch if job.format == "qcow2" else target.prime
         try:
@@ -153,7 +154,7 @@ def run_restore(
                 volume = FileVolume.create(raw, size)
             with volume:
                 written, chunks = write_entries(
-                    repo, snapshot, volume, progress, cancel, zero_holes=target.block_device
+                    repo, manifest, volume, progress, cancel, zero_holes=target.block_device
                 )
             if job.format == "qcow2":
                 progress.set_phase(RestorePhase.CONVERTING)

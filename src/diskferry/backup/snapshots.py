@@ -1,24 +1,48 @@
-"""Snapshot manifests `snapshots/<vm>/<disk>/<id>`: a synthetic full of one disk at one point."""
+"""Snapshot manifests `snapshots/<vm>/<disk>/<id>`: a synthetic full of one disk at one point.
+
+A stored manifest (format 2) is, in order:
+
+    magic "DFMANIF2"
+    u32 length, then the sealed description (SnapshotInfo as JSON)
+    u32 length, then the sealed page table: per page, the disk offset of its first entry,
+        the bytes of data (not zero) its entries name, its number of entries and its
+        stored length
+    the sealed pages, one after another
+
+A page holds at most PAGE_ENTRIES entries in disk order with its own table of the chunk
+ids they name. The description leads, so listing snapshots reads only the start of each
+object; a reader fetches the page table with it and then one page at a time with ranged
+reads. Each part is sealed to the manifest's path and its place in it, so none can be
+moved to another manifest or another place. Integers are little-endian.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import struct
+import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Literal
+from itertools import islice
+from pathlib import Path
+from typing import BinaryIO, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from diskferry.backup.codec import ID_SIZE, Codec
-from diskferry.backup.entries import Entry
+from diskferry.backup.entries import Entry, check_cover
 from diskferry.backup.errors import CorruptObjectError, RepositoryError
 
+PAGE_ENTRIES = 16384
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_MAGIC = b"DFMANIF2"
 _LEN = struct.Struct("<I")
 _ROW = struct.Struct("<QQiQ")
+_PAGE = struct.Struct("<QQII")
+_COPY_BLOCK = 1 << 20
 
 
 class SnapshotInfo(BaseModel):
@@ -46,18 +70,6 @@ class SnapshotInfo(BaseModel):
         return snapshot_path(self.vm, self.disk, self.id)
 
 
-@dataclass
-class Snapshot:
-    """A manifest: its description and the ordered entries covering the whole disk."""
-
-    info: SnapshotInfo
-    entries: list[Entry]
-
-    def chunk_ids(self) -> set[bytes]:
-        """The chunks the manifest names."""
-        return {e.chunk for e in self.entries if e.chunk is not None}
-
-
 def now_rfc3339() -> str:
     """The current UTC time in RFC 3339."""
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -83,51 +95,192 @@ def snapshot_path(vm: str, disk: str, snapshot_id: str) -> str:
     return f"snapshots/{check_name('VM', vm)}/{check_name('disk', disk)}/{snapshot_id}"
 
 
-def encode_snapshot(snapshot: Snapshot, codec: Codec) -> bytes:
-    """The stored form: the sealed description first, then the sealed chunk-id and entry tables.
+class _Page(NamedTuple):
+    """Where one page is stored and what the table says of it."""
 
-    The description leads so that listing snapshots reads only the start of each object.
+    start: int
+    length: int
+    offset: int
+    data_bytes: int
+    entries: int
+
+
+class ManifestWriter:
+    """Writes a new manifest: entries a page at a time into a spool file, the description last.
+
+    The spool lives in `spool_dir` without a name, so nothing is left behind however the
+    process ends. Use as a context manager; `finish` gives the stored object.
     """
-    path = snapshot.info.path
-    head = codec.encode_meta(snapshot.info.model_dump_json().encode(), path)
-    numbers: dict[bytes, int] = {}
-    rows = []
-    for e in snapshot.entries:
-        number = -1 if e.chunk is None else numbers.setdefault(e.chunk, len(numbers))
-        rows.append(_ROW.pack(e.offset, e.length, number, e.chunk_offset))
-    tables = b"".join([_LEN.pack(len(numbers)), *numbers, *rows])
-    return b"".join([_LEN.pack(len(head)), head, codec.encode_meta(tables, _entries_name(path))])
+
+    def __init__(
+        self, path: str, codec: Codec, spool_dir: Path, page_entries: int = PAGE_ENTRIES
+    ) -> None:
+        self.path = path
+        self._codec = codec
+        self._spool_dir = spool_dir
+        self._page_entries = page_entries
+        self._pages = tempfile.TemporaryFile(dir=spool_dir)  # noqa: SIM115 (closed on exit)
+        self._table: list[bytes] = []
+
+    def __enter__(self) -> ManifestWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pages.close()
+
+    def write(self, entries: Iterable[Entry]) -> None:
+        """Append entries, in disk order, after those written before."""
+        it = iter(entries)
+        while batch := list(islice(it, self._page_entries)):
+            self._write_page(batch)
+
+    def _write_page(self, batch: list[Entry]) -> None:
+        numbers: dict[bytes, int] = {}
+        rows = []
+        data_bytes = 0
+        for e in batch:
+            if e.chunk is None:
+                rows.append(_ROW.pack(e.offset, e.length, -1, 0))
+                continue
+            number = numbers.setdefault(e.chunk, len(numbers))
+            rows.append(_ROW.pack(e.offset, e.length, number, e.chunk_offset))
+            data_bytes += e.length
+        plain = b"".join([_LEN.pack(len(numbers)), *numbers, *rows])
+        blob = self._codec.encode_meta(plain, _page_name(self.path, len(self._table)))
+        self._pages.write(blob)
+        self._table.append(_PAGE.pack(batch[0].offset, data_bytes, len(batch), len(blob)))
+
+    def finish(self, info: SnapshotInfo) -> BinaryIO:
+        """The stored manifest in a spool file (the caller closes it), positioned at its start."""
+        if info.path != self.path:
+            raise ValueError(f"the description of {info.path} given to the writer of {self.path}")
+        head = self._codec.encode_meta(info.model_dump_json().encode(), self.path)
+        table = self._codec.encode_meta(b"".join(self._table), _table_name(self.path))
+        out = tempfile.TemporaryFile(dir=self._spool_dir)  # noqa: SIM115 (the caller's)
+        try:
+            out.write(b"".join([_MAGIC, _LEN.pack(len(head)), head, _LEN.pack(len(table)), table]))
+            self._pages.seek(0)
+            shutil.copyfileobj(self._pages, out, _COPY_BLOCK)
+            out.seek(0)
+        except BaseException:
+            out.close()
+            raise
+        return out
 
 
-def info_length(start: bytes) -> int:
-    """How many leading bytes of a stored manifest hold its description (0 if unknown yet)."""
-    if len(start) < _LEN.size:
-        return 0
-    return _LEN.size + _LEN.unpack_from(start)[0]
+def lead_length(path: str, start: bytes, *, table: bool) -> int:
+    """How many leading bytes hold the description (and the page table, with `table`).
 
-
-def decode_snapshot(path: str, blob: bytes, codec: Codec, *, entries: bool = True) -> Snapshot:
-    """A stored manifest; with `entries=False` only its description, which `blob` may end after."""
-    end = info_length(blob)
-    if not end or len(blob) < end:
-        raise CorruptObjectError(f"{path} is truncated", objects=(path,))
-    try:
-        info = SnapshotInfo.model_validate_json(codec.decode_meta(blob[_LEN.size : end], path))
-        if info.path != path:
-            raise ValueError("stored under another name")
-        if not entries:
-            return Snapshot(info, [])
-        data = codec.decode_meta(blob[end:], _entries_name(path))
-        (count,) = _LEN.unpack_from(data)
-        ids = [data[_LEN.size + i * ID_SIZE : _LEN.size + (i + 1) * ID_SIZE] for i in range(count)]
-        rows = _ROW.iter_unpack(memoryview(data)[_LEN.size + count * ID_SIZE :])
-        return Snapshot(
-            info,
-            [Entry(off, n, None if k < 0 else ids[k], co) for off, n, k, co in rows],
+    `start` is the first bytes of the object; while it is too short to tell, the answer
+    is a length to read next, longer than `start`.
+    """
+    if len(start) < len(_MAGIC) + _LEN.size:
+        return len(_MAGIC) + _LEN.size
+    if not start.startswith(_MAGIC):
+        raise CorruptObjectError(
+            f"{path} is not a manifest of format 2: it is damaged, or was written by an "
+            "older diskferry, whose repositories this version cannot read",
+            objects=(path,),
         )
-    except (ValueError, struct.error, IndexError) as e:
+    info_end = len(_MAGIC) + _LEN.size + _LEN.unpack_from(start, len(_MAGIC))[0]
+    if not table:
+        return info_end
+    if len(start) < info_end + _LEN.size:
+        return info_end + _LEN.size
+    return info_end + _LEN.size + _LEN.unpack_from(start, info_end)[0]
+
+
+def decode_info(path: str, start: bytes, codec: Codec) -> SnapshotInfo:
+    """The description of the manifest at `path` from the first bytes of the object."""
+    end = lead_length(path, start, table=False)
+    if len(start) < end:
+        raise CorruptObjectError(f"{path} is truncated", objects=(path,))
+    info_start = len(_MAGIC) + _LEN.size
+    try:
+        info = SnapshotInfo.model_validate_json(codec.decode_meta(start[info_start:end], path))
+    except ValueError as e:
         raise CorruptObjectError(f"{path} is malformed ({e})", objects=(path,)) from None
+    if info.path != path:
+        raise CorruptObjectError(
+            f"{path} is malformed (stored under another name)", objects=(path,)
+        )
+    return info
 
 
-def _entries_name(path: str) -> str:
-    return f"{path}#entries"
+class Manifest:
+    """A stored manifest opened for reading: its description, and its entries a page at a time."""
+
+    def __init__(
+        self, path: str, lead: bytes, codec: Codec, read: Callable[[int, int], bytes]
+    ) -> None:
+        """Open the manifest from its lead (see `lead_length`); `read(start, length)` reads it."""
+        self.path = path
+        self.info = decode_info(path, lead, codec)
+        self._codec = codec
+        self._read = read
+        self._pages = self._decode_table(lead)
+
+    def _decode_table(self, lead: bytes) -> list[_Page]:
+        end = lead_length(self.path, lead, table=True)
+        if len(lead) < end:
+            raise CorruptObjectError(f"{self.path} is truncated", objects=(self.path,))
+        table_start = lead_length(self.path, lead, table=False) + _LEN.size
+        table = self._codec.decode_meta(lead[table_start:end], _table_name(self.path))
+        pages = []
+        start = end
+        try:
+            for offset, data_bytes, entries, length in _PAGE.iter_unpack(table):
+                pages.append(_Page(start, length, offset, data_bytes, entries))
+                start += length
+        except struct.error as e:
+            raise CorruptObjectError(
+                f"{self.path} is malformed ({e})", objects=(self.path,)
+            ) from None
+        return pages
+
+    @property
+    def data_bytes(self) -> int:
+        """The bytes of the disk that entries naming chunks cover."""
+        return sum(page.data_bytes for page in self._pages)
+
+    def entries(self) -> Iterator[Entry]:
+        """The entries in disk order, covering the disk; CorruptObjectError where they do not."""
+        try:
+            yield from check_cover(self._read_pages(), self.info.disk_size)
+        except (ValueError, struct.error, IndexError) as e:
+            raise CorruptObjectError(
+                f"{self.path} is malformed ({e})", objects=(self.path,)
+            ) from None
+
+    def _read_pages(self) -> Iterator[Entry]:
+        for number, page in enumerate(self._pages):
+            blob = self._read(page.start, page.length)
+            yield from self._decode_page(number, page, blob)
+
+    def _decode_page(self, number: int, page: _Page, blob: bytes) -> list[Entry]:
+        data = self._codec.decode_meta(blob, _page_name(self.path, number))
+        (count,) = _LEN.unpack_from(data)
+        ids_end = _LEN.size + count * ID_SIZE
+        ids = [data[i : i + ID_SIZE] for i in range(_LEN.size, ids_end, ID_SIZE)]
+        entries = [
+            Entry(off, n, None, 0) if k < 0 else Entry(off, n, ids[k], co)
+            for off, n, k, co in _ROW.iter_unpack(memoryview(data)[ids_end:])
+        ]
+        named = sum(e.length for e in entries if e.chunk is not None)
+        if (
+            len(ids) != count
+            or len(entries) != page.entries
+            or not entries
+            or entries[0].offset != page.offset
+            or named != page.data_bytes
+        ):
+            raise ValueError(f"page {number} does not match the page table")
+        return entries
+
+
+def _page_name(path: str, number: int) -> str:
+    return f"{path}#page/{number}"
+
+
+def _table_name(path: str) -> str:
+    return f"{path}#pages"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import zlib
 from collections.abc import AsyncIterator
 
 import zstandard
 
+from diskferry.disk.cpus import usable_cpus
 from diskferry.disk.volume import Volume
 from diskferry.export.blocks import Piece, blocks, ordered_map, pieces, read_piece
 
@@ -35,10 +35,10 @@ def _gzip_piece(volume: Volume, piece: Piece) -> bytes:
 
 
 def gzip_stream(volume: Volume, offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:
-    """The range as gzip: each 1 MiB block a member, compressed on as many threads as cores."""
+    """The range as gzip: each 1 MiB block a member, compressed on a thread per usable CPU."""
     if length is None:
         length = volume.size - offset
-    workers = max(2, os.cpu_count() or 2)
+    workers = max(2, usable_cpus())
     return ordered_map(
         lambda p: _gzip_piece(volume, p), pieces(volume, offset, length), ahead=workers * 2
     )
@@ -47,11 +47,11 @@ def gzip_stream(volume: Volume, offset: int = 0, length: int | None = None) -> A
 async def zstd_stream(
     volume: Volume, offset: int = 0, length: int | None = None
 ) -> AsyncIterator[bytes]:
-    """The range as one zstd frame, compressed by zstd's own worker threads."""
+    """The range as one zstd frame, compressed by zstd's own threads, one per usable CPU."""
     if length is None:
         length = volume.size - offset
     loop = asyncio.get_running_loop()
-    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=-1)
+    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=usable_cpus())
     cobj = cctx.compressobj(size=length)
     async for block in blocks(volume, offset, length):
         out = await loop.run_in_executor(None, cobj.compress, block)

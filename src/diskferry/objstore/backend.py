@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,9 @@ class Backend(Protocol):
 
     def put(self, path: str, data: Data) -> None:
         """Write the object whole, durably, before returning."""
+
+    def put_file(self, path: str, file: BinaryIO) -> None:
+        """Write the object whole, durably, from an open file read in pieces."""
 
     def put_new(self, path: str, data: Data) -> bool:
         """Write the object only if none exists under `path`; False when one did."""

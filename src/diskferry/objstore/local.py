@@ -22,12 +22,13 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 from diskferry.objstore.backend import Data, ObjectInfo
 from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError
 
 TEMPORARY_SUFFIX = ".tmp"
+_FILE_PIECE = 8 << 20
 ABANDONED_AFTER = 3600.0
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -49,7 +50,7 @@ class LocalBackend:
                 os.makedirs(root, exist_ok=True)
                 _sync_entries(made)
 
-    def put(self, path: str, data: Data) -> None:
+    def put(self, path: str, data: Data | BinaryIO) -> None:
         """Write the object whole and durably: after a power cut, old or new, never a part."""
         with self._errors(path):
             final = self._place(path)
@@ -60,6 +61,10 @@ class LocalBackend:
                 _remove(temporary)
                 raise
             _fsync_dir(os.path.dirname(final))
+
+    def put_file(self, path: str, file: BinaryIO) -> None:
+        """`put` from an open file, copied in pieces into the temporary object."""
+        self.put(path, file)
 
     def put_new(self, path: str, data: Data) -> bool:
         """Write the object only if none exists (a hard link never replaces a name); else False."""
@@ -183,16 +188,24 @@ class LocalBackend:
             raise ObjectStoreError(f"{self.url}: {path}: {e.strerror or e}") from None
 
 
-def _write_temporary(final: str, data: Data) -> str:
-    """Write `data` to a new temporary file beside `final` and fsync it; its path."""
+def _write_all(fd: int, data: Data) -> None:
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
+
+
+def _write_temporary(final: str, data: Data | BinaryIO) -> str:
+    """Write `data` (bytes, or an open file) beside `final` and fsync it; its path."""
     folder, name = os.path.split(final)
     temporary = os.path.join(folder, f".{name[:200]}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        view = memoryview(data).cast("B")
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
+        if isinstance(data, bytes | bytearray | memoryview):
+            _write_all(fd, data)
+        else:
+            while piece := data.read(_FILE_PIECE):
+                _write_all(fd, piece)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, BinaryIO
 
 import obstore
 from obstore.exceptions import (
@@ -52,6 +52,11 @@ class S3Backend:
         """Write the object whole: S3 shows it only once it is complete."""
         with self._errors(path):
             obstore.put(self._store, path, memoryview(data), use_multipart=False)
+
+    def put_file(self, path: str, file: BinaryIO) -> None:
+        """Write the object from an open file, in 8 MiB parts two at a time (multipart)."""
+        with self._errors(path):
+            obstore.put(self._store, path, file, chunk_size=8 << 20, max_concurrency=2)
 
     def put_new(self, path: str, data: Data) -> bool:
         """Write the object only if none exists (If-None-Match); False when one did."""

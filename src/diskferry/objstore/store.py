@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 from urllib.parse import urlparse
 
 from diskferry.objstore.backend import Backend, Data, ObjectInfo
@@ -58,6 +59,11 @@ class ObjectStore:
         """Write the object whole: readers see the old object or the new one, never a part."""
         self._check()
         self._backend.put(path, data)
+
+    def put_file(self, path: str, file: BinaryIO) -> None:
+        """Write the object whole from an open file, as `put` does, holding a few parts of it."""
+        self._check()
+        self._backend.put_file(path, file)
 
     def put_new(self, path: str, data: Data) -> bool:
         """Write the object only if none exists under `path`; False when one did."""

@@ -1,12 +1,14 @@
 """A backup session: checkpoint a VM's disks in one QMP transaction and export the frozen view.
 
 Against a running QEMU (its QMP socket) or stopped disks (a qemu-storage-daemon of its
-own), for each disk the session adds a new checkpoint bitmap, disables the repository's
-older ones and starts image fleecing (`blockdev-backup` sync none into a temporary qcow2
-whose backing is the disk), all in one transaction; then it serves the fleecing node
-over NBD, with the merge of the tracked checkpoint and every newer one of the repository
-for an incremental. Leaving it removes the temporary export, job, node and files; on
-success it also removes the repository's checkpoints older than the new one.
+own). Opened, the session reports the repository's checkpoints on each disk; the caller
+decides full or incremental from them and starts it. Then for each disk the session
+adds a new checkpoint bitmap, disables the repository's older ones and starts image
+fleecing (`blockdev-backup` sync none into a temporary qcow2 whose backing is the disk),
+all in one transaction; and it serves the fleecing node over NBD, with the merge of the
+checkpoint it was told to start from and every newer one of the repository for an
+incremental. Leaving it removes the temporary export, job, node and files; on success
+it also removes the repository's checkpoints older than the new one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -35,7 +37,6 @@ EXPORT_ID = "diskferry-export-"
 MERGED_BITMAP = "diskferry-merge"
 # Beside the disk, on its filesystem: it grows with what the VM writes during the backup.
 FLEECE_SUFFIX = ".fleece.qcow2"
-INCONSISTENT = "checkpoint bitmap inconsistent"
 _DISK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -47,11 +48,10 @@ class SessionError(DiskferryError):
 
 @dataclass(frozen=True)
 class SessionDisk:
-    """A disk to back up: its name, path (raw volume or overlay) and the tracked checkpoint."""
+    """A disk to back up: its name and path (raw volume or overlay)."""
 
     name: str
     path: str
-    since: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,6 @@ class DiskExport:
     size: int
     checkpoint: str
     mode: Literal["full", "incremental"]
-    reason: str
     granularity: int | None = None
     bitmap: str | None = None
     checkpoints: list[Checkpoint] = field(default_factory=list)
@@ -84,7 +83,7 @@ class _Disk:
     checkpoints: list[Checkpoint]
     new: str = ""
     mode: Literal["full", "incremental"] = "full"
-    reason: str = ""
+    since: str | None = None
     merge: list[str] = field(default_factory=list)
     granularity: int | None = None
 
@@ -116,10 +115,10 @@ class BackupSession:
     With `qmp_socket` the disks are nodes of that running QEMU; `nbd_socket` names the
     NBD server it already runs, if any. Without `qmp_socket` the session serves the
     disks with a qemu-storage-daemon of its own. With `qga_socket` the guest's
-    filesystems are frozen around the transaction. Each disk's `since` is the checkpoint
-    its last good backup made; the session falls back to full, saying why, when that
-    checkpoint is missing or it or a newer one is inconsistent. Entering returns one
-    DiskExport per disk; leaving without an exception keeps only the new checkpoints.
+    filesystems are frozen around the transaction. Entering opens the disks and returns
+    the session, whose `checkpoints` say what each disk has; `start` then checkpoints and
+    exports them as it is told. Leaving without an exception after `start` keeps only the
+    new checkpoints.
     """
 
     def __init__(
@@ -155,6 +154,7 @@ class BackupSession:
         self._own_nbd_server = False
         self._sockets: Path | None = None
         self._lock: HostLock | None = None
+        self._started = False
 
     @property
     def qmp(self) -> Qmp:
@@ -162,12 +162,37 @@ class BackupSession:
         assert self._qmp is not None, "the session is not open"
         return self._qmp
 
-    def __enter__(self) -> list[DiskExport]:
+    def __enter__(self) -> BackupSession:
         try:
             self._open()
         except BaseException:
             self._close(success=False)
             raise
+        return self
+
+    @property
+    def checkpoints(self) -> dict[str, list[Checkpoint]]:
+        """Each disk's checkpoints of the repository, oldest first, as its QEMU reports them."""
+        return {
+            d.spec.name: bitmaps.of_repository(d.checkpoints, self.repo_id) for d in self._disks
+        }
+
+    def start(self, since: Mapping[str, str | None]) -> list[DiskExport]:
+        """Checkpoint the disks in one transaction and export them; one DiskExport per disk.
+
+        A disk named in `since` with a checkpoint is exported for an incremental since that
+        checkpoint (SessionError if it is not on the disk or it or a newer one is
+        inconsistent); the others for a full backup.
+        """
+        assert self._disks and not self._started, "start once, inside the session"
+        self._started = True
+        for disk in self._disks:
+            self._prepare(disk, since.get(disk.spec.name))
+        self._add_fleecing_nodes()
+        with self._frozen():
+            self.qmp.command("transaction", actions=self._transaction())
+        self._merge_bitmaps()
+        self._export()
         return self.exports
 
     def __exit__(
@@ -195,13 +220,6 @@ class BackupSession:
         self._disks = self._find_nodes(overlays)
         self._remove_leftovers()
         self._sockets.mkdir(mode=0o700)
-        for disk in self._disks:
-            self._decide(disk)
-        self._add_fleecing_nodes()
-        with self._frozen():
-            self.qmp.command("transaction", actions=self._transaction())
-        self._merge_bitmaps()
-        self._export()
 
     def _overlay(self, spec: SessionDisk) -> str:
         disk = cbt.find(spec.path)
@@ -234,21 +252,17 @@ class BackupSession:
             )
         return found
 
-    def _decide(self, disk: _Disk) -> None:
-        """Choose full or incremental, drop broken checkpoints, name the new one."""
+    def _prepare(self, disk: _Disk, since: str | None) -> None:
+        """Set what to merge for an incremental, drop broken checkpoints, name the new one."""
         mine = bitmaps.of_repository(disk.checkpoints, self.repo_id)
-        since = disk.spec.since
-        newer = [c for c in mine if since is not None and (c.seq or 0) >= _seq(since)]
-        if since is None:
-            disk.reason = "no checkpoint to start from"
-        elif not any(c.name == since for c in mine):
-            disk.reason = f"checkpoint {since} missing on the disk"
-        elif any(c.inconsistent for c in newer):
-            disk.reason = INCONSISTENT
-        else:
-            disk.mode = "incremental"
-            disk.reason = f"changes since checkpoint {since}"
-            disk.merge = [c.name for c in newer]
+        if since is not None:
+            newer = [c for c in mine if (c.seq or 0) >= _seq(since)]
+            if not any(c.name == since for c in mine) or any(c.inconsistent for c in newer):
+                raise SessionError(
+                    f"checkpoint {since} of disk {disk.spec.name} is missing or inconsistent: "
+                    "an incremental cannot start from it"
+                )
+            disk.mode, disk.since, disk.merge = "incremental", since, [c.name for c in newer]
         for broken in [c for c in mine if c.inconsistent]:
             self.qmp.command("block-dirty-bitmap-remove", node=disk.node, name=broken.name)
             disk.checkpoints.remove(broken)
@@ -315,9 +329,7 @@ class BackupSession:
         for disk in self._disks:
             if disk.mode != "incremental":
                 continue
-            disk.granularity = next(
-                c.granularity for c in disk.checkpoints if c.name == disk.spec.since
-            )
+            disk.granularity = next(c.granularity for c in disk.checkpoints if c.name == disk.since)
             self.qmp.command(
                 "block-dirty-bitmap-add",
                 node=disk.node,
@@ -356,7 +368,6 @@ class BackupSession:
                     size=disk.size,
                     checkpoint=disk.new,
                     mode=disk.mode,
-                    reason=disk.reason,
                     granularity=disk.granularity,
                     bitmap=MERGED_BITMAP if disk.mode == "incremental" else None,
                     checkpoints=bitmaps.of_repository(disk.checkpoints, self.repo_id),
@@ -408,7 +419,7 @@ class BackupSession:
             attempt(self._remove_temporaries)
             if self._own_nbd_server:
                 attempt(self.qmp.command, "nbd-server-stop")
-            if success:
+            if success and self._started:
                 attempt(self._drop_older_checkpoints)
         if self._sockets is not None:
             shutil.rmtree(self._sockets, ignore_errors=True)
