@@ -163,7 +163,7 @@ def test_a_cancel_stops_the_walk_that_sizes_the_backup(engine, tmp_path):
         server.terminate()
         server.wait(10)
     asked = [ln for ln in log.read_text().splitlines() if " Extents " in ln and "offset=" in ln]
-    assert 1 <= len(asked) <= 8  # the whole walk asks 256 times
+    assert len(asked) <= 8  # the whole walk asks 256 times
     with Repository.open(engine.url, PASSWORD) as repo:
         assert repo.list_snapshots() == []
         assert list(repo.store.list("packs/")) == []

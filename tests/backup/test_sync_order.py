@@ -29,7 +29,7 @@ def naming(url: str) -> dict[str, set[str]]:
             for e in entries:
                 holders.setdefault(e.chunk_id, set()).add(info.path)
         for path in repo.snapshot_paths():
-            chunks = repo.load_snapshot(path).chunk_ids()
+            chunks = {e.chunk for e in repo.load_snapshot(path).entries() if e.chunk is not None}
             names[path] = set().union(*(holders[chunk] for chunk in chunks))
         for info in repo.store.list("trackers/"):
             vm = info.path.split("/", 1)[1]

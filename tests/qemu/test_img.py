@@ -97,8 +97,8 @@ def test_no_child_is_started_with_a_preexec_fn(
     assert img.compare(image, converted, "qcow2", "raw")
     cbt.enable(volume)
     cbt.reset_chain(volume)
-    with BackupSession([SessionDisk("d", volume)], "repo1") as exports:
-        assert exports[0].mode == "full"
+    with BackupSession([SessionDisk("d", volume)], "repo1") as session:
+        assert session.start({"d": None})[0].mode == "full"
     programs = [args[args.index("--") + 1] if "--" in args else args[0] for args, _ in started]
     assert programs.count("qemu-img") >= 10
     assert "qemu-storage-daemon" in programs
