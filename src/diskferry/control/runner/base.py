@@ -1,0 +1,57 @@
+"""The runner interface reconcilers start jobs through: child processes here, Pods in a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+IMPORT = "diskferry.importer.worker"
+EXPORT = "diskferry.export.worker"
+BACKUP = "diskferry.backup.worker"
+LOG_LINES = 200
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What is known of one job: whether it runs, its /progress, and once ended its result."""
+
+    job_id: str
+    running: bool
+    progress: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    exit_code: int | None = None
+    port: int | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the job ended with an `ok` result."""
+        return not self.running and bool(self.result and self.result.get("ok"))
+
+    @property
+    def failed(self) -> bool:
+        """Whether the job ended without an `ok` result (a lost worker included)."""
+        return not self.running and not self.succeeded
+
+
+class Runner(Protocol):
+    """Starts worker jobs by id and tells their state; every method is idempotent."""
+
+    def start(
+        self, job_id: str, module: str, job: dict[str, Any], files: dict[str, bytes] | None = None
+    ) -> None:
+        """Run `python -m module JOB.json` on `job` (its `jobId` set to `job_id`), with `files`
+        written beside the job file, where relative paths in the job find them; a job id
+        already started is not started again."""
+
+    def state(self, job_id: str) -> JobState | None:
+        """The job's state, None when no job of that id was started (or it was purged)."""
+
+    def log_tail(self, job_id: str, lines: int = LOG_LINES) -> list[str]:
+        """The last `lines` lines the worker logged, however much it logged."""
+
+    def cancel(self, job_id: str) -> None:
+        """Ask the job to stop (SIGTERM to its process group); nothing when it has ended."""
+
+    def purge(self, job_id: str, keep_scratch: bool) -> bool:
+        """Forget an ended job: its files are kept for debugging when `keep_scratch`, removed
+        otherwise. A job still running is cancelled instead and False returned."""

@@ -1,0 +1,242 @@
+"""LocalRunner: engine workers as child processes that outlive the daemon, found again by files.
+
+Each job lives in DATA_DIR/jobs/<job-id>/: `job.json`, the files it was given, `stdout` and
+`stderr` (files, not pipes, so a daemon that dies leaves its workers nothing to break on),
+`scratch/` (the worker's TMPDIR) and `state.json` (pid, start time and boot id, port). A
+worker runs in a session and process group of its own, so neither a terminal's signals nor
+the daemon's death reach it. A runner made afresh (after a daemon restart) reads the same
+files: it re-attaches to workers still running and reads the results of those that ended;
+a pid reused by another process is told apart by its start time and the boot id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from diskferry.control.runner.base import LOG_LINES, JobState
+from diskferry.control.runner.tail import first_line, tail_lines
+from diskferry.disk.errors import DiskferryError
+from diskferry.worker import procstat
+from diskferry.worker.job import JOB_ID_PATTERN
+
+PROGRESS_TIMEOUT = 1.0
+FAILED = "failed"
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_RESERVED = {"job.json", "stdout", "stderr", "state.json", "scratch"}
+
+
+class JobStartError(DiskferryError):
+    """A job could not be started: a bad id or file name, or the worker would not run."""
+
+    reason = "JobNotStarted"
+
+
+def _write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class LocalRunner:
+    """Runs jobs as child processes under `data_dir`/jobs; safe to use from several threads."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = Path(data_dir) / "jobs"
+        self.failed_root = self.root / FAILED
+        self.failed_root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _dir(self, job_id: str) -> Path | None:
+        for root in (self.root, self.failed_root):
+            if (root / job_id / "state.json").exists():
+                return root / job_id
+        return None
+
+    def job_dir(self, job_id: str) -> Path | None:
+        """The directory of the job (under jobs/failed/ once kept), None when there is none."""
+        return self._dir(job_id)
+
+    def job_ids(self) -> list[str]:
+        """The ids of the jobs not purged, kept failed ones apart."""
+        return sorted(p.parent.name for p in self.root.glob("*/state.json"))
+
+    def start(
+        self, job_id: str, module: str, job: dict[str, Any], files: dict[str, bytes] | None = None
+    ) -> None:
+        """Start `python -m module job.json` in the job's directory, unless it was started."""
+        if not re.match(JOB_ID_PATTERN, job_id) or job_id == FAILED:
+            raise JobStartError(f"{job_id!r} is not a usable job id")
+        for name in files or {}:
+            if not _FILE_NAME.match(name) or name in _RESERVED:
+                raise JobStartError(f"{name!r} is not a usable name for a job's file")
+        with self._lock:
+            if self._dir(job_id) is not None:
+                return
+            directory = self.root / job_id
+            # a directory without state.json is a start that died before the worker ran
+            shutil.rmtree(directory, ignore_errors=True)
+            (directory / "scratch").mkdir(parents=True, mode=0o700)
+            for name, data in (files or {}).items():
+                _write_atomically(directory / name, data)
+            _write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
+            self._children[job_id] = self._spawn(directory, module)
+            child = self._children[job_id]
+            started = procstat.start_time(child.pid)
+            self._save(
+                directory,
+                {
+                    "jobId": job_id,
+                    "module": module,
+                    "pid": child.pid,
+                    "startTime": started,
+                    "bootId": procstat.boot_id(),
+                    "startedAt": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "port": None,
+                    "exitCode": child.returncode,
+                },
+            )
+
+    def _spawn(self, directory: Path, module: str) -> subprocess.Popen[bytes]:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        out = os.open(directory / "stdout", flags, 0o600)
+        err = os.open(directory / "stderr", flags, 0o600)
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", module, "job.json"],
+                cwd=directory,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env={**os.environ, "TMPDIR": str(directory / "scratch")},
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise JobStartError(f"cannot start {module}: {e.strerror or e}") from e
+        finally:
+            os.close(out)
+            os.close(err)
+
+    def _save(self, directory: Path, record: dict[str, Any]) -> None:
+        _write_atomically(directory / "state.json", json.dumps(record).encode())
+
+    def _alive(self, job_id: str, record: dict[str, Any]) -> tuple[bool, int | None]:
+        """Whether the job's worker still runs, and its exit code when this runner knows it."""
+        child = self._children.get(job_id)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return True, None
+            del self._children[job_id]
+            return False, code
+        same_boot = record.get("bootId") == procstat.boot_id()
+        pid, started = record.get("pid"), record.get("startTime")
+        alive = same_boot and isinstance(pid, int) and procstat.is_same(pid, started)
+        return alive, record.get("exitCode")
+
+    def state(self, job_id: str) -> JobState | None:
+        """The job's state: /progress while it runs, the last stdout line's result once ended."""
+        with self._lock:
+            directory = self._dir(job_id)
+            if directory is None:
+                return None
+            record = _read_json(directory / "state.json") or {}
+            running, code = self._alive(job_id, record)
+            port = record.get("port") or self._port(directory)
+            if (port, code) != (record.get("port"), record.get("exitCode")):
+                self._save(directory, {**record, "port": port, "exitCode": code})
+        if running:
+            progress = _progress(port) if port else None
+            return JobState(job_id, True, progress=progress, port=port)
+        return JobState(job_id, False, result=self._result(directory), exit_code=code, port=port)
+
+    def _port(self, directory: Path) -> int | None:
+        line = first_line(directory / "stdout")
+        try:
+            port = json.loads(line)["port"] if line else None
+        except (ValueError, KeyError, TypeError):
+            return None
+        return port if isinstance(port, int) else None
+
+    def _result(self, directory: Path) -> dict[str, Any] | None:
+        last = tail_lines(directory / "stdout", 1)
+        try:
+            result = json.loads(last[0]) if last else None
+        except ValueError:
+            return None
+        return result if isinstance(result, dict) and "ok" in result else None
+
+    def log_tail(self, job_id: str, lines: int = LOG_LINES) -> list[str]:
+        """The last `lines` lines of the worker's stderr, read within a bounded window."""
+        directory = self._dir(job_id)
+        return [] if directory is None else tail_lines(directory / "stderr", lines)
+
+    def cancel(self, job_id: str) -> None:
+        """SIGTERM to the worker's process group while the worker is the one started."""
+        with self._lock:
+            directory = self._dir(job_id)
+            record = _read_json(directory / "state.json") if directory else None
+            if record is None or not self._alive(job_id, record)[0]:
+                return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(record["pid"], signal.SIGTERM)
+
+    def purge(self, job_id: str, keep_scratch: bool) -> bool:
+        """Move an ended job's directory to jobs/failed/ (`keep_scratch`) or remove it; a job
+        still running is cancelled and False returned."""
+        state = self.state(job_id)
+        if state is None:
+            return True
+        if state.running:
+            self.cancel(job_id)
+            return False
+        with self._lock:
+            directory = self._dir(job_id)
+            if directory is None:
+                return True
+            if not keep_scratch:
+                shutil.rmtree(directory)
+            elif directory.parent != self.failed_root:
+                os.replace(directory, self.failed_root / job_id)
+        return True
+
+
+def _progress(port: int) -> dict[str, Any] | None:
+    """GET /progress of the worker on 127.0.0.1:`port`, None when it does not answer in time."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PROGRESS_TIMEOUT)
+    try:
+        conn.request("GET", "/progress")
+        response = conn.getresponse()
+        if response.status != 200:
+            return None
+        data = json.loads(response.read())
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    return data if isinstance(data, dict) else None
