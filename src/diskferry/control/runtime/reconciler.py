@@ -1,0 +1,44 @@
+"""The reconciler interface: one step towards the wanted state, and what should happen next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from diskferry.control.kinds import KindInfo
+from diskferry.control.model import Resource
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for: nothing (done), another look after `requeue_after` seconds,
+    or a retry with backoff because of `error`."""
+
+    requeue_after: float | None = None
+    error: Exception | None = None
+
+    @classmethod
+    def done(cls) -> Result:
+        """Nothing more to do until the object or the world changes."""
+        return cls()
+
+    @classmethod
+    def requeue(cls, after: float) -> Result:
+        """Look again in `after` seconds (a job is running, a source is not ready)."""
+        return cls(requeue_after=after)
+
+    @classmethod
+    def failed(cls, error: Exception) -> Result:
+        """The step failed: retry with backoff, and show `error` on the object."""
+        return cls(error=error)
+
+
+class Reconciler(Protocol):
+    """One kind's reconciler: a plain, idempotent step of (object, world)."""
+
+    info: KindInfo
+    """The kind it reconciles."""
+
+    def reconcile(self, obj: Resource) -> Result:
+        """Make one step for `obj` (re-read from the store just before) and say what next."""
+        ...
