@@ -1,0 +1,207 @@
+"""The manager: feeds reconcilers from one watch of the store, with a resync, and retries errors.
+
+One watch follows every kind. A changed object queues itself (when its kind has a
+reconciler) and each owner its ownerReferences name (when theirs has), so that a parent
+hears of its children. Every `resync` seconds every object of a reconciled kind is queued
+again. Worker threads take keys from one WorkQueue, so no key is reconciled twice at once;
+an error is retried with backoff and shown on the object as the condition `Reconciled`
+(False, reason ReconcileError) and a Warning Event; the next success sets it True.
+`stop` ends the watch, lets the reconciles under way finish, and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from diskferry.control.errors import ConflictError, GoneError
+from diskferry.control.kinds import KindInfo
+from diskferry.control.model import Resource
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.conditions import find, set_condition
+from diskferry.control.runtime.queue import WorkQueue
+from diskferry.control.runtime.reconciler import Reconciler, Result
+from diskferry.disk.errors import DiskferryError
+
+if TYPE_CHECKING:
+    from diskferry.control.objects import ObjectService
+
+log = logging.getLogger("diskferry.control")
+RECONCILED = "Reconciled"
+RECONCILE_ERROR = "ReconcileError"
+RESYNC_SECONDS = 60.0
+WATCH_POLL = 0.5
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    """What the queue holds: an object's kind, namespace (None when cluster-scoped) and name."""
+
+    kind: str
+    namespace: str | None
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
+
+
+def error_message(error: BaseException) -> str:
+    """One line saying what went wrong."""
+    if isinstance(error, DiskferryError):
+        return error.message
+    text = (str(error).splitlines() or [""])[0]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class Manager:
+    """Runs `reconcilers` against the store behind `objects`, through `client`."""
+
+    def __init__(
+        self,
+        objects: ObjectService,
+        client: Client,
+        reconcilers: Sequence[Reconciler],
+        *,
+        workers: int = 4,
+        resync: float = RESYNC_SECONDS,
+    ) -> None:
+        self.objects = objects
+        self.client = client
+        self.reconcilers = {r.info.kind: r for r in reconcilers}
+        self.queue: WorkQueue[ObjectKey] = WorkQueue()
+        self.workers = workers
+        self.resync = resync
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start watching and reconciling."""
+        self._threads = [threading.Thread(target=self._watch, name="control-watch", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._work, name=f"control-worker-{n}", daemon=True)
+            for n in range(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 60) -> None:
+        """Stop watching, let the reconciles under way finish, and return."""
+        self._stop.set()
+        self.queue.shutdown()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
+
+    def enqueue(self, kind: str, namespace: str | None, name: str) -> None:
+        """Queue a reconcile of the object, when its kind has a reconciler."""
+        if kind in self.reconcilers:
+            self.queue.add(ObjectKey(kind, namespace, name))
+
+    def _enqueue_object(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace")
+        self.enqueue(obj.get("kind", ""), namespace, meta.get("name", ""))
+        for owner in meta.get("ownerReferences") or []:
+            info = self._info(owner.get("kind", ""))
+            if info is not None:
+                self.enqueue(info.kind, namespace if info.namespaced else None, owner["name"])
+
+    def _info(self, kind: str) -> KindInfo | None:
+        reconciler = self.reconcilers.get(kind)
+        return None if reconciler is None else reconciler.info
+
+    def _list_all(self) -> str:
+        """Queue every object of a reconciled kind; the resourceVersion to watch from."""
+        version = self.objects.resource_version()
+        for reconciler in self.reconcilers.values():
+            for obj in self.objects.list(reconciler.info, None).items:
+                self._enqueue_object(obj)
+        return version
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception as e:  # the store failed: list and watch again shortly
+                log.error("watch of the store failed: %s", error_message(e))
+                self._stop.wait(1.0)
+
+    def _follow(self) -> None:
+        version = self._list_all()
+        resynced = time.monotonic()
+        watch = self.objects.watch(None, None, resource_version=version)
+        try:
+            while not self._stop.is_set():
+                try:
+                    events = watch.next(WATCH_POLL)
+                except GoneError:
+                    return  # too far behind: list again
+                for event in events:
+                    if event.type != "BOOKMARK":
+                        self._enqueue_object(event.object)
+                if time.monotonic() - resynced >= self.resync:
+                    self._list_all()
+                    resynced = time.monotonic()
+        finally:
+            watch.close()
+
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            try:
+                self._reconcile(key)
+            except Exception as e:  # a failure of the error path itself: retry later
+                log.error("reconcile of %s failed: %s", key, error_message(e))
+                self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(key)
+
+    def _reconcile(self, key: ObjectKey) -> None:
+        reconciler = self.reconcilers[key.kind]
+        obj = self.client.get(reconciler.info.model, key.namespace, key.name)
+        if obj is None:
+            self.queue.forget(key)
+            return
+        try:
+            result = reconciler.reconcile(obj)
+        except Exception as e:
+            result = Result.failed(e)
+        if result.error is not None:
+            self._failed(key, obj, result.error)
+            return
+        if self.queue.backoff.failures(key):
+            self._recovered(reconciler, key)
+        self.queue.forget(key)
+        if result.requeue_after is not None:
+            self.queue.add_after(key, result.requeue_after)
+
+    def _failed(self, key: ObjectKey, obj: Resource, error: Exception) -> None:
+        delay = self.queue.add_rate_limited(key)
+        if isinstance(error, ConflictError):
+            return  # the object changed meanwhile: the next reconcile sees the new one
+        message = error_message(error)
+        log.warning("reconcile of %s failed (again in %.1f s): %s", key, delay, message)
+        status = obj.to_json().get("status") or {}
+        conditions = set_condition(
+            status.get("conditions") or [], RECONCILED, False, RECONCILE_ERROR, message
+        )
+        try:
+            self.client.patch_status(obj, {"conditions": conditions})
+            self.client.event(obj, "Warning", RECONCILE_ERROR, message)
+        except DiskferryError as e:
+            log.warning("cannot show the error on %s: %s", key, e.message)
+
+    def _recovered(self, reconciler: Reconciler, key: ObjectKey) -> None:
+        obj = self.client.get(reconciler.info.model, key.namespace, key.name)
+        if obj is None:
+            return
+        conditions = (obj.to_json().get("status") or {}).get("conditions") or []
+        before = find(conditions, RECONCILED)
+        if before is not None and before.get("status") == "False":
+            ok = set_condition(conditions, RECONCILED, True, RECONCILED)
+            self.client.patch_status(obj, {"conditions": ok})
