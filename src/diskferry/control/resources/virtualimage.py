@@ -169,7 +169,7 @@ class ClusterVirtualImage(Resource):
     @field_validator("spec")
     @classmethod
     def _store_available(cls, value: ClusterVirtualImageSpec) -> ClusterVirtualImageSpec:
-        not_available("ClusterVirtualImage", "use a VirtualImage with storage PersistentVolumeClaim")
+        not_available("ClusterVirtualImage", "use a VirtualImage, storage PersistentVolumeClaim")
         return value
 
 
