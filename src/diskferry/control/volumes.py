@@ -1,6 +1,7 @@
 """Claims of the embedded StorageClasses: files in a directory, or loop devices over sparse files.
 
-A claim of class C in namespace N lives at DATA_DIR/volumes/C/N/<claim>.img. In a directory
+A claim of class C in namespace N lives at DATA_DIR/volumes/C/N/<claim>.img (or under the
+class's own directory). In a file
 class that file is the disk itself, written as a prime file beside it and renamed over it
 only on success (see `diskferry.disk.prime`), so it exists only once whole. In a `block`
 class it is the sparse backing file of a loop device, the device is what workers write
@@ -21,9 +22,8 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import Target
 
 LOOP_CONTROL = "/dev/loop-control"
-DIRECTORY = "directory"
+FILE = "file"
 BLOCK = "block"
-TYPES = (DIRECTORY, BLOCK)
 
 
 class VolumeError(DiskferryError):
@@ -43,10 +43,12 @@ def block_unavailable() -> str | None:
 
 @dataclass(frozen=True)
 class VolumeClass:
-    """Where a StorageClass keeps its claims, and of which type (directory or block)."""
+    """Where a StorageClass keeps its claims (`root`, else DATA_DIR/volumes/<name>), and of which
+    type: file or block."""
 
     name: str
-    type: str = DIRECTORY
+    type: str = FILE
+    root: Path | None = None
 
     @property
     def block(self) -> bool:
@@ -73,6 +75,13 @@ class Claim:
     def ready(self) -> bool:
         """Whether the claim holds a disk (a file claim exists only once written whole)."""
         return os.path.exists(self.path)
+
+    def allocated(self) -> int:
+        """The bytes the claim takes on disk (its file's allocated blocks)."""
+        try:
+            return os.stat(self.file).st_blocks * 512
+        except FileNotFoundError:
+            return 0
 
     def size(self) -> int:
         """The bytes the claim holds (0 when a file claim is not written yet)."""
@@ -102,7 +111,8 @@ class Volumes:
         self.root = Path(data_dir) / "volumes"
 
     def _file(self, volume_class: VolumeClass, namespace: str, name: str) -> Path:
-        return self.root / volume_class.name / namespace / f"{name}.img"
+        root = volume_class.root or self.root / volume_class.name
+        return root / namespace / f"{name}.img"
 
     def find(self, volume_class: VolumeClass, namespace: str, name: str) -> Claim | None:
         """The claim when it was made (a block claim attached again if it had to be)."""

@@ -1,0 +1,1 @@
+"""One reconciler per kind, and the pieces they share: claims, imports, phases, progress."""

@@ -1,0 +1,211 @@
+"""The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage.
+
+Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
+its /progress copied into status) -> Ready, or Failed with the worker's reason and message;
+each change an Event. A finalizer holds the object while it is Terminating, until its worker
+is stopped, its claim and its worker's files removed. A kind gives the few parts that differ
+(`ClaimedKind`'s hooks); all the rest is here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from diskferry.control.duration import format_duration
+from diskferry.control.kinds import KindInfo
+from diskferry.control.model import Resource
+from diskferry.control.reconcilers.imports import Imports, Outcome, Source
+from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.phases import (
+    FAILED,
+    READY,
+    status_of,
+    transition,
+    update_fields,
+)
+from diskferry.control.reconcilers.sources import Waiting, claim_of, resolve_source
+from diskferry.control.reconcilers.storage import StorageClassError, resolve
+from diskferry.control.resources.common import DataSource
+from diskferry.control.runner.base import Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Claim, VolumeClass, Volumes
+from diskferry.disk.prime import Target
+
+log = logging.getLogger("diskferry.control")
+PENDING = "Pending"
+PROVISIONING = "Provisioning"
+TERMINATING = "Terminating"
+PVC_LOST = "PVCLost"
+POLL_SECONDS = 1.0
+WAIT_SECONDS = 2.0
+
+
+def tag(obj: Resource) -> str:
+    """How the daemon's log names the object: `Kind namespace/name`."""
+    where = f"{obj.metadata.namespace}/" if obj.metadata.namespace else ""
+    return f"{obj.kind} {where}{obj.metadata.name}"
+
+
+def age(obj: Resource) -> str:
+    """Time since the object was created, as a Go duration rounded to the second."""
+    now = datetime.now(UTC)
+    created = obj.metadata.creation_timestamp or now
+    return format_duration(timedelta(seconds=round((now - created).total_seconds())))
+
+
+class ClaimedKind:
+    """Reconciles one kind whose objects are claims filled by an import."""
+
+    info: KindInfo
+    prefix = ""
+
+    def __init__(self, client: Client, runner: Runner, volumes: Volumes) -> None:
+        self.client = client
+        self.volumes = volumes
+        self.imports = Imports(runner)
+
+    # the parts a kind gives
+    def storage_class_name(self, obj: Any) -> str | None:
+        """The StorageClass the object's claim asks for, None for the default."""
+        raise NotImplementedError
+
+    def size(self, obj: Any) -> int | None:
+        """The claim's size in bytes, None when the image decides it."""
+        raise NotImplementedError
+
+    def data_source(self, obj: Any) -> DataSource | None:
+        """Where the data comes from, None for a blank claim."""
+        raise NotImplementedError
+
+    def ready_fields(self, obj: Any, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
+        """The status fields of the object once its claim is filled."""
+        raise NotImplementedError
+
+    # the rest
+    def job_id(self, obj: Resource) -> str:
+        """The id of the object's import job."""
+        return f"{self.prefix}-{obj.metadata.uid}"
+
+    def claim_name(self, obj: Resource) -> str:
+        """The name of the object's claim, as Deckhouse names its PVC."""
+        return f"{self.prefix}-{obj.metadata.name}-{obj.metadata.uid}"
+
+    def claim_fields(self, volume_class: VolumeClass, obj: Resource) -> dict[str, Any]:
+        """Where the object's data lives."""
+        return {
+            "storageClassName": volume_class.name,
+            "target": {"persistentVolumeClaimName": self.claim_name(obj)},
+        }
+
+    def reconcile(self, obj: Any) -> Result:
+        """One step of the object's life."""
+        if deleting(obj):
+            return self._terminate(obj)
+        obj = held(self.client, obj)
+        status = status_of(obj)
+        phase = status.get("phase")
+        settled = status.get("observedGeneration") == obj.metadata.generation
+        if settled and phase in (READY, FAILED, PVC_LOST):
+            return self._settled(obj, phase)
+        if phase is None:
+            obj = transition(self.client, obj, PENDING, PENDING, "waiting to be provisioned")
+        try:
+            volume_class = resolve(self.client, self.storage_class_name(obj))
+        except StorageClassError as e:
+            transition(self.client, obj, PENDING, e.reason, e.message)
+            return Result.requeue(WAIT_SECONDS)
+        data_source = self.data_source(obj)
+        source = None
+        if data_source is not None:
+            found = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
+            if isinstance(found, Waiting):
+                transition(self.client, obj, PENDING, "WaitingForDataSource", found.message)
+                return Result.requeue(WAIT_SECONDS)
+            source = found
+        return self._provision(obj, volume_class, source)
+
+    def _provision(self, obj: Any, volume_class: VolumeClass, source: Source | None) -> Result:
+        size = self.size(obj) or (source.size if source else None)
+        if size is None and (volume_class.block or source is None):
+            return self._fail(
+                obj,
+                "SizeRequired",
+                f"a claim of the block StorageClass {volume_class.name} needs "
+                "persistentVolumeClaim.size",
+            )
+        where = self.claim_fields(volume_class, obj)
+        # written before the claim is made, so that a delete finds whatever was made
+        obj = update_fields(self.client, obj, where)
+        namespace = obj.metadata.namespace
+        claim = self.volumes.claim(volume_class, namespace, self.claim_name(obj), size or 0)
+        if source is None:
+            assert size is not None
+            self._blank(claim, size, self.job_id(obj))
+            return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
+        outcome = self.imports.step(self.job_id(obj), claim, source, size)
+        if outcome.running:
+            fields = {**where, **(outcome.fields or {})}
+            transition(self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields)
+            return Result.requeue(POLL_SECONDS)
+        return self._ended(obj, claim, outcome, source)
+
+    def _importing(self, source: Source) -> str:
+        return f"importing {source.location}" if source.uid is None else "copying its source"
+
+    def _ended(self, obj: Any, claim: Claim, outcome: Outcome, source: Source) -> Result:
+        job_id = self.job_id(obj)
+        if outcome.failed:
+            self._fail(obj, outcome.reason or "ImportFailed", outcome.message or "")
+            self.imports.finish(job_id, tag(obj), keep=True)
+            return Result.done()
+        result = dict(outcome.result or {})
+        if source.uid is not None:
+            result["sourceUID"] = source.uid
+        self._ready(obj, claim, result)
+        self.imports.finish(job_id, tag(obj), keep=False)
+        return Result.done()
+
+    def _blank(self, claim: Claim, size: int, job_id: str) -> None:
+        """A blank disk: a sparse file of `size`, committed whole; a block claim is one already."""
+        if claim.block or claim.ready:
+            return
+        target = Target(claim.path)
+        try:
+            with target.open_prime() as volume:
+                volume.truncate(size)
+            target.commit(job_id)
+        finally:
+            target.discard()
+
+    def _ready(self, obj: Any, claim: Claim, result: dict[str, Any]) -> Result:
+        fields = {**self.claim_fields(claim.volume_class, obj), **self.ready_fields(obj, claim, result)}
+        fields["progress"] = "100%"
+        transition(self.client, obj, READY, READY, "the claim holds its data", fields)
+        return Result.done()
+
+    def _fail(self, obj: Any, reason: str, message: str) -> Result:
+        log.warning("%s failed: %s: %s", tag(obj), reason, message)
+        transition(self.client, obj, FAILED, reason, message)
+        return Result.done()
+
+    def _settled(self, obj: Any, phase: str) -> Result:
+        self.imports.settle(self.job_id(obj), keep=phase == FAILED)
+        if phase == READY:
+            claim = claim_of(self.client, self.volumes, obj)
+            if claim is None or not claim.ready:
+                transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
+        return Result.done()
+
+    def _terminate(self, obj: Any) -> Result:
+        if status_of(obj).get("phase") != TERMINATING:
+            obj = transition(self.client, obj, TERMINATING, TERMINATING, "being deleted")
+        if not self.imports.stop(self.job_id(obj)):
+            return Result.requeue(POLL_SECONDS / 2)
+        claim = claim_of(self.client, self.volumes, obj)
+        if claim is not None:
+            self.volumes.remove(claim.volume_class, claim.namespace, claim.name)
+        release(self.client, obj)
+        return Result.done()

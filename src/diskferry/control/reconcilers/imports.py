@@ -1,0 +1,122 @@
+"""One import job into a claim, and how it went: the path disks, images and snapshots share.
+
+The job's id is the object's kind prefix and uid, so a reconcile after a daemon restart finds
+the job it started (running, or ended with a result), and a file claim that the job
+committed carries that id (see `diskferry.disk.prime`) even once the job's files are gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.progress import progress_fields
+from diskferry.control.runner.base import IMPORT, JobState, Runner
+from diskferry.control.volumes import Claim
+from diskferry.disk.prime import recorded_job
+
+log = logging.getLogger("diskferry.control")
+_VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
+TOO_SMALL = ("SizeTooSmall", "TargetTooSmall")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What an import reads: a URL or a local file, with what checks it."""
+
+    location: str
+    checksum: str | None = None
+    ca_bundle: bytes | None = None
+    size: int | None = None
+    uid: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where the import is: running (with its status fields), done (its result) or failed."""
+
+    running: bool
+    fields: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    reason: str | None = None
+    message: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the import ended without success."""
+        return not self.running and self.reason is not None
+
+
+def _failure(state: JobState, tail: list[str]) -> tuple[str, str]:
+    if state.result is not None:
+        return str(state.result.get("reason") or "ImportFailed"), str(
+            state.result.get("message") or "the import failed"
+        )
+    last = f": {tail[-1]}" if tail else ""
+    return "WorkerLost", f"the worker ended without a result (exit code {state.exit_code}){last}"
+
+
+def too_small_message(claim_size: int, message: str) -> str:
+    """The refusal of an image larger than its claim, naming both sizes."""
+    found = _VIRTUAL_SIZE.search(message)
+    image = f"the image's virtual size ({found[1]} bytes)" if found else "the image"
+    return (
+        f"the claim's size, {format_bytes(claim_size)} ({claim_size} bytes), is smaller than "
+        f"{image}"
+    )
+
+
+class Imports:
+    """Starts import jobs through `runner` and reads their outcome."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def step(self, job_id: str, claim: Claim, source: Source, size: int | None) -> Outcome:
+        """Start the job if it was not, else tell how it is going."""
+        state = self.runner.state(job_id)
+        if state is None:
+            if not claim.block and recorded_job(claim.path) == job_id:
+                return Outcome(False, result={"ok": True, "virtualSize": claim.size()})
+            self._start(job_id, claim, source, size)
+            return Outcome(True, progress_fields({}))
+        if state.running:
+            return Outcome(True, progress_fields(state.progress) if state.progress else None)
+        if state.succeeded:
+            return Outcome(False, result=state.result)
+        reason, message = _failure(state, self.runner.log_tail(job_id, 1))
+        if reason in TOO_SMALL and size is not None:
+            message = too_small_message(size, message)
+        return Outcome(False, reason=reason, message=message)
+
+    def _start(self, job_id: str, claim: Claim, source: Source, size: int | None) -> None:
+        job: dict[str, Any] = {"source": source.location, "target": claim.path, "format": "raw"}
+        files: dict[str, bytes] = {}
+        if size is not None:
+            job["size"] = size
+        if source.checksum:
+            job["checksum"] = source.checksum
+        if source.ca_bundle:
+            files["ca.pem"] = source.ca_bundle
+            job["caBundle"] = "ca.pem"
+        self.runner.start(job_id, IMPORT, job, files)
+
+    def finish(self, job_id: str, tag: str, keep: bool) -> bool:
+        """Log the ended job's last lines tagged with `tag`, then settle it."""
+        state = self.runner.state(job_id)
+        if state is not None and not state.running:
+            for line in self.runner.log_tail(job_id):
+                log.info("%s: %s", tag, line)
+        return self.settle(job_id, keep)
+
+    def settle(self, job_id: str, keep: bool) -> bool:
+        """Remove the ended job's files, or keep them under jobs/failed/ when `keep`; False
+        while it still runs (it is cancelled then)."""
+        return self.runner.purge(job_id, keep_scratch=keep)
+
+    def stop(self, job_id: str) -> bool:
+        """Stop the job and remove its files, kept ones too; False while it still runs."""
+        return self.runner.purge(job_id, keep_scratch=False)

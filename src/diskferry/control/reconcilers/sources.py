@@ -1,0 +1,96 @@
+"""A data source as an import reads it: an HTTP URL, or the claim of a Ready image, disk or
+snapshot; a source not Ready yet is waited for."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from diskferry.control.model import Resource
+from diskferry.control.reconcilers.imports import Source
+from diskferry.control.reconcilers.phases import READY
+from diskferry.control.reconcilers.storage import StorageClassError, resolve
+from diskferry.control.resources.common import DataSource, DataSourceHTTP, DataSourceType
+from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.resources.virtualimage import VirtualImage
+from diskferry.control.runtime.client import Client
+from diskferry.control.volumes import Claim, Volumes
+from diskferry.disk.errors import DiskferryError
+
+STORAGE_CLASS_ANNOTATION = "diskferry.io/storage-class"
+_CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
+_REFERABLE: dict[str, type[Resource]] = {
+    "VirtualImage": VirtualImage,
+    "VirtualDisk": VirtualDisk,
+    "VirtualDiskSnapshot": VirtualDiskSnapshot,
+}
+
+
+class SourceRefusedError(DiskferryError):
+    """The data source is of a kind this daemon cannot read."""
+
+    reason = "DataSourceRefused"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The source is not there or not Ready yet."""
+
+    message: str
+
+
+def http_source(http: DataSourceHTTP) -> Source:
+    """The URL, its strongest checksum, and its CA bundle as PEM."""
+    checksum = None
+    if http.checksum is not None:
+        for algorithm in _CHECKSUMS:
+            digest = getattr(http.checksum, algorithm)
+            if digest:
+                checksum = f"{algorithm}:{digest}"
+                break
+    bundle = base64.b64decode(http.ca_bundle) if http.ca_bundle else None
+    return Source(http.url, checksum=checksum, ca_bundle=bundle)
+
+
+def claim_of(client: Client, volumes: Volumes, obj: Resource) -> Claim | None:
+    """The claim a disk, image or snapshot was written to, None when it has none (yet)."""
+    status = obj.to_json().get("status") or {}
+    if isinstance(obj, VirtualDiskSnapshot):
+        class_name = obj.metadata.annotations.get(STORAGE_CLASS_ANNOTATION)
+        claim_name = status.get("volumeSnapshotName")
+    else:
+        class_name = status.get("storageClassName")
+        claim_name = (status.get("target") or {}).get("persistentVolumeClaimName")
+    if not class_name or not claim_name or obj.metadata.namespace is None:
+        return None
+    try:
+        volume_class = resolve(client, class_name)
+    except StorageClassError:
+        return None
+    return volumes.find(volume_class, obj.metadata.namespace, claim_name)
+
+
+def resolve_source(
+    client: Client, volumes: Volumes, namespace: str, data_source: DataSource
+) -> Source | Waiting:
+    """What to import for `data_source`, or why it must wait."""
+    if data_source.type is DataSourceType.HTTP and data_source.http is not None:
+        return http_source(data_source.http)
+    ref = data_source.object_ref
+    if data_source.type is not DataSourceType.OBJECT_REF or ref is None:
+        raise SourceRefusedError(f"a data source of type {data_source.type} cannot be read here")
+    kind = str(ref.kind)
+    model = _REFERABLE.get(kind)
+    if model is None:
+        raise SourceRefusedError(f"a data source of kind {kind} cannot be read here")
+    found = client.get(model, namespace, ref.name)
+    if found is None:
+        return Waiting(f"waiting for the {kind} {ref.name}: it does not exist")
+    phase = (found.to_json().get("status") or {}).get("phase")
+    if phase != READY:
+        return Waiting(f"waiting for the {kind} {ref.name} to be Ready (it is {phase or 'new'})")
+    claim = claim_of(client, volumes, found)
+    if claim is None or not claim.ready:
+        return Waiting(f"waiting for the {kind} {ref.name}: its claim is missing")
+    return Source(str(claim.file), size=claim.size(), uid=found.metadata.uid)

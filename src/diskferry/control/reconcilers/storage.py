@@ -1,0 +1,76 @@
+"""StorageClasses as claims see them: the class a claim names or the default, and its volumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diskferry.control.model import ObjectMeta
+from diskferry.control.resources.storageclass import (
+    DEFAULT_CLASS_ANNOTATION,
+    StorageClass,
+    StorageClassParameters,
+    VolumeType,
+)
+from diskferry.control.runtime.client import Client
+from diskferry.control.volumes import VolumeClass, block_unavailable
+from diskferry.disk.errors import DiskferryError
+
+DEFAULT_CLASS = "local"
+BLOCK_CLASS = "local-block"
+
+
+class StorageClassError(DiskferryError):
+    """The StorageClass a claim needs does not exist."""
+
+    reason = "StorageClassNotFound"
+
+
+def volume_class(storage_class: StorageClass) -> VolumeClass:
+    """Where and how the class keeps its claims."""
+    path = storage_class.parameters.path
+    return VolumeClass(
+        storage_class.metadata.name or "",
+        storage_class.parameters.type.value,
+        Path(path) if path else None,
+    )
+
+
+def resolve(client: Client, name: str | None) -> VolumeClass:
+    """The class named, or the default one when `name` is None; StorageClassError otherwise."""
+    if name:
+        found = client.get(StorageClass, None, name)
+        if found is None:
+            raise StorageClassError(f"the StorageClass {name} does not exist")
+        return volume_class(found)
+    defaults = [sc for sc in client.list(StorageClass) if sc.is_default]
+    if not defaults:
+        raise StorageClassError("no StorageClass is the default: name one in storageClassName")
+    return volume_class(sorted(defaults, key=lambda sc: sc.metadata.name or "")[0])
+
+
+def default_classes() -> list[StorageClass]:
+    """The classes a fresh daemon starts with: `local` (files, the default), and `local-block`
+    (loop devices) where the kernel offers loop devices."""
+    made = [
+        StorageClass(
+            metadata=ObjectMeta(
+                name=DEFAULT_CLASS, annotations={DEFAULT_CLASS_ANNOTATION: "true"}
+            ),
+        )
+    ]
+    if block_unavailable() is None:
+        made.append(
+            StorageClass(
+                metadata=ObjectMeta(name=BLOCK_CLASS),
+                parameters=StorageClassParameters(type=VolumeType.BLOCK),
+            )
+        )
+    return made
+
+
+def ensure_default_classes(client: Client) -> None:
+    """Create the default classes when there is no StorageClass at all."""
+    if client.list(StorageClass):
+        return
+    for storage_class in default_classes():
+        client.create(storage_class)

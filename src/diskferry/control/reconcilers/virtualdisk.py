@@ -1,0 +1,41 @@
+"""VirtualDisk: a claim filled from HTTP, an image or a snapshot, or left blank; Deckhouse's
+phases Pending, Provisioning, Ready, Failed, PVCLost and Terminating."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.claimed import ClaimedKind, age
+from diskferry.control.resources.common import DataSource
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS, VirtualDisk
+from diskferry.control.volumes import Claim
+
+
+class VirtualDiskReconciler(ClaimedKind):
+    """Makes each VirtualDisk's claim and fills it; the disk grows to the claim's size."""
+
+    info = VIRTUAL_DISKS
+    prefix = "vd"
+
+    def storage_class_name(self, obj: VirtualDisk) -> str | None:
+        """The class the disk's claim asks for."""
+        return obj.spec.persistent_volume_claim.storage_class_name
+
+    def size(self, obj: VirtualDisk) -> int | None:
+        """The claim's size, None when the image decides it."""
+        return obj.spec.persistent_volume_claim.size_bytes
+
+    def data_source(self, obj: VirtualDisk) -> DataSource | None:
+        """The disk's source, None for a blank disk."""
+        return obj.spec.data_source
+
+    def ready_fields(self, obj: VirtualDisk, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
+        """Capacity, how long the disk took, and the source's uid."""
+        fields: dict[str, Any] = {
+            "capacity": format_bytes(claim.size()),
+            "stats": {"creationDuration": {"totalProvisioning": age(obj)}},
+        }
+        if result.get("sourceUID"):
+            fields["sourceUID"] = result["sourceUID"]
+        return fields

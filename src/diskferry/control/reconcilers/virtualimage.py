@@ -1,0 +1,54 @@
+"""VirtualImage with `storage: PersistentVolumeClaim`: the image in a claim of its own, imported
+as a disk is; its status gives the stored and unpacked sizes, the format, and whether it is
+a CD-ROM image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.resources.common import DataSource
+from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, VirtualImage
+from diskferry.control.volumes import Claim
+
+
+def _size(n: int) -> tuple[str, str]:
+    return format_bytes(n), str(n)
+
+
+class VirtualImageReconciler(ClaimedKind):
+    """Makes each VirtualImage's claim and imports its source into it."""
+
+    info = VIRTUAL_IMAGES
+    prefix = "vi"
+
+    def storage_class_name(self, obj: VirtualImage) -> str | None:
+        """The class the image's claim asks for."""
+        return obj.spec.persistent_volume_claim.storage_class_name
+
+    def size(self, obj: VirtualImage) -> int | None:
+        """The image decides its claim's size."""
+        return None
+
+    def data_source(self, obj: VirtualImage) -> DataSource:
+        """The image's source."""
+        return obj.spec.data_source
+
+    def ready_fields(self, obj: VirtualImage, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
+        """Sizes stored and unpacked, the format, CD-ROM or not."""
+        stored, stored_bytes = _size(claim.allocated())
+        unpacked, unpacked_bytes = _size(int(result.get("virtualSize") or claim.size()))
+        fields: dict[str, Any] = {
+            "size": {
+                "stored": stored,
+                "storedBytes": stored_bytes,
+                "unpacked": unpacked,
+                "unpackedBytes": unpacked_bytes,
+            },
+            "format": result.get("sourceFormat") or "raw",
+            "cdrom": result.get("sourceFormat") == "iso",
+        }
+        if result.get("sourceUID"):
+            fields["sourceUID"] = result["sourceUID"]
+        return fields
