@@ -17,7 +17,7 @@ from diskferry.control.duration import format_duration
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Imports, Outcome, Source
-from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
     FAILED,
     READY,
@@ -27,6 +27,7 @@ from diskferry.control.reconcilers.phases import (
 )
 from diskferry.control.reconcilers.sources import Waiting, claim_of, resolve_source
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
+from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
@@ -37,7 +38,6 @@ from diskferry.disk.prime import Target
 log = logging.getLogger("diskferry.control")
 PENDING = "Pending"
 PROVISIONING = "Provisioning"
-TERMINATING = "Terminating"
 PVC_LOST = "PVCLost"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
@@ -103,7 +103,7 @@ class ClaimedKind:
     def reconcile(self, obj: Any) -> Result:
         """One step of the object's life."""
         if deleting(obj):
-            return self._terminate(obj)
+            return terminate(self.client, self.volumes, self.imports, obj, self.job_id(obj))
         obj = held(self.client, obj)
         status = status_of(obj)
         phase = status.get("phase")
@@ -148,7 +148,9 @@ class ClaimedKind:
         outcome = self.imports.step(self.job_id(obj), claim, source, size)
         if outcome.running:
             fields = {**where, **(outcome.fields or {})}
-            transition(self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields)
+            transition(
+                self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields
+            )
             return Result.requeue(POLL_SECONDS)
         return self._ended(obj, claim, outcome, source)
 
@@ -181,7 +183,10 @@ class ClaimedKind:
             target.discard()
 
     def _ready(self, obj: Any, claim: Claim, result: dict[str, Any]) -> Result:
-        fields = {**self.claim_fields(claim.volume_class, obj), **self.ready_fields(obj, claim, result)}
+        fields = {
+            **self.claim_fields(claim.volume_class, obj),
+            **self.ready_fields(obj, claim, result),
+        }
         fields["progress"] = "100%"
         transition(self.client, obj, READY, READY, "the claim holds its data", fields)
         return Result.done()
@@ -197,15 +202,4 @@ class ClaimedKind:
             claim = claim_of(self.client, self.volumes, obj)
             if claim is None or not claim.ready:
                 transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
-        return Result.done()
-
-    def _terminate(self, obj: Any) -> Result:
-        if status_of(obj).get("phase") != TERMINATING:
-            obj = transition(self.client, obj, TERMINATING, TERMINATING, "being deleted")
-        if not self.imports.stop(self.job_id(obj)):
-            return Result.requeue(POLL_SECONDS / 2)
-        claim = claim_of(self.client, self.volumes, obj)
-        if claim is not None:
-            self.volumes.remove(claim.volume_class, claim.namespace, claim.name)
-        release(self.client, obj)
         return Result.done()

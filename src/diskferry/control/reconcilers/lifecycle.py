@@ -24,7 +24,9 @@ def release(client: Client, obj: Resource) -> None:
     if FINALIZER not in obj.metadata.finalizers:
         return
     left = [f for f in obj.metadata.finalizers if f != FINALIZER]
-    client.update(obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"finalizers": left})}))
+    client.update(
+        obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"finalizers": left})})
+    )
 
 
 def deleting(obj: Resource) -> bool:

@@ -8,7 +8,7 @@ _UNITS = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 def percent_text(percent: float) -> str:
-    """"0%", "NN.N%" or "100%"."""
+    """ "0%", "NN.N%" or "100%"."""
     if percent <= 0:
         return "0%"
     if percent >= 100:

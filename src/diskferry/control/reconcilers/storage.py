@@ -53,9 +53,7 @@ def default_classes() -> list[StorageClass]:
     (loop devices) where the kernel offers loop devices."""
     made = [
         StorageClass(
-            metadata=ObjectMeta(
-                name=DEFAULT_CLASS, annotations={DEFAULT_CLASS_ANNOTATION: "true"}
-            ),
+            metadata=ObjectMeta(name=DEFAULT_CLASS, annotations={DEFAULT_CLASS_ANNOTATION: "true"}),
         )
     ]
     if block_unavailable() is None:

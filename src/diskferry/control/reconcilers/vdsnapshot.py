@@ -13,10 +13,11 @@ from typing import Any
 
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.imports import Imports, Source
-from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
 from diskferry.control.reconcilers.sources import STORAGE_CLASS_ANNOTATION, claim_of
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
+from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.runner.base import Runner
@@ -27,7 +28,6 @@ from diskferry.disk.prime import Target
 
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
-TERMINATING = "Terminating"
 
 
 def reflink(source: str, claim: Claim, job_id: str) -> bool:
@@ -69,7 +69,7 @@ class VirtualDiskSnapshotReconciler:
     def reconcile(self, obj: VirtualDiskSnapshot) -> Result:
         """One step of the snapshot's life."""
         if deleting(obj):
-            return self._terminate(obj)
+            return terminate(self.client, self.volumes, self.imports, obj, self.job_id(obj))
         obj = held(self.client, obj)
         status = status_of(obj)
         phase = status.get("phase")
@@ -88,7 +88,9 @@ class VirtualDiskSnapshotReconciler:
             return Result.requeue(WAIT_SECONDS)
         source = claim_of(self.client, self.volumes, disk)
         if source is None or not source.ready:
-            return self._fail(obj, "DiskClaimLost", f"the claim of the VirtualDisk {disk.metadata.name} is gone")
+            return self._fail(
+                obj, "DiskClaimLost", f"the claim of the VirtualDisk {disk.metadata.name} is gone"
+            )
         return self._copy(obj, source, disk)
 
     def _copy(self, obj: VirtualDiskSnapshot, source: Claim, disk: VirtualDisk) -> Result:
@@ -131,15 +133,4 @@ class VirtualDiskSnapshotReconciler:
 
     def _fail(self, obj: VirtualDiskSnapshot, reason: str, message: str) -> Result:
         transition(self.client, obj, FAILED, reason, message)
-        return Result.done()
-
-    def _terminate(self, obj: VirtualDiskSnapshot) -> Result:
-        if status_of(obj).get("phase") != TERMINATING:
-            obj = transition(self.client, obj, TERMINATING, TERMINATING, "being deleted")
-        if not self.imports.stop(self.job_id(obj)):
-            return Result.requeue(POLL_SECONDS / 2)
-        claim = claim_of(self.client, self.volumes, obj)
-        if claim is not None:
-            self.volumes.remove(claim.volume_class, claim.namespace, claim.name)
-        release(self.client, obj)
         return Result.done()

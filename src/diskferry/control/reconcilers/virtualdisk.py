@@ -30,7 +30,9 @@ class VirtualDiskReconciler(ClaimedKind):
         """The disk's source, None for a blank disk."""
         return obj.spec.data_source
 
-    def ready_fields(self, obj: VirtualDisk, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
+    def ready_fields(
+        self, obj: VirtualDisk, claim: Claim, result: dict[str, Any]
+    ) -> dict[str, Any]:
         """Capacity, how long the disk took, and the source's uid."""
         fields: dict[str, Any] = {
             "capacity": format_bytes(claim.size()),

@@ -35,7 +35,9 @@ class VirtualImageReconciler(ClaimedKind):
         """The image's source."""
         return obj.spec.data_source
 
-    def ready_fields(self, obj: VirtualImage, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
+    def ready_fields(
+        self, obj: VirtualImage, claim: Claim, result: dict[str, Any]
+    ) -> dict[str, Any]:
         """Sizes stored and unpacked, the format, CD-ROM or not."""
         stored, stored_bytes = _size(claim.allocated())
         unpacked, unpacked_bytes = _size(int(result.get("virtualSize") or claim.size()))

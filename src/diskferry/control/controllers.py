@@ -1,0 +1,59 @@
+"""The embedded daemon's controllers: every reconciler and the manager over one data directory.
+
+`Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store,
+re-attaches to the workers a previous daemon left running (their state is in
+DATA_DIR/jobs) and starts reconciling; `stop()` stops reconciling and leaves workers running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from diskferry.control.objects import ObjectService
+from diskferry.control.reconcilers.storage import ensure_default_classes
+from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
+from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
+from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
+from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.client import EmbeddedClient
+from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager
+from diskferry.control.runtime.reconciler import Reconciler
+from diskferry.control.volumes import Volumes
+
+
+class Controllers:
+    """The reconcilers of the disk, image and snapshot kinds (and any `extra`), and their
+    manager."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        objects: ObjectService,
+        *,
+        extra: Sequence[Reconciler] = (),
+        workers: int = 4,
+        resync: float = RESYNC_SECONDS,
+    ) -> None:
+        self.client = EmbeddedClient(objects, objects.registry)
+        self.runner = LocalRunner(data_dir)
+        self.volumes = Volumes(data_dir)
+        parts = (self.client, self.runner, self.volumes)
+        self.reconcilers: list[Reconciler] = [
+            VirtualDiskReconciler(*parts),
+            VirtualImageReconciler(*parts),
+            VirtualDiskSnapshotReconciler(*parts),
+            *extra,
+        ]
+        self.manager = Manager(
+            objects, self.client, self.reconcilers, workers=workers, resync=resync
+        )
+
+    def start(self) -> None:
+        """Create the default StorageClasses if there are none, and start reconciling."""
+        ensure_default_classes(self.client)
+        self.manager.start()
+
+    def stop(self, timeout: float = 60) -> None:
+        """Stop reconciling (workers keep running) once the reconciles under way are done."""
+        self.manager.stop(timeout)

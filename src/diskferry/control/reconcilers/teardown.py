@@ -1,0 +1,31 @@
+"""Deleting an object that owns a claim: its worker stopped, its files and its claim removed,
+then its finalizer, so that nothing is left behind."""
+
+from __future__ import annotations
+
+from diskferry.control.model import Resource
+from diskferry.control.reconcilers.imports import Imports
+from diskferry.control.reconcilers.lifecycle import release
+from diskferry.control.reconcilers.phases import status_of, transition
+from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Volumes
+
+TERMINATING = "Terminating"
+STOP_POLL = 0.5
+
+
+def terminate(
+    client: Client, volumes: Volumes, imports: Imports, obj: Resource, job_id: str
+) -> Result:
+    """One step of the delete: Terminating, the job stopped, the claim removed, released."""
+    if status_of(obj).get("phase") != TERMINATING:
+        obj = transition(client, obj, TERMINATING, TERMINATING, "being deleted")
+    if not imports.stop(job_id):
+        return Result.requeue(STOP_POLL)
+    claim = claim_of(client, volumes, obj)
+    if claim is not None:
+        volumes.remove(claim.volume_class, claim.namespace, claim.name)
+    release(client, obj)
+    return Result.done()

@@ -1,0 +1,369 @@
+"""The reconcilers end to end, over the real store, the manager and real import workers:
+VirtualDisks from HTTP, blank, from a VirtualImage and from a snapshot; failures shown with
+reason, message and an Event; and deletes that leave nothing behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from control_support import wait_until
+
+from diskferry.control.controllers import Controllers
+from diskferry.control.errors import NotFoundError
+from diskferry.control.model import API_VERSION
+from diskferry.control.objects import ObjectService
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.core import EVENTS
+from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
+from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
+from diskferry.control.volumes import block_unavailable
+
+MiB = 1 << 20
+
+
+class Daemon:
+    """The store and the controllers over one data directory, as `diskferry serve` runs them."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.objects = ObjectService(data_dir / "state.db", REGISTRY)
+        self.controllers = Controllers(data_dir, self.objects, workers=2, resync=5)
+        self.controllers.start()
+
+    def stop(self) -> None:
+        self.controllers.stop()
+        self.objects.close()
+
+    def apply(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        info = REGISTRY.by_kind(kind)
+        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+        return self.objects.create(info, "default", body)[0]
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.objects.get(REGISTRY.by_kind(kind), "default", name)
+        except NotFoundError:
+            return None
+
+    def wait_phase(self, kind: str, name: str, *phases: str, timeout: float = 120) -> dict:
+        """The object once its phase is one of `phases`."""
+        return wait_until(
+            lambda: (
+                (o := self.get(kind, name)) and o.get("status", {}).get("phase") in phases and o
+            ),
+            timeout,
+        )
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.objects.list(EVENTS, "default").items
+            if e["involvedObject"]["name"] == name
+        ]
+
+    def claim(self, obj: dict[str, Any]) -> Path:
+        status = obj["status"]
+        name = status["target"]["persistentVolumeClaimName"]
+        return self.data_dir / "volumes" / status["storageClassName"] / "default" / f"{name}.img"
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    running = Daemon(tmp_path / "data")
+    yield running
+    running.stop()
+
+
+def _http(url: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "HTTP", "http": {"url": url, **extra}}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _workers_of(data_dir: Path) -> list[str]:
+    """Processes whose command line names the data directory's jobs."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cwd").resolve()
+            except OSError:
+                continue
+            if str(data_dir / "jobs") in str(cmdline):
+                found.append(pid)
+    return found
+
+
+def test_a_disk_from_http_is_ready_with_its_bytes(daemon, nginx, images) -> None:
+    image = images.get("qcow2")
+    url = nginx.publish(image, "ready.qcow2")
+    spec = {
+        "persistentVolumeClaim": {"size": "64Mi"},
+        "dataSource": _http(url, checksum={"sha256": _sha256(image)}),
+    }
+    daemon.apply("VirtualDisk", "vd1", spec)
+    disk = daemon.wait_phase("VirtualDisk", "vd1", "Ready", "Failed")
+    status = disk["status"]
+    assert status["phase"] == "Ready", status
+    assert (status["capacity"], status["progress"], status["storageClassName"]) == (
+        "64Mi",
+        "100%",
+        "local",
+    )
+    assert status["target"]["persistentVolumeClaimName"].startswith("vd-vd1-")
+    assert status["stats"]["creationDuration"]["totalProvisioning"].endswith("s")
+    assert status["observedGeneration"] == 1
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    claim = daemon.claim(disk)
+    assert claim.stat().st_size == 64 * MiB  # grown to the claim's size
+    assert images.same(claim, images.reference)
+    assert {"Pending", "Provisioning", "Ready"} <= {e["reason"] for e in daemon.events("vd1")}
+    assert disk["metadata"]["finalizers"] == ["diskferry.io/cleanup"]
+    wait_until(lambda: os.listdir(daemon.data_dir / "jobs") == ["failed"])
+    assert os.listdir(daemon.data_dir / "jobs" / "failed") == []
+
+
+def test_progress_and_speed_are_copied_into_status(daemon, faulty, tmp_path) -> None:
+    source = tmp_path / "slow.raw"
+    source.write_bytes(os.urandom(8 * MiB))
+    url = faulty.add("slow.raw", source, piece=128 * 1024, trickle=0.05)
+    daemon.apply("VirtualDisk", "slow", {"dataSource": _http(url)})
+    seen = wait_until(
+        lambda: (
+            (o := daemon.get("VirtualDisk", "slow"))
+            and o["status"].get("progress") not in (None, "0%", "100%")
+            and o["status"]
+        )
+    )
+    assert seen["phase"] == "Provisioning"
+    assert seen["progress"].endswith("%") and 0 < float(seen["progress"][:-1]) < 100
+    speed = seen["downloadSpeed"]
+    assert set(speed) == {"avg", "avgBytes", "current", "currentBytes"}
+    assert int(speed["avgBytes"]) > 0 and speed["avg"].endswith("/s")
+    disk = daemon.wait_phase("VirtualDisk", "slow", "Ready")
+    assert daemon.claim(disk).read_bytes() == source.read_bytes()
+    assert disk["status"]["capacity"] == "8Mi"
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "words"),
+    [
+        ("missing", "HttpError", "404"),
+        ("checksum", "ChecksumMismatch", "sha256"),
+        ("backing", "ImageRefused", "backing file"),
+        ("too-small", "SizeTooSmall", "16Mi (16777216 bytes)"),
+    ],
+)
+def test_a_failed_import_is_failed_with_reason_message_and_event(
+    daemon, nginx, images, tmp_path, case, reason, words
+) -> None:
+    spec: dict[str, Any] = {}
+    if case == "missing":
+        spec["dataSource"] = _http(f"{nginx.url}/no-such.img")
+    elif case == "checksum":
+        url = nginx.publish(images.reference, "sum.raw")
+        spec["dataSource"] = _http(url, checksum={"sha256": "0" * 64})
+    elif case == "backing":
+        overlay = tmp_path / "overlay.qcow2"
+        subprocess.run(
+            [
+                "qemu-img",
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-F",
+                "raw",
+                "-b",
+                str(images.reference),
+                str(overlay),
+            ],
+            check=True,
+        )
+        spec["dataSource"] = _http(nginx.publish(overlay, "overlay.qcow2"))
+    else:
+        spec["dataSource"] = _http(nginx.publish(images.reference, "big.raw"))
+        spec["persistentVolumeClaim"] = {"size": "16Mi"}
+    daemon.apply("VirtualDisk", case, spec)
+    disk = daemon.wait_phase("VirtualDisk", case, "Failed", "Ready")
+    status = disk["status"]
+    assert status["phase"] == "Failed"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == reason, ready
+    assert words in ready["message"]
+    warning = [e for e in daemon.events(case) if e["type"] == "Warning"]
+    assert [(e["reason"], e["message"]) for e in warning] == [(reason, ready["message"])]
+    if case == "too-small":
+        assert str(images.disk_size) in ready["message"]
+    # the failed worker's files are kept until the disk is deleted, the claim holds nothing
+    job = f"vd-{disk['metadata']['uid']}"
+    kept = daemon.data_dir / "jobs" / "failed" / job
+    wait_until(kept.exists)
+    assert not daemon.claim(disk).exists()
+    daemon.objects.delete(VIRTUAL_DISKS, "default", case)
+    wait_until(lambda: daemon.get("VirtualDisk", case) is None)
+    assert not kept.exists()
+    assert not daemon.claim(disk).parent.exists()
+
+
+def test_a_blank_disk(daemon) -> None:
+    daemon.apply("VirtualDisk", "blank", {"persistentVolumeClaim": {"size": "20Mi"}})
+    disk = daemon.wait_phase("VirtualDisk", "blank", "Ready", "Failed")
+    assert disk["status"]["phase"] == "Ready" and disk["status"]["capacity"] == "20Mi"
+    claim = daemon.claim(disk)
+    assert claim.stat().st_size == 20 * MiB and claim.stat().st_blocks == 0
+    assert os.listdir(claim.parent) == [claim.name]
+
+
+def test_a_disk_from_an_image_and_a_disk_from_its_snapshot(daemon, nginx, images) -> None:
+    url = nginx.publish(images.get("vmdk"), "image.vmdk")
+    daemon.apply(
+        "VirtualImage", "img", {"storage": "PersistentVolumeClaim", "dataSource": _http(url)}
+    )
+    # the disk waits for its image
+    daemon.apply(
+        "VirtualDisk",
+        "from-image",
+        {
+            "persistentVolumeClaim": {"size": "40Mi"},
+            "dataSource": {
+                "type": "ObjectRef",
+                "objectRef": {"kind": "VirtualImage", "name": "img"},
+            },
+        },
+    )
+    image = daemon.wait_phase("VirtualImage", "img", "Ready", "Failed")
+    status = image["status"]
+    assert status["phase"] == "Ready", status
+    assert status["size"]["unpackedBytes"] == str(images.disk_size)
+    assert status["size"]["unpacked"] == "32Mi"
+    assert int(status["size"]["storedBytes"]) < images.disk_size  # sparse
+    assert (status["format"], status["cdrom"]) == ("vmdk", False)
+    assert images.same(daemon.claim(image), images.reference)
+    disk = daemon.wait_phase("VirtualDisk", "from-image", "Ready", "Failed")
+    assert disk["status"]["phase"] == "Ready", disk["status"]
+    assert disk["status"]["sourceUID"] == image["metadata"]["uid"]
+    assert disk["status"]["capacity"] == "40Mi"
+    assert images.same(daemon.claim(disk), images.reference)
+
+    daemon.objects.create(
+        VIRTUAL_DISK_SNAPSHOTS,
+        "default",
+        {
+            "apiVersion": API_VERSION,
+            "kind": "VirtualDiskSnapshot",
+            "metadata": {"name": "snap"},
+            "spec": {"virtualDiskName": "from-image"},
+        },
+    )
+    snap = daemon.wait_phase("VirtualDiskSnapshot", "snap", "Ready", "Failed")
+    assert snap["status"]["phase"] == "Ready", snap["status"]
+    assert snap["status"]["consistent"] is True
+    with open(daemon.claim(disk), "r+b") as f:  # the disk changes after its snapshot
+        f.write(b"changed after the snapshot")
+    daemon.apply(
+        "VirtualDisk",
+        "from-snap",
+        {
+            "dataSource": {
+                "type": "ObjectRef",
+                "objectRef": {"kind": "VirtualDiskSnapshot", "name": "snap"},
+            }
+        },
+    )
+    restored = daemon.wait_phase("VirtualDisk", "from-snap", "Ready", "Failed")
+    assert restored["status"]["phase"] == "Ready", restored["status"]
+    assert restored["status"]["capacity"] == "40Mi"
+    assert images.same(daemon.claim(restored), images.reference)
+
+    for kind, info, name in (
+        ("VirtualDisk", VIRTUAL_DISKS, "from-snap"),
+        ("VirtualDiskSnapshot", VIRTUAL_DISK_SNAPSHOTS, "snap"),
+        ("VirtualDisk", VIRTUAL_DISKS, "from-image"),
+        ("VirtualImage", VIRTUAL_IMAGES, "img"),
+    ):
+        daemon.objects.delete(info, "default", name)
+        wait_until(lambda kind=kind, name=name: daemon.get(kind, name) is None)
+    volumes = daemon.data_dir / "volumes" / "local"
+    assert list(volumes.rglob("*")) == []
+    assert os.listdir(daemon.data_dir / "jobs") == ["failed"]
+
+
+def test_deleting_a_disk_mid_import_stops_its_worker_and_leaves_nothing(
+    daemon, faulty, tmp_path
+) -> None:
+    source = tmp_path / "slow.raw"
+    source.write_bytes(os.urandom(8 * MiB))
+    url = faulty.add("slow.raw", source, piece=64 * 1024, trickle=0.1)
+    daemon.apply("VirtualDisk", "gone", {"dataSource": _http(url)})
+    daemon.wait_phase("VirtualDisk", "gone", "Provisioning")
+    wait_until(lambda: _workers_of(daemon.data_dir))
+    daemon.objects.delete(VIRTUAL_DISKS, "default", "gone")
+    wait_until(lambda: daemon.get("VirtualDisk", "gone") is None)
+    assert _workers_of(daemon.data_dir) == []
+    assert os.listdir(daemon.data_dir / "jobs") == ["failed"]
+    assert os.listdir(daemon.data_dir / "jobs" / "failed") == []
+    assert list((daemon.data_dir / "volumes").rglob("*.img*")) == []
+    assert "Terminating" in {e["reason"] for e in daemon.events("gone")}
+
+
+def test_a_disk_in_a_block_class(daemon, nginx, images) -> None:
+    why = block_unavailable()
+    if why:
+        pytest.skip(why)
+    url = nginx.publish(images.get("qcow2"), "block.qcow2")
+    spec = {
+        "persistentVolumeClaim": {"size": "48Mi", "storageClassName": "local-block"},
+        "dataSource": _http(url),
+    }
+    daemon.apply("VirtualDisk", "on-block", spec)
+    disk = daemon.wait_phase("VirtualDisk", "on-block", "Ready", "Failed")
+    assert disk["status"]["phase"] == "Ready", disk["status"]
+    assert disk["status"]["capacity"] == "48Mi"
+    backing = daemon.claim(disk)
+    assert images.same(backing, images.reference)
+    daemon.objects.delete(VIRTUAL_DISKS, "default", "on-block")
+    wait_until(lambda: daemon.get("VirtualDisk", "on-block") is None)
+    assert not backing.exists()
+    out = subprocess.run(["losetup", "--list", "--noheadings"], capture_output=True, text=True)
+    assert str(backing) not in out.stdout
+
+
+def test_a_block_claim_without_a_size_is_refused(daemon, nginx, images) -> None:
+    why = block_unavailable()
+    if why:
+        pytest.skip(why)
+    spec = {
+        "persistentVolumeClaim": {"storageClassName": "local-block"},
+        "dataSource": _http(nginx.publish(images.reference, "nosize.raw")),
+    }
+    daemon.apply("VirtualDisk", "no-size", spec)
+    disk = daemon.wait_phase("VirtualDisk", "no-size", "Failed", "Ready")
+    ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "SizeRequired" and "local-block" in ready["message"]
+
+
+def test_a_missing_storage_class_keeps_the_disk_pending(daemon) -> None:
+    spec = {"persistentVolumeClaim": {"size": "1Mi", "storageClassName": "nowhere"}}
+    daemon.apply("VirtualDisk", "lost", spec)
+    disk = wait_until(
+        lambda: (
+            (o := daemon.get("VirtualDisk", "lost"))
+            and any(
+                c["reason"] == "StorageClassNotFound" for c in o["status"].get("conditions", [])
+            )
+            and o
+        )
+    )
+    assert disk["status"]["phase"] == "Pending"
+    assert "nowhere" in disk["status"]["conditions"][0]["message"]
