@@ -5,6 +5,7 @@ reason, message and an Event; and deletes that leave nothing behind."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
 from collections.abc import Iterator
@@ -13,65 +14,16 @@ from typing import Any
 
 import pytest
 from control_support import wait_until
+from reconcile_support import Daemon
+from reconcile_support import http_source as _http
 
-from diskferry.control.controllers import Controllers
-from diskferry.control.errors import NotFoundError
 from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
-from diskferry.control.resources.core import EVENTS
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
 from diskferry.control.volumes import block_unavailable
 
 MiB = 1 << 20
-
-
-class Daemon:
-    """The store and the controllers over one data directory, as `diskferry serve` runs them."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.objects = ObjectService(data_dir / "state.db", REGISTRY)
-        self.controllers = Controllers(data_dir, self.objects, workers=2, resync=5)
-        self.controllers.start()
-
-    def stop(self) -> None:
-        self.controllers.stop()
-        self.objects.close()
-
-    def apply(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        info = REGISTRY.by_kind(kind)
-        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
-        return self.objects.create(info, "default", body)[0]
-
-    def get(self, kind: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.objects.get(REGISTRY.by_kind(kind), "default", name)
-        except NotFoundError:
-            return None
-
-    def wait_phase(self, kind: str, name: str, *phases: str, timeout: float = 120) -> dict:
-        """The object once its phase is one of `phases`."""
-        return wait_until(
-            lambda: (
-                (o := self.get(kind, name)) and o.get("status", {}).get("phase") in phases and o
-            ),
-            timeout,
-        )
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [
-            e
-            for e in self.objects.list(EVENTS, "default").items
-            if e["involvedObject"]["name"] == name
-        ]
-
-    def claim(self, obj: dict[str, Any]) -> Path:
-        status = obj["status"]
-        name = status["target"]["persistentVolumeClaimName"]
-        return self.data_dir / "volumes" / status["storageClassName"] / "default" / f"{name}.img"
 
 
 @pytest.fixture
@@ -81,24 +33,20 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     running.stop()
 
 
-def _http(url: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "HTTP", "http": {"url": url, **extra}}
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _workers_of(data_dir: Path) -> list[str]:
-    """Processes whose command line names the data directory's jobs."""
+    """Processes working in a job directory of `data_dir`."""
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                cmdline = Path(f"/proc/{pid}/cwd").resolve()
+                cwd = Path(f"/proc/{pid}/cwd").resolve()
             except OSError:
                 continue
-            if str(data_dir / "jobs") in str(cmdline):
+            if str(data_dir / "jobs") in str(cwd):
                 found.append(pid)
     return found
 
@@ -165,8 +113,9 @@ def test_progress_and_speed_are_copied_into_status(daemon, faulty, tmp_path) -> 
     ],
 )
 def test_a_failed_import_is_failed_with_reason_message_and_event(
-    daemon, nginx, images, tmp_path, case, reason, words
+    daemon, nginx, images, tmp_path, case, reason, words, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="diskferry.control")
     spec: dict[str, Any] = {}
     if case == "missing":
         spec["dataSource"] = _http(f"{nginx.url}/no-such.img")
@@ -209,6 +158,13 @@ def test_a_failed_import_is_failed_with_reason_message_and_event(
     job = f"vd-{disk['metadata']['uid']}"
     kept = daemon.data_dir / "jobs" / "failed" / job
     wait_until(kept.exists)
+    # the worker's log went into the daemon's, tagged with the disk
+    tagged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith(f"VirtualDisk default/{case}: ")
+    ]
+    assert any("ERROR" in line for line in tagged), tagged
     assert not daemon.claim(disk).exists()
     daemon.objects.delete(VIRTUAL_DISKS, "default", case)
     wait_until(lambda: daemon.get("VirtualDisk", case) is None)

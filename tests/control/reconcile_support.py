@@ -1,0 +1,66 @@
+"""The reconcile tests' daemon: the store and the controllers over one data directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from control_support import wait_until
+
+from diskferry.control.controllers import Controllers
+from diskferry.control.errors import NotFoundError
+from diskferry.control.model import API_VERSION
+from diskferry.control.objects import ObjectService
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.core import EVENTS
+
+
+class Daemon:
+    """The store and the controllers over one data directory, as `diskferry serve` runs them."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.objects = ObjectService(data_dir / "state.db", REGISTRY)
+        self.controllers = Controllers(data_dir, self.objects, workers=2, resync=5)
+        self.controllers.start()
+
+    def stop(self) -> None:
+        self.controllers.stop()
+        self.objects.close()
+
+    def apply(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        info = REGISTRY.by_kind(kind)
+        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+        return self.objects.create(info, "default", body)[0]
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.objects.get(REGISTRY.by_kind(kind), "default", name)
+        except NotFoundError:
+            return None
+
+    def wait_phase(self, kind: str, name: str, *phases: str, timeout: float = 120) -> dict:
+        """The object once its phase is one of `phases`."""
+        return wait_until(
+            lambda: (
+                (o := self.get(kind, name)) and o.get("status", {}).get("phase") in phases and o
+            ),
+            timeout,
+        )
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.objects.list(EVENTS, "default").items
+            if e["involvedObject"]["name"] == name
+        ]
+
+    def claim(self, obj: dict[str, Any]) -> Path:
+        status = obj["status"]
+        name = status["target"]["persistentVolumeClaimName"]
+        return self.data_dir / "volumes" / status["storageClassName"] / "default" / f"{name}.img"
+
+
+def http_source(url: str, **extra: Any) -> dict[str, Any]:
+    """An HTTP data source."""
+    return {"type": "HTTP", "http": {"url": url, **extra}}

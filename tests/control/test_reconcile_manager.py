@@ -1,0 +1,192 @@
+"""The manager over the real store: watches queue objects and their owners, one reconcile of a
+key at a time, errors shown as a condition and an Event and retried, requeue-after, resync,
+and a stop that waits for the reconciles under way."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from control_support import wait_until
+from store_support import WIDGETS, Widget, make_service, widget
+
+from diskferry.control.objects import ObjectService
+from diskferry.control.resources.core import EVENTS
+from diskferry.control.runtime.client import EmbeddedClient
+from diskferry.control.runtime.manager import Manager, ObjectKey
+from diskferry.control.runtime.reconciler import Result
+
+
+class Widgets:
+    """A reconciler of widgets that counts its calls and does what the test tells it."""
+
+    info = WIDGETS
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.failures: dict[str, int] = {}
+        self.requeues: dict[str, int] = {}
+        self.pause = 0.0
+        self.active: Counter[str] = Counter()
+        self.overlapped: list[str] = []
+        self.finished: list[str] = []
+        self._lock = threading.Lock()
+
+    def reconcile(self, obj: Widget) -> Result:
+        name = obj.metadata.name or ""
+        with self._lock:
+            self.calls[name] += 1
+            self.active[name] += 1
+            if self.active[name] > 1:
+                self.overlapped.append(name)
+        try:
+            time.sleep(self.pause)
+            if self.failures.get(name, 0) > 0:
+                self.failures[name] -= 1
+                raise RuntimeError(f"{name} is broken\nsecond line")
+            if self.requeues.get(name, 0) > 0:
+                self.requeues[name] -= 1
+                return Result.requeue(0.01)
+            return Result.done()
+        finally:
+            with self._lock:
+                self.active[name] -= 1
+                self.finished.append(name)
+
+
+@pytest.fixture
+def objects(tmp_path: Path) -> Iterator[ObjectService]:
+    service = make_service(tmp_path)
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def run(objects) -> Iterator:
+    managers: list[Manager] = []
+
+    def start(reconciler: Widgets, **options) -> Manager:
+        client = EmbeddedClient(objects, objects.registry)
+        manager = Manager(objects, client, [reconciler], **options)
+        manager.start()
+        managers.append(manager)
+        return manager
+
+    yield start
+    for manager in managers:
+        manager.stop()
+
+
+def _create(objects: ObjectService, name: str, **meta) -> dict:
+    return objects.create(WIDGETS, "default", widget(name, **meta))[0]
+
+
+def test_objects_there_at_start_and_created_later_are_reconciled(objects, run) -> None:
+    _create(objects, "before")
+    widgets = Widgets()
+    run(widgets)
+    wait_until(lambda: widgets.calls["before"] >= 1)
+    _create(objects, "after")
+    wait_until(lambda: widgets.calls["after"] >= 1)
+
+
+def test_an_error_is_a_condition_and_an_event_and_is_retried(objects, run) -> None:
+    widgets = Widgets()
+    widgets.failures["w"] = 3
+    run(widgets)
+    _create(objects, "w")
+    wait_until(lambda: widgets.calls["w"] >= 4)  # three failures, then success
+    events = [
+        e for e in objects.list(EVENTS, "default").items if e["involvedObject"]["name"] == "w"
+    ]
+    assert [(e["type"], e["reason"], e["message"]) for e in events] == [
+        ("Warning", "ReconcileError", "RuntimeError: w is broken")
+    ]
+    assert events[0]["count"] == 3
+    condition = wait_until(
+        lambda: next(
+            (
+                c
+                for c in objects.get(WIDGETS, "default", "w")["status"].get("conditions", [])
+                if c["type"] == "Reconciled" and c["status"] == "True"
+            ),
+            None,
+        )
+    )
+    assert condition["reason"] == "Reconciled"
+
+
+def manager_key(name: str) -> ObjectKey:
+    return ObjectKey("Widget", "default", name)
+
+
+def test_a_failing_key_backs_off_while_others_go_on(objects, run) -> None:
+    widgets = Widgets()
+    widgets.failures["bad"] = 1_000_000
+    manager = run(widgets)
+    _create(objects, "bad")
+    wait_until(lambda: manager.queue.backoff.failures(manager_key("bad")) >= 5)
+    _create(objects, "good")
+    wait_until(lambda: widgets.calls["good"] >= 1)
+    # every call failed and was counted into the key's backoff; the good key has none
+    assert manager.queue.backoff.failures(manager_key("bad")) >= widgets.calls["bad"] - 1
+    assert manager.queue.backoff.failures(manager_key("good")) == 0
+    condition = objects.get(WIDGETS, "default", "bad")["status"]["conditions"][0]
+    assert (condition["type"], condition["status"]) == ("Reconciled", "False")
+    assert condition["message"] == "RuntimeError: bad is broken"
+
+
+def test_a_key_is_reconciled_once_at_a_time_however_often_it_changes(objects, run) -> None:
+    widgets = Widgets()
+    widgets.pause = 0.02
+    run(widgets, workers=4)
+    _create(objects, "busy")
+    for n in range(30):
+        objects.patch(WIDGETS, "default", "busy", {"spec": {"size": n + 2}}, "merge")
+    wait_until(lambda: widgets.calls["busy"] >= 2)
+    time.sleep(0.2)
+    assert widgets.overlapped == []
+    assert widgets.calls["busy"] < 31  # changes that came while one ran were folded
+
+
+def test_a_changed_child_queues_its_owner(objects, run) -> None:
+    widgets = Widgets()
+    run(widgets)
+    parent = _create(objects, "parent")
+    owner = {
+        "apiVersion": parent["apiVersion"],
+        "kind": "Widget",
+        "name": "parent",
+        "uid": parent["metadata"]["uid"],
+    }
+    wait_until(lambda: widgets.calls["parent"] >= 1)
+    before = widgets.calls["parent"]
+    _create(objects, "child", ownerReferences=[owner])
+    wait_until(lambda: widgets.calls["parent"] > before)
+
+
+def test_requeue_after_and_resync_reconcile_again_without_a_change(objects, run) -> None:
+    widgets = Widgets()
+    widgets.requeues["again"] = 3
+    run(widgets, resync=0.3)
+    _create(objects, "again")
+    wait_until(lambda: widgets.calls["again"] >= 4)  # the requeues
+    settled = widgets.calls["again"]
+    wait_until(lambda: widgets.calls["again"] > settled)  # a resync
+
+
+def test_stop_waits_for_the_reconcile_under_way(objects, run) -> None:
+    widgets = Widgets()
+    widgets.pause = 0.5
+    manager = run(widgets)
+    _create(objects, "slow")
+    wait_until(lambda: widgets.calls["slow"] >= 1)
+    manager.stop()
+    assert widgets.finished == ["slow"]
+    _create(objects, "late")
+    time.sleep(0.2)
+    assert widgets.calls["late"] == 0

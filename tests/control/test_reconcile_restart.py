@@ -1,0 +1,77 @@
+"""A daemon killed mid-import loses nothing: started again, it re-attaches to the worker, which
+finishes without downloading its source again, and takes up what was applied meanwhile."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from control_support import wait_until
+from reconcile_support import Daemon
+from reconcile_support import http_source as _http
+
+from diskferry.control.model import API_VERSION
+from diskferry.control.objects import ObjectService
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
+
+MiB = 1 << 20
+_DAEMON = """
+import sys, time
+from pathlib import Path
+from diskferry.control.controllers import Controllers
+from diskferry.control.objects import ObjectService
+from diskferry.control.resources import REGISTRY
+data = Path(sys.argv[1])
+Controllers(data, ObjectService(data / "state.db", REGISTRY)).start()
+print("serving", flush=True)
+time.sleep(600)
+"""
+
+
+def _disk(name: str, url: str) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "VirtualDisk",
+        "metadata": {"name": name},
+        "spec": {"dataSource": _http(url)},
+    }
+
+
+def test_a_killed_daemon_started_again_finishes_the_import(faulty, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    source = tmp_path / "slow.raw"
+    source.write_bytes(os.urandom(8 * MiB))
+    url = faulty.add("slow.raw", source, piece=128 * 1024, trickle=0.05)
+    quick = tmp_path / "quick.raw"
+    quick.write_bytes(os.urandom(MiB))
+    quick_url = faulty.add("quick.raw", quick)
+
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", _DAEMON, str(data_dir)], stdout=subprocess.PIPE, text=True
+    )
+    assert daemon.stdout.readline().strip() == "serving"
+    objects = ObjectService(data_dir / "state.db", REGISTRY)
+    objects.create(VIRTUAL_DISKS, "default", _disk("vd", url))
+    wait_until(
+        lambda: objects.get(VIRTUAL_DISKS, "default", "vd")["status"].get("phase") == "Provisioning"
+    )
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait()
+    objects.create(VIRTUAL_DISKS, "default", _disk("meanwhile", quick_url))
+    objects.close()
+
+    again = Daemon(data_dir)
+    try:
+        disk = again.wait_phase("VirtualDisk", "vd", "Ready", "Failed")
+        assert disk["status"]["phase"] == "Ready", disk["status"]
+        assert again.claim(disk).read_bytes() == source.read_bytes()
+        assert len(faulty.seen("slow.raw")) == 1  # downloaded once, by the same worker
+        other = again.wait_phase("VirtualDisk", "meanwhile", "Ready", "Failed")
+        assert again.claim(other).read_bytes() == quick.read_bytes()
+    finally:
+        again.stop()
