@@ -323,3 +323,44 @@ def test_a_missing_storage_class_keeps_the_disk_pending(daemon) -> None:
     )
     assert disk["status"]["phase"] == "Pending"
     assert "nowhere" in disk["status"]["conditions"][0]["message"]
+
+
+def test_a_snapshot_of_a_block_disk_and_a_file_disk_from_it(daemon, nginx, images) -> None:
+    why = block_unavailable()
+    if why:
+        pytest.skip(why)
+    url = nginx.publish(images.get("qcow2"), "snap-block.qcow2")
+    spec = {
+        "persistentVolumeClaim": {"size": "36Mi", "storageClassName": "local-block"},
+        "dataSource": _http(url),
+    }
+    daemon.apply("VirtualDisk", "blk", spec)
+    assert daemon.wait_phase("VirtualDisk", "blk", "Ready", "Failed")["status"]["phase"] == "Ready"
+    daemon.objects.create(
+        VIRTUAL_DISK_SNAPSHOTS,
+        "default",
+        {
+            "apiVersion": API_VERSION,
+            "kind": "VirtualDiskSnapshot",
+            "metadata": {"name": "blk-snap"},
+            "spec": {"virtualDiskName": "blk"},
+        },
+    )
+    snap = daemon.wait_phase("VirtualDiskSnapshot", "blk-snap", "Ready", "Failed")
+    assert snap["status"]["phase"] == "Ready", snap["status"]
+    ref = {"kind": "VirtualDiskSnapshot", "name": "blk-snap"}
+    daemon.apply("VirtualDisk", "blk-copy", {"dataSource": {"type": "ObjectRef", "objectRef": ref}})
+    copy = daemon.wait_phase("VirtualDisk", "blk-copy", "Ready", "Failed")
+    assert copy["status"]["phase"] == "Ready", copy["status"]
+    assert (copy["status"]["storageClassName"], copy["status"]["capacity"]) == ("local", "36Mi")
+    assert images.same(daemon.claim(copy), images.reference)
+    for kind, info, name in (
+        ("VirtualDisk", VIRTUAL_DISKS, "blk-copy"),
+        ("VirtualDiskSnapshot", VIRTUAL_DISK_SNAPSHOTS, "blk-snap"),
+        ("VirtualDisk", VIRTUAL_DISKS, "blk"),
+    ):
+        daemon.objects.delete(info, "default", name)
+        wait_until(lambda kind=kind, name=name: daemon.get(kind, name) is None)
+    assert list((daemon.data_dir / "volumes").rglob("*.img*")) == []
+    out = subprocess.run(["losetup", "--list", "--noheadings"], capture_output=True, text=True)
+    assert str(daemon.data_dir) not in out.stdout

@@ -75,6 +75,10 @@ class Imports:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
+    def started(self, job_id: str) -> bool:
+        """Whether the job was started and not purged yet."""
+        return self.runner.state(job_id) is not None
+
     def step(self, job_id: str, claim: Claim, source: Source, size: int | None) -> Outcome:
         """Start the job if it was not, else tell how it is going."""
         state = self.runner.state(job_id)

@@ -104,7 +104,8 @@ class VirtualDiskSnapshotReconciler:
         size = source.size()
         claim = self.volumes.claim(volume_class, obj.metadata.namespace, self.claim_name(obj), size)
         job_id = self.job_id(obj)
-        if not claim.block and (claim.ready or reflink(str(source.file), claim, job_id)):
+        cloned = not claim.block and not self.imports.started(job_id)
+        if cloned and (claim.ready or reflink(str(source.file), claim, job_id)):
             return self._ready(obj, disk)
         outcome = self.imports.step(job_id, claim, Source(str(source.file), size=size), size)
         if outcome.running:
