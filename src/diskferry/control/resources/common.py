@@ -7,7 +7,14 @@ import binascii
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from diskferry.control import duration, quantity
@@ -149,8 +156,35 @@ SUB_OBJECTS = {
 }
 
 
+def _data_source_rules(schema: dict[str, Any]) -> None:
+    """The rule of `DataSource._one_matching` in the schema: offline (anyOf) and as CEL."""
+    sub_objects = list(SUB_OBJECTS.values())
+    schema["anyOf"] = [
+        {
+            "properties": {"type": {"enum": [kind.value]}},
+            **({"required": [wanted]} if wanted else {}),
+        }
+        for kind in DataSourceType
+        for wanted in [SUB_OBJECTS.get(kind)]
+    ]
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": f"self.type == '{kind}' ? "
+            + " && ".join(
+                f"has(self.{name})" if name == wanted else f"!has(self.{name})"
+                for name in sub_objects
+            )
+            + " : true",
+            "message": f"type {kind} requires {wanted} and cannot have the other sources",
+        }
+        for kind, wanted in SUB_OBJECTS.items()
+    ]
+
+
 class DataSource(ApiModel):
     """Where the data comes from: `type` and the one sub-object of that type."""
+
+    model_config = ConfigDict(json_schema_extra=_data_source_rules)
 
     type: DataSourceType
     http: DataSourceHTTP | None = None
