@@ -14,9 +14,7 @@ Kinds = Annotated[
 
 def crds_command(kinds: Kinds = None) -> None:
     """Print the CRDs (apiextensions.k8s.io/v1) for `kubectl apply -f -` on a cluster."""
-    import yaml
-
-    from diskferry.control.crd import crd, crds
+    from diskferry.control.crd import crd, crds, crds_yaml
     from diskferry.control.errors import NotFoundError
     from diskferry.control.model import GROUP
     from diskferry.control.resources import REGISTRY
@@ -32,7 +30,7 @@ def crds_command(kinds: Kinds = None) -> None:
         if outside:
             raise typer.BadParameter(f"{', '.join(outside)} is built in, not a custom resource")
         documents = [crd(info) for info in infos]
-    print(yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True), end="")
+    print(crds_yaml(documents), end="")
 
 
 def register(app: typer.Typer) -> None:

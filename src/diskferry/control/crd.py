@@ -7,18 +7,17 @@ from typing import Any
 
 import yaml
 
-from diskferry.control.kinds import KindInfo, Registry
+from diskferry.control.kinds import Column, KindInfo, Registry
 from diskferry.control.model import GROUP
 
-DROPPED = ("title", "$defs", "discriminator")
-TOP_LEVEL = {
+Schema = dict[str, Any]
+
+DROPPED = ("title", "$defs")
+TOP_LEVEL: Schema = {
     "apiVersion": {"type": "string", "description": "The versioned schema of this object."},
     "kind": {"type": "string", "description": "The kind of this object."},
     "metadata": {"type": "object"},
 }
-
-
-Schema = dict[str, Any]
 
 
 def _children(node: Schema, change: Callable[[Schema], Schema]) -> Schema:
@@ -73,18 +72,22 @@ def _structural(node: Schema) -> Schema:
     return _children(node, _structural)
 
 
-def openapi_schema(info: KindInfo) -> dict[str, Any]:
-    """The OpenAPI v3 structural schema of `info`'s objects, as a CRD's `openAPIV3Schema`."""
+def openapi_schema(info: KindInfo) -> Schema:
+    """The OpenAPI v3 structural schema of `info`'s objects, as a CRD's `openAPIV3Schema`.
+
+    `metadata` is `{type: object}`, as in every CRD: the API server knows ObjectMeta itself.
+    """
     schema = info.model.model_json_schema(by_alias=True, mode="validation")
     out = _structural(_inline(schema, schema.get("$defs", {})))
-    out["properties"] = {**out["properties"], **TOP_LEVEL}
+    own = {name: value for name, value in out["properties"].items() if name not in TOP_LEVEL}
+    out["properties"] = {**TOP_LEVEL, **own}
     out["required"] = [name for name in out.get("required", []) if name not in TOP_LEVEL]
     if not out["required"]:
         out.pop("required")
     return out
 
 
-def _column(column: Any) -> dict[str, Any]:
+def _column(column: Column) -> dict[str, Any]:
     out: dict[str, Any] = {"name": column.name, "type": column.type, "jsonPath": column.json_path}
     if column.priority:
         out["priority"] = column.priority
@@ -93,7 +96,7 @@ def _column(column: Any) -> dict[str, Any]:
     return out
 
 
-def crd(info: KindInfo) -> dict[str, Any]:
+def crd(info: KindInfo) -> Schema:
     """The CustomResourceDefinition (apiextensions.k8s.io/v1) of `info`'s kind."""
     names: dict[str, Any] = {
         "kind": info.kind,
@@ -132,6 +135,6 @@ def crds(registry: Registry, group: str = GROUP) -> list[dict[str, Any]]:
     return [crd(info) for info in registry.kinds if info.group == group]
 
 
-def crds_yaml(registry: Registry, group: str = GROUP) -> str:
-    """The CRDs of `group`'s kinds as one multi-document YAML text."""
-    return yaml.safe_dump_all(crds(registry, group), sort_keys=False, explicit_start=True)
+def crds_yaml(documents: list[dict[str, Any]]) -> str:
+    """CRDs as one multi-document YAML text, each field in the order Kubernetes writes it."""
+    return yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True)

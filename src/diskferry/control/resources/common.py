@@ -158,27 +158,23 @@ SUB_OBJECTS = {
 
 def _data_source_rules(schema: dict[str, Any]) -> None:
     """The rule of `DataSource._one_matching` in the schema: offline (anyOf) and as CEL."""
-    sub_objects = list(SUB_OBJECTS.values())
-    schema["anyOf"] = [
-        {
-            "properties": {"type": {"enum": [kind.value]}},
-            **({"required": [wanted]} if wanted else {}),
-        }
-        for kind in DataSourceType
-        for wanted in [SUB_OBJECTS.get(kind)]
-    ]
-    schema["x-kubernetes-validations"] = [
-        {
-            "rule": f"self.type == '{kind}' ? "
-            + " && ".join(
-                f"has(self.{name})" if name == wanted else f"!has(self.{name})"
-                for name in sub_objects
-            )
-            + " : true",
-            "message": f"type {kind} requires {wanted} and cannot have the other sources",
-        }
-        for kind, wanted in SUB_OBJECTS.items()
-    ]
+    branches = []
+    for kind in DataSourceType:
+        branch: dict[str, Any] = {"properties": {"type": {"enum": [kind.value]}}}
+        if kind in SUB_OBJECTS:
+            branch["required"] = [SUB_OBJECTS[kind]]
+        branches.append(branch)
+    schema["anyOf"] = branches
+    rules = []
+    for kind, wanted in SUB_OBJECTS.items():
+        has = [f"{'' if name == wanted else '!'}has(self.{name})" for name in SUB_OBJECTS.values()]
+        rules.append(
+            {
+                "rule": f"self.type == '{kind}' ? {' && '.join(has)} : true",
+                "message": f"type {kind} requires {wanted} and cannot have the other sources",
+            }
+        )
+    schema["x-kubernetes-validations"] = rules
 
 
 class DataSource(ApiModel):
