@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from diskferry.control import duration, quantity
 from diskferry.control.model import API_VERSION, ApiModel
+from diskferry.disk.errors import DiskferryError
 
 IMAGE_STORE_AVAILABLE = False
 """Whether the image registry and the upload server exist; until then `not_available` refuses."""
@@ -25,23 +34,20 @@ def invalid(message: str) -> PydanticCustomError:
 def not_available(what: str, instead: str) -> None:
     """Refuse `what`, which needs the image store, while that store does not exist."""
     if not IMAGE_STORE_AVAILABLE:
-        raise invalid(f"{what} is not available yet: diskferry has no image store yet; {instead}")
+        raise invalid(f"{what} is not available yet (diskferry has no image store); {instead}")
 
 
-def _quantity(value: Any) -> str:
-    try:
-        quantity.parse_quantity(value)
-    except quantity.QuantityError as e:
-        raise invalid(e.message) from None
-    return str(value)
+def _kept_as_text(parse: Callable[[Any], object]) -> Callable[[Any], str]:
+    """A validator that keeps, as text, a value `parse` accepts, and gives `parse`'s error."""
 
+    def check(value: Any) -> str:
+        try:
+            parse(value)
+        except DiskferryError as e:
+            raise invalid(e.message) from None
+        return str(value)
 
-def _duration(value: str) -> str:
-    try:
-        duration.parse_duration(value)
-    except duration.DurationError as e:
-        raise invalid(e.message) from None
-    return value
+    return check
 
 
 def _base64(value: str) -> str:
@@ -54,7 +60,7 @@ def _base64(value: str) -> str:
 
 Quantity = Annotated[
     str,
-    BeforeValidator(_quantity),
+    BeforeValidator(_kept_as_text(quantity.parse_quantity)),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -65,7 +71,9 @@ Quantity = Annotated[
 ]
 """A quantity of bytes ("64Mi", "1G", 100), kept as given; `quantity.parse_quantity` reads it."""
 
-Duration = Annotated[str, AfterValidator(_duration), WithJsonSchema({"type": "string"})]
+Duration = Annotated[
+    str, AfterValidator(_kept_as_text(duration.parse_duration)), WithJsonSchema({"type": "string"})
+]
 """A duration as Go writes it ("2h", "1h30m0s"); `duration.parse_duration` reads it."""
 
 Base64 = Annotated[
@@ -149,8 +157,31 @@ SUB_OBJECTS = {
 }
 
 
+def _data_source_rules(schema: dict[str, Any]) -> None:
+    """The rule of `DataSource._one_matching` in the schema: offline (anyOf) and as CEL."""
+    branches = []
+    for kind in DataSourceType:
+        branch: dict[str, Any] = {"properties": {"type": {"enum": [kind.value]}}}
+        if kind in SUB_OBJECTS:
+            branch["required"] = [SUB_OBJECTS[kind]]
+        branches.append(branch)
+    schema["anyOf"] = branches
+    rules = []
+    for kind, wanted in SUB_OBJECTS.items():
+        has = [f"{'' if name == wanted else '!'}has(self.{name})" for name in SUB_OBJECTS.values()]
+        rules.append(
+            {
+                "rule": f"self.type == '{kind}' ? {' && '.join(has)} : true",
+                "message": f"type {kind} requires {wanted} and cannot have the other sources",
+            }
+        )
+    schema["x-kubernetes-validations"] = rules
+
+
 class DataSource(ApiModel):
     """Where the data comes from: `type` and the one sub-object of that type."""
+
+    model_config = ConfigDict(json_schema_extra=_data_source_rules)
 
     type: DataSourceType
     http: DataSourceHTTP | None = None
