@@ -125,7 +125,8 @@ class ObjectService:
         self._kinds = {kind_key(info): info for info in registry.kinds}
         with self._writing(dry_run=False) as tx:
             if tx.get(kind_key(NAMESPACES), "", DEFAULT_NAMESPACE) is None:
-                self._insert(tx, NAMESPACES, None, {"metadata": {"name": DEFAULT_NAMESPACE}})
+                body = self._body(NAMESPACES, {"metadata": {"name": DEFAULT_NAMESPACE}})
+                self._insert(tx, NAMESPACES, None, body)
         with self.db.read() as tx:
             self.feed.published(tx.current_rv())
 
@@ -267,7 +268,6 @@ class ObjectService:
         body: Obj,
         field_validation: FieldValidation = "Strict",
     ) -> tuple[Obj, list[str]]:
-        body = self._body(info, body)
         meta = body["metadata"]
         if meta.get("resourceVersion"):
             raise BadRequestError("resourceVersion should not be set on objects to be created")
@@ -697,7 +697,7 @@ class ObjectService:
                     "source": {"component": component},
                     "reportingComponent": component,
                 }
-                return self._insert(tx, EVENTS, namespace, body)[0]
+                return self._insert(tx, EVENTS, namespace, self._body(EVENTS, body))[0]
             bumped = copy.deepcopy(existing)
             bumped["count"] = int(existing.get("count") or 1) + 1
             bumped["lastTimestamp"] = now

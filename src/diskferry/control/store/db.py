@@ -180,7 +180,10 @@ class Tx:
             "SELECT data FROM objects WHERE kind = ? AND namespace = ? AND name = ?", key
         ).fetchone()
         self.conn.execute("UPDATE counters SET value = ? WHERE name = 'rv'", (self.rv,))
-        self.conn.execute("DELETE FROM owners WHERE kind = ? AND namespace = ? AND name = ?", key)
+        if row is not None:
+            self.conn.execute(
+                "DELETE FROM owners WHERE kind = ? AND namespace = ? AND name = ?", key
+            )
         data = _dumps(obj)
         if type_ == "DELETED":
             self.conn.execute(
