@@ -4,6 +4,7 @@ reason, message and an Event; and deletes that leave nothing behind."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import os
@@ -364,3 +365,18 @@ def test_a_snapshot_of_a_block_disk_and_a_file_disk_from_it(daemon, nginx, image
     assert list((daemon.data_dir / "volumes").rglob("*.img*")) == []
     out = subprocess.run(["losetup", "--list", "--noheadings"], capture_output=True, text=True)
     assert str(daemon.data_dir) not in out.stdout
+
+
+def test_a_private_ca_bundle_and_the_worker_log(daemon, faulty_tls, tls, images) -> None:
+    url = faulty_tls.add("tls.raw", images.reference)
+    bundle = base64.b64encode(tls.ca.read_bytes()).decode()
+    daemon.apply("VirtualDisk", "tls", {"dataSource": _http(url, caBundle=bundle)})
+    disk = daemon.wait_phase("VirtualDisk", "tls", "Ready", "Failed")
+    assert disk["status"]["phase"] == "Ready", disk["status"]
+    assert images.same(daemon.claim(disk), images.reference)
+    daemon.apply("VirtualDisk", "untrusted", {"dataSource": _http(url)})
+    failed = daemon.wait_phase("VirtualDisk", "untrusted", "Failed", "Ready")
+    assert failed["status"]["conditions"][0]["reason"] == "TlsVerificationFailed"
+    logged = daemon.controllers.log_tail("VirtualDisk", "default", "untrusted")
+    assert any("ERROR" in line for line in logged), logged
+    assert daemon.controllers.log_tail("VirtualDisk", "default", "nothing") == []

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diskferry.control.objects import ObjectService
+from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
+from diskferry.control.runner.base import LOG_LINES
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager
@@ -39,15 +41,26 @@ class Controllers:
         self.runner = LocalRunner(data_dir)
         self.volumes = Volumes(data_dir)
         parts = (self.client, self.runner, self.volumes)
-        self.reconcilers: list[Reconciler] = [
+        owners: list[ClaimedKind | VirtualDiskSnapshotReconciler] = [
             VirtualDiskReconciler(*parts),
             VirtualImageReconciler(*parts),
             VirtualDiskSnapshotReconciler(*parts),
-            *extra,
         ]
+        self.job_owners = {r.info.kind: r for r in owners}
+        self.reconcilers: list[Reconciler] = [*owners, *extra]
         self.manager = Manager(
             objects, self.client, self.reconcilers, workers=workers, resync=resync
         )
+
+    def log_tail(
+        self, kind: str, namespace: str | None, name: str, lines: int = LOG_LINES
+    ) -> list[str]:
+        """The last lines the object's worker logged ([] when it has no worker's files)."""
+        owner = self.job_owners.get(kind)
+        obj = None if owner is None else self.client.get(owner.info.model, namespace, name)
+        if owner is None or obj is None:
+            return []
+        return self.runner.log_tail(owner.job_id(obj), lines)
 
     def start(self) -> None:
         """Create the default StorageClasses if there are none, and start reconciling."""

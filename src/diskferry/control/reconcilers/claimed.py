@@ -10,6 +10,7 @@ is stopped, its claim and its worker's files removed. A kind gives the few parts
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,7 +57,7 @@ def age(obj: Resource) -> str:
     return format_duration(timedelta(seconds=round((now - created).total_seconds())))
 
 
-class ClaimedKind:
+class ClaimedKind(ABC):
     """Reconciles one kind whose objects are claims filled by an import."""
 
     info: KindInfo
@@ -67,24 +68,22 @@ class ClaimedKind:
         self.volumes = volumes
         self.imports = Imports(runner)
 
-    # the parts a kind gives
+    @abstractmethod
     def storage_class_name(self, obj: Any) -> str | None:
         """The StorageClass the object's claim asks for, None for the default."""
-        raise NotImplementedError
 
+    @abstractmethod
     def size(self, obj: Any) -> int | None:
         """The claim's size in bytes, None when the image decides it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def data_source(self, obj: Any) -> DataSource | None:
         """Where the data comes from, None for a blank claim."""
-        raise NotImplementedError
 
+    @abstractmethod
     def ready_fields(self, obj: Any, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
         """The status fields of the object once its claim is filled."""
-        raise NotImplementedError
 
-    # the rest
     def job_id(self, obj: Resource) -> str:
         """The id of the object's import job."""
         return f"{self.prefix}-{obj.metadata.uid}"
