@@ -86,7 +86,8 @@ def test_progress_and_speed_are_copied_into_status(daemon, faulty, tmp_path) -> 
     source = tmp_path / "slow.raw"
     source.write_bytes(os.urandom(8 * MiB))
     url = faulty.add("slow.raw", source, piece=128 * 1024, trickle=0.05)
-    daemon.apply("VirtualDisk", "slow", {"dataSource": _http(url)})
+    secret_url = url.replace("http://", "http://user:hunter2@") + "?token=hunter2"
+    daemon.apply("VirtualDisk", "slow", {"dataSource": _http(secret_url)})
     seen = wait_until(
         lambda: (
             (o := daemon.get("VirtualDisk", "slow"))
@@ -95,6 +96,7 @@ def test_progress_and_speed_are_copied_into_status(daemon, faulty, tmp_path) -> 
         )
     )
     assert seen["phase"] == "Provisioning"
+    assert seen["conditions"][0]["message"] == f"importing {url.split('?')[0]}"
     assert seen["progress"].endswith("%") and 0 < float(seen["progress"][:-1]) < 100
     speed = seen["downloadSpeed"]
     assert set(speed) == {"avg", "avgBytes", "current", "currentBytes"}
@@ -102,6 +104,8 @@ def test_progress_and_speed_are_copied_into_status(daemon, faulty, tmp_path) -> 
     disk = daemon.wait_phase("VirtualDisk", "slow", "Ready")
     assert daemon.claim(disk).read_bytes() == source.read_bytes()
     assert disk["status"]["capacity"] == "8Mi"
+    said = str(disk["status"]) + str(daemon.events("slow"))
+    assert "hunter2" not in said
 
 
 @pytest.mark.parametrize(

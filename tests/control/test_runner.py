@@ -156,6 +156,11 @@ def test_a_reused_pid_is_not_taken_for_the_worker(tmp_path: Path) -> None:
         again = LocalRunner(tmp_path / "data")
         assert not again.state("job-7").running
         again.cancel("job-7")  # must not signal this process's group
+    # a worker that ended before its start time could be read has none recorded
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    state_file.write_text(json.dumps({**record, "pid": ended.pid, "startTime": None}))
+    assert not LocalRunner(tmp_path / "data").state("job-7").running
 
 
 def test_bad_ids_and_file_names_are_refused(tmp_path: Path) -> None:

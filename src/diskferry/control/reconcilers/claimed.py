@@ -35,6 +35,7 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, VolumeClass, Volumes
 from diskferry.disk.prime import Target
+from diskferry.disk.urls import http_url_for_message
 
 log = logging.getLogger("diskferry.control")
 PENDING = "Pending"
@@ -154,7 +155,9 @@ class ClaimedKind(ABC):
         return self._ended(obj, claim, outcome, source)
 
     def _importing(self, source: Source) -> str:
-        return f"importing {source.location}" if source.uid is None else "copying its source"
+        if source.uid is not None:
+            return "copying its source"
+        return f"importing {http_url_for_message(source.location)}"
 
     def _ended(self, obj: Any, claim: Claim, outcome: Outcome, source: Source) -> Result:
         job_id = self.job_id(obj)

@@ -156,7 +156,8 @@ class LocalRunner:
             return False, code
         same_boot = record.get("bootId") == procstat.boot_id()
         pid, started = record.get("pid"), record.get("startTime")
-        alive = same_boot and isinstance(pid, int) and procstat.is_same(pid, started)
+        known = isinstance(pid, int) and isinstance(started, int)
+        alive = same_boot and known and procstat.is_same(pid, started)
         return alive, record.get("exitCode")
 
     def state(self, job_id: str) -> JobState | None:
