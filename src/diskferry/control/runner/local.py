@@ -107,7 +107,8 @@ class LocalRunner:
             _write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
             self._children[job_id] = self._spawn(directory, module)
             child = self._children[job_id]
-            started = procstat.start_time(child.pid)
+            stat = procstat.read(child.pid)  # a zombie's too: the child is not reaped yet
+            started = stat.start_time if stat else None
             self._save(
                 directory,
                 {
