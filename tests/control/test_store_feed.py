@@ -213,3 +213,28 @@ def test_the_scaled_down_benchmark_selects_and_follows_every_update(tmp_path: Pa
     assert results["paged"] == 2000
     assert results["seen"] == 1500
     assert results["in_order"] is True
+
+
+def test_writers_on_many_threads_each_get_their_own_resource_version(
+    service: ObjectService,
+) -> None:
+    rv = service.resource_version()
+    watch = service.watch(SECRETS, None, resource_version=rv)
+
+    def writer(t: int) -> None:
+        for n in range(40):
+            service.create(SECRETS, "default", {"metadata": {"name": f"t{t}-{n}"}})
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    seen: list[dict] = []
+    while len(seen) < 160:
+        events = watch.next(timeout=30)
+        assert events
+        seen.extend(e.object for e in events)
+    for thread in threads:
+        thread.join()
+    versions = [int(o["metadata"]["resourceVersion"]) for o in seen]
+    assert versions == list(range(int(rv) + 1, int(rv) + 161))
+    assert len(service.list(SECRETS, "default").items) == 160

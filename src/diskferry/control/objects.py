@@ -81,6 +81,10 @@ def _conflict(info: KindInfo, name: str, why: str) -> ConflictError:
     )
 
 
+def _is_namespace(info: KindInfo) -> bool:
+    return kind_key(info) == kind_key(NAMESPACES)
+
+
 def _spec(obj: Obj) -> Obj:
     """What a generation counts: all but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
@@ -483,7 +487,7 @@ class ObjectService:
                     f"Precondition failed: ResourceVersion in precondition: {rv_precondition},"
                     f" ResourceVersion in object meta: {meta['resourceVersion']}",
                 )
-            if info.kind == NAMESPACES.kind and name in PROTECTED_NAMESPACES:
+            if _is_namespace(info) and name in PROTECTED_NAMESPACES:
                 raise ForbiddenError(
                     f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                     kind="namespaces",
@@ -501,7 +505,7 @@ class ObjectService:
         dependents = tx.dependents(meta["uid"])
         if propagation == "Foreground" and dependents and FOREGROUND not in finalizers:
             finalizers.append(FOREGROUND)
-        is_namespace = info.kind == NAMESPACES.kind and not info.group
+        is_namespace = _is_namespace(info)
         if not finalizers and not is_namespace:
             return self._remove(tx, info, obj)
         marked = copy.deepcopy(obj)
@@ -516,6 +520,7 @@ class ObjectService:
             self._empty_namespace(tx, meta["name"])
         elif propagation == "Foreground":
             self._delete_dependents(tx, meta["uid"], "Foreground")
+            self._owner_progress(tx, meta["uid"])
         return (
             tx.get(kind_key(info), marked["metadata"].get("namespace", ""), meta["name"]) or marked
         )
@@ -542,11 +547,7 @@ class ObjectService:
     def _finish(self, tx: Tx, info: KindInfo, obj: Obj) -> Obj:
         """An object being deleted whose last finalizer went: remove it, or keep a namespace
         that still holds objects."""
-        if (
-            info.kind == NAMESPACES.kind
-            and not info.group
-            and tx.in_namespace(obj["metadata"]["name"])
-        ):
+        if _is_namespace(info) and tx.in_namespace(obj["metadata"]["name"]):
             return tx.write(kind_key(info), obj, "MODIFIED")
         return self._remove(tx, info, obj)
 
@@ -568,9 +569,9 @@ class ObjectService:
                 continue
             refs = obj["metadata"].get("ownerReferences", [])
             others = [r for r in refs if r["uid"] != owner_uid and tx.by_uid(r["uid"]) is not None]
-            if others and tx.by_uid(owner_uid) is None:
+            if others:
                 self._drop_owner(tx, info, obj, owner_uid)
-            elif not others:
+            else:
                 self._delete(tx, info, obj, propagation)
 
     def _orphan(self, tx: Tx, owner_uid: str) -> None:
