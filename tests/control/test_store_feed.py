@@ -174,6 +174,15 @@ def test_an_expired_continue_token_is_gone(tmp_path: Path) -> None:
     service.close()
 
 
+def test_a_limit_of_zero_or_less_lists_everything(service: ObjectService) -> None:
+    for n in range(3):
+        service.create(WIDGETS, "default", widget(f"w{n}"))
+    for limit in (0, -1):
+        page = service.list(WIDGETS, None, limit=limit)
+        assert len(page.items) == 3
+        assert page.continue_token is None
+
+
 def test_a_bad_continue_token(service: ObjectService) -> None:
     with pytest.raises(BadRequestError):
         service.list(WIDGETS, None, continue_token="not-a-token")

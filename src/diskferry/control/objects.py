@@ -12,10 +12,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.clock import Clock
+from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -35,6 +36,7 @@ from diskferry.control.store.selectors import matcher, parse_fields, parse_label
 from diskferry.control.validation import FieldValidation, validate
 
 DEFAULT_NAMESPACE = "default"
+EVENT_TTL = 3600.0
 PROTECTED_NAMESPACES = (DEFAULT_NAMESPACE,)
 SERVER_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion")
 EMPTY_OMITTED = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -185,6 +187,7 @@ class ObjectService:
         """
         match = matcher(parse_labels(label_selector), parse_fields(field_selector, info))
         scope = namespace if info.namespaced and namespace else None
+        limit = limit if limit and limit > 0 else None
         after: Key | None = None
         with self.db.read() as tx:
             if continue_token:
@@ -704,3 +707,14 @@ class ObjectService:
             bumped["lastTimestamp"] = now
             bumped["involvedObject"] = {k: v for k, v in reference.items() if v is not None}
             return tx.write(kind_key(EVENTS), bumped, "MODIFIED")
+
+    def expire_events(self, ttl: float = EVENT_TTL) -> int:
+        """Delete the Events last seen more than `ttl` seconds ago, as Kubernetes does after an
+        hour; returns how many went."""
+        cutoff = rfc3339(self.clock.now() - timedelta(seconds=ttl))
+        with self._writing(dry_run=False) as tx:
+            rows = tx.rows_at(kind_key(EVENTS), None, None, tx.current_rv())
+            old = [obj for _, obj in rows if (obj.get("lastTimestamp") or "") < cutoff]
+            for obj in old:
+                self._remove(tx, EVENTS, obj)
+        return len(old)
