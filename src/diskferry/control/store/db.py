@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS objects (
     PRIMARY KEY (kind, namespace, name)
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS objects_uid ON objects (uid);
-CREATE INDEX IF NOT EXISTS objects_namespace ON objects (namespace);
+CREATE INDEX IF NOT EXISTS objects_namespace ON objects (namespace, kind, name);
 CREATE TABLE IF NOT EXISTS owners (
     owner_uid TEXT NOT NULL, kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     PRIMARY KEY (owner_uid, kind, namespace, name)
@@ -219,7 +219,10 @@ def _where(kind: str, namespace: str | None, after: Key | None) -> tuple[str, li
     if namespace is not None:
         where += " AND namespace = ?"
         args.append(namespace)
-    if after is not None:
+    if after is not None and after[0] == namespace:
+        where += " AND name > ?"
+        args.append(after[1])
+    elif after is not None:
         where += " AND (namespace, name) > (?, ?)"
         args.extend(after)
     return where, args
