@@ -214,6 +214,8 @@ def test_a_disk_from_an_image_and_a_disk_from_its_snapshot(daemon, nginx, images
     disk = daemon.wait_phase("VirtualDisk", "from-image", "Ready", "Failed")
     assert disk["status"]["phase"] == "Ready", disk["status"]
     assert disk["status"]["sourceUID"] == image["metadata"]["uid"]
+    took = disk["status"]["stats"]["creationDuration"]
+    assert took["waitingForDependencies"].endswith("s") and took["totalProvisioning"].endswith("s")
     assert disk["status"]["capacity"] == "40Mi"
     assert images.same(daemon.claim(disk), images.reference)
 

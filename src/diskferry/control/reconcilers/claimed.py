@@ -41,6 +41,7 @@ log = logging.getLogger("diskferry.control")
 PENDING = "Pending"
 PROVISIONING = "Provisioning"
 PVC_LOST = "PVCLost"
+WAITING_FOR_SOURCE = "WaitingForDataSource"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
 
@@ -85,6 +86,16 @@ class ClaimedKind(ABC):
     def ready_fields(self, obj: Any, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
         """The status fields of the object once its claim is filled."""
 
+    def waited_fields(self, obj: Any) -> dict[str, Any]:
+        """The status fields that say how long the object waited for its source."""
+        return {}
+
+    def _waited(self, obj: Resource) -> bool:
+        """Whether the object was waiting for its data source until now."""
+        status = status_of(obj)
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == READY), {})
+        return status.get("phase") == PENDING and ready.get("reason") == WAITING_FOR_SOURCE
+
     def job_id(self, obj: Resource) -> str:
         """The id of the object's import job."""
         return f"{self.prefix}-{obj.metadata.uid}"
@@ -122,7 +133,7 @@ class ClaimedKind(ABC):
         if data_source is not None:
             found = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
             if isinstance(found, Waiting):
-                transition(self.client, obj, PENDING, "WaitingForDataSource", found.message)
+                transition(self.client, obj, PENDING, WAITING_FOR_SOURCE, found.message)
                 return Result.requeue(WAIT_SECONDS)
             source = found
         return self._provision(obj, volume_class, source)
@@ -145,9 +156,12 @@ class ClaimedKind(ABC):
             assert size is not None
             self._blank(claim, size, self.job_id(obj))
             return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
+        waited = self._waited(obj)
         outcome = self.imports.step(self.job_id(obj), claim, source, size)
         if outcome.running:
             fields = {**where, **(outcome.fields or {})}
+            if waited:
+                fields.update(self.waited_fields(obj))
             transition(
                 self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields
             )

@@ -30,6 +30,10 @@ class VirtualDiskReconciler(ClaimedKind):
         """The disk's source, None for a blank disk."""
         return obj.spec.data_source
 
+    def waited_fields(self, obj: VirtualDisk) -> dict[str, Any]:
+        """How long the disk waited for its image or snapshot."""
+        return {"stats": {"creationDuration": {"waitingForDependencies": age(obj)}}}
+
     def ready_fields(
         self, obj: VirtualDisk, claim: Claim, result: dict[str, Any]
     ) -> dict[str, Any]:
