@@ -386,3 +386,21 @@ def test_a_private_ca_bundle_and_the_worker_log(daemon, faulty_tls, tls, images)
     logged = daemon.controllers.log_tail("VirtualDisk", "default", "untrusted")
     assert any("ERROR" in line for line in logged), logged
     assert daemon.controllers.log_tail("VirtualDisk", "default", "nothing") == []
+
+
+def test_a_block_claim_smaller_than_the_image_is_refused(daemon, nginx, images) -> None:
+    why = block_unavailable()
+    if why:
+        pytest.skip(why)
+    spec = {
+        "persistentVolumeClaim": {"size": "8Mi", "storageClassName": "local-block"},
+        "dataSource": _http(nginx.publish(images.get("qcow2"), "small-block.qcow2")),
+    }
+    daemon.apply("VirtualDisk", "small-block", spec)
+    disk = daemon.wait_phase("VirtualDisk", "small-block", "Failed", "Ready")
+    ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] in ("SizeTooSmall", "TargetTooSmall")
+    assert ready["message"] == (
+        "the claim's size, 8Mi (8388608 bytes), is smaller than the image's virtual size "
+        f"({images.disk_size} bytes)"
+    )
