@@ -8,6 +8,7 @@ import base64
 import hashlib
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -404,3 +405,26 @@ def test_a_block_claim_smaller_than_the_image_is_refused(daemon, nginx, images) 
         "the claim's size, 8Mi (8388608 bytes), is smaller than the image's virtual size "
         f"({images.disk_size} bytes)"
     )
+
+
+def test_a_ready_disk_whose_claim_vanished_is_pvc_lost(daemon) -> None:
+    daemon.apply("VirtualDisk", "lost-claim", {"persistentVolumeClaim": {"size": "1Mi"}})
+    disk = daemon.wait_phase("VirtualDisk", "lost-claim", "Ready")
+    daemon.claim(disk).unlink()
+    lost = daemon.wait_phase("VirtualDisk", "lost-claim", "PVCLost", timeout=30)
+    assert lost["status"]["conditions"][0]["reason"] == "PVCLost"
+    assert "PVCLost" in {e["reason"] for e in daemon.events("lost-claim")}
+
+
+def test_a_worker_killed_outright_fails_the_disk(daemon, faulty, tmp_path) -> None:
+    source = tmp_path / "slow.raw"
+    source.write_bytes(os.urandom(8 * MiB))
+    url = faulty.add("killed.raw", source, piece=64 * 1024, trickle=0.1)
+    daemon.apply("VirtualDisk", "killed", {"dataSource": _http(url)})
+    daemon.wait_phase("VirtualDisk", "killed", "Provisioning")
+    [pid] = wait_until(lambda: _workers_of(daemon.data_dir))
+    os.kill(int(pid), signal.SIGKILL)
+    disk = daemon.wait_phase("VirtualDisk", "killed", "Failed", "Ready")
+    ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "WorkerLost"
+    assert ready["message"].startswith("the worker ended without a result (exit code -9)")
