@@ -428,3 +428,20 @@ def test_a_worker_killed_outright_fails_the_disk(daemon, faulty, tmp_path) -> No
     ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "WorkerLost"
     assert ready["message"].startswith("the worker ended without a result (exit code -9)")
+
+
+def test_an_image_made_from_a_disk(daemon, nginx, images) -> None:
+    url = nginx.publish(images.reference, "for-image.raw")
+    daemon.apply("VirtualDisk", "base", {"dataSource": _http(url)})
+    ref = {"kind": "VirtualDisk", "name": "base"}
+    daemon.apply(
+        "VirtualImage",
+        "from-disk",
+        {"storage": "PersistentVolumeClaim", "dataSource": {"type": "ObjectRef", "objectRef": ref}},
+    )
+    image = daemon.wait_phase("VirtualImage", "from-disk", "Ready", "Failed")
+    assert image["status"]["phase"] == "Ready", image["status"]
+    disk = daemon.get("VirtualDisk", "base")
+    assert image["status"]["sourceUID"] == disk["metadata"]["uid"]
+    assert image["status"]["target"]["persistentVolumeClaimName"].startswith("vi-from-disk-")
+    assert images.same(daemon.claim(image), images.reference)
