@@ -20,6 +20,7 @@ from reconcile_support import Daemon
 from reconcile_support import http_source as _http
 
 from diskferry.control.model import API_VERSION
+from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
@@ -445,3 +446,60 @@ def test_an_image_made_from_a_disk(daemon, nginx, images) -> None:
     assert image["status"]["sourceUID"] == disk["metadata"]["uid"]
     assert image["status"]["target"]["persistentVolumeClaimName"].startswith("vi-from-disk-")
     assert images.same(daemon.claim(image), images.reference)
+
+
+@pytest.mark.parametrize("storage_class", ["local", "local-block"])
+def test_a_ready_disk_grows_when_its_size_grows(daemon, storage_class) -> None:
+    if storage_class == "local-block" and block_unavailable():
+        pytest.skip(block_unavailable())
+    claim = {"size": "4Mi", "storageClassName": storage_class}
+    daemon.apply("VirtualDisk", "grows", {"persistentVolumeClaim": claim})
+    disk = daemon.wait_phase("VirtualDisk", "grows", "Ready")
+    assert disk["status"]["capacity"] == "4Mi"
+    daemon.objects.patch(
+        VIRTUAL_DISKS,
+        "default",
+        "grows",
+        {"spec": {"persistentVolumeClaim": {"size": "8Mi"}}},
+        "merge",
+    )
+    grown = wait_until(
+        lambda: (
+            (o := daemon.get("VirtualDisk", "grows")) and o["status"].get("capacity") == "8Mi" and o
+        )
+    )
+    assert grown["status"]["phase"] == "Ready"
+    assert grown["status"]["observedGeneration"] == 2
+    assert daemon.claim(grown).stat().st_size == 8 * MiB
+    if storage_class == "local-block":
+        out = subprocess.run(
+            ["losetup", "--associated", str(daemon.claim(grown)), "--noheadings", "-O", "NAME"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        with open(out.stdout.strip(), "rb") as device:
+            assert device.seek(0, os.SEEK_END) == 8 * MiB
+    assert "Resizing" in {e["reason"] for e in daemon.events("grows")}
+    daemon.objects.delete(VIRTUAL_DISKS, "default", "grows")
+    wait_until(lambda: daemon.get("VirtualDisk", "grows") is None)
+
+
+def test_a_retained_claim_outlives_its_disk(daemon) -> None:
+    daemon.objects.create(
+        STORAGE_CLASSES,
+        None,
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "keep"},
+            "provisioner": "diskferry.io/local",
+            "reclaimPolicy": "Retain",
+        },
+    )
+    claim = {"size": "2Mi", "storageClassName": "keep"}
+    daemon.apply("VirtualDisk", "kept", {"persistentVolumeClaim": claim})
+    disk = daemon.wait_phase("VirtualDisk", "kept", "Ready")
+    daemon.objects.delete(VIRTUAL_DISKS, "default", "kept")
+    wait_until(lambda: daemon.get("VirtualDisk", "kept") is None)
+    assert daemon.claim(disk).stat().st_size == 2 * MiB

@@ -8,10 +8,10 @@ every snapshot is consistent. Phases Pending, InProgress, Ready, Failed, Termina
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
+from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
@@ -24,28 +24,9 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, Volumes
-from diskferry.disk.prime import Target
 
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
-
-
-def reflink(source: str, claim: Claim, job_id: str) -> bool:
-    """Clone `source` into the file claim sharing its extents; False where the filesystem
-    cannot (nothing is left behind then)."""
-    target = Target(claim.path)
-    try:
-        done = subprocess.run(
-            ["cp", "--reflink=always", "--sparse=always", source, target.prime],
-            capture_output=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            return False
-        target.commit(job_id)
-        return True
-    finally:
-        target.discard()
 
 
 class VirtualDiskSnapshotReconciler:
