@@ -16,7 +16,6 @@ from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
 from diskferry.control.reconcilers.sources import STORAGE_CLASS_ANNOTATION, claim_of
-from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
@@ -78,12 +77,10 @@ class VirtualDiskSnapshotReconciler:
         obj = self._annotated(obj, source.volume_class.name)
         fields = {"volumeSnapshotName": self.claim_name(obj)}
         obj = transition(self.client, obj, IN_PROGRESS, IN_PROGRESS, "copying the disk", fields)
-        try:
-            volume_class = resolve(self.client, source.volume_class.name)
-        except StorageClassError as e:
-            return self._fail(obj, e.reason, e.message)
         size = source.size()
-        claim = self.volumes.claim(volume_class, obj.metadata.namespace, self.claim_name(obj), size)
+        claim = self.volumes.claim(
+            source.volume_class, obj.metadata.namespace, self.claim_name(obj), size
+        )
         job_id = self.job_id(obj)
         cloned = not claim.block and not self.imports.started(job_id)
         if cloned and (claim.ready or reflink(str(source.file), claim, job_id)):
