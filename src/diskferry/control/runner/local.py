@@ -99,7 +99,7 @@ class LocalRunner:
             if self._dir(job_id) is not None:
                 return
             directory = self.root / job_id
-            # a directory without state.json is a start that died before the worker ran
+            # a directory without state.json is a start that died before it recorded its worker
             shutil.rmtree(directory, ignore_errors=True)
             (directory / "scratch").mkdir(parents=True, mode=0o700)
             for name, data in (files or {}).items():
