@@ -247,3 +247,19 @@ def test_writers_on_many_threads_each_get_their_own_resource_version(
     versions = [int(o["metadata"]["resourceVersion"]) for o in seen]
     assert versions == list(range(int(rv) + 1, int(rv) + 161))
     assert len(service.list(SECRETS, "default").items) == 160
+
+
+def test_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+
+    def read() -> None:
+        with db.read() as tx:
+            tx.current_rv()
+
+    for _ in range(20):
+        thread = threading.Thread(target=read)
+        thread.start()
+        thread.join()
+    read()
+    assert db.open_connections <= 2
+    db.close()

@@ -29,6 +29,7 @@ from diskferry.control.errors import (
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import GROUP, Resource
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret
+from diskferry.control.resources.updates import check_update
 from diskferry.control.store import patch as patches
 from diskferry.control.store.db import Database, Key, Tx
 from diskferry.control.store.feed import Feed, Watch, WatchEvent, too_old
@@ -409,6 +410,8 @@ class ObjectService:
         else:
             new = self._without_server_changes(info, current, body)
         model, warnings = validate(info, new, field_validation)
+        if subresource is None:
+            check_update(info, info.model.model_validate(current), model)
         data = self._stored(model)
         self._check_immutable(info, current, data)
         if _spec(data) != _spec(current):

@@ -243,14 +243,18 @@ def _merge(
 
 
 class Database:
-    """The state file: one SQLite connection per thread, one writer at a time."""
+    """The state file: one SQLite connection per thread, one writer at a time.
+
+    A connection is closed when the store is, or once its thread has ended and another
+    thread opens one.
+    """
 
     def __init__(self, path: Path, *, keep_changes: int = 10_000) -> None:
         self.path = path
         self.keep_changes = keep_changes
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
         self._connections_lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
@@ -270,7 +274,9 @@ class Database:
                 raise StoreError(f"{self.path}: {error}") from None
             self._local.conn = conn
             with self._connections_lock:
-                self._connections.append(conn)
+                for thread in [t for t in self._connections if not t.is_alive()]:
+                    self._connections.pop(thread).close()
+                self._connections[threading.current_thread()] = conn
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
@@ -307,10 +313,16 @@ class Database:
         finally:
             conn.execute("COMMIT")
 
+    @property
+    def open_connections(self) -> int:
+        """How many connections are open."""
+        with self._connections_lock:
+            return len(self._connections)
+
     def close(self) -> None:
         """Close every connection the threads opened."""
         with self._connections_lock:
-            for conn in self._connections:
+            for conn in self._connections.values():
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
