@@ -78,7 +78,9 @@ def test_a_disk_from_http_is_ready_with_its_bytes(daemon, nginx, images) -> None
     claim = daemon.claim(disk)
     assert claim.stat().st_size == 64 * MiB  # grown to the claim's size
     assert images.same(claim, images.reference)
-    assert {"Pending", "Provisioning", "Ready"} <= {e["reason"] for e in daemon.events("vd1")}
+    # an Event follows the status it tells of
+    wanted = {"Pending", "Provisioning", "Ready"}
+    wait_until(lambda: wanted <= {e["reason"] for e in daemon.events("vd1")})
     assert disk["metadata"]["finalizers"] == ["diskferry.io/cleanup"]
     wait_until(lambda: os.listdir(daemon.data_dir / "jobs") == ["failed"])
     assert os.listdir(daemon.data_dir / "jobs" / "failed") == []
@@ -157,7 +159,7 @@ def test_a_failed_import_is_failed_with_reason_message_and_event(
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == reason, ready
     assert words in ready["message"]
-    warning = [e for e in daemon.events(case) if e["type"] == "Warning"]
+    warning = wait_until(lambda: [e for e in daemon.events(case) if e["type"] == "Warning"])
     assert [(e["reason"], e["message"]) for e in warning] == [(reason, ready["message"])]
     if case == "too-small":
         assert str(images.disk_size) in ready["message"]
@@ -414,7 +416,7 @@ def test_a_ready_disk_whose_claim_vanished_is_pvc_lost(daemon) -> None:
     daemon.claim(disk).unlink()
     lost = daemon.wait_phase("VirtualDisk", "lost-claim", "PVCLost", timeout=30)
     assert lost["status"]["conditions"][0]["reason"] == "PVCLost"
-    assert "PVCLost" in {e["reason"] for e in daemon.events("lost-claim")}
+    wait_until(lambda: "PVCLost" in {e["reason"] for e in daemon.events("lost-claim")})
 
 
 def test_a_worker_killed_outright_fails_the_disk(daemon, faulty, tmp_path) -> None:
