@@ -34,6 +34,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     running = Daemon(tmp_path / "data")
     yield running
     running.stop()
+    running.detach_loops()
 
 
 def _sha256(path: Path) -> str:
