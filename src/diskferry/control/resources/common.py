@@ -7,7 +7,14 @@ import binascii
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from diskferry.control import duration, quantity
@@ -149,8 +156,31 @@ SUB_OBJECTS = {
 }
 
 
+def _data_source_rules(schema: dict[str, Any]) -> None:
+    """The rule of `DataSource._one_matching` in the schema: offline (anyOf) and as CEL."""
+    branches = []
+    for kind in DataSourceType:
+        branch: dict[str, Any] = {"properties": {"type": {"enum": [kind.value]}}}
+        if kind in SUB_OBJECTS:
+            branch["required"] = [SUB_OBJECTS[kind]]
+        branches.append(branch)
+    schema["anyOf"] = branches
+    rules = []
+    for kind, wanted in SUB_OBJECTS.items():
+        has = [f"{'' if name == wanted else '!'}has(self.{name})" for name in SUB_OBJECTS.values()]
+        rules.append(
+            {
+                "rule": f"self.type == '{kind}' ? {' && '.join(has)} : true",
+                "message": f"type {kind} requires {wanted} and cannot have the other sources",
+            }
+        )
+    schema["x-kubernetes-validations"] = rules
+
+
 class DataSource(ApiModel):
     """Where the data comes from: `type` and the one sub-object of that type."""
+
+    model_config = ConfigDict(json_schema_extra=_data_source_rules)
 
     type: DataSourceType
     http: DataSourceHTTP | None = None
