@@ -47,7 +47,9 @@ def api_versions(server_address: str) -> dict[str, Any]:
     return {
         "kind": "APIVersions",
         "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
     }
 
 
@@ -134,10 +136,7 @@ def _discovered(info: KindInfo) -> dict[str, Any]:
 
 def aggregated(registry: Registry, core: bool) -> dict[str, Any]:
     """`apidiscovery.k8s.io/v2` of the core group (`/api`) or of the named groups (`/apis`)."""
-    if core:
-        groups = {"": ["v1"]}
-    else:
-        groups = _groups(registry)
+    groups = {"": ["v1"]} if core else _groups(registry)
     items = []
     for name, versions in groups.items():
         listed = [
@@ -148,7 +147,9 @@ def aggregated(registry: Registry, core: bool) -> dict[str, Any]:
             }
             for v in versions
         ]
-        metadata = {"name": name, "creationTimestamp": None} if name else {"creationTimestamp": None}
+        metadata = (
+            {"name": name, "creationTimestamp": None} if name else {"creationTimestamp": None}
+        )
         items.append({"metadata": metadata, "versions": listed})
     return {
         "kind": "APIGroupDiscoveryList",

@@ -1,4 +1,4 @@
-"""What a request's Accept and Content-Type headers ask for: Tables, aggregated discovery, patches."""
+"""What Accept and Content-Type headers ask for: Tables, aggregated discovery, patches."""
 
 from __future__ import annotations
 
@@ -7,12 +7,7 @@ from dataclasses import dataclass
 from diskferry.control.errors import UnsupportedMediaTypeError
 
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-PATCH_TYPES = {
-    "application/merge-patch+json": "merge",
-    "application/json-patch+json": "json",
-    "application/strategic-merge-patch+json": "strategic",
-    "application/apply-patch+yaml": "apply",
-}
+APPLY_PATCH = "application/apply-patch+yaml"
 BODY_TYPES = ("application/json", "application/yaml", "")
 
 
@@ -61,16 +56,10 @@ def wants_discovery_v2(header: str | None) -> bool:
     return wants(header, "APIGroupDiscoveryList", "v2", "apidiscovery.k8s.io")
 
 
-def patch_type(content_type: str | None) -> str:
-    """The patch type a PATCH's Content-Type names; 415 for any other."""
+def is_apply(content_type: str | None) -> bool:
+    """Whether a PATCH's body is a server-side apply configuration."""
     media = parse(content_type)
-    name = media[0].type if media else ""
-    if name not in PATCH_TYPES:
-        raise UnsupportedMediaTypeError(
-            f"the body of the request was in an unknown format - accepted media types include: "
-            f"{', '.join(PATCH_TYPES)}"
-        )
-    return PATCH_TYPES[name]
+    return bool(media) and media[0].type == APPLY_PATCH
 
 
 def body_type(content_type: str | None) -> str:
@@ -79,7 +68,7 @@ def body_type(content_type: str | None) -> str:
     name = media[0].type if media else ""
     if name not in BODY_TYPES:
         raise UnsupportedMediaTypeError(
-            f"the body of the request was in an unknown format - accepted media types include: "
-            f"application/json, application/yaml"
+            "the body of the request was in an unknown format - accepted media types include: "
+            "application/json, application/yaml"
         )
     return name
