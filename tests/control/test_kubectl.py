@@ -202,3 +202,14 @@ def test_delete(daemon: Served) -> None:
     kubectl(daemon, "apply", "-f", "-", stdin=manifest)
     assert 'virtualdisk.diskferry.io "gone" deleted' in kubectl(daemon, "delete", "vd", "gone")
     assert "NotFound" in kubectl(daemon, "get", "vd", "gone", ok=False)
+
+
+def test_server_side_apply_creates_then_updates(daemon: Served) -> None:
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", "ssa")
+    first = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=manifest)
+    assert "virtualdisk.diskferry.io/ssa serverside-applied" in first
+    labelled = manifest.replace("namespace: default}", "namespace: default, labels: {a: b}}")
+    kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=labelled)
+    assert kubectl(daemon, "get", "vd", "ssa", "-o", "jsonpath={.metadata.labels.a}") == "b"
+    refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=BAD, ok=False)
+    assert "spec.persistentVolumeClaim.bogus" in refused
