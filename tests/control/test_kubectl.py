@@ -213,3 +213,17 @@ def test_server_side_apply_creates_then_updates(daemon: Served) -> None:
     assert kubectl(daemon, "get", "vd", "ssa", "-o", "jsonpath={.metadata.labels.a}") == "b"
     refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=BAD, ok=False)
     assert "spec.persistentVolumeClaim.bogus" in refused
+
+
+def test_imperative_create_of_core_kinds_in_protobuf(daemon: Served) -> None:
+    assert "namespace/team created" in kubectl(daemon, "create", "namespace", "team")
+    meta = json.loads(kubectl(daemon, "get", "ns", "team", "-o", "json"))["metadata"]
+    assert "generateName" not in meta
+    created = kubectl(
+        daemon, "-n", "team", "create", "secret", "generic", "s", "--from-literal=a=b"
+    )
+    assert "secret/s created" in created
+    secret = json.loads(kubectl(daemon, "-n", "team", "get", "secret", "s", "-o", "json"))
+    assert secret["data"] == {"a": "Yg=="} and secret["type"] == "Opaque"
+    assert 'secret "s" deleted' in kubectl(daemon, "-n", "team", "delete", "secret", "s")
+    assert 'namespace "team" deleted' in kubectl(daemon, "delete", "namespace", "team")

@@ -11,7 +11,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from diskferry.control.api import media
+from diskferry.control.api import media, protobuf
 from diskferry.control.api.paths import Target, resolve
 from diskferry.control.api.tables import table
 from diskferry.control.api.watch import Watcher
@@ -67,6 +67,8 @@ async def _decode(request: Request) -> Any:
     if not raw.strip():
         return None
     kind = media.body_type(request.headers.get("content-type"))
+    if kind == protobuf.MEDIA_TYPE:
+        return protobuf.decode(raw)
     try:
         return yaml.safe_load(raw) if kind == "application/yaml" else json.loads(raw)
     except (ValueError, yaml.YAMLError) as error:
