@@ -227,3 +227,29 @@ def test_imperative_create_of_core_kinds_in_protobuf(daemon: Served) -> None:
     assert secret["data"] == {"a": "Yg=="} and secret["type"] == "Opaque"
     assert 'secret "s" deleted' in kubectl(daemon, "-n", "team", "delete", "secret", "s")
     assert 'namespace "team" deleted' in kubectl(daemon, "delete", "namespace", "team")
+
+
+def _open_watches(daemon: Served) -> int:
+    metrics = kubectl(daemon, "get", "--raw", "/metrics").splitlines()
+    return int(
+        next(line for line in metrics if line.startswith("diskferry_api_watches ")).split()[1]
+    )
+
+
+def test_a_watch_ends_when_its_client_goes(daemon: Served) -> None:
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), "get", "vd", "-w"]
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            if _open_watches(daemon) == 1:
+                break
+        else:
+            raise AssertionError("the watch did not open")
+    finally:
+        watcher.kill()
+        watcher.wait(timeout=10)
+    for _ in range(100):
+        if _open_watches(daemon) == 0:
+            break
+    else:
+        raise AssertionError("the watch outlived its client")
