@@ -40,6 +40,11 @@ def _int(request: Request, name: str) -> int | None:
     return value
 
 
+def _include(request: Request) -> str:
+    """What a Table row carries of its object: Metadata (the default), Object or None."""
+    return request.query_params.get("includeObject") or "Metadata"
+
+
 def _dry_run(request: Request, options: dict[str, Any] | None = None) -> bool:
     values = request.query_params.getlist("dryRun") + list((options or {}).get("dryRun") or [])
     for value in values:
@@ -109,8 +114,7 @@ class ResourceApi:
     def _encoder(self, request: Request, info: KindInfo) -> Callable[[dict], dict]:
         if not media.wants_table(request.headers.get("accept")):
             return lambda obj: obj
-        include = request.query_params.get("includeObject") or "Metadata"
-        return lambda obj: table(info, [obj], include_object=include)
+        return lambda obj: table(info, [obj], include_object=_include(request))
 
     async def handle(self, request: Request, group: str, version: str, path: str) -> Response:
         """Answer one request; an ApiError raised is answered as its Status by the app."""
@@ -170,8 +174,8 @@ class ResourceApi:
         if page.remaining:
             metadata["remainingItemCount"] = page.remaining
         if media.wants_table(request.headers.get("accept")):
-            include = request.query_params.get("includeObject") or "Metadata"
-            return _answer(table(info, page.items, include_object=include, metadata=metadata))
+            rows = table(info, page.items, include_object=_include(request), metadata=metadata)
+            return _answer(rows)
         return _answer(
             {
                 "kind": f"{info.kind}List",
