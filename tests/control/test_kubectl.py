@@ -253,3 +253,14 @@ def test_a_watch_ends_when_its_client_goes(daemon: Served) -> None:
             break
     else:
         raise AssertionError("the watch outlived its client")
+
+
+def test_validate_warn_creates_and_warns(daemon: Served) -> None:
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), "apply", "--validate=warn"]
+    manifest = BAD.replace("name: bad", "name: warned")
+    done = subprocess.run(
+        [*command, "-f", "-"], input=manifest, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "virtualdisk.diskferry.io/warned created" in done.stdout
+    assert "Warning: unknown field 'spec.persistentVolumeClaim.bogus'" in done.stderr
