@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import ssl
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import yaml
 from daemon_support import free_port, start_daemon
 
-from diskferry.control.daemon import Daemon, DataDirError
+from diskferry.control.daemon import Daemon, DataDirError, ListenError
 
 WATCH = "/apis/diskferry.io/v1alpha1/namespaces/default/virtualdisks?watch=true"
 
@@ -133,3 +134,16 @@ def test_background_parts_start_and_stop_with_the_daemon(tmp_path: Path) -> None
         runner.join(30)
     assert not runner.is_alive()
     assert seen == ["start", "stop"]
+
+
+def test_port_in_use_is_a_listen_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        daemon = Daemon(tmp_path / "data", port=taken.getsockname()[1])
+        try:
+            daemon.run()
+        except ListenError as error:
+            assert "cannot listen on 127.0.0.1:" in error.message
+        else:
+            raise AssertionError("a port in use was taken")

@@ -39,6 +39,10 @@ class DataDirError(DiskferryError):
     """The data directory cannot be made or written."""
 
 
+class ListenError(DiskferryError):
+    """The API's address and port cannot be listened on."""
+
+
 class Background(Protocol):
     """Something that runs beside the API for the daemon's life, such as the controllers."""
 
@@ -120,7 +124,7 @@ class Daemon:
             sock.bind((self.address, self.port))
         except OSError as error:
             sock.close()
-            raise DataDirError(
+            raise ListenError(
                 f"cannot listen on {self.address}:{self.port}: {error.strerror or error}"
             ) from None
         return sock
