@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from diskferry.backup.parallel import ordered_map
 from diskferry.disk.errors import CancelledError
+from diskferry.disk.parallel import ordered_map
 
 
 def test_results_come_in_order() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from diskferry.disk.errors import CancelledError
+from diskferry.disk.errors import check_cancel
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,14 +29,12 @@ def ordered_map(
     pending: deque[Future[R]] = deque()
 
     def next_result() -> R:
-        if cancel is not None and cancel.is_set():
-            raise CancelledError("cancelled")
+        check_cancel(cancel)
         return pending.popleft().result()
 
     try:
         for item in items:
-            if cancel is not None and cancel.is_set():
-                raise CancelledError("cancelled")
+            check_cancel(cancel)
             pending.append(pool.submit(fn, item))
             if len(pending) >= 2 * threads:
                 yield next_result()
