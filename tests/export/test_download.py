@@ -55,7 +55,7 @@ def test_raw_download_fetches_only_allocated_ranges(
     assert result["extents"] is True and result["size"] == disk.stat().st_size
     assert result["bytesFetched"] <= 1.05 * _allocated(disk)
     assert _allocated(out) <= _allocated(disk) + MiB
-    assert not list(tmp_path.glob(".out.img.part"))
+    assert not list(tmp_path.glob("out.img.*"))
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])
@@ -167,7 +167,7 @@ def test_wrong_token_fails_cleanly_and_leaves_nothing(export: Running, tmp_path:
     create_ca(tmp_path / "other")
     with pytest.raises(TlsError):
         download(DownloadRequest(url=url, target=out, ca_bundle=str(tmp_path / "other" / "ca.crt")))
-    assert not out.exists() and not list(tmp_path.glob(".*.part"))
+    assert not out.exists() and not list(tmp_path.glob("out.img.*"))
 
 
 def test_sigterm_leaves_no_partial_file(ca_dir: Path, tmp_path: Path) -> None:
