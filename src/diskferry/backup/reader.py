@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from diskferry.backup.entries import Entry
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.disk.blocks import split
-from diskferry.disk.parallel import ordered_map
+from diskferry.disk.parallel import parallel_map
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 from diskferry.disk.zeros import is_zero
@@ -87,4 +87,4 @@ def store_pieces(
             return Entry(piece.start, piece.length, None), piece.read_bytes
         return Entry(piece.start, piece.length, writer.add(bytes(buf))), piece.read_bytes
 
-    return ordered_map(store, pieces, threads=threads, cancel=cancel)
+    return parallel_map(store, pieces, threads=threads, cancel=cancel)

@@ -23,7 +23,7 @@ from diskferry.backup.snapshots import Manifest
 from diskferry.disk.blocks import write_block, zero_range
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
-from diskferry.disk.parallel import ordered_map
+from diskferry.disk.parallel import parallel_map
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
 from diskferry.qemu import cbt, img
@@ -98,7 +98,7 @@ def write_entries(
         return written
 
     written = sum(
-        ordered_map(write, _tasks(manifest.entries()), threads=RESTORE_THREADS, cancel=cancel)
+        parallel_map(write, _tasks(manifest.entries()), threads=RESTORE_THREADS, cancel=cancel)
     )
     volume.flush()
     return written, cache.reads

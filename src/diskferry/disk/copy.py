@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from diskferry.disk.blocks import split, write_block, zero_range
 from diskferry.disk.errors import check_cancel
 from diskferry.disk.extent import Extent
-from diskferry.disk.parallel import ordered_map
+from diskferry.disk.parallel import parallel_map
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 
@@ -71,8 +71,8 @@ def copy(
         extents = src.extents("zero")
     result = CopyResult()
     blocks = split(extents, block_size)
-    for ext, (read, written) in ordered_map(
-        lambda ext: (ext, copy_block(ext)), blocks, threads=threads, cancel=cancel
+    for ext, (read, written) in parallel_map(
+        lambda ext: (ext, copy_block(ext)), blocks, threads=threads, cancel=cancel, ordered=False
     ):
         result.bytes_read += read
         result.bytes_written += written
