@@ -20,22 +20,27 @@ ZERO_STEP = 64 << 20
 
 
 def split(
-    extents: Iterable[Extent], block_size: int, zero_size: int | None = None
+    extents: Iterable[Extent],
+    block_size: int,
+    zero_size: int | None = None,
+    *,
+    aligned: bool = True,
 ) -> Iterator[Extent]:
-    """The extents cut at multiples of `block_size` (zero ones at multiples of `zero_size`).
+    """The extents cut into blocks of at most `block_size` (zero ones, `zero_size`).
 
-    Cuts fall on multiples of the size, so blocks after an extent's first stay aligned.
+    `aligned` cuts at multiples of the size, so that writes after an extent's first block
+    stay aligned; otherwise each extent is cut from its start, into fewer pieces.
     `zero_size` defaults to the larger of `block_size` and ZERO_STEP.
     """
     zero_size = zero_size or max(block_size, ZERO_STEP)
     for ext in extents:
         size = zero_size if ext.zero else block_size
-        if ext.start // size == (ext.end - 1) // size:
+        if ext.length <= size and not (aligned and ext.start // size != (ext.end - 1) // size):
             yield ext
             continue
         pos = ext.start
         while pos < ext.end:
-            stop = min(ext.end, (pos // size + 1) * size)
+            stop = min(ext.end, (pos // size + 1) * size if aligned else pos + size)
             yield Extent(pos, stop - pos, zero=ext.zero, hole=ext.hole, dirty=ext.dirty)
             pos = stop
 

@@ -21,7 +21,7 @@ T = TypeVar("T")
 async def pieces(volume: Volume, offset: int, length: int) -> AsyncIterator[Extent]:
     """The blocks covering [offset, offset+length), the extent walk run off the event loop."""
     loop = asyncio.get_running_loop()
-    it = split(volume.extents("zero", offset, length), BLOCK, BLOCK)
+    it = split(volume.extents("zero", offset, length), BLOCK, BLOCK, aligned=False)
     while batch := await loop.run_in_executor(None, lambda: list(islice(it, _EXTENT_BATCH))):
         for piece in batch:
             yield piece
