@@ -107,14 +107,7 @@ def test_plain_server_without_extents_and_a_dropped_connection(
     server = PlainServer(disk.read_bytes(), ca_dir, drops={2, 4})
     try:
         out = tmp_path / "out.img"
-        req = DownloadRequest(
-            url=f"{server.url}/volumes/disk/disk.img",
-            target=out,
-            ca_bundle=str(ca_dir / "ca.crt"),
-            connections=1,
-            backoff=0.01,
-        )
-        result = download(req)
+        result = download(server.request(out))
         assert not result.sparse_map
         assert out.read_bytes() == disk.read_bytes()
         starts = [int(r.split("=")[1].split("-")[0]) for r in server.ranges if r]
@@ -130,15 +123,7 @@ def test_plain_server_stream_with_a_dropped_connection_resumes(
     server = PlainServer(disk.read_bytes(), ca_dir, drops={1})
     try:
         out = tmp_path / "out.img"
-        req = DownloadRequest(
-            url=f"{server.url}/volumes/disk/disk.img",
-            target=out,
-            ca_bundle=str(ca_dir / "ca.crt"),
-            encoding="raw",
-            connections=1,
-            backoff=0.01,
-        )
-        download(req)
+        download(server.request(out, encoding="raw"))
         assert out.read_bytes() == disk.read_bytes()
         assert server.ranges[1] is not None and server.ranges[1] != server.ranges[0]
     finally:

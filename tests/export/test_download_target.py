@@ -78,16 +78,9 @@ def test_a_failed_download_leaves_the_old_target_and_nothing_else(
     server = PlainServer(disk.read_bytes(), ca_dir, drops=set(range(2, 100)))
     out.write_bytes(b"old disk")
     try:
-        req = DownloadRequest(
-            url=f"{server.url}/volumes/disk/disk.img",
-            target=out,
-            ca_bundle=str(ca_dir / "ca.crt"),
-            connections=1,
-            retries=0,
-        )
         # the first 8 MiB arrive and are written, the second request breaks
         with pytest.raises(TruncatedError):
-            download(req)
+            download(server.request(out, retries=0))
     finally:
         server.stop()
     assert out.read_bytes() == b"old disk"

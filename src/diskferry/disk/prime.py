@@ -29,9 +29,8 @@ def _beside(path: str, suffix: str) -> str:
         name_max = os.pathconf(directory, "PC_NAME_MAX")
     except OSError:
         name_max = _NAME_MAX
-    room = name_max - len(suffix.encode())
-    head = os.fsencode(name)[:room].decode(errors="ignore")
-    return os.path.join(directory, head + suffix)
+    room = name_max - len(os.fsencode(suffix))
+    return os.path.join(directory, os.fsdecode(os.fsencode(name)[:room]) + suffix)
 
 
 class TargetError(DiskferryError):
@@ -41,7 +40,12 @@ class TargetError(DiskferryError):
 
 
 class Target:
-    """Where the image goes; a file is written beside itself and renamed over on success."""
+    """Where the image goes; a file is written beside itself and renamed over on success.
+
+    The prime and scratch files get names of their own (a random tag, the target's name
+    shortened to fit), so two jobs writing one target never share one; whoever makes a
+    Target calls `discard` whatever happens, so a failure or a cancel leaves neither.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
