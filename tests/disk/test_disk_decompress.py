@@ -86,7 +86,7 @@ def test_truncated_streamed_zstd_is_detected():
         read_all(raw[: len(raw) - 3], "zstd")
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(kind=st.sampled_from(KINDS), cut=st.floats(0.0, 1.0, exclude_max=True))
 def test_any_cut_of_two_members_is_detected_unless_between_them(kind, cut):
     first, second = compress(kind, DATA[:200_000]), compress(kind, DATA[200_000:400_000])

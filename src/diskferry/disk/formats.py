@@ -15,6 +15,7 @@ FORMATS = ("raw", "qcow2", "vmdk", "vhd", "vhdx", "vdi", "iso")
 VHD_FOOTER = 512
 _VHD_FIXED = 2
 _QCOW2_MAGIC = b"QFI\xfb"
+_QCOW2_V3_HEADER = 104
 _QCOW2_EXT_DATA_FILE = 0x44415441
 _QCOW2_INCOMPAT_DATA_FILE = 1 << 2
 
@@ -102,6 +103,8 @@ def parse_qcow2_header(header: bytes) -> Qcow2Header:
     data_file = None
     header_length = 72
     if version == 3:
+        if len(header) < _QCOW2_V3_HEADER:
+            raise FormatError("not a qcow2 image (short version 3 header)")
         incompatible = struct.unpack_from(">Q", header, 72)[0]
         header_length = struct.unpack_from(">I", header, 100)[0]
         if incompatible & _QCOW2_INCOMPAT_DATA_FILE:

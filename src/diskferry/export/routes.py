@@ -43,7 +43,7 @@ def load_routes(path: str | os.PathLike[str]) -> dict[tuple[str, str], Route]:
         return {}
     try:
         doc = RoutesDocument.model_validate(yaml.safe_load(p.read_text()) or {})
-    except (OSError, yaml.YAMLError, ValidationError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError) as e:
         raise RoutesError(f"cannot read routes {p}: {str(e).splitlines()[0]}") from e
     return {(r.namespace, r.name): r for r in doc.exports}
 

@@ -49,7 +49,7 @@ def load_tls_settings(path: str | os.PathLike[str] | None) -> TlsSettings:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
         return TlsSettings.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError) as e:
         first = str(e).splitlines()[0]
         raise TlsSetupError(f"cannot read TLS settings {path}: {first}") from e
 
