@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
+import os
 import tarfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
+
+log = logging.getLogger(__name__)
 
 _QUEUE_DEPTH = 8
 
@@ -35,11 +39,31 @@ class _QueueWriter:
         """Nothing to release: the queue belongs to the reader."""
 
 
+def link_escapes(root: Path, link: Path) -> bool:
+    """Whether the symbolic link `link` under `root` would lead outside it once extracted.
+
+    An absolute target leads wherever it is extracted to; a relative one escapes when its
+    `..` climb above `root`, read from where the link stands.
+    """
+    target = os.readlink(link)
+    if os.path.isabs(target):
+        return True
+    inside = os.path.normpath(os.path.join(os.path.dirname(link.relative_to(root)), target))
+    return inside == ".." or inside.startswith("../")
+
+
 def _write_archive(root: Path, sink: _QueueWriter) -> None:
     with tarfile.open(fileobj=sink, mode="w|gz", bufsize=1 << 20) as tar:  # type: ignore[call-overload]
         for path in sorted(root.rglob("*")):
             if sink.stopped.is_set():
                 raise _Stopped
+            if path.is_symlink() and link_escapes(root, path):
+                log.warning(
+                    "left out of the archive of %s: %s, a link that leads outside it",
+                    root,
+                    path.relative_to(root),
+                )
+                continue
             tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
 
 
