@@ -42,10 +42,10 @@ bench: setup
 FUZZ_SECONDS := 600
 FUZZ_DIR := .fuzz
 fuzz: setup
-	@for t in $$(PYTHONPATH=fuzz $(PY) fuzz/run.py --list); do \
+	@for t in $$(PYTHONPATH=fuzz:src $(PY) fuzz/run.py --list); do \
 		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
 		mkdir -p $(FUZZ_DIR)/$$t; \
-		PYTHONPATH=fuzz $(PY) fuzz/run.py $$t -max_total_time=$(FUZZ_SECONDS) -timeout=20 \
+		PYTHONPATH=fuzz:src $(PY) fuzz/run.py $$t -max_total_time=$(FUZZ_SECONDS) -timeout=20 \
 			-rss_limit_mb=1024 -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/$$t/corpus \
 			|| exit 1; \
 	done
