@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from diskferry.export.errors import DownloadError, RoutesError, TlsSetupError
 from diskferry.export.extent_pages import parse_page
 from diskferry.export.routes import load_routes
-from diskferry.export.tls import load_tls_settings
+from diskferry.export.tls import apply_tls_settings, load_tls_settings
 
 TARGETS = ["extents_json", "routes", "tls_settings"]
 
@@ -49,3 +50,23 @@ def test_settings_files_that_are_not_text_are_refused(tmp_path: Path) -> None:
         load_routes(path)
     with pytest.raises(TlsSetupError, match="cannot read TLS settings"):
         load_tls_settings(path)
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 10_000, "a:\n" + "".join(f"{' ' * i}- \n" for i in range(3000))]
+)
+def test_settings_files_nested_too_deeply_are_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    with pytest.raises(RoutesError, match="cannot read routes"):
+        load_routes(path)
+    with pytest.raises(TlsSetupError, match="cannot read TLS settings"):
+        load_tls_settings(path)
+
+
+@pytest.mark.parametrize("ciphers", ["ECDHE+AESGCM\\0", "\\ud800"], ids=["nul", "surrogate"])
+def test_ciphers_that_are_no_cipher_string_are_refused(tmp_path: Path, ciphers: str) -> None:
+    path = tmp_path / "tls.yaml"
+    path.write_text(f'ciphers: "{ciphers}"\n')
+    with pytest.raises(TlsSetupError, match="no usable cipher"):
+        apply_tls_settings(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), load_tls_settings(path))
