@@ -52,9 +52,10 @@ def parse_page(body: bytes | str) -> tuple[list[Extent], int | None]:
     try:
         page = _Page.model_validate_json(body)
     except ValidationError as e:
-        first = str(e).splitlines()
+        error = e.errors(include_input=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
         raise DownloadError(
-            f"the server's extents are not in the expected shape: {' '.join(first[:3])}"
+            f"the server's extents are not in the expected shape: {where or 'page'}: {error['msg']}"
         ) from None
     extents = [
         Extent(
