@@ -10,6 +10,7 @@ from diskferry.cli.backup_cmd import register as register_backup
 from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
+from diskferry.cli.crd_cmd import register as register_crds
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
@@ -30,6 +31,7 @@ register_export(app)
 register_cbt(app)
 register_repo(app)
 register_backup(app)
+register_crds(app)
 
 
 def main(argv: list[str] | None = None) -> None:

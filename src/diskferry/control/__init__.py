@@ -1,0 +1,1 @@
+"""The control plane: resources in the Kubernetes shape, their store and API, and reconcilers."""

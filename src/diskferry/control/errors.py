@@ -1,0 +1,112 @@
+"""The API's errors, each a Kubernetes `Status` with its HTTP code and reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diskferry.disk.errors import DiskferryError
+
+
+class ApiError(DiskferryError):
+    """An error the API answers with: an HTTP code, a Status reason, and details."""
+
+    code = 500
+    reason = "InternalError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        causes: list[dict[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+        self.causes = causes or []
+
+    def to_status(self) -> dict[str, Any]:
+        """The error as a `meta.k8s.io/v1` Status object."""
+        details: dict[str, Any] = {}
+        if self.name:
+            details["name"] = self.name
+        if self.kind:
+            details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = self.causes
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if details:
+            status["details"] = details
+        return status
+
+
+class BadRequestError(ApiError):
+    """The request itself is malformed."""
+
+    code = 400
+    reason = "BadRequest"
+
+
+class ForbiddenError(ApiError):
+    """The request is understood but not allowed, such as deleting the default namespace."""
+
+    code = 403
+    reason = "Forbidden"
+
+
+class NotFoundError(ApiError):
+    """No object of that kind and name."""
+
+    code = 404
+    reason = "NotFound"
+
+
+class MethodNotAllowedError(ApiError):
+    """The path exists but does not take that method."""
+
+    code = 405
+    reason = "MethodNotAllowed"
+
+
+class AlreadyExistsError(ApiError):
+    """An object of that kind and name exists already."""
+
+    code = 409
+    reason = "AlreadyExists"
+
+
+class ConflictError(ApiError):
+    """The update was made against a resourceVersion that is no longer current."""
+
+    code = 409
+    reason = "Conflict"
+
+
+class GoneError(ApiError):
+    """A watch asked to start from a resourceVersion older than the store keeps."""
+
+    code = 410
+    reason = "Expired"
+
+
+class UnsupportedMediaTypeError(ApiError):
+    """The body's content type is not one the API takes for that method."""
+
+    code = 415
+    reason = "UnsupportedMediaType"
+
+
+class InvalidError(ApiError):
+    """The object is not valid: each cause names the field's path."""
+
+    code = 422
+    reason = "Invalid"

@@ -1,0 +1,86 @@
+"""The Kubernetes shape every resource has: metadata, spec, status with phase and conditions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GROUP = "diskferry.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+class ApiModel(BaseModel):
+    """Settings of every API object: camelCase names, unknown fields refused, input not echoed."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, hide_input_in_errors=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The object as JSON-ready values under their API names, unset optional fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class OwnerReference(ApiModel):
+    """An object this one belongs to: deleting the owner deletes this one."""
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion")
+
+
+class ObjectMeta(ApiModel):
+    """The metadata of every object, as Kubernetes has it."""
+
+    name: str | None = Field(default=None, pattern=NAME_PATTERN)
+    generate_name: str | None = Field(default=None, alias="generateName")
+    namespace: str | None = Field(default=None, pattern=NAME_PATTERN)
+    uid: str | None = None
+    resource_version: str | None = Field(default=None, alias="resourceVersion")
+    generation: int | None = None
+    creation_timestamp: datetime | None = Field(default=None, alias="creationTimestamp")
+    deletion_timestamp: datetime | None = Field(default=None, alias="deletionTimestamp")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
+    managed_fields: list[dict[str, Any]] | None = Field(default=None, alias="managedFields")
+
+
+class Condition(ApiModel):
+    """One condition in the Kubernetes shape."""
+
+    type: str
+    status: str = Field(pattern=r"^(True|False|Unknown)$")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = Field(default=None, alias="lastTransitionTime")
+    observed_generation: int | None = Field(default=None, alias="observedGeneration")
+
+
+class Status(ApiModel):
+    """What every status holds: the phase, the conditions, the generation they describe."""
+
+    phase: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, alias="observedGeneration")
+
+
+class Resource(ApiModel):
+    """An object of one kind: apiVersion, kind, metadata, and the kind's own fields.
+
+    Kinds with a spec and a status declare `spec` and `status` fields; Secret, Event and
+    Namespace declare the fields Kubernetes gives them instead.
+    """
+
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = ""
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
