@@ -2,18 +2,20 @@
 
 Each target takes bytes and feeds them to one parser the way diskferry does; it lets only
 the project's typed errors (DiskferryError) through, so anything else it raises is a
-defect. `SEEDS` gives well-formed inputs to start from. The atheris runner (run.py) and
+defect. `seeds()` gives well-formed inputs to start from. The atheris runner (run.py) and
 the hypothesis tests under tests/ use the same targets.
 """
 
 from __future__ import annotations
 
+import atexit
 import bz2
 import gzip
 import io
 import json
 import lzma
 import os
+import shutil
 import ssl
 import struct
 import subprocess
@@ -21,7 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import suppress
-from functools import cache
+from functools import cache, wraps
 from pathlib import Path
 
 import zstandard
@@ -66,17 +68,17 @@ _INDEX_ID = "cd" * 16
 MANIFEST_PATH = snapshot_path("vm", "disk", "0123456789ab0000")
 _NBD_WAIT = 5.0
 _SCRATCH = Path(tempfile.mkdtemp(prefix="diskferry-fuzz-"))
+atexit.register(shutil.rmtree, _SCRATCH, True)
 
 
 def _typed(parse: Target) -> Target:
     """`parse`, with the project's typed errors taken as a proper answer."""
 
+    @wraps(parse)
     def target(data: bytes) -> None:
         with suppress(DiskferryError):
             parse(data)
 
-    target.__name__ = parse.__name__
-    target.__doc__ = parse.__doc__
     return target
 
 
