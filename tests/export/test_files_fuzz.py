@@ -52,9 +52,7 @@ def test_settings_files_that_are_not_text_are_refused(tmp_path: Path) -> None:
         load_tls_settings(path)
 
 
-@pytest.mark.parametrize(
-    "text", ["[" * 10_000, "a:\n" + "".join(f"{' ' * i}- \n" for i in range(3000))]
-)
+@pytest.mark.parametrize("text", ["[" * 2000, "{a: " * 2000], ids=["lists", "maps"])
 def test_settings_files_nested_too_deeply_are_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text(text)
