@@ -48,6 +48,7 @@ from diskferry.disk.peek import PeekReader
 from diskferry.export.extent_pages import parse_page
 from diskferry.export.routes import load_routes
 from diskferry.export.tls import apply_tls_settings, load_tls_settings
+from diskferry.importer.probe import probe_image
 from diskferry.objstore.store import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "nbd"))
@@ -119,6 +120,12 @@ def probe(data: bytes) -> None:
     assert len(head) <= PROBE_BYTES
     if probe_format(head) == "qcow2":
         parse_qcow2_header(head)
+
+
+@_typed
+def info(data: bytes) -> None:
+    """`diskferry info` of a local file: its head, and qemu-img under the untrusted limits."""
+    probe_image(str(_scratch_file(data)))
 
 
 @_typed
@@ -209,6 +216,7 @@ TARGETS: dict[str, Target] = {
         qcow2_header,
         vhd_footer,
         probe,
+        info,
         decompress,
         pack_trailer,
         index,
@@ -288,6 +296,7 @@ def seeds() -> dict[str, list[bytes]]:
         "qcow2_header": [qcow2, _qemu_img_create("-f", "qcow2", "-o", "compat=0.10")[:4096]],
         "vhd_footer": [len(vhd).to_bytes(8, "big") + vhd[-VHD_FOOTER:]],
         "probe": [qcow2, gzip.compress(qcow2), zstandard.ZstdCompressor().compress(qcow2)],
+        "info": [qcow2, _qemu_img_create("-f", "vmdk")[:4096], gzip.compress(qcow2)],
         "decompress": [_packed(kind, qcow2) for kind in _KINDS],
         "pack_trailer": [_pack()],
         "index": [_index()],
