@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tarfile
 from pathlib import Path
 
@@ -70,3 +71,27 @@ def test_links_leading_outside_the_volume_are_neither_archived_nor_followed(
         code, body = _get(r, f"/volumes/files/dir/{path}")
         assert code in (400, 404), path
         assert b"not for the export" not in body, path
+
+
+def test_pipes_and_devices_in_the_volume_are_neither_archived_nor_opened(
+    export_factory, tmp_path: Path
+) -> None:
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha\n")
+    os.mkfifo(root / "pipe")
+    os.mknod(root / "device", 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+    r = export_factory({"files": root})
+
+    for name in ("pipe", "device"):
+        code, body = _get(r, f"/volumes/files/dir/{name}")
+        assert code == 404, name
+        assert b"not a regular file" in body, name
+    assert _get(r, "/volumes/files/dir/a.txt") == (200, b"alpha\n")
+    code, body = _get(r, "/volumes/files/disk.tar.gz")
+    assert code == 200
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        assert tar.getnames() == ["a.txt"]
+    log = r.log.read_text()
+    for name in ("pipe", "device"):
+        assert f"{root}: {name}, neither a file, a folder nor a link" in log

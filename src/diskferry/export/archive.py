@@ -6,6 +6,7 @@ import asyncio
 import html
 import logging
 import os
+import stat
 import tarfile
 import threading
 from collections.abc import AsyncIterator
@@ -39,7 +40,7 @@ class _QueueWriter:
         """Nothing to release: the queue belongs to the reader."""
 
 
-def link_escapes(root: Path, link: Path) -> bool:
+def _link_escapes(root: Path, link: Path) -> bool:
     """Whether the symbolic link `link` under `root` would lead outside it once extracted.
 
     An absolute target leads wherever it is extracted to; a relative one escapes when its
@@ -57,14 +58,22 @@ def _write_archive(root: Path, sink: _QueueWriter) -> None:
         for path in sorted(root.rglob("*")):
             if sink.stopped.is_set():
                 raise _Stopped
-            if path.is_symlink() and link_escapes(root, path):
-                log.warning(
-                    "left out of the archive of %s: %s, a link that leads outside it",
-                    root,
-                    path.relative_to(root),
-                )
+            name = str(path.relative_to(root))
+            why = _left_out(root, path)
+            if why:
+                log.warning("left out of the archive of %s: %s, %s", root, name, why)
                 continue
-            tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+            tar.add(path, arcname=name, recursive=False)
+
+
+def _left_out(root: Path, path: Path) -> str | None:
+    """Why `path` stays out of the archive of `root`, or None when it goes in."""
+    if path.is_symlink():
+        return "a link that leads outside it" if _link_escapes(root, path) else None
+    mode = path.lstat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "neither a file, a folder nor a link"
 
 
 async def tar_gz_stream(root: Path) -> AsyncIterator[bytes]:
