@@ -15,6 +15,7 @@ from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
+from diskferry.cli.serve_cmd import register as register_serve
 from diskferry.disk.errors import DiskferryError
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ register_export(app)
 register_cbt(app)
 register_repo(app)
 register_backup(app)
+register_serve(app)
 register_crds(app)
 
 
