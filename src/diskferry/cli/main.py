@@ -14,6 +14,7 @@ from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
+from diskferry.cli.resource_cmd import register as register_resources
 from diskferry.disk.errors import DiskferryError
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ register_export(app)
 register_cbt(app)
 register_repo(app)
 register_backup(app)
+register_resources(app)
 
 
 def main(argv: list[str] | None = None) -> None:
