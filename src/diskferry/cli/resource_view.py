@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 NONE = "<none>"
+ACRONYMS = {"uid": "UID", "url": "URL", "urls": "URLs", "http": "HTTP", "api": "API", "ttl": "TTL"}
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -112,14 +113,15 @@ def print_table(headers: list[str], rows: Iterable[list[str]]) -> None:
 def _words(key: str) -> str:
     """`persistentVolumeClaim` as describe titles it: `Persistent Volume Claim`."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", " ", key)
-    return spaced[:1].upper() + spaced[1:]
+    words = [ACRONYMS.get(w.lower(), w[:1].upper() + w[1:]) for w in spaced.split(" ")]
+    return " ".join(words)
 
 
 def _block(value: Any, indent: int) -> list[str]:
     pad = "  " * indent
     lines: list[str] = []
     if isinstance(value, dict):
-        width = max((len(_words(k)) for k in value), default=0) + 2
+        width = max((len(_words(k)) for k in value), default=0) + 3
         for key, item in value.items():
             title = f"{_words(key)}:"
             if isinstance(item, dict | list) and item:
