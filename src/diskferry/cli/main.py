@@ -10,11 +10,13 @@ from diskferry.cli.backup_cmd import register as register_backup
 from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
+from diskferry.cli.crd_cmd import register as register_crds
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
 from diskferry.cli.resource_cmd import register as register_resources
+from diskferry.cli.serve_cmd import register as register_serve
 from diskferry.disk.errors import DiskferryError
 
 app = typer.Typer(
@@ -31,6 +33,8 @@ register_export(app)
 register_cbt(app)
 register_repo(app)
 register_backup(app)
+register_serve(app)
+register_crds(app)
 register_resources(app)
 
 

@@ -56,6 +56,13 @@ class BadRequestError(ApiError):
     reason = "BadRequest"
 
 
+class ForbiddenError(ApiError):
+    """The request is understood but not allowed, such as deleting the default namespace."""
+
+    code = 403
+    reason = "Forbidden"
+
+
 class NotFoundError(ApiError):
     """No object of that kind and name."""
 

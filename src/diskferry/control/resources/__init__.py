@@ -2,5 +2,22 @@
 
 from diskferry.control.kinds import Registry
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
+from diskferry.control.resources.storageclass import STORAGE_CLASSES
+from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
+from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
+from diskferry.control.resources.vmexport import VIRTUAL_MACHINE_EXPORTS
 
-REGISTRY = Registry([NAMESPACES, SECRETS, EVENTS])
+REGISTRY = Registry(
+    [
+        NAMESPACES,
+        SECRETS,
+        EVENTS,
+        STORAGE_CLASSES,
+        VIRTUAL_DISKS,
+        VIRTUAL_IMAGES,
+        CLUSTER_VIRTUAL_IMAGES,
+        VIRTUAL_DISK_SNAPSHOTS,
+        VIRTUAL_MACHINE_EXPORTS,
+    ]
+)

@@ -1,0 +1,1 @@
+"""The Kubernetes-shaped HTTP API of the daemon: discovery, resources, watch, tables, OpenAPI."""

@@ -1,0 +1,58 @@
+"""The JSONPath subset of print columns: `.a.b`, `[N]`, `[*]` and `[?(@.k=='v')]` filters."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_STEP = re.compile(
+    r"""\.(?P<field>[A-Za-z0-9_\-]+)
+    |\[(?P<index>-?\d+|\*)\]
+    |\[\?\(@\.(?P<key>[A-Za-z0-9_.\-]+)\s*==\s*(?P<quote>['"])(?P<value>.*?)(?P=quote)\)\]""",
+    re.VERBOSE,
+)
+
+
+class JsonPathError(ValueError):
+    """A print column's path this evaluator does not read."""
+
+
+def _steps(path: str) -> list[re.Match[str]]:
+    text = path.strip().removeprefix("{").removesuffix("}").removeprefix("$")
+    steps, pos = [], 0
+    while pos < len(text):
+        match = _STEP.match(text, pos)
+        if match is None:
+            raise JsonPathError(f"cannot read the JSONPath {path!r} at {text[pos:]!r}")
+        steps.append(match)
+        pos = match.end()
+    return steps
+
+
+def _dig(value: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def evaluate(path: str, obj: Any) -> list[Any]:
+    """Every value `path` selects in `obj`, in order; empty when it selects nothing."""
+    values = [obj]
+    for step in _steps(path):
+        found: list[Any] = []
+        for value in values:
+            if step["field"] is not None:
+                if isinstance(value, dict) and step["field"] in value:
+                    found.append(value[step["field"]])
+            elif not isinstance(value, list):
+                continue
+            elif step["index"] == "*":
+                found.extend(value)
+            elif step["index"] is not None:
+                index = int(step["index"])
+                if -len(value) <= index < len(value):
+                    found.append(value[index])
+            else:
+                found.extend(v for v in value if str(_dig(v, step["key"])) == step["value"])
+        values = found
+    return values

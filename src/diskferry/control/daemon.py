@@ -1,0 +1,187 @@
+"""The daemon: its data directory, the object store, the HTTPS API, and what runs beside them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import ssl
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import uvicorn
+
+from diskferry.control.api.app import ApiServer
+from diskferry.control.kinds import Registry
+from diskferry.control.kubeconfig import write_kubeconfig
+from diskferry.control.objects import ObjectService
+from diskferry.control.pki import ensure_pki, ensure_token
+from diskferry.control.resources import REGISTRY
+from diskferry.disk.errors import DiskferryError
+
+log = logging.getLogger(__name__)
+DEFAULT_PORT = 7443
+DEFAULT_ADDRESS = "127.0.0.1"
+ROOT_DATA_DIR = Path("/var/lib/diskferry")
+USER_DATA_DIR = Path("diskferry-data")
+GRACE_SECONDS = 3
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class DataDirError(DiskferryError):
+    """The data directory cannot be made or written."""
+
+
+class Background(Protocol):
+    """Something that runs beside the API for the daemon's life, such as the controllers."""
+
+    def start(self) -> None:
+        """Start running; return at once."""
+
+    def stop(self) -> None:
+        """Stop running; return once stopped."""
+
+
+BackgroundFactory = Callable[["Daemon"], Background]
+
+
+def default_data_dir() -> Path:
+    """/var/lib/diskferry for root, ./diskferry-data for anyone else."""
+    return ROOT_DATA_DIR if os.geteuid() == 0 else USER_DATA_DIR
+
+
+def prepare_data_dir(path: Path) -> Path:
+    """`path` made (mode 0700) and checked writable; DataDirError in one line otherwise."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = path / ".writable"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise DataDirError(
+            f"data directory {path} is not writable: {error.strerror or error}"
+        ) from None
+    return path.resolve()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handling: the daemon handles SIGTERM itself."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Leave the signals to the daemon."""
+        yield
+
+
+class Daemon:
+    """The store, the API on HTTPS with a bearer token, and the background parts, in one process."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        address: str = DEFAULT_ADDRESS,
+        port: int = DEFAULT_PORT,
+        registry: Registry = REGISTRY,
+        background: Sequence[BackgroundFactory] = (),
+    ) -> None:
+        self.data_dir = prepare_data_dir(data_dir)
+        self.address = address
+        self.port = port
+        self.pki = ensure_pki(self.data_dir / "pki")
+        self.token = ensure_token(self.data_dir / "token")
+        self.service = ObjectService(self.data_dir / "state.db", registry)
+        self.kubeconfig_path = self.data_dir / "kubeconfig"
+        self._factories = list(background)
+        self._background: list[Background] = []
+        self._server: _Server | None = None
+        self.api: ApiServer | None = None
+
+    def url(self, port: int) -> str:
+        """The API's URL as clients reach it."""
+        host = "127.0.0.1" if self.address in ("0.0.0.0", "", "::") else self.address
+        host = f"[{host}]" if ":" in host else host
+        return f"https://{host}:{port}"
+
+    def _socket(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.address, self.port))
+        except OSError as error:
+            sock.close()
+            raise DataDirError(
+                f"cannot listen on {self.address}:{self.port}: {error.strerror or error}"
+            ) from None
+        return sock
+
+    def stop(self) -> None:
+        """Stop serving: open watches end, the server closes, `run` returns."""
+        if self.api is not None:
+            self.api.stop()
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def _answers(self, url: str) -> bool:
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", context=context, timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    async def _publish(self, url: str) -> None:
+        """Write the kubeconfig once the API answers over HTTPS with its certificate."""
+        while not await asyncio.to_thread(self._answers, url):
+            await asyncio.sleep(0.1)
+        write_kubeconfig(self.kubeconfig_path, url, self.pki.ca_cert.read_bytes(), self.token)
+        log.info("serving on %s; kubeconfig in %s", url, self.kubeconfig_path)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        port = sock.getsockname()[1]
+        url = self.url(port)
+        self.api = ApiServer(self.service, self.service.registry, self.token, f"127.0.0.1:{port}")
+        config = uvicorn.Config(
+            self.api.app,
+            ssl_certfile=str(self.pki.server_cert),
+            ssl_keyfile=str(self.pki.server_key),
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=GRACE_SECONDS,
+            lifespan="off",
+        )
+        self._server = _Server(config)
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self.stop)
+        publish = asyncio.create_task(self._publish(url))
+        try:
+            await self._server.serve(sockets=[sock])
+        finally:
+            publish.cancel()
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    def run(self) -> None:
+        """Serve until SIGTERM or SIGINT (or `stop`), with the background parts running beside."""
+        sock = self._socket()
+        try:
+            for factory in self._factories:
+                part = factory(self)
+                part.start()
+                self._background.append(part)
+            asyncio.run(self._serve(sock))
+        finally:
+            for part in reversed(self._background):
+                part.stop()
+            if self.api is not None:
+                self.api.close()
+            self.service.close()
+            sock.close()
+            log.info("stopped")

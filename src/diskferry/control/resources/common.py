@@ -1,0 +1,223 @@
+"""What the disk and image kinds share: data sources, quantities, progress, download speed."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from diskferry.control import duration, quantity
+from diskferry.control.model import API_VERSION, ApiModel
+
+IMAGE_STORE_AVAILABLE = False
+"""Whether the image registry and the upload server exist; until then `not_available` refuses."""
+
+
+def invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is `message` alone, without pydantic's prefix."""
+    return PydanticCustomError("value_error", "{message}", {"message": message})
+
+
+def not_available(what: str, instead: str) -> None:
+    """Refuse `what`, which needs the image store, while that store does not exist."""
+    if not IMAGE_STORE_AVAILABLE:
+        raise invalid(f"{what} is not available yet: diskferry has no image store yet; {instead}")
+
+
+def _quantity(value: Any) -> str:
+    try:
+        quantity.parse_quantity(value)
+    except quantity.QuantityError as e:
+        raise invalid(e.message) from None
+    return str(value)
+
+
+def _duration(value: str) -> str:
+    try:
+        duration.parse_duration(value)
+    except duration.DurationError as e:
+        raise invalid(e.message) from None
+    return value
+
+
+def _base64(value: str) -> str:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid("not base64") from None
+    return value
+
+
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": quantity.FORMAT.pattern,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+"""A quantity of bytes ("64Mi", "1G", 100), kept as given; `quantity.parse_quantity` reads it."""
+
+Duration = Annotated[str, AfterValidator(_duration), WithJsonSchema({"type": "string"})]
+"""A duration as Go writes it ("2h", "1h30m0s"); `duration.parse_duration` reads it."""
+
+Base64 = Annotated[
+    str, AfterValidator(_base64), WithJsonSchema({"type": "string", "format": "byte"})
+]
+"""Bytes in base64, as Kubernetes writes a `[]byte` field."""
+
+Progress = Annotated[str, Field(pattern=r"^(100(\.0+)?|\d{1,2}(\.\d+)?)%$")]
+"""How far a job is: "0%", "42.5%", "100%"."""
+
+ApiVersion = Annotated[Literal[API_VERSION], Field(alias="apiVersion")]  # type: ignore[valid-type]
+"""The `apiVersion` of every diskferry.io kind."""
+
+
+class DataSourceType(StrEnum):
+    """Where a disk's or an image's data comes from."""
+
+    HTTP = "HTTP"
+    CONTAINER_IMAGE = "ContainerImage"
+    OBJECT_REF = "ObjectRef"
+    UPLOAD = "Upload"
+
+
+class Checksum(ApiModel):
+    """Digests the downloaded file must match, all of those given."""
+
+    md5: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{32}$")
+    sha1: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{40}$")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    sha512: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{128}$")
+
+
+class DataSourceHTTP(ApiModel):
+    """A file at an HTTP or HTTPS URL: qcow2, vmdk, vdi, vhdx, iso or raw, maybe gz or xz."""
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    ca_bundle: Base64 | None = Field(default=None, alias="caBundle")
+    checksum: Checksum | None = None
+
+
+class ImagePullSecretName(ApiModel):
+    """The Secret, in the same namespace, with the registry's credentials."""
+
+    name: str | None = None
+
+
+class ImagePullSecret(ImagePullSecretName):
+    """The Secret with the registry's credentials, in the namespace named."""
+
+    namespace: str | None = None
+
+
+class ContainerImage(ApiModel):
+    """An image in a container registry."""
+
+    image: str = Field(min_length=1)
+    image_pull_secret: ImagePullSecretName | None = Field(default=None, alias="imagePullSecret")
+    ca_bundle: Base64 | None = Field(default=None, alias="caBundle")
+
+
+class ObjectRefKind(StrEnum):
+    """The kinds an image can be made from."""
+
+    VIRTUAL_IMAGE = "VirtualImage"
+    CLUSTER_VIRTUAL_IMAGE = "ClusterVirtualImage"
+    VIRTUAL_DISK = "VirtualDisk"
+    VIRTUAL_DISK_SNAPSHOT = "VirtualDiskSnapshot"
+
+
+class ObjectRef(ApiModel):
+    """An existing object whose data is copied."""
+
+    kind: ObjectRefKind
+    name: str = Field(min_length=1)
+
+
+SUB_OBJECTS = {
+    DataSourceType.HTTP: "http",
+    DataSourceType.CONTAINER_IMAGE: "containerImage",
+    DataSourceType.OBJECT_REF: "objectRef",
+}
+
+
+def _data_source_rules(schema: dict[str, Any]) -> None:
+    """The rule of `DataSource._one_matching` in the schema: offline (anyOf) and as CEL."""
+    branches = []
+    for kind in DataSourceType:
+        branch: dict[str, Any] = {"properties": {"type": {"enum": [kind.value]}}}
+        if kind in SUB_OBJECTS:
+            branch["required"] = [SUB_OBJECTS[kind]]
+        branches.append(branch)
+    schema["anyOf"] = branches
+    rules = []
+    for kind, wanted in SUB_OBJECTS.items():
+        has = [f"{'' if name == wanted else '!'}has(self.{name})" for name in SUB_OBJECTS.values()]
+        rules.append(
+            {
+                "rule": f"self.type == '{kind}' ? {' && '.join(has)} : true",
+                "message": f"type {kind} requires {wanted} and cannot have the other sources",
+            }
+        )
+    schema["x-kubernetes-validations"] = rules
+
+
+class DataSource(ApiModel):
+    """Where the data comes from: `type` and the one sub-object of that type."""
+
+    model_config = ConfigDict(json_schema_extra=_data_source_rules)
+
+    type: DataSourceType
+    http: DataSourceHTTP | None = None
+    container_image: ContainerImage | None = Field(default=None, alias="containerImage")
+    object_ref: ObjectRef | None = Field(default=None, alias="objectRef")
+
+    @model_validator(mode="after")
+    def _one_matching(self) -> DataSource:
+        given = {
+            "http": self.http,
+            "containerImage": self.container_image,
+            "objectRef": self.object_ref,
+        }
+        wanted = SUB_OBJECTS.get(self.type)
+        if wanted is not None and given[wanted] is None:
+            raise invalid(f"type {self.type} requires {wanted}")
+        others = [name for name, value in given.items() if value is not None and name != wanted]
+        if others:
+            raise invalid(f"type {self.type} cannot have {' or '.join(others)}")
+        if self.type is DataSourceType.CONTAINER_IMAGE:
+            not_available("type ContainerImage", "use HTTP or ObjectRef")
+        if self.type is DataSourceType.UPLOAD:
+            not_available("type Upload", "use HTTP or ObjectRef")
+        return self
+
+
+class StatusSpeed(ApiModel):
+    """The download speed, as text ("1.2 MiB/s") and in bytes per second (as a string)."""
+
+    avg: str | None = None
+    avg_bytes: str | None = Field(default=None, alias="avgBytes")
+    current: str | None = None
+    current_bytes: str | None = Field(default=None, alias="currentBytes")
+
+
+class ImageUploadURLs(ApiModel):
+    """Where to upload the data of an Upload source."""
+
+    external: str | None = None
+    in_cluster: str | None = Field(default=None, alias="inCluster")

@@ -1,0 +1,91 @@
+"""StorageClass (storage.k8s.io/v1): where claims live, as files or as loop block devices."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import PurePosixPath
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from diskferry.control.kinds import AGE, Column, KindInfo
+from diskferry.control.model import ApiModel, Resource
+from diskferry.control.resources.common import invalid
+
+PROVISIONER = "diskferry.io/local"
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+class VolumeType(StrEnum):
+    """What a claim is: a file in the directory, or a loop device over a sparse file there."""
+
+    FILE = "file"
+    BLOCK = "block"
+
+
+class ReclaimPolicy(StrEnum):
+    """What happens to a claim's data when its disk is deleted."""
+
+    DELETE = "Delete"
+    RETAIN = "Retain"
+
+
+class VolumeBindingMode(StrEnum):
+    """When a claim is made: at once, or when a machine first uses it."""
+
+    IMMEDIATE = "Immediate"
+    WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+
+class StorageClassParameters(ApiModel):
+    """The directory claims are kept in (the data directory's when unset), and their type."""
+
+    path: str | None = None
+    type: VolumeType = VolumeType.FILE
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not PurePosixPath(value).is_absolute():
+            raise invalid("must be an absolute directory")
+        return value
+
+
+class StorageClass(Resource):
+    """A class of storage claims are made in; the one annotated default serves unnamed claims."""
+
+    api_version: Literal["storage.k8s.io/v1"] = Field(
+        default="storage.k8s.io/v1", alias="apiVersion"
+    )
+    kind: Literal["StorageClass"] = "StorageClass"
+    provisioner: Literal["diskferry.io/local"] = PROVISIONER
+    parameters: StorageClassParameters = Field(default_factory=StorageClassParameters)
+    reclaim_policy: ReclaimPolicy = Field(default=ReclaimPolicy.DELETE, alias="reclaimPolicy")
+    volume_binding_mode: VolumeBindingMode = Field(
+        default=VolumeBindingMode.IMMEDIATE, alias="volumeBindingMode"
+    )
+    allow_volume_expansion: bool | None = Field(default=None, alias="allowVolumeExpansion")
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the default class, as its annotation says."""
+        return self.metadata.annotations.get(DEFAULT_CLASS_ANNOTATION) == "true"
+
+
+STORAGE_CLASSES = KindInfo(
+    group="storage.k8s.io",
+    version="v1",
+    kind="StorageClass",
+    plural="storageclasses",
+    model=StorageClass,
+    namespaced=False,
+    short_names=("sc",),
+    has_status=False,
+    columns=(
+        Column("Provisioner", ".provisioner"),
+        Column("ReclaimPolicy", ".reclaimPolicy"),
+        Column("VolumeBindingMode", ".volumeBindingMode"),
+        Column("AllowVolumeExpansion", ".allowVolumeExpansion", "boolean"),
+        AGE,
+    ),
+)

@@ -1,0 +1,1 @@
+"""The object store: SQLite tables, the watch feed, selectors and patches."""

@@ -1,0 +1,310 @@
+"""SQLite tables of the object store: objects, their owners, and the change feed, in WAL mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diskferry.disk.errors import DiskferryError
+
+SCHEMA_VERSION = 1
+TRIM_EVERY = 64
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    uid TEXT NOT NULL, rv INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (kind, namespace, name)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS objects_uid ON objects (uid);
+CREATE INDEX IF NOT EXISTS objects_namespace ON objects (namespace);
+CREATE TABLE IF NOT EXISTS owners (
+    owner_uid TEXT NOT NULL, kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    PRIMARY KEY (owner_uid, kind, namespace, name)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS owners_dependent ON owners (kind, namespace, name);
+CREATE TABLE IF NOT EXISTS changes (
+    rv INTEGER PRIMARY KEY, type TEXT NOT NULL,
+    kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+    data TEXT NOT NULL, old TEXT
+);
+CREATE INDEX IF NOT EXISTS changes_key ON changes (kind, namespace, name, rv);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO counters VALUES ('rv', 0), ('trimmed', 0);
+"""
+
+Key = tuple[str, str]
+
+
+class StoreError(DiskferryError):
+    """The state file cannot be used: made by another schema version, or unreadable."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row of the change feed: what happened to which object at which resourceVersion."""
+
+    rv: int
+    type: str
+    kind: str
+    namespace: str
+    name: str
+    data: dict[str, Any]
+    old: dict[str, Any] | None
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
+
+
+class Tx:
+    """The store's rows as seen inside one transaction."""
+
+    def __init__(self, conn: sqlite3.Connection, keep_changes: int) -> None:
+        self.conn = conn
+        self.keep_changes = keep_changes
+        self.rv = self.current_rv()
+
+    def _counter(self, name: str) -> int:
+        row = self.conn.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        return int(row[0])
+
+    def current_rv(self) -> int:
+        """The store's resourceVersion: that of its last write."""
+        return self._counter("rv")
+
+    def trimmed(self) -> int:
+        """Changes up to this resourceVersion may have been trimmed from the feed."""
+        return self._counter("trimmed")
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object under that key, None when absent."""
+        row = self.conn.execute(
+            "SELECT data FROM objects WHERE kind = ? AND namespace = ? AND name = ?",
+            (kind, namespace, name),
+        ).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def by_uid(self, uid: str) -> tuple[str, dict[str, Any]] | None:
+        """The kind and object with that uid, None when absent."""
+        row = self.conn.execute("SELECT kind, data FROM objects WHERE uid = ?", (uid,)).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
+
+    def dependents(self, owner_uid: str) -> list[tuple[str, str, str]]:
+        """The (kind, namespace, name) of every object naming `owner_uid` as an owner."""
+        rows = self.conn.execute(
+            "SELECT kind, namespace, name FROM owners WHERE owner_uid = ? ORDER BY 1, 2, 3",
+            (owner_uid,),
+        )
+        return [tuple(row) for row in rows]
+
+    def in_namespace(self, namespace: str) -> list[tuple[str, str]]:
+        """The (kind, name) of every object in `namespace`."""
+        rows = self.conn.execute(
+            "SELECT kind, name FROM objects WHERE namespace = ? ORDER BY 1, 2", (namespace,)
+        )
+        return [tuple(row) for row in rows]
+
+    def count(self, kind: str, namespace: str | None, after: Key | None) -> int:
+        """How many objects of `kind` (in `namespace`) sort after `after`."""
+        where, args = _where(kind, namespace, after)
+        return int(
+            self.conn.execute(f"SELECT count(*) FROM objects WHERE {where}", args).fetchone()[0]
+        )
+
+    def rows_at(
+        self, kind: str, namespace: str | None, after: Key | None, snapshot: int
+    ) -> Iterator[tuple[Key, dict[str, Any]]]:
+        """The objects of `kind` as they were at resourceVersion `snapshot`, in key order.
+
+        Objects written since are taken back to their state before the first change after
+        `snapshot`, which the feed keeps as long as `snapshot` is not older than `trimmed()`.
+        """
+        where, args = _where(kind, namespace, after)
+        changed: dict[Key, str | None] = {}
+        if snapshot < self.current_rv():
+            rows = self.conn.execute(
+                f"SELECT namespace, name, old, min(rv) FROM changes WHERE rv > ? AND {where}"
+                " GROUP BY namespace, name",
+                (snapshot, *args),
+            )
+            changed = {(ns, name): old for ns, name, old, _ in rows}
+        then = sorted((key, old) for key, old in changed.items() if old is not None)
+        cursor = self.conn.execute(
+            f"SELECT namespace, name, data FROM objects WHERE {where} ORDER BY namespace, name",
+            args,
+        )
+        current = (((ns, name), data) for ns, name, data in cursor if (ns, name) not in changed)
+        merged = _merge(current, iter(then))
+        for key, data in merged:
+            yield key, json.loads(data)
+
+    def changes_after(
+        self, rv: int, kind: str | None, namespace: str | None, limit: int
+    ) -> list[Change]:
+        """Up to `limit` changes after `rv` (of `kind`, in `namespace` when given), oldest first."""
+        sql = "SELECT rv, type, kind, namespace, name, data, old FROM changes WHERE rv > ?"
+        args: list[Any] = [rv]
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        if namespace is not None:
+            sql += " AND namespace = ?"
+            args.append(namespace)
+        rows = self.conn.execute(f"{sql} ORDER BY rv LIMIT ?", (*args, limit))
+        return [Change(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), _loads(r[6])) for r in rows]
+
+    def write(self, kind: str, obj: dict[str, Any], type_: str) -> dict[str, Any]:
+        """Store `obj` (remove it, for DELETED) at the next resourceVersion; returns it so.
+
+        The change feed keeps the object as it was before, for watches filtering on it and
+        for continued lists reading an older snapshot.
+        """
+        self.rv += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.rv)
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        key = (kind, namespace, name)
+        row = self.conn.execute(
+            "SELECT data FROM objects WHERE kind = ? AND namespace = ? AND name = ?", key
+        ).fetchone()
+        self.conn.execute("UPDATE counters SET value = ? WHERE name = 'rv'", (self.rv,))
+        self.conn.execute("DELETE FROM owners WHERE kind = ? AND namespace = ? AND name = ?", key)
+        data = _dumps(obj)
+        if type_ == "DELETED":
+            self.conn.execute(
+                "DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", key
+            )
+        else:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, meta["uid"], self.rv, data),
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO owners VALUES (?, ?, ?, ?)",
+                [(ref["uid"], *key) for ref in meta.get("ownerReferences", [])],
+            )
+        self.conn.execute(
+            "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self.rv, type_, *key, data, None if row is None else row[0]),
+        )
+        if self.rv % TRIM_EVERY == 0 and self.rv > self.keep_changes:
+            self.trim(self.rv - self.keep_changes)
+        return obj
+
+    def trim(self, upto: int) -> None:
+        """Drop the feed's changes up to resourceVersion `upto`."""
+        self.conn.execute("DELETE FROM changes WHERE rv <= ?", (upto,))
+        self.conn.execute(
+            "UPDATE counters SET value = max(value, ?) WHERE name = 'trimmed'", (upto,)
+        )
+
+
+def _where(kind: str, namespace: str | None, after: Key | None) -> tuple[str, list[Any]]:
+    where, args = "kind = ?", [kind]
+    if namespace is not None:
+        where += " AND namespace = ?"
+        args.append(namespace)
+    if after is not None:
+        where += " AND (namespace, name) > (?, ?)"
+        args.extend(after)
+    return where, args
+
+
+def _merge(
+    first: Iterator[tuple[Key, str]], second: Iterator[tuple[Key, str]]
+) -> Iterator[tuple[Key, str]]:
+    """Two streams sorted by key, as one."""
+    a, b = next(first, None), next(second, None)
+    while a is not None or b is not None:
+        if b is None or (a is not None and a[0] < b[0]):
+            yield a  # type: ignore[misc]
+            a = next(first, None)
+        else:
+            yield b
+            b = next(second, None)
+
+
+class Database:
+    """The state file: one SQLite connection per thread, one writer at a time."""
+
+    def __init__(self, path: Path, *, keep_changes: int = 10_000) -> None:
+        self.path = path
+        self.keep_changes = keep_changes
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+        os.chmod(path, 0o600)
+        self._migrate(self._connection())
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=30
+                )
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.DatabaseError as error:
+                raise StoreError(f"{self.path}: {error}") from None
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.executescript(
+                f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            )
+        elif version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version}, this diskferry reads {SCHEMA_VERSION}"
+            )
+
+    @contextmanager
+    def write(self, *, commit: bool = True) -> Iterator[Tx]:
+        """A write transaction; kept only when `commit` (a dry run rolls it back)."""
+        conn = self._connection()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield Tx(conn, self.keep_changes)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT" if commit else "ROLLBACK")
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        """A read transaction: one consistent snapshot of the store."""
+        conn = self._connection()
+        conn.execute("BEGIN")
+        try:
+            yield Tx(conn, self.keep_changes)
+        finally:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection the threads opened."""
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()

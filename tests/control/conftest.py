@@ -1,0 +1,33 @@
+"""What the control tests share: the example manifests, each a parameter of `example` tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def example_documents() -> list[dict[str, Any]]:
+    """Every document of every example manifest."""
+    docs = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        docs.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return docs
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a test taking `example` once per example document."""
+    if "example" in metafunc.fixturenames:
+        docs = example_documents()
+        ids = [f"{d['kind']}/{d['metadata']['name']}" for d in docs]
+        metafunc.parametrize("example", docs, ids=ids)
+
+
+@pytest.fixture
+def examples() -> list[dict[str, Any]]:
+    """Every example document."""
+    return example_documents()

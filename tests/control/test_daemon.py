@@ -1,0 +1,96 @@
+"""The daemon: SIGTERM ends it with 0 even during a watch; a restart keeps the kubeconfig valid."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import yaml
+from daemon_support import free_port, start_daemon
+
+from diskferry.control.daemon import Daemon, DataDirError
+
+WATCH = "/apis/diskferry.io/v1alpha1/namespaces/default/virtualdisks?watch=true"
+
+
+def _client(kubeconfig: dict) -> tuple[str, ssl.SSLContext, dict[str, str]]:
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    context = ssl.create_default_context(cadata=ca)
+    headers = {"Authorization": f"Bearer {kubeconfig['users'][0]['user']['token']}"}
+    return cluster["server"], context, headers
+
+
+def _get(kubeconfig: dict, path: str) -> dict:
+    server, context, headers = _client(kubeconfig)
+    request = urllib.request.Request(server + path, headers=headers)
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_sigterm_during_a_watch_exits_0(tmp_path: Path) -> None:
+    served = start_daemon(tmp_path / "data", tmp_path / "log")
+    config = yaml.safe_load(served.kubeconfig.read_text())
+    server, context, headers = _client(config)
+    opened = threading.Event()
+
+    def watch() -> None:
+        request = urllib.request.Request(server + WATCH, headers=headers)
+        with urllib.request.urlopen(request, context=context, timeout=60) as answer:
+            opened.set()
+            answer.read()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert opened.wait(30)
+    assert served.stop() == 0
+    watcher.join(30)
+    assert not watcher.is_alive()
+    assert served.token() not in served.log.read_text()
+
+
+def test_restart_keeps_kubeconfig_valid(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    port = free_port()
+    first = start_daemon(data, tmp_path / "log", port)
+    before = yaml.safe_load(first.kubeconfig.read_text())
+    assert first.kubeconfig.stat().st_mode & 0o777 == 0o600
+    assert (data / "token").stat().st_mode & 0o777 == 0o600
+    assert (data / "pki" / "ca.key").stat().st_mode & 0o777 == 0o600
+    assert first.stop() == 0
+
+    second = start_daemon(data, tmp_path / "log", port)
+    try:
+        after = yaml.safe_load(second.kubeconfig.read_text())
+        assert after == before
+        assert _get(before, "/api/v1/namespaces/default")["metadata"]["name"] == "default"
+    finally:
+        assert second.stop() == 0
+
+
+def test_data_dir_not_writable_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    try:
+        Daemon(blocker / "data")
+    except DataDirError as error:
+        assert "not writable" in error.message
+    else:
+        raise AssertionError("a data directory under a file was taken")
+    src = Path(__file__).resolve().parents[2] / "src"
+    done = subprocess.run(
+        [sys.executable, "-m", "diskferry.cli.main", "serve", "--data-dir", str(blocker / "d")],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("diskferry: error: data directory")

@@ -1,0 +1,204 @@
+"""The real kubectl against a real `diskferry serve`: apply, get, watch, describe, patch, wait."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+
+import pytest
+from daemon_support import Served, start_daemon
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
+
+MANIFESTS = """\
+apiVersion: v1
+kind: Secret
+metadata: {name: s1}
+stringData: {token: not-the-daemon-token}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {name: vd1, namespace: default}
+spec:
+  persistentVolumeClaim: {size: 64Mi}
+  dataSource:
+    type: HTTP
+    http: {url: "https://example.org/disk.qcow2"}
+"""
+BAD = """\
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {name: bad}
+spec:
+  persistentVolumeClaim: {size: 64Mi, bogus: 1}
+"""
+WATCH_SECONDS = 30
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One daemon for the module's tests; on the way out, SIGTERM ends it with 0."""
+    base = tmp_path_factory.mktemp("kubectl")
+    served = start_daemon(base / "data", base / "daemon.log")
+    yield served
+    assert served.stop() == 0
+    assert served.token() not in served.log.read_text()
+
+
+def kubectl(daemon: Served, *args: str, stdin: str | None = None, ok: bool = True) -> str:
+    """Run kubectl against the daemon; its stdout (stdout and stderr when `ok` is False)."""
+    command = [
+        "kubectl",
+        "--kubeconfig",
+        str(daemon.kubeconfig),
+        "--cache-dir",
+        str(daemon.data_dir.parent / "kube-cache"),
+        *args,
+    ]
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
+    if ok:
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    assert done.returncode != 0, done.stdout
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def applied(daemon: Served) -> Served:
+    """The daemon with a Secret and a VirtualDisk applied, client-side validation on."""
+    out = kubectl(daemon, "apply", "--validate=strict", "-f", "-", stdin=MANIFESTS)
+    assert "secret/s1 created" in out
+    assert "virtualdisk.diskferry.io/vd1 created" in out
+    return daemon
+
+
+def test_apply_again_is_unchanged_or_configured(applied: Served) -> None:
+    out = kubectl(applied, "apply", "-f", "-", stdin=MANIFESTS)
+    assert "virtualdisk.diskferry.io/vd1 unchanged" in out
+
+
+def test_get_table_with_print_columns(applied: Served) -> None:
+    lines = kubectl(applied, "get", "vd").splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "CAPACITY", "AGE"]
+    assert lines[1].split()[0] == "vd1"
+    wide = kubectl(applied, "get", "virtualdisks", "-o", "wide").splitlines()[0].split()
+    assert wide[:3] == ["NAME", "PHASE", "CAPACITY"] and "PROGRESS" in wide and "TARGETPVC" in wide
+    everywhere = kubectl(applied, "get", "virtualdisk", "-A").splitlines()
+    assert everywhere[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert everywhere[1].split()[:2] == ["default", "vd1"]
+    secrets = kubectl(applied, "get", "secrets").splitlines()
+    assert secrets[0].split() == ["NAME", "TYPE", "AGE"] and secrets[1].split()[:2] == [
+        "s1",
+        "Opaque",
+    ]
+
+
+def test_get_as_yaml_json_and_jsonpath(applied: Served) -> None:
+    obj = json.loads(kubectl(applied, "get", "vd", "vd1", "-o", "json"))
+    assert obj["spec"]["dataSource"]["http"]["url"] == "https://example.org/disk.qcow2"
+    assert "kind: VirtualDisk" in kubectl(applied, "get", "vd", "vd1", "-o", "yaml")
+    size = kubectl(applied, "get", "vd", "vd1", "-o", "jsonpath={.spec.persistentVolumeClaim.size}")
+    assert size == "64Mi"
+    listed = json.loads(kubectl(applied, "get", "vd", "-o", "json"))
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["vd1"]
+
+
+def test_bad_manifest_refused_with_field_path(applied: Served) -> None:
+    out = kubectl(applied, "apply", "-f", "-", stdin=BAD, ok=False)
+    assert "spec.persistentVolumeClaim.bogus" in out
+    assert "NotFound" in kubectl(applied, "get", "vd", "bad", ok=False)
+
+
+def _lines(process: subprocess.Popen[str]) -> queue.Queue[str]:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _wait_for(lines: queue.Queue[str], text: str) -> str:
+    while True:
+        line = lines.get(timeout=WATCH_SECONDS)
+        if text in line:
+            return line
+
+
+def test_watch_sees_status_update_and_wait_for_jsonpath(applied: Served) -> None:
+    command = ["kubectl", "--kubeconfig", str(applied.kubeconfig), "get", "vd", "vd1", "-w"]
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = _lines(watcher)
+        assert _wait_for(lines, "vd1").split()[0] == "vd1"
+        kubectl(
+            applied,
+            "patch",
+            "vd",
+            "vd1",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            '{"status": {"phase": "Ready", "capacity": "64Mi", "progress": "100%"}}',
+        )
+        assert _wait_for(lines, "Ready").split()[:3] == ["vd1", "Ready", "64Mi"]
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+    out = kubectl(
+        applied, "wait", "vd/vd1", "--for=jsonpath={.status.phase}=Ready", "--timeout=30s"
+    )
+    assert "condition met" in out
+
+
+def test_patch_merge_and_describe_with_events(applied: Served) -> None:
+    out = kubectl(
+        applied,
+        "patch",
+        "vd",
+        "vd1",
+        "--type",
+        "merge",
+        "-p",
+        '{"metadata":{"labels":{"tier":"gold"}}}',
+    )
+    assert "patched" in out
+    labels = kubectl(applied, "get", "vd", "-l", "tier=gold", "-o", "name")
+    assert labels.strip() == "virtualdisk.diskferry.io/vd1"
+    uid = kubectl(applied, "get", "vd", "vd1", "-o", "jsonpath={.metadata.uid}")
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "vd1.import"},
+        "involvedObject": {
+            "apiVersion": "diskferry.io/v1alpha1",
+            "kind": "VirtualDisk",
+            "name": "vd1",
+            "namespace": "default",
+            "uid": uid,
+        },
+        "reason": "ImportStarted",
+        "message": "importing from https://example.org/disk.qcow2",
+        "type": "Normal",
+        "source": {"component": "diskferry"},
+    }
+    kubectl(applied, "create", "-f", "-", stdin=json.dumps(event))
+    described = kubectl(applied, "describe", "vd", "vd1")
+    assert "Events:" in described
+    assert "ImportStarted" in described and "importing from" in described
+    assert "gold" in described
+
+
+def test_delete(daemon: Served) -> None:
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", "gone")
+    kubectl(daemon, "apply", "-f", "-", stdin=manifest)
+    assert 'virtualdisk.diskferry.io "gone" deleted' in kubectl(daemon, "delete", "vd", "gone")
+    assert "NotFound" in kubectl(daemon, "get", "vd", "gone", ok=False)

@@ -1,0 +1,271 @@
+"""The kinds' models: the examples accepted, bad manifests refused naming the field at fault."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from diskferry.control.errors import InvalidError
+from diskferry.control.resources import REGISTRY, common
+from diskferry.control.resources.storageclass import StorageClass
+from diskferry.control.resources.virtualdisk import DiskPhase, VirtualDisk
+from diskferry.control.resources.vmexport import VirtualMachineExport
+from diskferry.control.validation import validate
+
+KINDS = {
+    "VirtualDisk",
+    "VirtualImage",
+    "VirtualDiskSnapshot",
+    "VirtualMachineExport",
+    "StorageClass",
+    "Secret",
+}
+
+
+def refusal(data: dict[str, Any]) -> str:
+    """The message `data` is refused with."""
+    info = REGISTRY.by_kind(data["kind"])
+    with pytest.raises(InvalidError) as caught:
+        validate(info, data)
+    return caught.value.message
+
+
+VD1 = {
+    "apiVersion": "diskferry.io/v1alpha1",
+    "kind": "VirtualDisk",
+    "metadata": {"name": "vd1", "namespace": "default"},
+    "spec": {
+        "persistentVolumeClaim": {"size": "64Mi"},
+        "dataSource": {"type": "HTTP", "http": {"url": "https://example.org/disk.qcow2"}},
+    },
+}
+
+
+def vd(**spec: Any) -> dict[str, Any]:
+    """vd1 with `spec` replaced."""
+    data = copy.deepcopy(VD1)
+    data["spec"] = spec
+    return data
+
+
+def test_every_kind_has_an_example(examples: list[dict[str, Any]]) -> None:
+    assert {doc["kind"] for doc in examples} >= KINDS
+
+
+def test_examples_validate_and_round_trip(example: dict[str, Any]) -> None:
+    info = REGISTRY.by_kind(example["kind"])
+    model, warnings = validate(info, copy.deepcopy(example))
+    assert warnings == []
+    again, _ = validate(info, model.to_json())
+    assert again == model
+
+
+def test_the_fixed_shapes_read_as_given(examples: list[dict[str, Any]]) -> None:
+    docs = {doc["metadata"]["name"]: doc for doc in examples}
+    disk = VirtualDisk.model_validate(docs["vd1"])
+    assert disk.spec.persistent_volume_claim.size_bytes == 64 << 20
+    assert disk.spec.data_source is not None
+    assert disk.spec.data_source.http is not None
+    assert disk.spec.data_source.http.url == "https://example.org/disk.qcow2"
+    export = VirtualMachineExport.model_validate(docs["ex1"])
+    assert export.spec.source.kind == "VirtualDisk" and export.spec.source.name == "vd1"
+    assert export.spec.ttl == timedelta(hours=2)
+    assert export.token_secret_name == "export-token-ex1"
+    storage = StorageClass.model_validate(docs["local"])
+    assert storage.is_default and storage.parameters.type == "file"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            vd(persistentVolumeClaim={"size": "64Mi", "color": "red"}),
+            "spec.persistentVolumeClaim.color: unknown field",
+        ),
+        ({**VD1, "extra": 1}, "extra: unknown field"),
+        (vd(persistentVolumeClaim={"size": "64Mb"}), "spec.persistentVolumeClaim.size: '64Mb'"),
+        (vd(persistentVolumeClaim={"size": "-1Gi"}), "spec.persistentVolumeClaim.size: '-1Gi'"),
+        (vd(dataSource={"type": "FTP"}), "spec.dataSource.type: Input should be 'HTTP'"),
+        (vd(dataSource={"type": "HTTP"}), "spec.dataSource: type HTTP requires http"),
+        (
+            vd(dataSource={"type": "ObjectRef"}),
+            "spec.dataSource: type ObjectRef requires objectRef",
+        ),
+        (
+            vd(
+                dataSource={
+                    "type": "ObjectRef",
+                    "objectRef": {"kind": "VirtualImage", "name": "a"},
+                    "http": {"url": "http://x/y"},
+                }
+            ),
+            "spec.dataSource: type ObjectRef cannot have http",
+        ),
+        (
+            vd(dataSource={"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "a"}}),
+            "spec.dataSource.objectRef.kind: Input should be",
+        ),
+        (vd(dataSource={"type": "HTTP", "http": {"url": "ftp://x/y"}}), "spec.dataSource.http.url"),
+        (
+            vd(
+                dataSource={
+                    "type": "HTTP",
+                    "http": {"url": "http://x/y", "checksum": {"md5": "ab"}},
+                }
+            ),
+            "spec.dataSource.http.checksum.md5",
+        ),
+        (
+            vd(dataSource={"type": "HTTP", "http": {"url": "http://x/y", "caBundle": "%%"}}),
+            "spec.dataSource.http.caBundle: not base64",
+        ),
+        (vd(), "spec: persistentVolumeClaim.size is required for a blank disk"),
+        ({**VD1, "apiVersion": "virtualization.deckhouse.io/v1alpha2"}, "apiVersion: Input should"),
+        ({**VD1, "status": {"phase": "Done"}}, "status.phase: Input should be 'Pending'"),
+        ({**VD1, "status": {"progress": "half"}}, "status.progress"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_bad_virtual_disks_name_the_field(data: dict[str, Any], expected: str) -> None:
+    message = refusal(data)
+    assert message.startswith('VirtualDisk.diskferry.io "vd1" is invalid: ')
+    assert expected in message
+
+
+def test_a_blank_disk_needs_only_a_size() -> None:
+    model, _ = validate(REGISTRY.by_kind("VirtualDisk"), vd(persistentVolumeClaim={"size": 100}))
+    assert model.to_json()["spec"] == {"persistentVolumeClaim": {"size": "100"}}
+
+
+def test_status_phases_are_enums() -> None:
+    disk = VirtualDisk.model_validate({**VD1, "status": {"phase": "PVCLost", "progress": "42.5%"}})
+    assert disk.status.phase is DiskPhase.PVC_LOST
+    assert disk.to_json()["status"]["phase"] == "PVCLost"
+
+
+EXPORT = {
+    "apiVersion": "diskferry.io/v1alpha1",
+    "kind": "VirtualMachineExport",
+    "metadata": {"name": "ex1", "namespace": "default"},
+    "spec": {"source": {"apiGroup": "diskferry.io", "kind": "VirtualDisk", "name": "vd1"}},
+}
+
+
+def test_export_fields() -> None:
+    data = copy.deepcopy(EXPORT)
+    data["spec"].update(tokenSecretRef="mine", ttlDuration="1h30m")
+    export = VirtualMachineExport.model_validate(data)
+    assert export.spec.ttl == timedelta(minutes=90)
+    assert export.token_secret_name == "mine"
+    link = {
+        "cert": "PEM",
+        "volumes": [{"name": "vd1", "formats": [{"format": "tar.gz", "url": "u"}]}],
+    }
+    data["status"] = {"phase": "Ready", "links": {"internal": link}, "tokenSecretRef": "mine"}
+    ready = VirtualMachineExport.model_validate(data)
+    assert (
+        ready.to_json()["status"]["links"]["internal"]["volumes"][0]["formats"][0]["format"]
+        == "tar.gz"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"source": {"kind": "PersistentVolumeClaim", "name": "a"}}, "spec.source.kind"),
+        (
+            {"source": {"apiGroup": "cdi.kubevirt.io", "kind": "VirtualDisk", "name": "a"}},
+            "spec.source.apiGroup",
+        ),
+        (
+            {"source": {"kind": "VirtualDisk", "name": "a"}, "ttlDuration": "2 hours"},
+            "spec.ttlDuration: '2 hours' is not a duration",
+        ),
+        ({"source": {"kind": "VirtualDisk"}}, "spec.source.name: Field required"),
+    ],
+)
+def test_bad_exports_name_the_field(spec: dict[str, Any], expected: str) -> None:
+    assert expected in refusal({**EXPORT, "spec": spec})
+
+
+IMAGE = {
+    "apiVersion": "diskferry.io/v1alpha1",
+    "kind": "VirtualImage",
+    "metadata": {"name": "image1", "namespace": "default"},
+    "spec": {"dataSource": {"type": "HTTP", "http": {"url": "https://example.org/i.qcow2"}}},
+}
+CLUSTER_IMAGE = {**IMAGE, "kind": "ClusterVirtualImage", "metadata": {"name": "image1"}}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (IMAGE, "spec.storage: storage ContainerRegistry (the default) is not available yet"),
+        (CLUSTER_IMAGE, "spec: ClusterVirtualImage is not available yet"),
+        (
+            vd(dataSource={"type": "ContainerImage", "containerImage": {"image": "r.io/a:1"}}),
+            "spec.dataSource: type ContainerImage is not available yet",
+        ),
+        (vd(dataSource={"type": "Upload"}), "spec.dataSource: type Upload is not available yet"),
+    ],
+    ids=["registry-storage", "cluster-image", "container-image", "upload"],
+)
+def test_what_needs_the_image_store_is_refused_in_one_line(
+    data: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    message = refusal(data)
+    assert expected in message and "\n" not in message
+    monkeypatch.setattr(common, "IMAGE_STORE_AVAILABLE", True)
+    validate(REGISTRY.by_kind(data["kind"]), data)
+
+
+def test_cluster_image_object_refs_name_a_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "IMAGE_STORE_AVAILABLE", True)
+    ref = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "vd1"}}
+    data = {**CLUSTER_IMAGE, "spec": {"dataSource": ref}}
+    assert "spec.dataSource.objectRef: namespace is required for a VirtualDisk" in refusal(data)
+    ref["objectRef"]["namespace"] = "default"
+    validate(REGISTRY.by_kind("ClusterVirtualImage"), data)
+
+
+def test_snapshot_and_storage_class_refusals() -> None:
+    snapshot = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "VirtualDiskSnapshot",
+        "metadata": {"name": "s"},
+        "spec": {"virtualDiskName": "Not_A_Name"},
+    }
+    assert "spec.virtualDiskName" in refusal(snapshot)
+    storage = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "local"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "parameters": {"path": "relative/dir", "type": "tape"},
+    }
+    message = refusal(storage)
+    assert "provisioner: Input should be 'diskferry.io/local'" in message
+    assert "parameters.path: must be an absolute directory" in message
+    assert "parameters.type: Input should be 'file' or 'block'" in message
+
+
+def test_registry_names() -> None:
+    for name, kind in [
+        ("vd", "VirtualDisk"),
+        ("vi", "VirtualImage"),
+        ("cvi", "ClusterVirtualImage"),
+        ("vdsnapshot", "VirtualDiskSnapshot"),
+        ("vds", "VirtualDiskSnapshot"),
+        ("vmexport", "VirtualMachineExport"),
+        ("vmexports", "VirtualMachineExport"),
+        ("virtualmachineexports", "VirtualMachineExport"),
+        ("sc", "StorageClass"),
+    ]:
+        assert REGISTRY.lookup(name).kind == kind
+    assert not REGISTRY.by_kind("ClusterVirtualImage").namespaced
+    assert not REGISTRY.by_kind("StorageClass").namespaced
+    assert REGISTRY.by_kind("StorageClass").api_version == "storage.k8s.io/v1"
+    assert REGISTRY.by_plural("diskferry.io", "v1alpha1", "virtualdisks").kind == "VirtualDisk"
