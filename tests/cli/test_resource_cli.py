@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import Result, free_port
 
-from tests.conftest import Cli, Result, free_port
-
+EXE = Path(sys.executable).with_name("diskferry")
 SECRET_AND_DISK = """\
 apiVersion: v1
 kind: Secret
@@ -32,49 +33,94 @@ spec:
 """
 
 
-def disk(name: str, namespace: str = "default", size: str = "64Mi") -> str:
-    """A blank VirtualDisk manifest."""
+def disk(name: str, namespace: str | None = None) -> str:
+    """A blank VirtualDisk manifest, in `namespace` or in the one the command gives."""
+    where = f", namespace: {namespace}" if namespace else ""
     return (
         "apiVersion: diskferry.io/v1alpha1\nkind: VirtualDisk\n"
-        f"metadata: {{name: {name}, namespace: {namespace}}}\n"
-        f"spec:\n  persistentVolumeClaim: {{size: {size}}}\n"
+        f"metadata: {{name: {name}{where}}}\n"
+        "spec:\n  persistentVolumeClaim: {size: 64Mi}\n"
     )
 
 
 @dataclass
-class Daemon:
-    """A running `diskferry serve`, the CLI pointed at its data directory, and everything
-    the CLI printed (to look for the token in)."""
+class Served:
+    """A running `diskferry serve`, and everything the CLI printed (to look for the token in)."""
 
     data_dir: Path
-    cli: Cli
-    tmp: Path
-    proc: subprocess.Popen
+    env: dict[str, str]
     printed: list[str]
 
+    @property
+    def token(self) -> str:
+        """The daemon's bearer token."""
+        return (self.data_dir / "token").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[Served]:
+    """`diskferry serve` on a free port and a temporary data directory, once it answers;
+    when it stops, the token must not be in anything it or the CLI printed."""
+    tmp = tmp_path_factory.mktemp("daemon")
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["TMPDIR"] = str(tmp)
+    running = Served(tmp / "data", env, [])
+    log_path = tmp / "serve.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [str(EXE), "serve", "--data-dir", str(running.data_dir), "--port", str(free_port())],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while not (running.data_dir / "kubeconfig").exists():
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.2)
+        yield running
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    for text in [*running.printed, log_path.read_text()]:
+        assert running.token not in text
+
+
+@dataclass
+class Daemon:
+    """The CLI pointed at the daemon's data directory, in a namespace of the test's own."""
+
+    served: Served
+    namespace: str
+    tmp: Path
+
     def __call__(self, *args: str | os.PathLike[str], stdin: str | None = None) -> Result:
-        """Run `diskferry ARGS --data-dir DATA_DIR`."""
-        exe = Path(sys.executable).with_name("diskferry")
+        """Run `diskferry ARGS --data-dir DATA_DIR -n NAMESPACE`."""
         proc = subprocess.run(
-            [str(exe), *map(str, args), "--data-dir", str(self.data_dir)],
+            [str(EXE), *map(str, args), *self.options(given=args)],
             capture_output=True,
             text=True,
-            env=self.cli.env,
+            env=self.served.env,
             timeout=60,
             input=stdin,
         )
-        self.printed += [proc.stdout, proc.stderr]
+        self.served.printed += [proc.stdout, proc.stderr]
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
+    def options(self, given: tuple = ()) -> list[str]:
+        """The options that point a command at the daemon and at the test's namespace, unless
+        the command names one itself."""
+        if "-n" in given:
+            return ["--data-dir", str(self.served.data_dir)]
+        return ["--data-dir", str(self.served.data_dir), "-n", self.namespace]
+
     def start(self, *args: str) -> subprocess.Popen:
-        """Start `diskferry ARGS --data-dir DATA_DIR`, its output in pipes."""
-        exe = Path(sys.executable).with_name("diskferry")
+        """Start `diskferry ARGS` at the daemon, its output in pipes."""
         return subprocess.Popen(
-            [str(exe), *args, "--data-dir", str(self.data_dir)],
+            [str(EXE), *args, *self.options()],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=self.cli.env,
+            env=self.served.env,
         )
 
     def manifest(self, name: str, text: str) -> Path:
@@ -83,11 +129,15 @@ class Daemon:
         path.write_text(text)
         return path
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The kubeconfig the daemon wrote."""
+        return self.served.data_dir / "kubeconfig"
+
     def kubectl(self, *args: str) -> str:
-        """Run kubectl against the daemon; its stdout."""
-        kubeconfig = self.data_dir / "kubeconfig"
+        """Run kubectl against the daemon in the test's namespace; its stdout."""
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "-n", self.namespace, *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -104,34 +154,22 @@ class Daemon:
     @property
     def token(self) -> str:
         """The daemon's bearer token."""
-        return (self.data_dir / "token").read_text().strip()
+        return self.served.token
+
+
+def namespace(name: str) -> str:
+    """A Namespace manifest."""
+    return f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n"
 
 
 @pytest.fixture
-def daemon(tmp_path, diskferry) -> Iterator[Daemon]:
-    """`diskferry serve` on a free port, until its kubeconfig is written and it answers."""
-    data_dir = tmp_path / "data"
-    exe = Path(sys.executable).with_name("diskferry")
-    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(exe), "serve", "--data-dir", str(data_dir), "--port", str(free_port())],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=diskferry.env,
-    )
-    running = Daemon(data_dir, diskferry, tmp_path, proc, [])
-    deadline = time.monotonic() + 30
-    while running("get", "namespaces").code != 0:
-        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-        assert time.monotonic() < deadline, "the daemon did not answer"
-        time.sleep(0.2)
-    yield running
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
-    log.close()
-    served = (tmp_path / "serve.log").read_text()
-    for text in [*running.printed, served]:
-        assert running.token not in text
+def daemon(served, tmp_path, request) -> Daemon:
+    """The CLI at the daemon, in a fresh namespace named after the test."""
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:40]
+    running = Daemon(served, name.strip("-"), tmp_path)
+    made = running("apply", "-f", running.manifest("ns.yaml", namespace(running.namespace)))
+    assert made.code == 0, made.stderr
+    return running
 
 
 def test_apply_creates_then_leaves_unchanged_then_configures(daemon) -> None:
@@ -178,29 +216,31 @@ def test_get_in_each_output_form(daemon) -> None:
     assert daemon("get", "vd", "-o", "name").stdout == "virtualdisk.diskferry.io/vd1\n"
     secrets = daemon("get", "secrets").stdout
     assert "creds" in secrets and "hunter2" not in secrets
-    nothing = daemon("get", "vdsnapshots")
+    nothing = daemon("get", "vdsnapshot")
     assert nothing.code == 0 and nothing.stdout == ""
-    assert nothing.stderr == "No resources found in default namespace.\n"
+    assert nothing.stderr == f"No resources found in {daemon.namespace} namespace.\n"
     unknown = daemon("get", "bogus")
     assert unknown.code == 1
     assert unknown.error == 'the server doesn\'t have a resource type "bogus"'
 
 
 def test_get_all_namespaces_shows_the_namespace_column(daemon) -> None:
-    namespace = "apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n"
-    daemon("apply", "-f", daemon.manifest("ns.yaml", namespace))
-    applied = daemon(
-        "apply", "-f", daemon.manifest("two.yaml", disk("vd1") + "---\n" + disk("vd2", "team"))
+    mine, other = daemon.namespace, f"{daemon.namespace}-b"
+    daemon("apply", "-f", daemon.manifest("ns-b.yaml", namespace(other)))
+    elsewhere = daemon.manifest("vd2.yaml", disk("vd2", other))
+    refused = daemon("apply", "-f", elsewhere)
+    assert refused.error == (
+        f"{elsewhere}: the namespace of the object ({other}) does not match the namespace"
+        f" given ({mine})"
     )
-    assert applied.code == 0, applied.stderr
-    only_team = daemon("get", "vd", "-n", "team").stdout.splitlines()
-    assert [row.split()[0] for row in only_team[1:]] == ["vd2"]
+    assert daemon("apply", "-f", elsewhere, "-n", other).code == 0
+    assert daemon("apply", "-f", daemon.manifest("vd1.yaml", disk("vd1"))).code == 0
+    only_other = daemon("get", "vd", "-n", other).stdout.splitlines()
+    assert [row.split()[0] for row in only_other[1:]] == ["vd2"]
     every = daemon("get", "vd", "-A").stdout.splitlines()
     assert every[0].split()[:2] == ["NAMESPACE", "NAME"]
-    assert sorted(tuple(row.split()[:2]) for row in every[1:]) == [
-        ("default", "vd1"),
-        ("team", "vd2"),
-    ]
+    rows = sorted(tuple(row.split()[:2]) for row in every[1:] if row.startswith(mine))
+    assert rows == [(mine, "vd1"), (other, "vd2")]
 
 
 def test_describe_shows_fields_conditions_and_events(daemon) -> None:
@@ -214,7 +254,7 @@ def test_describe_shows_fields_conditions_and_events(daemon) -> None:
             "apiVersion": "diskferry.io/v1alpha1",
             "kind": "VirtualDisk",
             "name": "vd1",
-            "namespace": "default",
+            "namespace": daemon.namespace,
             "uid": uid,
         },
         "reason": "Provisioning",
@@ -329,19 +369,21 @@ def test_a_bad_manifest_is_refused_with_the_field_path(daemon) -> None:
 
 def test_the_kubeconfig_is_found_by_option_or_environment(daemon) -> None:
     daemon("apply", "-f", daemon.manifest("vd.yaml", disk("vd1")))
-    kubeconfig = str(daemon.data_dir / "kubeconfig")
-    exe = Path(sys.executable).with_name("diskferry")
-    env = {**daemon.cli.env, "KUBECONFIG": kubeconfig}
-    by_env = subprocess.run(
-        [str(exe), "get", "vd", "-o", "name"], capture_output=True, text=True, env=env, check=False
-    )
-    assert by_env.stdout == "virtualdisk.diskferry.io/vd1\n", by_env.stderr
-    by_option = daemon.cli("get", "vd", "-o", "name", "--kubeconfig", kubeconfig)
-    assert by_option.stdout == "virtualdisk.diskferry.io/vd1\n"
+    kubeconfig = str(daemon.kubeconfig)
+    by_env = {**daemon.served.env, "KUBECONFIG": kubeconfig}
+    for extra, env in (([], by_env), (["--kubeconfig", kubeconfig], daemon.served.env)):
+        found = subprocess.run(
+            [str(EXE), "get", "vd", "-o", "name", "-n", daemon.namespace, *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert found.stdout == "virtualdisk.diskferry.io/vd1\n", found.stderr
 
 
 def test_a_daemon_that_is_not_running_is_one_line(daemon, diskferry, tmp_path) -> None:
-    config = yaml.safe_load((daemon.data_dir / "kubeconfig").read_text())
+    config = yaml.safe_load(daemon.kubeconfig.read_text())
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     stopped = tmp_path / "stopped.kubeconfig"
     stopped.write_text(yaml.safe_dump(config))
@@ -357,7 +399,7 @@ def test_a_daemon_that_is_not_running_is_one_line(daemon, diskferry, tmp_path) -
 
 
 def test_a_wrong_token_is_the_servers_line_and_never_printed(daemon, diskferry, tmp_path) -> None:
-    config = yaml.safe_load((daemon.data_dir / "kubeconfig").read_text())
+    config = yaml.safe_load(daemon.kubeconfig.read_text())
     wrong = "wrong-token-0123456789"
     config["users"][0]["user"]["token"] = wrong
     path = tmp_path / "wrong.kubeconfig"

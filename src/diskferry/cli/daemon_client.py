@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import urllib3
 import yaml
 
+from diskferry.control.daemon import default_data_dir
 from diskferry.disk.errors import DiskferryError
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -35,11 +36,6 @@ class DaemonUnreachableError(DiskferryError):
     """No daemon answers where the kubeconfig points, or there is no kubeconfig."""
 
     reason = "DaemonNotRunning"
-
-
-def default_data_dir() -> Path:
-    """The daemon's default data directory: /var/lib/diskferry as root, else ./diskferry-data."""
-    return Path("/var/lib/diskferry") if os.geteuid() == 0 else Path("diskferry-data")
 
 
 def find_kubeconfig(kubeconfig: str | None, data_dir: str | None) -> Path:

@@ -74,7 +74,7 @@ def _apply_one(client: DaemonClient, manifest: Manifest, namespace: str | None) 
     if info.namespaced:
         if namespace and where and where != namespace:
             raise DiskferryError(
-                f"{manifest.source}: the namespace of the object ({where}) does not match "
+                f"the namespace of the object ({where}) does not match "
                 f"the namespace given ({namespace})"
             )
         meta["namespace"] = where or namespace or client.endpoint.namespace
