@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -351,6 +353,52 @@ def test_get_watch_prints_each_change_with_progress_and_speed(daemon) -> None:
     assert watching.stdout.readline().split() == ["vd1", "Ready", "100%"]
     watching.send_signal(signal.SIGINT)
     assert watching.wait(timeout=30) == 130
+
+
+def test_logs_of_an_object_without_a_worker_is_one_line(daemon) -> None:
+    daemon("apply", "-f", daemon.manifest("vd.yaml", disk("vd1")))
+    none = daemon("logs", "vd", "vd1")
+    assert none.code == 1 and "vd1" in none.error and none.stdout == ""
+    missing = daemon("logs", "vd", "vd9")
+    assert missing.code == 1 and "vd9" in missing.error
+
+
+def _read_until(fd: int, wanted: list[str], timeout: float = 60) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while not all(w in seen for w in wanted):
+        assert time.monotonic() < deadline, seen
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            seen += os.read(fd, 65536).decode(errors="replace")
+    return seen
+
+
+def test_get_watch_on_a_terminal_draws_a_bar_for_what_is_in_progress(daemon) -> None:
+    daemon("apply", "-f", daemon.manifest("vd.yaml", disk("vd1") + "---\n" + disk("vd2")))
+    daemon.set_status("vd", "vd2", {"phase": "Ready", "progress": "100%"})
+    master, slave = pty.openpty()
+    watching = subprocess.Popen(
+        [str(EXE), "get", "vd", "-w", *daemon.options()],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**daemon.served.env, "COLUMNS": "120", "TERM": "xterm"},
+    )
+    os.close(slave)
+    try:
+        _read_until(master, ["NAME", "vd1", "vd2", "Ready"])
+        speed = {"current": "3.0Mi/s"}
+        daemon.set_status(
+            "vd", "vd1", {"phase": "Provisioning", "progress": "45.5%", "downloadSpeed": speed}
+        )
+        drawn = _read_until(master, ["Provisioning", "45.5%", "3.0Mi/s"])
+        assert "━" in drawn
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(timeout=30) == 130
+    finally:
+        watching.kill()
+        os.close(master)
 
 
 def test_a_bad_manifest_is_refused_with_the_field_path(daemon) -> None:

@@ -53,7 +53,11 @@ class WatchView:
         self.headers = ["NAME", "PHASE", "PROGRESS", "SPEED"]
         if namespaces:
             self.headers.insert(0, "NAMESPACE")
-        self.live = Live(self.render(), console=Console(), auto_refresh=False) if live else None
+        self.live = (
+            Live(get_renderable=self.render, console=Console(), refresh_per_second=2)
+            if live
+            else None
+        )
 
     @staticmethod
     def key(obj: dict[str, Any]) -> Key:
@@ -79,8 +83,7 @@ class WatchView:
         """Show the objects listed before the watch starts."""
         self.objects = {self.key(o): o for o in objects}
         if self.live is not None:
-            self.live.start()
-            self.live.update(self.render(), refresh=True)
+            self.live.start(refresh=True)
             return
         rows = [_cells(o, self.namespaces) for _, o in sorted(self.objects.items())]
         self.printed = {k: _cells(o, self.namespaces) for k, o in self.objects.items()}
@@ -95,7 +98,7 @@ class WatchView:
         else:
             self.objects[key] = obj
         if self.live is not None:
-            self.live.update(self.render(), refresh=True)
+            self.live.refresh()
             return
         cells = _cells(obj, self.namespaces)
         if type_ == "DELETED":
