@@ -453,7 +453,8 @@ def test_a_wrong_token_is_the_servers_line_and_never_printed(daemon, diskferry, 
     path = tmp_path / "wrong.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     refused = diskferry("get", "vd", "--kubeconfig", path)
-    assert refused.code == 1 and refused.error
+    assert refused.code == 1
+    assert refused.error == "Unauthorized: the daemon does not accept the kubeconfig's token"
     assert wrong not in refused.stderr + refused.stdout
 
 

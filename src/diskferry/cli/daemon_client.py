@@ -340,6 +340,8 @@ def _api_error(response: urllib3.BaseHTTPResponse) -> DaemonError:
         first = response.data.decode(errors="replace").strip().split("\n")[0]
         message = f"HTTP {response.status}: {first or response.reason}"
         reason = "Failed"
+    if response.status == 401:
+        message = f"{message}: the daemon does not accept the kubeconfig's token"
     return DaemonError(message, code=response.status, reason=reason)
 
 

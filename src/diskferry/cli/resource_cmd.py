@@ -28,19 +28,32 @@ from diskferry.disk.errors import DiskferryError
 
 KubeconfigOpt = Annotated[
     str | None,
-    typer.Option("--kubeconfig", help="Kubeconfig of the daemon (else $KUBECONFIG)."),
+    typer.Option(
+        "--kubeconfig", metavar="FILE", help="Kubeconfig of the daemon (else $KUBECONFIG)."
+    ),
 ]
 DataDirOpt = Annotated[
     str | None,
-    typer.Option("--data-dir", help="The daemon's data directory, whose kubeconfig is used."),
+    typer.Option(
+        "--data-dir", metavar="DIR", help="The daemon's data directory, whose kubeconfig is used."
+    ),
 ]
 NamespaceOpt = Annotated[
     str | None,
-    typer.Option("--namespace", "-n", help="Namespace (else the kubeconfig's, or default)."),
+    typer.Option(
+        "--namespace",
+        "-n",
+        metavar="NAMESPACE",
+        help="Namespace (else the kubeconfig's, or default).",
+    ),
 ]
-KindArg = Annotated[str, typer.Argument(help="Kind, plural or short name (vd, vi, vmexport...).")]
-NameArg = Annotated[str, typer.Argument(help="The object's name.")]
-TimeoutOpt = Annotated[str, typer.Option("--timeout", help="How long to wait: 30s, 5m, 1h.")]
+KindArg = Annotated[
+    str, typer.Argument(metavar="KIND", help="Kind, plural or short name (vd, vi, vmexport...).")
+]
+NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The object's name.")]
+TimeoutOpt = Annotated[
+    str, typer.Option("--timeout", metavar="DURATION", help="How long to wait: 30s, 5m, 1h.")
+]
 OUTPUTS = ("wide", "yaml", "json", "name")
 # what `apply` leaves to the server: set by it, or the status subresource's
 SERVER_FIELDS = ("apiVersion", "kind", "metadata", "status")
@@ -115,7 +128,9 @@ def _apply_one(client: DaemonClient, manifest: Manifest, namespace: str | None) 
 def apply_command(
     files: Annotated[
         list[str],
-        typer.Option("--filename", "-f", help="A manifest file, a directory of them, or -."),
+        typer.Option(
+            "--filename", "-f", metavar="FILE", help="A manifest file, a directory of them, or -."
+        ),
     ],
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
@@ -145,14 +160,15 @@ def _dump(obj: dict[str, Any], output: str) -> None:
 
 def get_command(
     kind: KindArg,
-    name: Annotated[str | None, typer.Argument(help="One object's name.")] = None,
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="One object's name.")] = None,
     namespace: NamespaceOpt = None,
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")
     ] = False,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="wide|yaml|json|name")] = (
-        None
-    ),
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", metavar="FORMAT", help="wide, yaml, json or name."),
+    ] = (None),
     follow: Annotated[bool, typer.Option("--watch", "-w", help="Follow changes.")] = False,
     kubeconfig: KubeconfigOpt = None,
     data_dir: DataDirOpt = None,
@@ -220,7 +236,7 @@ def describe_command(
 
 def delete_command(
     kind: KindArg,
-    names: Annotated[list[str], typer.Argument(help="The objects' names.")],
+    names: Annotated[list[str], typer.Argument(metavar="NAME...", help="The objects' names.")],
     namespace: NamespaceOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Return once they are gone.")] = False,
     timeout: TimeoutOpt = "5m",
@@ -259,7 +275,9 @@ def wait_command(
     name: NameArg,
     for_: Annotated[
         str,
-        typer.Option("--for", help="delete, phase=PHASE or condition=TYPE[=STATUS]."),
+        typer.Option(
+            "--for", metavar="CONDITION", help="delete, phase=PHASE or condition=TYPE[=STATUS]."
+        ),
     ],
     namespace: NamespaceOpt = None,
     timeout: TimeoutOpt = "30s",
