@@ -241,3 +241,30 @@ def test_openapi_v3_layout(client: TestClient) -> None:
         headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
     )
     assert proto.status_code == 406
+
+
+def test_cluster_scoped_kinds(client: TestClient) -> None:
+    classes = "/apis/storage.k8s.io/v1/storageclasses"
+    sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local"}}
+    created = client.post(classes, json=sc)
+    assert created.status_code == 201
+    assert "namespace" not in created.json()["metadata"]
+    assert client.get(f"{classes}/local").json()["provisioner"] == "diskferry.io/local"
+    assert (
+        client.get("/apis/storage.k8s.io/v1/namespaces/default/storageclasses").status_code == 404
+    )
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
+    assert client.post("/api/v1/namespaces", json=ns).status_code == 201
+    status = client.get("/api/v1/namespaces/team/status")
+    assert status.json()["status"]["phase"] == "Active"
+    assert client.post("/api/v1/namespaces/team/secrets", json=secret("s")).status_code == 201
+    everywhere = client.get("/api/v1/secrets").json()["items"]
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in everywhere] == [
+        ("team", "s")
+    ]
+    assert client.post("/api/v1/secrets", json=secret("t")).status_code == 405
+
+
+def secret(name: str) -> dict:
+    """A Secret manifest."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}

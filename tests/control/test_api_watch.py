@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from api_support import TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
+from diskferry.control.api import watch
 from diskferry.control.api.app import ApiServer
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
@@ -81,3 +83,13 @@ def test_bad_selector_is_400(client: TestClient) -> None:
     )
     assert answer.status_code == 400
     assert answer.json()["kind"] == "Status"
+
+
+def test_bookmarks_when_allowed(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "BOOKMARK_SECONDS", 0.0)
+    rv = client.post(VD, json=disk("a")).json()["metadata"]["resourceVersion"]
+    allowed = _events(client, VD, resourceVersion=rv, timeoutSeconds=1, allowWatchBookmarks="true")
+    assert allowed and {e["type"] for e in allowed} == {"BOOKMARK"}
+    assert allowed[-1]["object"]["metadata"]["resourceVersion"] == rv
+    assert allowed[-1]["object"]["kind"] == "VirtualDisk"
+    assert _events(client, VD, resourceVersion=rv, timeoutSeconds=1) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import ssl
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import yaml
 from daemon_support import free_port, start_daemon
 
-from diskferry.control.daemon import Daemon, DataDirError
+from diskferry.control.daemon import Daemon, DataDirError, ListenError
 
 WATCH = "/apis/diskferry.io/v1alpha1/namespaces/default/virtualdisks?watch=true"
 
@@ -94,3 +95,55 @@ def test_data_dir_not_writable_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith("diskferry: error: data directory")
+
+
+class Recorder:
+    """A background part that notes its start and stop, and the daemon it was made for."""
+
+    def __init__(self, daemon: Daemon, seen: list[str]) -> None:
+        self.daemon = daemon
+        self.seen = seen
+
+    def start(self) -> None:
+        self.seen.append("start")
+
+    def stop(self) -> None:
+        self.seen.append("stop")
+
+
+def test_background_parts_start_and_stop_with_the_daemon(tmp_path: Path) -> None:
+    seen: list[str] = []
+    made: list[Recorder] = []
+
+    def factory(daemon: Daemon) -> Recorder:
+        made.append(Recorder(daemon, seen))
+        return made[-1]
+
+    daemon = Daemon(tmp_path / "data", port=free_port(), background=[factory])
+    runner = threading.Thread(target=daemon.run)
+    runner.start()
+    try:
+        deadline = 300
+        while not daemon.kubeconfig_path.exists() and deadline:
+            deadline -= 1
+            threading.Event().wait(0.1)
+        assert seen == ["start"]
+        assert made[0].daemon.service is daemon.service
+    finally:
+        daemon.stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert seen == ["start", "stop"]
+
+
+def test_port_in_use_is_a_listen_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        daemon = Daemon(tmp_path / "data", port=taken.getsockname()[1])
+        try:
+            daemon.run()
+        except ListenError as error:
+            assert "cannot listen on 127.0.0.1:" in error.message
+        else:
+            raise AssertionError("a port in use was taken")

@@ -202,3 +202,65 @@ def test_delete(daemon: Served) -> None:
     kubectl(daemon, "apply", "-f", "-", stdin=manifest)
     assert 'virtualdisk.diskferry.io "gone" deleted' in kubectl(daemon, "delete", "vd", "gone")
     assert "NotFound" in kubectl(daemon, "get", "vd", "gone", ok=False)
+
+
+def test_server_side_apply_creates_then_updates(daemon: Served) -> None:
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", "ssa")
+    first = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=manifest)
+    assert "virtualdisk.diskferry.io/ssa serverside-applied" in first
+    labelled = manifest.replace("namespace: default}", "namespace: default, labels: {a: b}}")
+    kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=labelled)
+    assert kubectl(daemon, "get", "vd", "ssa", "-o", "jsonpath={.metadata.labels.a}") == "b"
+    refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=BAD, ok=False)
+    assert "spec.persistentVolumeClaim.bogus" in refused
+
+
+def test_imperative_create_of_core_kinds_in_protobuf(daemon: Served) -> None:
+    assert "namespace/team created" in kubectl(daemon, "create", "namespace", "team")
+    meta = json.loads(kubectl(daemon, "get", "ns", "team", "-o", "json"))["metadata"]
+    assert "generateName" not in meta
+    created = kubectl(
+        daemon, "-n", "team", "create", "secret", "generic", "s", "--from-literal=a=b"
+    )
+    assert "secret/s created" in created
+    secret = json.loads(kubectl(daemon, "-n", "team", "get", "secret", "s", "-o", "json"))
+    assert secret["data"] == {"a": "Yg=="} and secret["type"] == "Opaque"
+    assert 'secret "s" deleted' in kubectl(daemon, "-n", "team", "delete", "secret", "s")
+    assert 'namespace "team" deleted' in kubectl(daemon, "delete", "namespace", "team")
+
+
+def _open_watches(daemon: Served) -> int:
+    metrics = kubectl(daemon, "get", "--raw", "/metrics").splitlines()
+    return int(
+        next(line for line in metrics if line.startswith("diskferry_api_watches ")).split()[1]
+    )
+
+
+def test_a_watch_ends_when_its_client_goes(daemon: Served) -> None:
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), "get", "vd", "-w"]
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            if _open_watches(daemon) == 1:
+                break
+        else:
+            raise AssertionError("the watch did not open")
+    finally:
+        watcher.kill()
+        watcher.wait(timeout=10)
+    for _ in range(100):
+        if _open_watches(daemon) == 0:
+            break
+    else:
+        raise AssertionError("the watch outlived its client")
+
+
+def test_validate_warn_creates_and_warns(daemon: Served) -> None:
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), "apply", "--validate=warn"]
+    manifest = BAD.replace("name: bad", "name: warned")
+    done = subprocess.run(
+        [*command, "-f", "-"], input=manifest, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "virtualdisk.diskferry.io/warned created" in done.stdout
+    assert "Warning: unknown field 'spec.persistentVolumeClaim.bogus'" in done.stderr

@@ -280,6 +280,30 @@ def test_watch_close_wakes_a_blocked_next(service: ObjectService) -> None:
     assert got == [[]]
 
 
+def test_closing_the_service_ends_its_watches(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    watch = svc.watch(SECRETS, None, resource_version=svc.resource_version())
+    got: list[list] = []
+    waiter = threading.Thread(target=lambda: got.append(watch.next(timeout=60)))
+    waiter.start()
+    svc.close()
+    waiter.join(timeout=10)
+    assert got == [[]]
+    assert watch.next(timeout=1) == []
+
+
+def test_an_immutable_secret_keeps_its_data(service: ObjectService) -> None:
+    obj, _ = service.create(SECRETS, "default", secret("s") | {"immutable": True})
+    with pytest.raises(InvalidError, match="immutable"):
+        service.update(SECRETS, "default", "s", obj | {"data": {"k": "dg=="}})
+    with pytest.raises(InvalidError, match="immutable"):
+        service.patch(SECRETS, "default", "s", {"immutable": False}, "merge")
+    labelled, _ = service.patch(
+        SECRETS, "default", "s", {"metadata": {"labels": {"a": "b"}}}, "merge"
+    )
+    assert labelled["metadata"]["labels"] == {"a": "b"}
+
+
 def test_watch_every_kind(service: ObjectService) -> None:
     rv = service.resource_version()
     service.create(SECRETS, "default", secret("a"))
@@ -315,3 +339,13 @@ def test_events_are_counted(service: ObjectService) -> None:
     other = service.record_event(obj, "Warning", "Failed", "HTTP 404", "diskferry")
     assert other["metadata"]["name"] != first["metadata"]["name"]
     assert len(service.list(EVENTS, "default").items) == 2
+
+
+def test_old_events_expire(service: ObjectService) -> None:
+    obj, _ = service.create(WIDGETS, "default", widget("w"))
+    service.record_event(obj, "Normal", "Old", "first", "diskferry")
+    service.clock.advance(1800)
+    service.record_event(obj, "Normal", "Recent", "second", "diskferry")
+    service.clock.advance(1801)
+    assert service.expire_events() == 1
+    assert [e["reason"] for e in service.list(EVENTS, "default").items] == ["Recent"]

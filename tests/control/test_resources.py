@@ -11,6 +11,7 @@ import pytest
 from diskferry.control.errors import InvalidError
 from diskferry.control.resources import REGISTRY, common
 from diskferry.control.resources.storageclass import StorageClass
+from diskferry.control.resources.updates import check_update
 from diskferry.control.resources.virtualdisk import DiskPhase, VirtualDisk
 from diskferry.control.resources.vmexport import VirtualMachineExport
 from diskferry.control.validation import validate
@@ -269,3 +270,49 @@ def test_registry_names() -> None:
     assert not REGISTRY.by_kind("StorageClass").namespaced
     assert REGISTRY.by_kind("StorageClass").api_version == "storage.k8s.io/v1"
     assert REGISTRY.by_plural("diskferry.io", "v1alpha1", "virtualdisks").kind == "VirtualDisk"
+
+
+def _update(data: dict[str, Any], change: dict[str, Any]) -> tuple[Any, Any]:
+    info = REGISTRY.by_kind(data["kind"])
+    old, _ = validate(info, copy.deepcopy(data))
+    new, _ = validate(info, {**copy.deepcopy(data), **change})
+    return old, new
+
+
+def update_refusal(data: dict[str, Any], change: dict[str, Any]) -> str:
+    """The message an update of `data` by `change` is refused with."""
+    old, new = _update(data, change)
+    with pytest.raises(InvalidError) as caught:
+        check_update(REGISTRY.by_kind(data["kind"]), old, new)
+    return caught.value.message
+
+
+def test_a_disk_may_only_grow() -> None:
+    bigger = vd(**{**VD1["spec"], "persistentVolumeClaim": {"size": "1Gi"}})
+    check_update(REGISTRY.by_kind("VirtualDisk"), *_update(VD1, {"spec": bigger["spec"]}))
+    smaller = vd(**{**VD1["spec"], "persistentVolumeClaim": {"size": "32Mi"}})
+    assert "spec.persistentVolumeClaim.size: may only grow: 32Mi is less than 64Mi" in (
+        update_refusal(VD1, {"spec": smaller["spec"]})
+    )
+    other = vd(**{**VD1["spec"], "dataSource": {"type": "HTTP", "http": {"url": "http://b/c"}}})
+    assert "spec.dataSource: field is immutable" in update_refusal(VD1, {"spec": other["spec"]})
+    moved = {**VD1["spec"], "persistentVolumeClaim": {"size": "64Mi", "storageClassName": "b"}}
+    assert "spec.persistentVolumeClaim: field is immutable" in update_refusal(VD1, {"spec": moved})
+
+
+def test_other_specs_are_fixed_and_metadata_free() -> None:
+    labelled = {"metadata": {**EXPORT["metadata"], "labels": {"a": "b"}}}
+    check_update(REGISTRY.by_kind("VirtualMachineExport"), *_update(EXPORT, labelled))
+    renamed = {"spec": {"source": {"kind": "VirtualDisk", "name": "vd2"}}}
+    message = update_refusal(EXPORT, renamed)
+    assert message == 'VirtualMachineExport.diskferry.io "ex1" is invalid: spec: field is immutable'
+    storage = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "local"},
+        "parameters": {"type": "file"},
+    }
+    check_update(REGISTRY.lookup("sc"), *_update(storage, {"allowVolumeExpansion": True}))
+    assert "parameters: field is immutable" in update_refusal(
+        storage, {"parameters": {"type": "block"}}
+    )

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import ssl
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,11 +31,16 @@ DEFAULT_ADDRESS = "127.0.0.1"
 ROOT_DATA_DIR = Path("/var/lib/diskferry")
 USER_DATA_DIR = Path("diskferry-data")
 GRACE_SECONDS = 3
+WILDCARDS = ("0.0.0.0", "", "::")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class DataDirError(DiskferryError):
     """The data directory cannot be made or written."""
+
+
+class ListenError(DiskferryError):
+    """The API's address and port cannot be listened on."""
 
 
 class Background(Protocol):
@@ -93,18 +99,20 @@ class Daemon:
         self.data_dir = prepare_data_dir(data_dir)
         self.address = address
         self.port = port
-        self.pki = ensure_pki(self.data_dir / "pki")
+        listening = [] if address in WILDCARDS else [address]
+        self.pki = ensure_pki(self.data_dir / "pki", listening)
         self.token = ensure_token(self.data_dir / "token")
         self.service = ObjectService(self.data_dir / "state.db", registry)
         self.kubeconfig_path = self.data_dir / "kubeconfig"
         self._factories = list(background)
         self._background: list[Background] = []
         self._server: _Server | None = None
+        self._stopping = False
         self.api: ApiServer | None = None
 
     def url(self, port: int) -> str:
         """The API's URL as clients reach it."""
-        host = "127.0.0.1" if self.address in ("0.0.0.0", "", "::") else self.address
+        host = "127.0.0.1" if self.address in WILDCARDS else self.address
         host = f"[{host}]" if ":" in host else host
         return f"https://{host}:{port}"
 
@@ -116,13 +124,14 @@ class Daemon:
             sock.bind((self.address, self.port))
         except OSError as error:
             sock.close()
-            raise DataDirError(
+            raise ListenError(
                 f"cannot listen on {self.address}:{self.port}: {error.strerror or error}"
             ) from None
         return sock
 
     def stop(self) -> None:
         """Stop serving: open watches end, the server closes, `run` returns."""
+        self._stopping = True
         if self.api is not None:
             self.api.stop()
         if self._server is not None:
@@ -157,19 +166,22 @@ class Daemon:
             lifespan="off",
         )
         self._server = _Server(config)
+        self._server.should_exit = self._stopping
         loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
+        signals = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
+        for sig in signals:
             loop.add_signal_handler(sig, self.stop)
         publish = asyncio.create_task(self._publish(url))
         try:
             await self._server.serve(sockets=[sock])
         finally:
             publish.cancel()
-            for sig in STOP_SIGNALS:
+            for sig in signals:
                 loop.remove_signal_handler(sig)
 
     def run(self) -> None:
-        """Serve until SIGTERM or SIGINT (or `stop`), with the background parts running beside."""
+        """Serve until `stop` (or SIGTERM or SIGINT, run in the main thread), the background
+        parts running beside."""
         sock = self._socket()
         try:
             for factory in self._factories:

@@ -7,6 +7,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
+
 from diskferry.export.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
 
 SERVER_CERT = "server.crt"
@@ -32,14 +34,30 @@ def write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _names(cert: Path) -> set[str]:
+    """The names a certificate covers; none when it is missing or unreadable."""
+    try:
+        loaded = x509.load_pem_x509_certificate(cert.read_bytes())
+        sans = loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return set()
+    ips = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    return ips | set(sans.get_values_for_type(x509.DNSName))
+
+
 def ensure_pki(directory: Path, names: list[str] | None = None) -> Pki:
-    """The CA and server certificate in `directory`, made once and reused after."""
+    """The CA and server certificate in `directory`, made once and reused after.
+
+    The server certificate covers 127.0.0.1, localhost and `names`; one that does not is
+    issued again from the same CA, so that kubeconfigs stay valid.
+    """
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not (directory / CA_CERT).exists() or not (directory / CA_KEY).exists():
         create_ca(directory, common_name="diskferry API CA")
     cert, key = directory / SERVER_CERT, directory / SERVER_KEY
-    if not cert.exists() or not key.exists():
-        chain, key_pem = issue_server_cert(directory, names or SERVER_NAMES)
+    wanted = list(dict.fromkeys([*SERVER_NAMES, *(names or [])]))
+    if not key.exists() or not set(wanted) <= _names(cert):
+        chain, key_pem = issue_server_cert(directory, wanted)
         write_private(key, key_pem)
         cert.write_bytes(chain)
     return Pki(directory / CA_CERT, cert, key)

@@ -136,7 +136,7 @@ class ApiServer:
         return discovery.version_info()
 
     async def _metrics(self) -> Response:
-        text = await run_in_threadpool(self.metrics.text, self._object_counts)
+        text = await run_in_threadpool(self.metrics.text, self._object_counts, self.watcher.open)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     def _discovery(self, request: Request, core: bool, plain: dict[str, Any]) -> Response:

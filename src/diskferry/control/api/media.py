@@ -8,7 +8,7 @@ from diskferry.control.errors import UnsupportedMediaTypeError
 
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 APPLY_PATCH = "application/apply-patch+yaml"
-BODY_TYPES = ("application/json", "application/yaml", "")
+BODY_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf", "")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,6 @@ def body_type(content_type: str | None) -> str:
     if name not in BODY_TYPES:
         raise UnsupportedMediaTypeError(
             "the body of the request was in an unknown format - accepted media types include: "
-            "application/json, application/yaml"
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
         )
     return name

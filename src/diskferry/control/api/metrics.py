@@ -39,7 +39,7 @@ class Metrics:
             self._sums[key] += seconds
             self._counts[key] += 1
 
-    def text(self, objects: Callable[[], dict[str, int]]) -> str:
+    def text(self, objects: Callable[[], dict[str, int]], watches: int) -> str:
         """Every metric in the Prometheus text format; `objects` counts the stored objects."""
         name = "diskferry_api_requests_total"
         out = [f"# HELP {name} Requests answered.", f"# TYPE {name} counter"]
@@ -55,6 +55,8 @@ class Metrics:
                 out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self._counts[key]}')
                 out.append(f"{name}_sum{{{labels}}} {self._sums[key]:.6f}")
                 out.append(f"{name}_count{{{labels}}} {self._counts[key]}")
+        name = "diskferry_api_watches"
+        out += [f"# HELP {name} Watches open.", f"# TYPE {name} gauge", f"{name} {watches}"]
         name = "diskferry_objects"
         out += [f"# HELP {name} Objects stored, by kind.", f"# TYPE {name} gauge"]
         for kind, n in sorted(objects().items()):

@@ -11,7 +11,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from diskferry.control.api import media
+from diskferry.control.api import media, protobuf
 from diskferry.control.api.paths import Target, resolve
 from diskferry.control.api.tables import table
 from diskferry.control.api.watch import Watcher
@@ -38,6 +38,11 @@ def _int(request: Request, name: str) -> int | None:
     if value < 0:
         raise BadRequestError(f"{name}: invalid value {value}: must not be negative")
     return value
+
+
+def _include(request: Request) -> str:
+    """What a Table row carries of its object: Metadata (the default), Object or None."""
+    return request.query_params.get("includeObject") or "Metadata"
 
 
 def _dry_run(request: Request, options: dict[str, Any] | None = None) -> bool:
@@ -67,6 +72,8 @@ async def _decode(request: Request) -> Any:
     if not raw.strip():
         return None
     kind = media.body_type(request.headers.get("content-type"))
+    if kind == protobuf.MEDIA_TYPE:
+        return protobuf.decode(raw)
     try:
         return yaml.safe_load(raw) if kind == "application/yaml" else json.loads(raw)
     except (ValueError, yaml.YAMLError) as error:
@@ -107,8 +114,7 @@ class ResourceApi:
     def _encoder(self, request: Request, info: KindInfo) -> Callable[[dict], dict]:
         if not media.wants_table(request.headers.get("accept")):
             return lambda obj: obj
-        include = request.query_params.get("includeObject") or "Metadata"
-        return lambda obj: table(info, [obj], include_object=include)
+        return lambda obj: table(info, [obj], include_object=_include(request))
 
     async def handle(self, request: Request, group: str, version: str, path: str) -> Response:
         """Answer one request; an ApiError raised is answered as its Status by the app."""
@@ -168,8 +174,8 @@ class ResourceApi:
         if page.remaining:
             metadata["remainingItemCount"] = page.remaining
         if media.wants_table(request.headers.get("accept")):
-            include = request.query_params.get("includeObject") or "Metadata"
-            return _answer(table(info, page.items, include_object=include, metadata=metadata))
+            rows = table(info, page.items, include_object=_include(request), metadata=metadata)
+            return _answer(rows)
         return _answer(
             {
                 "kind": f"{info.kind}List",

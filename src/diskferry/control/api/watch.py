@@ -32,6 +32,7 @@ class Watcher:
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(MAX_WATCHES, thread_name_prefix="watch")
         self.stopping = asyncio.Event()
+        self.open = 0
 
     def stop(self) -> None:
         """End every stream at its next poll, so that the server can close."""
@@ -48,6 +49,7 @@ class Watcher:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         next_bookmark = loop.time() + BOOKMARK_SECONDS
+        self.open += 1
         try:
             while not self.stopping.is_set() and (left := deadline - loop.time()) > 0:
                 try:
@@ -64,6 +66,7 @@ class Watcher:
                     next_bookmark = loop.time() + BOOKMARK_SECONDS
                     yield _line("BOOKMARK", watch.bookmark().object)
         finally:
+            self.open -= 1
             watch.close()
 
     async def response(

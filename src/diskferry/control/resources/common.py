@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from diskferry.control import duration, quantity
 from diskferry.control.model import API_VERSION, ApiModel
+from diskferry.disk.errors import DiskferryError
 
 IMAGE_STORE_AVAILABLE = False
 """Whether the image registry and the upload server exist; until then `not_available` refuses."""
@@ -32,23 +34,20 @@ def invalid(message: str) -> PydanticCustomError:
 def not_available(what: str, instead: str) -> None:
     """Refuse `what`, which needs the image store, while that store does not exist."""
     if not IMAGE_STORE_AVAILABLE:
-        raise invalid(f"{what} is not available yet: diskferry has no image store yet; {instead}")
+        raise invalid(f"{what} is not available yet (diskferry has no image store); {instead}")
 
 
-def _quantity(value: Any) -> str:
-    try:
-        quantity.parse_quantity(value)
-    except quantity.QuantityError as e:
-        raise invalid(e.message) from None
-    return str(value)
+def _kept_as_text(parse: Callable[[Any], object]) -> Callable[[Any], str]:
+    """A validator that keeps, as text, a value `parse` accepts, and gives `parse`'s error."""
 
+    def check(value: Any) -> str:
+        try:
+            parse(value)
+        except DiskferryError as e:
+            raise invalid(e.message) from None
+        return str(value)
 
-def _duration(value: str) -> str:
-    try:
-        duration.parse_duration(value)
-    except duration.DurationError as e:
-        raise invalid(e.message) from None
-    return value
+    return check
 
 
 def _base64(value: str) -> str:
@@ -61,7 +60,7 @@ def _base64(value: str) -> str:
 
 Quantity = Annotated[
     str,
-    BeforeValidator(_quantity),
+    BeforeValidator(_kept_as_text(quantity.parse_quantity)),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -72,7 +71,9 @@ Quantity = Annotated[
 ]
 """A quantity of bytes ("64Mi", "1G", 100), kept as given; `quantity.parse_quantity` reads it."""
 
-Duration = Annotated[str, AfterValidator(_duration), WithJsonSchema({"type": "string"})]
+Duration = Annotated[
+    str, AfterValidator(_kept_as_text(duration.parse_duration)), WithJsonSchema({"type": "string"})
+]
 """A duration as Go writes it ("2h", "1h30m0s"); `duration.parse_duration` reads it."""
 
 Base64 = Annotated[

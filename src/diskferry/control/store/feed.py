@@ -44,6 +44,11 @@ class Feed:
                 lambda: self._rv > rv or stopped() or self._closed, timeout
             ) and not (stopped() or self._closed)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the store was closed: watches return no more events."""
+        return self._closed
+
     def close(self) -> None:
         """Wake every watch for good."""
         with self._condition:
@@ -121,7 +126,7 @@ class Watch:
             if self._pending:
                 events, self._pending = self._pending, []
                 return events
-            while not self._closed:
+            while not (self._closed or self._feed.closed):
                 events = self._read()
                 if events:
                     return events

@@ -1,0 +1,78 @@
+"""What an update may change: a disk's size may only grow, the rest of each spec is fixed."""
+
+from __future__ import annotations
+
+from diskferry.control.errors import InvalidError
+from diskferry.control.kinds import KindInfo
+from diskferry.control.model import Resource
+from diskferry.control.quantity import parse_quantity
+from diskferry.control.resources.storageclass import StorageClass
+from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
+from diskferry.control.resources.vmexport import VirtualMachineExport
+
+IMMUTABLE = "field is immutable"
+STORAGE_CLASS_FIXED = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
+SIZE = "spec.persistentVolumeClaim.size"
+FIXED_SPEC = (VirtualImage, ClusterVirtualImage, VirtualDiskSnapshot, VirtualMachineExport)
+
+
+def _disk_causes(old: VirtualDisk, new: VirtualDisk) -> list[tuple[str, str]]:
+    before, after = old.to_json()["spec"], new.to_json()["spec"]
+    causes = []
+    old_size = before.get("persistentVolumeClaim", {}).pop("size", None)
+    new_size = after.get("persistentVolumeClaim", {}).pop("size", None)
+    if old_size is not None and new_size is None:
+        causes.append((SIZE, f"may not be removed (it is {old_size})"))
+    elif old_size is not None and parse_quantity(new_size) < parse_quantity(old_size):
+        causes.append((SIZE, f"may only grow: {new_size} is less than {old_size}"))
+    for name in sorted(before.keys() | after.keys()):
+        if before.get(name) != after.get(name):
+            causes.append((f"spec.{name}", f"{IMMUTABLE} (only {SIZE} may change)"))
+    return causes
+
+
+def _spec_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
+    if old.to_json().get("spec") != new.to_json().get("spec"):
+        return [("spec", IMMUTABLE)]
+    return []
+
+
+def _storage_class_causes(old: StorageClass, new: StorageClass) -> list[tuple[str, str]]:
+    before, after = old.to_json(), new.to_json()
+    changed = [name for name in STORAGE_CLASS_FIXED if before.get(name) != after.get(name)]
+    return [(name, IMMUTABLE) for name in changed]
+
+
+def update_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
+    """Each `(field path, message)` of a change from `old` to `new` that is not allowed."""
+    if isinstance(old, VirtualDisk) and isinstance(new, VirtualDisk):
+        return _disk_causes(old, new)
+    if isinstance(old, StorageClass) and isinstance(new, StorageClass):
+        return _storage_class_causes(old, new)
+    if isinstance(old, FIXED_SPEC) and isinstance(new, FIXED_SPEC):
+        return _spec_causes(old, new)
+    return []
+
+
+def check_update(info: KindInfo, old: Resource, new: Resource) -> None:
+    """Refuse an update of `old` to `new` that changes what may not change, naming each field.
+
+    A disk's `spec.persistentVolumeClaim.size` may grow; every other spec field of the
+    diskferry.io kinds is fixed at creation, as are a StorageClass's provisioner, parameters,
+    reclaimPolicy and volumeBindingMode. The error is an InvalidError (422), as validation's.
+    """
+    causes = update_causes(old, new)
+    if not causes:
+        return
+    listed = "; ".join(f"{path}: {message}" for path, message in causes)
+    raise InvalidError(
+        f'{info.group_kind} "{new.metadata.name or ""}" is invalid: {listed}',
+        kind=info.kind,
+        name=new.metadata.name,
+        causes=[
+            {"reason": "FieldValueInvalid", "field": path, "message": message}
+            for path, message in causes
+        ],
+    )

@@ -1,0 +1,61 @@
+"""Protobuf request bodies: the k8s envelope decoded for Namespace, Secret and DeleteOptions."""
+
+from __future__ import annotations
+
+import pytest
+
+from diskferry.control.api.protobuf import MAGIC, decode
+from diskferry.control.errors import BadRequestError, UnsupportedMediaTypeError
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def _field(number: int, value: bytes | str | int) -> bytes:
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    raw = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(raw)) + raw
+
+
+def _envelope(kind: str, raw: bytes) -> bytes:
+    type_meta = _field(1, "v1") + _field(2, kind)
+    return MAGIC + _field(1, type_meta) + _field(2, raw)
+
+
+def test_secret() -> None:
+    meta = _field(1, "s") + _field(2, "") + _field(11, _field(1, "app") + _field(2, "x"))
+    data = _field(2, _field(1, "token") + _field(2, b"\x00\xff"))
+    raw = _field(1, meta) + data + _field(3, "Opaque") + _field(5, 0)
+    assert decode(_envelope("Secret", raw)) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s", "labels": {"app": "x"}},
+        "data": {"token": "AP8="},
+        "type": "Opaque",
+    }
+
+
+def test_delete_options() -> None:
+    raw = _field(4, "Foreground") + _field(5, "All") + _field(2, _field(1, "uid-1"))
+    assert decode(_envelope("DeleteOptions", raw)) == {
+        "propagationPolicy": "Foreground",
+        "dryRun": ["All"],
+        "preconditions": {"uid": "uid-1"},
+    }
+
+
+def test_other_kinds_and_broken_bodies_are_refused() -> None:
+    with pytest.raises(UnsupportedMediaTypeError):
+        decode(_envelope("Pod", b""))
+    with pytest.raises(BadRequestError):
+        decode(b"not protobuf")
+    with pytest.raises(BadRequestError):
+        decode(MAGIC + b"\x0a\xff")

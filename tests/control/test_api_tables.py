@@ -1,0 +1,81 @@
+"""Print columns: the JSONPath subset they use, ages as kubectl writes them, Table rows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from diskferry.control.api.jsonpath import JsonPathError, evaluate
+from diskferry.control.api.tables import human_duration, table
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
+
+OBJ = {
+    "metadata": {"name": "vd1"},
+    "status": {
+        "phase": "Ready",
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "InUse", "status": "False"},
+        ],
+        "attachedToVirtualMachines": [{"name": "vm1"}, {"name": "vm2"}],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "values"),
+    [
+        (".status.phase", ["Ready"]),
+        ("{.status.phase}", ["Ready"]),
+        (".status.conditions[?(@.type=='InUse')].status", ["False"]),
+        ('.status.conditions[?(@.type=="Ready")].status', ["True"]),
+        (".status.attachedToVirtualMachines[0].name", ["vm1"]),
+        (".status.attachedToVirtualMachines[-1].name", ["vm2"]),
+        (".status.attachedToVirtualMachines[*].name", ["vm1", "vm2"]),
+        (".status.attachedToVirtualMachines[5].name", []),
+        (".status.missing.deeper", []),
+    ],
+)
+def test_jsonpath(path: str, values: list[str]) -> None:
+    assert evaluate(path, OBJ) == values
+
+
+def test_jsonpath_outside_the_subset_is_an_error() -> None:
+    with pytest.raises(JsonPathError):
+        evaluate(".status..phase", OBJ)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (59, "59s"),
+        (119, "119s"),
+        (200, "3m20s"),
+        (300, "5m"),
+        (3000, "50m"),
+        (4 * 3600 + 60 * 7, "4h7m"),
+        (20 * 3600, "20h"),
+        (3 * 86400 + 5 * 3600, "3d5h"),
+        (100 * 86400, "100d"),
+        (3 * 365 * 86400 + 86400, "3y1d"),
+        (10 * 365 * 86400, "10y"),
+    ],
+)
+def test_human_duration(seconds: int, text: str) -> None:
+    assert human_duration(seconds) == text
+
+
+def test_table_cells_and_missing_values() -> None:
+    created = (datetime.now(UTC) - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    obj = {**OBJ, "metadata": {"name": "vd1", "creationTimestamp": created}}
+    answer = table(VIRTUAL_DISKS, [obj], include_object="None")
+    names = [c["name"] for c in answer["columnDefinitions"]]
+    cells = dict(zip(names, answer["rows"][0]["cells"], strict=True))
+    assert cells["Name"] == "vd1" and cells["Phase"] == "Ready"
+    assert cells["InUse"] == "False" and cells["VirtualMachine"] == "vm1"
+    assert cells["Capacity"] is None
+    assert cells["Age"] in ("5m", "5m1s")
+    assert "object" not in answer["rows"][0]
