@@ -70,7 +70,15 @@ def served(tmp_path_factory) -> Iterator[Served]:
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [str(EXE), "serve", "--data-dir", str(running.data_dir), "--port", str(free_port())],
+            [
+                str(EXE),
+                "serve",
+                "--data-dir",
+                str(running.data_dir),
+                "--port",
+                str(free_port()),
+                "--no-controllers",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -9,7 +9,13 @@ from typing import Annotated
 
 import typer
 
+from diskferry.control.controllers import Controllers
 from diskferry.control.daemon import DEFAULT_ADDRESS, DEFAULT_PORT, Daemon, default_data_dir
+
+
+def _controllers(daemon: Daemon) -> Controllers:
+    """The reconcilers of every kind, over the daemon's data directory and store."""
+    return Controllers(daemon.data_dir, daemon.service)
 
 
 def serve(
@@ -25,12 +31,22 @@ def serve(
     address: Annotated[
         str, typer.Option("--address", help="Address to listen on.")
     ] = DEFAULT_ADDRESS,
+    controllers: Annotated[
+        bool,
+        typer.Option(
+            "--controllers/--no-controllers",
+            help="Reconcile the resources (run imports, exports, snapshots), or only serve them.",
+        ),
+    ] = True,
 ) -> None:
-    """Run the daemon: the API kubectl drives, until SIGTERM or SIGINT."""
+    """Run the daemon: the API kubectl drives and the controllers, until SIGTERM or SIGINT.
+
+    Workers keep running when the daemon stops; the next one re-attaches to them."""
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
-    Daemon(data_dir or default_data_dir(), address=address, port=port).run()
+    background = [_controllers] if controllers else []
+    Daemon(data_dir or default_data_dir(), address=address, port=port, background=background).run()
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.storage import ensure_default_classes
@@ -51,6 +53,12 @@ class Controllers:
         self.manager = Manager(
             objects, self.client, self.reconcilers, workers=workers, resync=resync
         )
+
+    def log_text(self, info: KindInfo, obj: dict[str, Any]) -> str | None:
+        """The captured log of `obj`'s worker as text, None when it has none."""
+        meta = obj.get("metadata", {})
+        lines = self.log_tail(info.kind, meta.get("namespace"), meta.get("name", ""))
+        return "".join(f"{line}\n" for line in lines) if lines else None
 
     def log_tail(
         self, kind: str, namespace: str | None, name: str, lines: int = LOG_LINES

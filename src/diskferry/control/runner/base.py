@@ -54,4 +54,9 @@ class Runner(Protocol):
 
     def purge(self, job_id: str, keep_scratch: bool) -> bool:
         """Forget an ended job: its files are kept for debugging when `keep_scratch`, removed
-        otherwise. A job still running is cancelled instead and False returned."""
+        otherwise (the tail of its log stays for `log_tail`). A job still running is cancelled
+        instead and False returned."""
+
+    def forget(self, job_id: str) -> bool:
+        """Purge the job and remove everything kept of it, its log tail included; False while
+        it still runs."""
