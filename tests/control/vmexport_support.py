@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from control_support import wait_until
 from reconcile_support import Daemon, http_source
 
 from diskferry.control.controllers import Controllers
@@ -35,6 +36,15 @@ class ExportDaemon(Daemon):
             data_dir, self.objects, workers=2, resync=5, proxy_port=proxy_port, certs=certs
         )
         self.controllers.start()
+
+    def stop_workers(self) -> None:
+        """Stop every worker the daemon started and remove their files."""
+        runner = self.controllers.runner
+        for job in runner.job_ids():
+            wait_until(lambda job=job: runner.purge(job, keep_scratch=False), 30)
+
+    def delete(self, kind: str, name: str) -> None:
+        self.objects.delete(REGISTRY.by_kind(kind), "default", name)
 
     @property
     def ca_pem(self) -> str:
@@ -79,6 +89,17 @@ def connect(url: str, ca_pem: str) -> http.client.HTTPSConnection:
     parts = urlsplit(url)
     context = ssl.create_default_context(cadata=ca_pem)
     return http.client.HTTPSConnection(parts.hostname, parts.port, context=context, timeout=30)
+
+
+def served_cert(url: str, ca_pem: str) -> bytes:
+    """The certificate (DER) the server of `url` presents to a new connection, verified."""
+    conn = connect(url, ca_pem)
+    try:
+        conn.connect()
+        assert conn.sock is not None
+        return conn.sock.getpeercert(binary_form=True)
+    finally:
+        conn.close()
 
 
 def get(url: str, ca_pem: str, token: str | None) -> tuple[int, bytes]:
