@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ class Daemon:
     def stop(self) -> None:
         self.controllers.stop()
         self.objects.close()
+
+    def detach_loops(self) -> None:
+        """Detach the loop devices a test left over claims of this data directory."""
+        listed = subprocess.run(
+            ["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for line in listed.stdout.splitlines():
+            name, _, backing = line.strip().partition(" ")
+            if backing.strip().startswith(str(self.data_dir)):
+                subprocess.run(["losetup", "--detach", name], check=False)
 
     def apply(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         info = REGISTRY.by_kind(kind)

@@ -339,3 +339,13 @@ def test_events_are_counted(service: ObjectService) -> None:
     other = service.record_event(obj, "Warning", "Failed", "HTTP 404", "diskferry")
     assert other["metadata"]["name"] != first["metadata"]["name"]
     assert len(service.list(EVENTS, "default").items) == 2
+
+
+def test_old_events_expire(service: ObjectService) -> None:
+    obj, _ = service.create(WIDGETS, "default", widget("w"))
+    service.record_event(obj, "Normal", "Old", "first", "diskferry")
+    service.clock.advance(1800)
+    service.record_event(obj, "Normal", "Recent", "second", "diskferry")
+    service.clock.advance(1801)
+    assert service.expire_events() == 1
+    assert [e["reason"] for e in service.list(EVENTS, "default").items] == ["Recent"]

@@ -274,3 +274,15 @@ def test_strategic_patch_refused_for_custom_kinds_taken_for_core_kinds(
     )
     assert patched["metadata"]["finalizers"] == ["a", "b"]
     assert sorted(patched["data"]) == ["j", "k"]
+
+
+def test_foreground_deletion_leaves_a_dependent_with_another_owner(service: ObjectService) -> None:
+    owner, _ = service.create(WIDGETS, "default", widget("owner"))
+    other, _ = service.create(WIDGETS, "default", widget("other"))
+    body = owned_by(owner, "shared")
+    body["metadata"]["ownerReferences"] += owned_by(other, "x")["metadata"]["ownerReferences"]
+    service.create(WIDGETS, "default", body)
+    service.delete(WIDGETS, "default", "owner", propagation="Foreground")
+    assert not exists(service, "owner")
+    refs = service.get(WIDGETS, "default", "shared")["metadata"]["ownerReferences"]
+    assert [r["name"] for r in refs] == ["other"]

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from reconcile_support import Daemon
 from reconcile_support import http_source as _http
 
 from diskferry.control.model import API_VERSION
+from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
@@ -32,6 +34,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     running = Daemon(tmp_path / "data")
     yield running
     running.stop()
+    running.detach_loops()
 
 
 def _sha256(path: Path) -> str:
@@ -76,7 +79,9 @@ def test_a_disk_from_http_is_ready_with_its_bytes(daemon, nginx, images) -> None
     claim = daemon.claim(disk)
     assert claim.stat().st_size == 64 * MiB  # grown to the claim's size
     assert images.same(claim, images.reference)
-    assert {"Pending", "Provisioning", "Ready"} <= {e["reason"] for e in daemon.events("vd1")}
+    # an Event follows the status it tells of
+    wanted = {"Pending", "Provisioning", "Ready"}
+    wait_until(lambda: wanted <= {e["reason"] for e in daemon.events("vd1")})
     assert disk["metadata"]["finalizers"] == ["diskferry.io/cleanup"]
     wait_until(lambda: os.listdir(daemon.data_dir / "jobs") == ["failed"])
     assert os.listdir(daemon.data_dir / "jobs" / "failed") == []
@@ -155,7 +160,7 @@ def test_a_failed_import_is_failed_with_reason_message_and_event(
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == reason, ready
     assert words in ready["message"]
-    warning = [e for e in daemon.events(case) if e["type"] == "Warning"]
+    warning = wait_until(lambda: [e for e in daemon.events(case) if e["type"] == "Warning"])
     assert [(e["reason"], e["message"]) for e in warning] == [(reason, ready["message"])]
     if case == "too-small":
         assert str(images.disk_size) in ready["message"]
@@ -214,6 +219,8 @@ def test_a_disk_from_an_image_and_a_disk_from_its_snapshot(daemon, nginx, images
     disk = daemon.wait_phase("VirtualDisk", "from-image", "Ready", "Failed")
     assert disk["status"]["phase"] == "Ready", disk["status"]
     assert disk["status"]["sourceUID"] == image["metadata"]["uid"]
+    took = disk["status"]["stats"]["creationDuration"]
+    assert took["waitingForDependencies"].endswith("s") and took["totalProvisioning"].endswith("s")
     assert disk["status"]["capacity"] == "40Mi"
     assert images.same(daemon.claim(disk), images.reference)
 
@@ -384,3 +391,118 @@ def test_a_private_ca_bundle_and_the_worker_log(daemon, faulty_tls, tls, images)
     logged = daemon.controllers.log_tail("VirtualDisk", "default", "untrusted")
     assert any("ERROR" in line for line in logged), logged
     assert daemon.controllers.log_tail("VirtualDisk", "default", "nothing") == []
+
+
+def test_a_block_claim_smaller_than_the_image_is_refused(daemon, nginx, images) -> None:
+    why = block_unavailable()
+    if why:
+        pytest.skip(why)
+    spec = {
+        "persistentVolumeClaim": {"size": "8Mi", "storageClassName": "local-block"},
+        "dataSource": _http(nginx.publish(images.get("qcow2"), "small-block.qcow2")),
+    }
+    daemon.apply("VirtualDisk", "small-block", spec)
+    disk = daemon.wait_phase("VirtualDisk", "small-block", "Failed", "Ready")
+    ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] in ("SizeTooSmall", "TargetTooSmall")
+    assert ready["message"] == (
+        "the claim's size, 8Mi (8388608 bytes), is smaller than the image's virtual size "
+        f"({images.disk_size} bytes)"
+    )
+
+
+def test_a_ready_disk_whose_claim_vanished_is_pvc_lost(daemon) -> None:
+    daemon.apply("VirtualDisk", "lost-claim", {"persistentVolumeClaim": {"size": "1Mi"}})
+    disk = daemon.wait_phase("VirtualDisk", "lost-claim", "Ready")
+    daemon.claim(disk).unlink()
+    lost = daemon.wait_phase("VirtualDisk", "lost-claim", "PVCLost", timeout=30)
+    assert lost["status"]["conditions"][0]["reason"] == "PVCLost"
+    wait_until(lambda: "PVCLost" in {e["reason"] for e in daemon.events("lost-claim")})
+
+
+def test_a_worker_killed_outright_fails_the_disk(daemon, faulty, tmp_path) -> None:
+    source = tmp_path / "slow.raw"
+    source.write_bytes(os.urandom(8 * MiB))
+    url = faulty.add("killed.raw", source, piece=64 * 1024, trickle=0.1)
+    daemon.apply("VirtualDisk", "killed", {"dataSource": _http(url)})
+    daemon.wait_phase("VirtualDisk", "killed", "Provisioning")
+    [pid] = wait_until(lambda: _workers_of(daemon.data_dir))
+    os.kill(int(pid), signal.SIGKILL)
+    disk = daemon.wait_phase("VirtualDisk", "killed", "Failed", "Ready")
+    ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "WorkerLost"
+    assert ready["message"].startswith("the worker ended without a result (exit code -9)")
+
+
+def test_an_image_made_from_a_disk(daemon, nginx, images) -> None:
+    url = nginx.publish(images.reference, "for-image.raw")
+    daemon.apply("VirtualDisk", "base", {"dataSource": _http(url)})
+    ref = {"kind": "VirtualDisk", "name": "base"}
+    daemon.apply(
+        "VirtualImage",
+        "from-disk",
+        {"storage": "PersistentVolumeClaim", "dataSource": {"type": "ObjectRef", "objectRef": ref}},
+    )
+    image = daemon.wait_phase("VirtualImage", "from-disk", "Ready", "Failed")
+    assert image["status"]["phase"] == "Ready", image["status"]
+    disk = daemon.get("VirtualDisk", "base")
+    assert image["status"]["sourceUID"] == disk["metadata"]["uid"]
+    assert image["status"]["target"]["persistentVolumeClaimName"].startswith("vi-from-disk-")
+    assert images.same(daemon.claim(image), images.reference)
+
+
+@pytest.mark.parametrize("storage_class", ["local", "local-block"])
+def test_a_ready_disk_grows_when_its_size_grows(daemon, storage_class) -> None:
+    if storage_class == "local-block" and block_unavailable():
+        pytest.skip(block_unavailable())
+    claim = {"size": "4Mi", "storageClassName": storage_class}
+    daemon.apply("VirtualDisk", "grows", {"persistentVolumeClaim": claim})
+    disk = daemon.wait_phase("VirtualDisk", "grows", "Ready")
+    assert disk["status"]["capacity"] == "4Mi"
+    daemon.objects.patch(
+        VIRTUAL_DISKS,
+        "default",
+        "grows",
+        {"spec": {"persistentVolumeClaim": {"size": "8Mi"}}},
+        "merge",
+    )
+    grown = wait_until(
+        lambda: (
+            (o := daemon.get("VirtualDisk", "grows")) and o["status"].get("capacity") == "8Mi" and o
+        )
+    )
+    assert grown["status"]["phase"] == "Ready"
+    assert grown["status"]["observedGeneration"] == 2
+    assert daemon.claim(grown).stat().st_size == 8 * MiB
+    if storage_class == "local-block":
+        out = subprocess.run(
+            ["losetup", "--associated", str(daemon.claim(grown)), "--noheadings", "-O", "NAME"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        with open(out.stdout.strip(), "rb") as device:
+            assert device.seek(0, os.SEEK_END) == 8 * MiB
+    assert "Resizing" in {e["reason"] for e in daemon.events("grows")}
+    daemon.objects.delete(VIRTUAL_DISKS, "default", "grows")
+    wait_until(lambda: daemon.get("VirtualDisk", "grows") is None)
+
+
+def test_a_retained_claim_outlives_its_disk(daemon) -> None:
+    daemon.objects.create(
+        STORAGE_CLASSES,
+        None,
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "keep"},
+            "provisioner": "diskferry.io/local",
+            "reclaimPolicy": "Retain",
+        },
+    )
+    claim = {"size": "2Mi", "storageClassName": "keep"}
+    daemon.apply("VirtualDisk", "kept", {"persistentVolumeClaim": claim})
+    disk = daemon.wait_phase("VirtualDisk", "kept", "Ready")
+    daemon.objects.delete(VIRTUAL_DISKS, "default", "kept")
+    wait_until(lambda: daemon.get("VirtualDisk", "kept") is None)
+    assert daemon.claim(disk).stat().st_size == 2 * MiB

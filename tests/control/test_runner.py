@@ -211,3 +211,15 @@ def test_log_tail_of_a_job_that_printed_much(tmp_path: Path) -> None:
     tail = runner.log_tail("job-9")
     assert len(tail) == 200 and tail[-1] == "noise 99999"
     assert runner.log_tail("job-9", 3) == ["noise 99997", "noise 99998", "noise 99999"]
+
+
+def test_a_worker_killed_outright_has_no_result(slow_source, tmp_path: Path) -> None:
+    url, _ = slow_source
+    runner = LocalRunner(tmp_path / "data")
+    runner.start("job-10", IMPORT, _import(url, tmp_path / "disk.raw"))
+    wait_until(lambda: runner.state("job-10").progress)
+    pid = json.loads((tmp_path / "data/jobs/job-10/state.json").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    state = wait_until(lambda: (s := runner.state("job-10")) and not s.running and s)
+    assert state.result is None and state.failed and state.exit_code == -signal.SIGKILL
+    assert LocalRunner(tmp_path / "data").state("job-10").exit_code == -signal.SIGKILL

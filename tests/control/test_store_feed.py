@@ -174,6 +174,15 @@ def test_an_expired_continue_token_is_gone(tmp_path: Path) -> None:
     service.close()
 
 
+def test_a_limit_of_zero_or_less_lists_everything(service: ObjectService) -> None:
+    for n in range(3):
+        service.create(WIDGETS, "default", widget(f"w{n}"))
+    for limit in (0, -1):
+        page = service.list(WIDGETS, None, limit=limit)
+        assert len(page.items) == 3
+        assert page.continue_token is None
+
+
 def test_a_bad_continue_token(service: ObjectService) -> None:
     with pytest.raises(BadRequestError):
         service.list(WIDGETS, None, continue_token="not-a-token")
@@ -213,3 +222,44 @@ def test_the_scaled_down_benchmark_selects_and_follows_every_update(tmp_path: Pa
     assert results["paged"] == 2000
     assert results["seen"] == 1500
     assert results["in_order"] is True
+
+
+def test_writers_on_many_threads_each_get_their_own_resource_version(
+    service: ObjectService,
+) -> None:
+    rv = service.resource_version()
+    watch = service.watch(SECRETS, None, resource_version=rv)
+
+    def writer(t: int) -> None:
+        for n in range(40):
+            service.create(SECRETS, "default", {"metadata": {"name": f"t{t}-{n}"}})
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    seen: list[dict] = []
+    while len(seen) < 160:
+        events = watch.next(timeout=30)
+        assert events
+        seen.extend(e.object for e in events)
+    for thread in threads:
+        thread.join()
+    versions = [int(o["metadata"]["resourceVersion"]) for o in seen]
+    assert versions == list(range(int(rv) + 1, int(rv) + 161))
+    assert len(service.list(SECRETS, "default").items) == 160
+
+
+def test_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+
+    def read() -> None:
+        with db.read() as tx:
+            tx.current_rv()
+
+    for _ in range(20):
+        thread = threading.Thread(target=read)
+        thread.start()
+        thread.join()
+    read()
+    assert db.open_connections <= 2
+    db.close()

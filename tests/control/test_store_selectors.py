@@ -7,7 +7,7 @@ from store_support import WIDGETS
 
 from diskferry.control.errors import BadRequestError
 from diskferry.control.resources.core import EVENTS, SECRETS
-from diskferry.control.store.selectors import parse_fields, parse_labels
+from diskferry.control.store.selectors import label_selector, parse_fields, parse_labels
 
 LABELS = {"app": "web", "tier": "front", "n": "5"}
 
@@ -115,3 +115,10 @@ def test_watch_of_every_kind_selects_on_metadata() -> None:
 
 def test_secret_type_field_selector() -> None:
     assert parse_fields("type=Opaque", SECRETS).matches({"type": "Opaque"})
+
+
+def test_a_selector_from_labels_matches_them() -> None:
+    text = label_selector({"diskferry.io/owner": "vd1", "app": "web"})
+    assert text == "app=web,diskferry.io/owner=vd1"
+    assert parse_labels(text).matches({"app": "web", "diskferry.io/owner": "vd1", "x": "y"})
+    assert not parse_labels(text).matches({"app": "web"})

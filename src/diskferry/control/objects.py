@@ -12,10 +12,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.clock import Clock
+from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -28,6 +29,7 @@ from diskferry.control.errors import (
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import GROUP, Resource
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret
+from diskferry.control.resources.updates import check_update
 from diskferry.control.store import patch as patches
 from diskferry.control.store.db import Database, Key, Tx
 from diskferry.control.store.feed import Feed, Watch, WatchEvent, too_old
@@ -35,6 +37,7 @@ from diskferry.control.store.selectors import matcher, parse_fields, parse_label
 from diskferry.control.validation import FieldValidation, validate
 
 DEFAULT_NAMESPACE = "default"
+EVENT_TTL = 3600.0
 PROTECTED_NAMESPACES = (DEFAULT_NAMESPACE,)
 SERVER_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion")
 EMPTY_OMITTED = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -79,6 +82,10 @@ def _conflict(info: KindInfo, name: str, why: str) -> ConflictError:
         kind=info.plural,
         name=name,
     )
+
+
+def _is_namespace(info: KindInfo) -> bool:
+    return kind_key(info) == kind_key(NAMESPACES)
 
 
 def _spec(obj: Obj) -> Obj:
@@ -181,6 +188,7 @@ class ObjectService:
         """
         match = matcher(parse_labels(label_selector), parse_fields(field_selector, info))
         scope = namespace if info.namespaced and namespace else None
+        limit = limit if limit and limit > 0 else None
         after: Key | None = None
         with self.db.read() as tx:
             if continue_token:
@@ -402,6 +410,8 @@ class ObjectService:
         else:
             new = self._without_server_changes(info, current, body)
         model, warnings = validate(info, new, field_validation)
+        if subresource is None:
+            check_update(info, info.model.model_validate(current), model)
         data = self._stored(model)
         self._check_immutable(info, current, data)
         if _spec(data) != _spec(current):
@@ -483,7 +493,7 @@ class ObjectService:
                     f"Precondition failed: ResourceVersion in precondition: {rv_precondition},"
                     f" ResourceVersion in object meta: {meta['resourceVersion']}",
                 )
-            if info.kind == NAMESPACES.kind and name in PROTECTED_NAMESPACES:
+            if _is_namespace(info) and name in PROTECTED_NAMESPACES:
                 raise ForbiddenError(
                     f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                     kind="namespaces",
@@ -501,7 +511,7 @@ class ObjectService:
         dependents = tx.dependents(meta["uid"])
         if propagation == "Foreground" and dependents and FOREGROUND not in finalizers:
             finalizers.append(FOREGROUND)
-        is_namespace = info.kind == NAMESPACES.kind and not info.group
+        is_namespace = _is_namespace(info)
         if not finalizers and not is_namespace:
             return self._remove(tx, info, obj)
         marked = copy.deepcopy(obj)
@@ -516,6 +526,7 @@ class ObjectService:
             self._empty_namespace(tx, meta["name"])
         elif propagation == "Foreground":
             self._delete_dependents(tx, meta["uid"], "Foreground")
+            self._owner_progress(tx, meta["uid"])
         return (
             tx.get(kind_key(info), marked["metadata"].get("namespace", ""), meta["name"]) or marked
         )
@@ -542,11 +553,7 @@ class ObjectService:
     def _finish(self, tx: Tx, info: KindInfo, obj: Obj) -> Obj:
         """An object being deleted whose last finalizer went: remove it, or keep a namespace
         that still holds objects."""
-        if (
-            info.kind == NAMESPACES.kind
-            and not info.group
-            and tx.in_namespace(obj["metadata"]["name"])
-        ):
+        if _is_namespace(info) and tx.in_namespace(obj["metadata"]["name"]):
             return tx.write(kind_key(info), obj, "MODIFIED")
         return self._remove(tx, info, obj)
 
@@ -568,9 +575,9 @@ class ObjectService:
                 continue
             refs = obj["metadata"].get("ownerReferences", [])
             others = [r for r in refs if r["uid"] != owner_uid and tx.by_uid(r["uid"]) is not None]
-            if others and tx.by_uid(owner_uid) is None:
+            if others:
                 self._drop_owner(tx, info, obj, owner_uid)
-            elif not others:
+            else:
                 self._delete(tx, info, obj, propagation)
 
     def _orphan(self, tx: Tx, owner_uid: str) -> None:
@@ -703,3 +710,14 @@ class ObjectService:
             bumped["lastTimestamp"] = now
             bumped["involvedObject"] = {k: v for k, v in reference.items() if v is not None}
             return tx.write(kind_key(EVENTS), bumped, "MODIFIED")
+
+    def expire_events(self, ttl: float = EVENT_TTL) -> int:
+        """Delete the Events last seen more than `ttl` seconds ago, as Kubernetes does after an
+        hour; returns how many went."""
+        cutoff = rfc3339(self.clock.now() - timedelta(seconds=ttl))
+        with self._writing(dry_run=False) as tx:
+            rows = tx.rows_at(kind_key(EVENTS), None, None, tx.current_rv())
+            old = [obj for _, obj in rows if (obj.get("lastTimestamp") or "") < cutoff]
+            for obj in old:
+                self._remove(tx, EVENTS, obj)
+        return len(old)

@@ -49,6 +49,7 @@ class VolumeClass:
     name: str
     type: str = FILE
     root: Path | None = None
+    retain: bool = False
 
     @property
     def block(self) -> bool:
@@ -149,6 +150,14 @@ class Volumes:
         loops = _loops_of(file)
         device = loops[0] if loops else _losetup("--find", "--show", str(file)).strip()
         return Claim(volume_class, namespace, name, file, device)
+
+    def grow(self, claim: Claim, size: int) -> None:
+        """Grow the claim to `size` bytes (never shrink it); the new bytes read as zeros."""
+        if size <= claim.size():
+            return
+        os.truncate(claim.file, size)
+        if claim.block:
+            _losetup("--set-capacity", claim.path)
 
     def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
         """Remove the claim, its loop devices and any prime or scratch file left beside it."""

@@ -1,10 +1,12 @@
 """The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage.
 
 Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
-its /progress copied into status) -> Ready, or Failed with the worker's reason and message;
-each change an Event. A finalizer holds the object while it is Terminating, until its worker
-is stopped, its claim and its worker's files removed. A kind gives the few parts that differ
-(`ClaimedKind`'s hooks); all the rest is here, once.
+its /progress copied into status; a file claim from another claim is a reflink clone where
+the filesystem allows) -> Ready, or Failed with the worker's reason and message; a larger
+size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
+holds the object while it is Terminating, until its worker is stopped, its claim and its
+worker's files removed. A kind gives the few parts that differ (`ClaimedKind`'s hooks); all
+the rest is here, once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 from diskferry.control.duration import format_duration
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
+from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Outcome, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
@@ -41,6 +45,8 @@ log = logging.getLogger("diskferry.control")
 PENDING = "Pending"
 PROVISIONING = "Provisioning"
 PVC_LOST = "PVCLost"
+RESIZING = "Resizing"
+WAITING_FOR_SOURCE = "WaitingForDataSource"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
 
@@ -85,6 +91,20 @@ class ClaimedKind(ABC):
     def ready_fields(self, obj: Any, claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
         """The status fields of the object once its claim is filled."""
 
+    def resized_fields(self, obj: Any, claim: Claim) -> dict[str, Any]:
+        """The status fields that change when the claim grows."""
+        return {}
+
+    def waited_fields(self, obj: Any) -> dict[str, Any]:
+        """The status fields that say how long the object waited for its source."""
+        return {}
+
+    def _waited(self, obj: Resource) -> bool:
+        """Whether the object was waiting for its data source until now."""
+        status = status_of(obj)
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == READY), {})
+        return status.get("phase") == PENDING and ready.get("reason") == WAITING_FOR_SOURCE
+
     def job_id(self, obj: Resource) -> str:
         """The id of the object's import job."""
         return f"{self.prefix}-{obj.metadata.uid}"
@@ -110,6 +130,8 @@ class ClaimedKind(ABC):
         settled = status.get("observedGeneration") == obj.metadata.generation
         if settled and phase in (READY, FAILED, PVC_LOST):
             return self._settled(obj, phase)
+        if phase in (READY, RESIZING):
+            return self._resize(obj)
         if phase is None:
             obj = transition(self.client, obj, PENDING, PENDING, "waiting to be provisioned")
         try:
@@ -122,7 +144,7 @@ class ClaimedKind(ABC):
         if data_source is not None:
             found = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
             if isinstance(found, Waiting):
-                transition(self.client, obj, PENDING, "WaitingForDataSource", found.message)
+                transition(self.client, obj, PENDING, WAITING_FOR_SOURCE, found.message)
                 return Result.requeue(WAIT_SECONDS)
             source = found
         return self._provision(obj, volume_class, source)
@@ -145,9 +167,16 @@ class ClaimedKind(ABC):
             assert size is not None
             self._blank(claim, size, self.job_id(obj))
             return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
-        outcome = self.imports.step(self.job_id(obj), claim, source, size)
+        job_id = self.job_id(obj)
+        local = source.uid is not None and not self.imports.started(job_id)
+        if local and reflink(source.location, claim, job_id, size):
+            return self._ready(obj, claim, {"ok": True, "sourceUID": source.uid})
+        waited = self._waited(obj)
+        outcome = self.imports.step(job_id, claim, source, size)
         if outcome.running:
             fields = {**where, **(outcome.fields or {})}
+            if waited:
+                fields.update(self.waited_fields(obj))
             transition(
                 self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields
             )
@@ -191,6 +220,21 @@ class ClaimedKind(ABC):
         }
         fields["progress"] = "100%"
         transition(self.client, obj, READY, READY, "the claim holds its data", fields)
+        return Result.done()
+
+    def _resize(self, obj: Any) -> Result:
+        """A Ready object whose spec changed: its claim grown to a larger size, never shrunk."""
+        claim = claim_of(self.client, self.volumes, obj)
+        if claim is None or not claim.ready:
+            transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
+            return Result.done()
+        size = self.size(obj)
+        if size is not None and size > claim.size():
+            message = f"growing the claim to {format_bytes(size)}"
+            obj = transition(self.client, obj, RESIZING, RESIZING, message)
+            self.volumes.grow(claim, size)
+        message = "the claim holds its data"
+        transition(self.client, obj, READY, READY, message, self.resized_fields(obj, claim))
         return Result.done()
 
     def _fail(self, obj: Any, reason: str, message: str) -> Result:

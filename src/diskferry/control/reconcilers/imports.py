@@ -20,7 +20,8 @@ from diskferry.disk.prime import recorded_job
 
 log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
-TOO_SMALL = ("SizeTooSmall", "TargetTooSmall")
+SIZE_TOO_SMALL = "SizeTooSmall"
+TOO_SMALL = (SIZE_TOO_SMALL, "TargetTooSmall")
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class Imports:
         if state.succeeded:
             return Outcome(False, result=state.result)
         reason, message = _failure(state, self.runner.log_tail(job_id, 1))
-        if reason in TOO_SMALL and size is not None:
+        # a file claim's TargetTooSmall is the filesystem's free space, not the claim's size
+        if size is not None and (reason == SIZE_TOO_SMALL or (claim.block and reason in TOO_SMALL)):
             message = too_small_message(size, message)
         return Outcome(False, reason=reason, message=message)
 

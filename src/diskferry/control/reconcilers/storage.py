@@ -7,6 +7,7 @@ from pathlib import Path
 from diskferry.control.model import ObjectMeta
 from diskferry.control.resources.storageclass import (
     DEFAULT_CLASS_ANNOTATION,
+    ReclaimPolicy,
     StorageClass,
     StorageClassParameters,
     VolumeType,
@@ -32,6 +33,7 @@ def volume_class(storage_class: StorageClass) -> VolumeClass:
         storage_class.metadata.name or "",
         storage_class.parameters.type.value,
         Path(path) if path else None,
+        retain=storage_class.reclaim_policy is ReclaimPolicy.RETAIN,
     )
 
 

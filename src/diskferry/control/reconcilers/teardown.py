@@ -1,5 +1,5 @@
-"""Deleting an object that owns a claim: its worker stopped, its files and its claim removed,
-then its finalizer, so that nothing is left behind."""
+"""Deleting an object that owns a claim: its worker stopped, its files and its claim removed
+(kept where its StorageClass says Retain), then its finalizer, so nothing is left behind."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def terminate(
     if not imports.stop(job_id):
         return Result.requeue(STOP_POLL)
     claim = claim_of(client, volumes, obj)
-    if claim is not None:
+    if claim is not None and not claim.volume_class.retain:
         volumes.remove(claim.volume_class, claim.namespace, claim.name)
     release(client, obj)
     return Result.done()

@@ -8,15 +8,14 @@ every snapshot is consistent. Phases Pending, InProgress, Ready, Failed, Termina
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
+from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
 from diskferry.control.reconcilers.sources import STORAGE_CLASS_ANNOTATION, claim_of
-from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
@@ -24,28 +23,9 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, Volumes
-from diskferry.disk.prime import Target
 
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
-
-
-def reflink(source: str, claim: Claim, job_id: str) -> bool:
-    """Clone `source` into the file claim sharing its extents; False where the filesystem
-    cannot (nothing is left behind then)."""
-    target = Target(claim.path)
-    try:
-        done = subprocess.run(
-            ["cp", "--reflink=always", "--sparse=always", source, target.prime],
-            capture_output=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            return False
-        target.commit(job_id)
-        return True
-    finally:
-        target.discard()
 
 
 class VirtualDiskSnapshotReconciler:
@@ -97,12 +77,10 @@ class VirtualDiskSnapshotReconciler:
         obj = self._annotated(obj, source.volume_class.name)
         fields = {"volumeSnapshotName": self.claim_name(obj)}
         obj = transition(self.client, obj, IN_PROGRESS, IN_PROGRESS, "copying the disk", fields)
-        try:
-            volume_class = resolve(self.client, source.volume_class.name)
-        except StorageClassError as e:
-            return self._fail(obj, e.reason, e.message)
         size = source.size()
-        claim = self.volumes.claim(volume_class, obj.metadata.namespace, self.claim_name(obj), size)
+        claim = self.volumes.claim(
+            source.volume_class, obj.metadata.namespace, self.claim_name(obj), size
+        )
         job_id = self.job_id(obj)
         cloned = not claim.block and not self.imports.started(job_id)
         if cloned and (claim.ready or reflink(str(source.file), claim, job_id)):

@@ -30,6 +30,14 @@ class VirtualDiskReconciler(ClaimedKind):
         """The disk's source, None for a blank disk."""
         return obj.spec.data_source
 
+    def resized_fields(self, obj: VirtualDisk, claim: Claim) -> dict[str, Any]:
+        """The capacity the claim has now."""
+        return {"capacity": format_bytes(claim.size())}
+
+    def waited_fields(self, obj: VirtualDisk) -> dict[str, Any]:
+        """How long the disk waited for its image or snapshot."""
+        return {"stats": {"creationDuration": {"waitingForDependencies": age(obj)}}}
+
     def ready_fields(
         self, obj: VirtualDisk, claim: Claim, result: dict[str, Any]
     ) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class LocalRunner:
             if self._dir(job_id) is not None:
                 return
             directory = self.root / job_id
-            # a directory without state.json is a start that died before the worker ran
+            # a directory without state.json is a start that died before it recorded its worker
             shutil.rmtree(directory, ignore_errors=True)
             (directory / "scratch").mkdir(parents=True, mode=0o700)
             for name, data in (files or {}).items():
@@ -111,7 +111,8 @@ class LocalRunner:
             _write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
             self._children[job_id] = self._spawn(directory, module)
             child = self._children[job_id]
-            started = procstat.start_time(child.pid)
+            stat = procstat.read(child.pid)  # a zombie's too: the child is not reaped yet
+            started = stat.start_time if stat else None
             self._save(
                 directory,
                 {

@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS objects (
     PRIMARY KEY (kind, namespace, name)
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS objects_uid ON objects (uid);
-CREATE INDEX IF NOT EXISTS objects_namespace ON objects (namespace);
+CREATE INDEX IF NOT EXISTS objects_namespace ON objects (namespace, kind, name);
 CREATE TABLE IF NOT EXISTS owners (
     owner_uid TEXT NOT NULL, kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     PRIMARY KEY (owner_uid, kind, namespace, name)
@@ -219,7 +219,10 @@ def _where(kind: str, namespace: str | None, after: Key | None) -> tuple[str, li
     if namespace is not None:
         where += " AND namespace = ?"
         args.append(namespace)
-    if after is not None:
+    if after is not None and after[0] == namespace:
+        where += " AND name > ?"
+        args.append(after[1])
+    elif after is not None:
         where += " AND (namespace, name) > (?, ?)"
         args.extend(after)
     return where, args
@@ -240,14 +243,18 @@ def _merge(
 
 
 class Database:
-    """The state file: one SQLite connection per thread, one writer at a time."""
+    """The state file: one SQLite connection per thread, one writer at a time.
+
+    A connection is closed when the store is, or once its thread has ended and another
+    thread opens one.
+    """
 
     def __init__(self, path: Path, *, keep_changes: int = 10_000) -> None:
         self.path = path
         self.keep_changes = keep_changes
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
         self._connections_lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
@@ -267,7 +274,9 @@ class Database:
                 raise StoreError(f"{self.path}: {error}") from None
             self._local.conn = conn
             with self._connections_lock:
-                self._connections.append(conn)
+                for thread in [t for t in self._connections if not t.is_alive()]:
+                    self._connections.pop(thread).close()
+                self._connections[threading.current_thread()] = conn
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
@@ -304,10 +313,16 @@ class Database:
         finally:
             conn.execute("COMMIT")
 
+    @property
+    def open_connections(self) -> int:
+        """How many connections are open."""
+        with self._connections_lock:
+            return len(self._connections)
+
     def close(self) -> None:
         """Close every connection the threads opened."""
         with self._connections_lock:
-            for conn in self._connections:
+            for conn in self._connections.values():
                 conn.close()
             self._connections.clear()
         self._local = threading.local()

@@ -84,6 +84,11 @@ class LabelSelector:
         return all(req.matches(labels) for req in self.requirements)
 
 
+def label_selector(labels: Labels) -> str:
+    """The selector requiring every label of `labels`: `a=1,b=2`."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
 def _bad(text: str, why: str) -> BadRequestError:
     return BadRequestError(f"unable to parse requirement: {why} in selector {text!r}")
 
