@@ -178,3 +178,15 @@ def test_a_virtual_machine_is_skipped(daemon) -> None:
     assert daemon.export_jobs() == []
     daemon.delete(EXPORT, "vm")
     wait_until(lambda: daemon.get(EXPORT, "vm") is None)
+
+
+def test_an_export_whose_disk_goes_stops_serving(daemon, nginx, images) -> None:
+    daemon.ready_disk(nginx, images.reference)
+    _export(daemon, "ex5", "VirtualDisk", "vd1")
+    export = _ready(daemon, "ex5")
+    daemon.delete("VirtualDisk", "vd1")
+    wait_until(lambda: _condition(daemon.get(EXPORT, "ex5"))["reason"] == "SourceNotReady", 60)
+    assert daemon.get(EXPORT, "ex5")["status"]["phase"] == "Pending"
+    job = f"vmexport-{export['metadata']['uid']}"
+    wait_until(lambda: not daemon.workers(job) and not daemon.export_jobs(), 30)
+    assert ("default", "ex5") not in daemon.controllers.proxy.routes()

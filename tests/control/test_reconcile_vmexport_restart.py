@@ -124,3 +124,27 @@ def test_a_daemon_started_again_finds_its_exports_serving(data_dir, started, ngi
         200,
         second.claim(disk).read_bytes(),
     )
+
+
+def test_a_proxy_that_ends_is_started_again_with_its_routes(
+    data_dir, started, nginx, images
+) -> None:
+    daemon = ExportDaemon(data_dir, free_port())
+    started.append(daemon)
+    disk = daemon.ready_disk(nginx, images.reference)
+    daemon.apply(EXPORT, "ex1", SOURCE)
+    export = daemon.wait_phase(EXPORT, "ex1", "Ready", timeout=60)
+    pid = wait_until(lambda: daemon.workers("export-proxy"), 10)[0]
+    os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: (found := daemon.workers("export-proxy")) and found != [pid], 30)
+    external = export["status"]["links"]["external"]
+    token = daemon.token("export-token-ex1")
+    claim = daemon.claim(disk).read_bytes()
+
+    def fetched() -> tuple[int, bytes] | None:
+        try:
+            return get(raw_url(external), external["cert"], token)
+        except ConnectionRefusedError:  # the new proxy is not listening yet
+            return None
+
+    assert wait_until(fetched, 30) == (200, claim)

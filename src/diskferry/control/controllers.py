@@ -2,7 +2,8 @@
 
 `Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store,
 re-attaches to the workers a previous daemon left running (their state is in
-DATA_DIR/jobs) and starts reconciling; `stop()` stops reconciling and leaves workers running.
+DATA_DIR/jobs) and starts reconciling and keeping the export proxy; `stop()` stops both and
+leaves workers running.
 """
 
 from __future__ import annotations

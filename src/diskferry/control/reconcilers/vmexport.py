@@ -138,10 +138,10 @@ class VirtualMachineExportReconciler:
         data_source = DataSource(type=DataSourceType.OBJECT_REF, objectRef=ref)
         source = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
         if isinstance(source, Waiting):
-            return self._pending(obj, "SourceNotReady", source.message, fields)
+            return self._idle(obj, "SourceNotReady", source.message, fields)
         token = export_token(self.client, obj)
         if isinstance(token, str):
-            return self._pending(obj, "TokenNotReady", token, fields)
+            return self._idle(obj, "TokenNotReady", token, fields)
         fields["tokenSecretRef"] = token.secret_name
         return self._serve(obj, source, token, fields, left)
 
@@ -150,6 +150,13 @@ class VirtualMachineExportReconciler:
     ) -> Result:
         transition(self.client, obj, ExportPhase.PENDING, reason, message, fields)
         return Result.requeue(WAIT_SECONDS)
+
+    def _idle(
+        self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
+    ) -> Result:
+        """Pending with nothing served: the route dropped and the server stopped."""
+        self._unserve(obj)
+        return self._pending(obj, reason, message, fields)
 
     def _serve(
         self,
@@ -173,7 +180,11 @@ class VirtualMachineExportReconciler:
             self._start(obj, source, token, port, left)
             self.proxy.set_route(export_route(*self._key(obj), port, ready=False))
             return self._pending(obj, "Starting", STARTING, fields)
-        port = int(obj.metadata.annotations[PORT_ANNOTATION])
+        recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
+        if recorded is None:  # the annotation was removed: serve again on a port recorded
+            self.imports.stop(job_id)
+            return Result.requeue(STOP_POLL)
+        port = int(recorded)
         if self.runner.read_file(job_id, TOKEN_FILE) != token.value:
             self.runner.write_file(job_id, TOKEN_FILE, token.value)
         self.certs.renew(self.runner, job_id, [HOST])
