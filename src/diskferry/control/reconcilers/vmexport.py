@@ -48,7 +48,6 @@ from diskferry.export.server import READY_PATH
 log = logging.getLogger("diskferry.control")
 EXPORT_MODULE = "diskferry.export.worker"
 PORT_ANNOTATION = "diskferry.io/export-port"
-CLUSTER_PORT = 8443
 HOST = "127.0.0.1"
 TOKEN_FILE = "token"
 LINKS_FILE = "links.json"
