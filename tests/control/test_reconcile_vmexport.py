@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from control_support import wait_until
-from vmexport_support import ExportDaemon, get, raw_url
+from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
 from diskferry.control.errors import NotFoundError
 from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
@@ -91,7 +91,7 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
     assert {f["format"] for f in internal["volumes"][0]["formats"]} >= {"raw", "gzip"}
     token = daemon.token("export-token-ex1")
     for link in (internal, external):
-        assert get(raw_url(link), link["cert"], token) == (200, claim)
+        assert get_when_up(raw_url(link), link["cert"], token) == (200, claim)
         assert get(raw_url(link), link["cert"], "not-the-token")[0] == 401
         assert get(raw_url(link), link["cert"], None)[0] == 401
     secret = _secret(daemon, "export-token-ex1")
@@ -166,7 +166,8 @@ def test_a_snapshot_is_exported(daemon, nginx, images) -> None:
     external = export["status"]["links"]["external"]
     assert raw_url(external).endswith("/volumes/snap1/disk.img")
     token = daemon.token("export-token-ex3")
-    assert get(raw_url(external), external["cert"], token) == (200, daemon.claim(disk).read_bytes())
+    claim = daemon.claim(disk).read_bytes()
+    assert get_when_up(raw_url(external), external["cert"], token) == (200, claim)
 
 
 def test_a_virtual_machine_is_skipped(daemon) -> None:

@@ -14,7 +14,15 @@ from urllib.parse import urlsplit
 import pytest
 from control_support import wait_until
 from cryptography import x509
-from vmexport_support import ExportDaemon, connect, get, raw_url, served_cert
+from vmexport_support import (
+    ExportDaemon,
+    connect,
+    get,
+    get_when_up,
+    listening_cert,
+    raw_url,
+    served_cert,
+)
 
 from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
 from diskferry.export.token import TOKEN_HEADER
@@ -55,7 +63,7 @@ def test_the_certificate_is_renewed_during_a_download(data_dir, started, nginx, 
     url, ca = raw_url(internal), internal["cert"]
     token = daemon.token("export-token-ex1")
     proxy_url = daemon.controllers.proxy.base_url
-    proxy_before = served_cert(proxy_url, ca)
+    proxy_before = wait_until(lambda: listening_cert(proxy_url, ca), 30)
 
     conn = connect(url, ca)
     conn.request("GET", urlsplit(url).path, headers={TOKEN_HEADER: token})
@@ -126,7 +134,7 @@ def test_a_daemon_started_again_finds_its_exports_serving(data_dir, started, ngi
     assert again["status"]["links"] == export["status"]["links"]
     external = again["status"]["links"]["external"]
     token = second.token("export-token-ex1")
-    assert get(raw_url(external), external["cert"], token) == (
+    assert get_when_up(raw_url(external), external["cert"], token) == (
         200,
         second.claim(disk).read_bytes(),
     )
@@ -146,11 +154,4 @@ def test_a_proxy_that_ends_is_started_again_with_its_routes(
     external = export["status"]["links"]["external"]
     token = daemon.token("export-token-ex1")
     claim = daemon.claim(disk).read_bytes()
-
-    def fetched() -> tuple[int, bytes] | None:
-        try:
-            return get(raw_url(external), external["cert"], token)
-        except ConnectionRefusedError:  # the new proxy is not listening yet
-            return None
-
-    assert wait_until(fetched, 30) == (200, claim)
+    assert get_when_up(raw_url(external), external["cert"], token) == (200, claim)

@@ -102,6 +102,14 @@ def served_cert(url: str, ca_pem: str) -> bytes:
         conn.close()
 
 
+def listening_cert(url: str, ca_pem: str) -> bytes | None:
+    """`served_cert`, None while nothing listens there yet."""
+    try:
+        return served_cert(url, ca_pem)
+    except ConnectionRefusedError:
+        return None
+
+
 def get(url: str, ca_pem: str, token: str | None) -> tuple[int, bytes]:
     """GET `url` with the token in the export token header: status and body."""
     conn = connect(url, ca_pem)
@@ -111,3 +119,15 @@ def get(url: str, ca_pem: str, token: str | None) -> tuple[int, bytes]:
         return response.status, response.read()
     finally:
         conn.close()
+
+
+def get_when_up(url: str, ca_pem: str, token: str | None) -> tuple[int, bytes]:
+    """`get`, once something listens at `url` (the proxy starts with the first export)."""
+
+    def attempt() -> tuple[int, bytes] | None:
+        try:
+            return get(url, ca_pem, token)
+        except ConnectionRefusedError:
+            return None
+
+    return wait_until(attempt, 30)
