@@ -42,6 +42,7 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
+from diskferry.disk.errors import DiskferryError
 from diskferry.export.certs import CA_CERT
 from diskferry.export.server import READY_PATH
 
@@ -56,6 +57,12 @@ CHECK_SECONDS = 5.0
 PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
 SERVED = (ExportSourceKind.VIRTUAL_DISK, ExportSourceKind.VIRTUAL_DISK_SNAPSHOT)
+
+
+class ExportServerError(DiskferryError):
+    """An export's server ended with a failure."""
+
+    reason = "ExportServerFailed"
 
 
 def free_port(port: int | None = None) -> int:
@@ -173,6 +180,10 @@ class VirtualMachineExportReconciler:
             log.warning("%s: its export server ended unexpectedly: starting it again", tag(obj))
             self.client.event(obj, "Warning", "ServerRestarted", "the export server ended")
             self.imports.finish(job_id, tag(obj), keep=False)
+            if state.failed and state.result is not None:  # started again after a backoff
+                reason = state.result.get("reason")
+                message = f"the export server failed: {reason}: {state.result.get('message')}"
+                return Result.failed(ExportServerError(message))
             state = None
         if state is None:
             obj, port = self._port(obj)
