@@ -4,6 +4,7 @@ sources not ready and kinds that cannot be exported."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -67,8 +68,9 @@ def _gone(daemon: ExportDaemon, export: dict[str, Any]) -> None:
 
 
 def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
-    daemon, nginx, images
+    daemon, nginx, images, caplog
 ) -> None:
+    caplog.set_level(logging.INFO)
     disk = daemon.ready_disk(nginx, images.reference)
     claim = daemon.claim(disk).read_bytes()
     _export(daemon, "ex1", "VirtualDisk", "vd1")
@@ -98,13 +100,15 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
     assert secret is not None
     assert secret["metadata"]["ownerReferences"][0]["uid"] == export["metadata"]["uid"]
     job = daemon.data_dir / "jobs" / f"vmexport-{export['metadata']['uid']}"
-    assert token not in (job / "job.json").read_text()
+    for name in ("job.json", "stdout", "stderr"):
+        assert token not in (job / name).read_text()
     assert (job / "token").read_text() == token
     assert {"Starting", "ExportReady"} <= {e["reason"] for e in daemon.events("ex1")}
 
     daemon.delete(EXPORT, "ex1")
     _gone(daemon, export)
     wait_until(lambda: _secret(daemon, "export-token-ex1") is None, 30)
+    assert token not in caplog.text
 
 
 def test_a_given_token_secret_is_waited_for_used_and_kept(daemon, nginx, images) -> None:
