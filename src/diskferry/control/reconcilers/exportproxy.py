@@ -12,6 +12,7 @@ import logging
 import threading
 
 import yaml
+from pydantic import ValidationError
 
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import Imports
@@ -94,7 +95,14 @@ class ProxyKeeper:
     def _loaded(self) -> dict[tuple[str, str], Route]:
         if self._routes is None:
             text = self.runner.read_file(PROXY_JOB, ROUTES_FILE)
-            document = RoutesDocument.model_validate(yaml.safe_load(text or b"") or {})
+            try:
+                document = RoutesDocument.model_validate(yaml.safe_load(text or b"") or {})
+            except (yaml.YAMLError, ValidationError) as e:
+                log.warning(
+                    "export proxy: its routes are unreadable, each export adds its own again: %s",
+                    str(e).splitlines()[0],
+                )
+                document = RoutesDocument()
             self._routes = {(r.namespace, r.name): r for r in document.exports}
         return self._routes
 
@@ -110,9 +118,7 @@ class ProxyKeeper:
             routes = self._loaded()
             state = self.runner.state(PROXY_JOB)
             if state is not None and not state.running:
-                log.warning(
-                    "the export proxy ended (exit code %s): starting it again", state.exit_code
-                )
+                log.warning("the export proxy ended (exit code %s)", state.exit_code)
                 self.imports.finish(PROXY_JOB, "export proxy", keep=False)
                 state = None
             if state is None:
