@@ -57,6 +57,11 @@ def _write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     os.replace(tmp, path)
 
 
+def _check_file_name(name: str) -> None:
+    if not _FILE_NAME.match(name) or name in _RESERVED:
+        raise JobStartError(f"{name!r} is not a usable name for a job's file")
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
@@ -98,8 +103,7 @@ class LocalRunner:
         if not re.match(JOB_ID_PATTERN, job_id) or job_id in (FAILED, LOGS):
             raise JobStartError(f"{job_id!r} is not a usable job id")
         for name in files or {}:
-            if not _FILE_NAME.match(name) or name in _RESERVED:
-                raise JobStartError(f"{name!r} is not a usable name for a job's file")
+            _check_file_name(name)
         with self._lock:
             if self._dir(job_id) is not None:
                 return
@@ -214,6 +218,24 @@ class LocalRunner:
                 return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(record["pid"], signal.SIGTERM)
+
+    def read_file(self, job_id: str, name: str) -> bytes | None:
+        """A file in the job's directory, None when the job or the file is not there."""
+        _check_file_name(name)
+        directory = self._dir(job_id)
+        try:
+            return None if directory is None else (directory / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_file(self, job_id: str, name: str, data: bytes) -> None:
+        """Replace a file in the job's directory atomically (mode 0600)."""
+        _check_file_name(name)
+        with self._lock:
+            directory = self._dir(job_id)
+            if directory is None:
+                raise JobStartError(f"no job {job_id} to write {name} for")
+            _write_atomically(directory / name, data)
 
     def purge(self, job_id: str, keep_scratch: bool) -> bool:
         """Move an ended job's directory to jobs/failed/ (`keep_scratch`) or remove it; a job
