@@ -9,8 +9,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from diskferry.export.certs import issue_server_cert
+from diskferry.export.download import DownloadRequest
 
 
 class PlainServer(ThreadingHTTPServer):
@@ -29,12 +31,19 @@ class PlainServer(ThreadingHTTPServer):
         chain, key = issue_server_cert(ca_dir, ["127.0.0.1"])
         (ca_dir / "plain.crt").write_bytes(chain)
         (ca_dir / "plain.key").write_bytes(key)
+        self.ca = ca_dir / "ca.crt"
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(ca_dir / "plain.crt", ca_dir / "plain.key")
         self.socket = ctx.wrap_socket(self.socket, server_side=True)
         self.url = f"https://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
         self._thread.start()
+
+    def request(self, target: Path, **options: Any) -> DownloadRequest:
+        """A download of the served disk into `target`, one connection, trusting the server."""
+        url = f"{self.url}/volumes/disk/disk.img"
+        options = {"connections": 1, "backoff": 0.01, **options}
+        return DownloadRequest(url=url, target=target, ca_bundle=str(self.ca), **options)
 
     def stop(self) -> None:
         """Stop serving."""

@@ -55,7 +55,7 @@ def test_raw_download_fetches_only_allocated_ranges(
     assert result["extents"] is True and result["size"] == disk.stat().st_size
     assert result["bytesFetched"] <= 1.05 * _allocated(disk)
     assert _allocated(out) <= _allocated(disk) + MiB
-    assert not list(tmp_path.glob(".out.img.part"))
+    assert not list(tmp_path.glob("out.img.*"))
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])
@@ -107,14 +107,7 @@ def test_plain_server_without_extents_and_a_dropped_connection(
     server = PlainServer(disk.read_bytes(), ca_dir, drops={2, 4})
     try:
         out = tmp_path / "out.img"
-        req = DownloadRequest(
-            url=f"{server.url}/volumes/disk/disk.img",
-            target=out,
-            ca_bundle=str(ca_dir / "ca.crt"),
-            connections=1,
-            backoff=0.01,
-        )
-        result = download(req)
+        result = download(server.request(out))
         assert not result.sparse_map
         assert out.read_bytes() == disk.read_bytes()
         starts = [int(r.split("=")[1].split("-")[0]) for r in server.ranges if r]
@@ -130,15 +123,7 @@ def test_plain_server_stream_with_a_dropped_connection_resumes(
     server = PlainServer(disk.read_bytes(), ca_dir, drops={1})
     try:
         out = tmp_path / "out.img"
-        req = DownloadRequest(
-            url=f"{server.url}/volumes/disk/disk.img",
-            target=out,
-            ca_bundle=str(ca_dir / "ca.crt"),
-            encoding="raw",
-            connections=1,
-            backoff=0.01,
-        )
-        download(req)
+        download(server.request(out, encoding="raw"))
         assert out.read_bytes() == disk.read_bytes()
         assert server.ranges[1] is not None and server.ranges[1] != server.ranges[0]
     finally:
@@ -167,7 +152,7 @@ def test_wrong_token_fails_cleanly_and_leaves_nothing(export: Running, tmp_path:
     create_ca(tmp_path / "other")
     with pytest.raises(TlsError):
         download(DownloadRequest(url=url, target=out, ca_bundle=str(tmp_path / "other" / "ca.crt")))
-    assert not out.exists() and not list(tmp_path.glob(".*.part"))
+    assert not out.exists() and not list(tmp_path.glob("out.img.*"))
 
 
 def test_sigterm_leaves_no_partial_file(ca_dir: Path, tmp_path: Path) -> None:

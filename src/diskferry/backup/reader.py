@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from diskferry.backup.entries import Entry
 from diskferry.backup.pack_writer import PackWriter
-from diskferry.backup.parallel import ordered_map
+from diskferry.disk.blocks import split
+from diskferry.disk.parallel import parallel_map
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 from diskferry.disk.zeros import is_zero
@@ -36,14 +37,6 @@ class Piece:
         return sum(n for _, n in self.reads)
 
 
-def _split(start: int, length: int, chunk_size: int) -> Iterator[tuple[int, int]]:
-    end = start + length
-    while start < end:
-        stop = min(end, (start // chunk_size + 1) * chunk_size)
-        yield start, stop - start
-        start = stop
-
-
 def full_pieces(volume: Volume, chunk_size: int) -> Iterator[Piece]:
     """The chunk-aligned windows of the disk that hold data, each with its data runs."""
     window = -1
@@ -53,25 +46,21 @@ def full_pieces(volume: Volume, chunk_size: int) -> Iterator[Piece]:
         start = window * chunk_size
         return Piece(start, min(chunk_size, volume.size - start), tuple(reads))
 
-    for ext in volume.extents("zero"):
-        if ext.zero:
-            continue
-        for start, length in _split(ext.start, ext.length, chunk_size):
-            if start // chunk_size != window:
-                if reads:
-                    yield piece()
-                window, reads = start // chunk_size, []
-            reads.append((start, length))
+    for ext in split((e for e in volume.extents("zero") if not e.zero), chunk_size):
+        if ext.start // chunk_size != window:
+            if reads:
+                yield piece()
+            window, reads = ext.start // chunk_size, []
+        reads.append((ext.start, ext.length))
     if reads:
         yield piece()
 
 
 def dirty_pieces(volume: Volume, chunk_size: int) -> Iterator[Piece]:
     """The dirty runs of the disk, split at chunk boundaries, each read whole."""
-    for ext in volume.extents("dirty"):
-        if ext.dirty:
-            for start, length in _split(ext.start, ext.length, chunk_size):
-                yield Piece(start, length, ((start, length),))
+    dirty = (e for e in volume.extents("dirty") if e.dirty)
+    for ext in split(dirty, chunk_size, chunk_size):
+        yield Piece(ext.start, ext.length, ((ext.start, ext.length),))
 
 
 def store_pieces(
@@ -98,4 +87,4 @@ def store_pieces(
             return Entry(piece.start, piece.length, None), piece.read_bytes
         return Entry(piece.start, piece.length, writer.add(bytes(buf))), piece.read_bytes
 
-    return ordered_map(store, pieces, threads=threads, cancel=cancel)
+    return parallel_map(store, pieces, threads=threads, cancel=cancel)

@@ -17,15 +17,15 @@ from diskferry.backup.chunk_cache import ChunkCache
 from diskferry.backup.entries import Entry
 from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
 from diskferry.backup.job import RestoreJob, RestoreResult
-from diskferry.backup.parallel import ordered_map
 from diskferry.backup.phases import RestorePhase
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import Manifest
+from diskferry.disk.blocks import write_block, zero_range
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.parallel import parallel_map
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
-from diskferry.disk.zeros import data_runs
 from diskferry.qemu import cbt, img
 from diskferry.worker.reporter import QUIET, Reporter
 
@@ -79,7 +79,7 @@ def write_entries(
         if chunk is None:
             if zero_holes:
                 for e in task:
-                    volume.zero(e.offset, e.length)
+                    zero_range(volume, e.offset, e.length, cancel)
             return 0
         data = memoryview(cache.get(chunk))
         written = 0
@@ -91,15 +91,14 @@ def write_entries(
                 )
             piece = data[e.chunk_offset : e.chunk_offset + e.length]
             # zeros inside a chunk stay holes too, unless the target cannot have holes
-            runs = [(0, e.length)] if zero_holes else data_runs(piece)
-            for start, end in runs:
-                volume.write(e.offset + start, piece[start:end])
-                written += end - start
+            written += write_block(
+                volume, e.offset, piece, dst_zeroed=not zero_holes, cancel=cancel
+            )
             progress.add(e.length)
         return written
 
     written = sum(
-        ordered_map(write, _tasks(manifest.entries()), threads=RESTORE_THREADS, cancel=cancel)
+        parallel_map(write, _tasks(manifest.entries()), threads=RESTORE_THREADS, cancel=cancel)
     )
     volume.flush()
     return written, cache.reads

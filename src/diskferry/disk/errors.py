@@ -1,5 +1,9 @@
 """The base of every typed error diskferry raises, with a short reason for status."""
 
+from __future__ import annotations
+
+import threading
+
 
 class DiskferryError(Exception):
     """An error the user can act on: a one-line message and a CamelCase reason."""
@@ -27,3 +31,9 @@ class CancelledError(DiskferryError):
     """The operation was cancelled before it finished."""
 
     reason = "Cancelled"
+
+
+def check_cancel(cancel: threading.Event | None) -> None:
+    """Raise CancelledError when `cancel` is set."""
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("cancelled")

@@ -53,10 +53,16 @@ class FileVolume(Volume):
         self._size = self._read_size()
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], size: int) -> FileVolume:
-        """Create (or truncate) a sparse file of `size` bytes and open it for writing."""
+    def create(
+        cls, path: str | os.PathLike[str], size: int, *, exclusive: bool = False
+    ) -> FileVolume:
+        """Create (or truncate) a sparse file of `size` bytes and open it for writing.
+
+        With `exclusive` a file that exists already is an error, never truncated.
+        """
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, flags, 0o644)
             os.ftruncate(fd, size)
             os.close(fd)
         except OSError as e:

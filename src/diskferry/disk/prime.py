@@ -10,6 +10,8 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume, is_block_device
 
 JOB_XATTR = "user.diskferry.job"
+# what Linux file systems allow in one name, where the file system does not say
+_NAME_MAX = 255
 
 
 def recorded_job(path: str) -> str | None:
@@ -20,6 +22,17 @@ def recorded_job(path: str) -> str | None:
         return None
 
 
+def _beside(path: str, suffix: str) -> str:
+    """`path` with `suffix` added, its name shortened to fit the file system's name length."""
+    directory, name = os.path.split(path)
+    try:
+        name_max = os.pathconf(directory, "PC_NAME_MAX")
+    except OSError:
+        name_max = _NAME_MAX
+    room = name_max - len(os.fsencode(suffix))
+    return os.path.join(directory, os.fsdecode(os.fsencode(name)[:room]) + suffix)
+
+
 class TargetError(DiskferryError):
     """The target cannot take the image or disk."""
 
@@ -27,7 +40,12 @@ class TargetError(DiskferryError):
 
 
 class Target:
-    """Where the image goes; a file is written beside itself and renamed over on success."""
+    """Where the image goes; a file is written beside itself and renamed over on success.
+
+    The prime and scratch files get names of their own (a random tag, the target's name
+    shortened to fit), so two jobs writing one target never share one; whoever makes a
+    Target calls `discard` whatever happens, so a failure or a cancel leaves neither.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
@@ -37,10 +55,10 @@ class Target:
             raise TargetError(f"the directory of the target, {directory}, does not exist")
         if os.path.isdir(self.path):
             raise TargetError(f"the target {self.path} is a directory")
-        tag = secrets.token_hex(4)
-        self.prime = self.path if self.block_device else f"{self.path}.prime-{tag}"
+        tag = secrets.token_hex(8)
+        self.prime = self.path if self.block_device else _beside(self.path, f".prime-{tag}")
         self.scratch = (
-            f"{self.path}.scratch-{tag}"
+            _beside(self.path, f".scratch-{tag}")
             if not self.block_device
             else os.path.join(os.environ.get("TMPDIR", "/var/tmp"), f"diskferry-scratch-{tag}")
         )
@@ -63,28 +81,28 @@ class Target:
                 reason="TargetTooSmall",
             )
 
-    def open_prime(self) -> FileVolume:
-        """The volume to write: a new empty prime file, or the block device."""
+    def open_prime(self, size: int = 0) -> FileVolume:
+        """The volume to write: a new sparse prime file of `size` bytes, or the block device."""
         if self.block_device:
             return FileVolume(self.path, writable=True)
-        return FileVolume.create(self.prime, 0)
+        return FileVolume.create(self.prime, size, exclusive=True)
 
     def commit(self, job_id: str | None = None) -> None:
-        """Record `job_id` on the prime file, fsync it and rename it over the target.
+        """Record `job_id` on the prime file, fsync it, rename it over the target, fsync the folder.
 
         The id goes into the extended attribute `user.diskferry.job` before the rename, so a
         target that carries it is one that job finished. A block device is written in place
-        and has no such attribute: nothing is recorded there, and nothing is renamed.
+        and has no such attribute: it is fsynced, nothing is recorded, and nothing is renamed.
         """
-        if self.block_device:
-            return
         fd = os.open(self.prime, os.O_RDONLY)
         try:
-            if job_id is not None:
+            if job_id is not None and not self.block_device:
                 self._record_job(fd, job_id)
             os.fsync(fd)
         finally:
             os.close(fd)
+        if self.block_device:
+            return
         os.replace(self.prime, self.path)
         dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
         try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import queue
 import threading
 
+from diskferry.disk.blocks import write_block
 from diskferry.disk.decompress import Readable
-from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.disk.errors import CancelledError, DiskferryError, check_cancel
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
-from diskferry.disk.zeros import data_runs
 
 _DEPTH = 8
 
@@ -70,27 +70,16 @@ class SparseWriter:
                 self._error = e
 
     def _store(self, offset: int, data: bytes) -> None:
-        view = memoryview(data)
-        pos = 0
-        for start, end in data_runs(view):
-            self._zero(offset + pos, start - pos)
-            self.volume.write(offset + start, view[start:end])
-            self.bytes_written += end - start
-            pos = end
-        self._zero(offset + pos, len(view) - pos)
-
-    def _zero(self, offset: int, length: int) -> None:
-        if length <= 0:
-            return
-        if not self._dst_zeroed:
-            self.volume.zero(offset, length)
-        self.bytes_zero += length
+        written = write_block(
+            self.volume, offset, data, dst_zeroed=self._dst_zeroed, cancel=self._cancel
+        )
+        self.bytes_written += written
+        self.bytes_zero += len(data) - written
 
     def _check(self) -> None:
         if self._error is not None:
             raise self._error
-        if self._cancel is not None and self._cancel.is_set():
-            raise CancelledError("cancelled")
+        check_cancel(self._cancel)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Append `data` to the stream."""

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 import zstandard
 
 from diskferry.disk.cpus import usable_cpus
+from diskferry.disk.extent import Extent
 from diskferry.disk.volume import Volume
-from diskferry.export.blocks import Piece, blocks, ordered_map, pieces, read_piece
+from diskferry.export.blocks import blocks, ordered_map, pieces, read_piece
 
 GZIP_LEVEL = 6
 ZSTD_LEVEL = 3
@@ -28,7 +29,7 @@ def _gzip_zeros(length: int) -> bytes:
     return _gzip_member(bytes(length))
 
 
-def _gzip_piece(volume: Volume, piece: Piece) -> bytes:
+def _gzip_piece(volume: Volume, piece: Extent) -> bytes:
     if piece.zero:
         return _gzip_zeros(piece.length)
     return _gzip_member(read_piece(volume, piece))

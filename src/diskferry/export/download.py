@@ -23,9 +23,10 @@ from diskferry.disk.copy import copy
 from diskferry.disk.decompress import DecompressingReader
 from diskferry.disk.errors import CancelledError
 from diskferry.disk.extent import Extent
-from diskferry.disk.file_volume import FileVolume, is_block_device
+from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.http import HttpError, HttpSource, RangeNotSupportedError
 from diskferry.disk.http_volume import HttpVolume
+from diskferry.disk.prime import Target
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
 from diskferry.export.errors import DownloadError
@@ -135,30 +136,19 @@ def fetch_extents(req: DownloadRequest, size: int) -> list[Extent] | None:
 def _target(path: Path, size: int) -> Iterator[tuple[FileVolume, bool]]:
     """The volume to write and whether it reads as zeros already.
 
-    A file is written under a temporary name beside it and renamed at the end, so a
-    failed download leaves nothing behind; a block device is written in place.
+    A file is written as a prime file beside it, renamed over it at the end (see `Target`),
+    so a failed or cancelled download leaves the old file as it was; a block device is
+    written in place.
     """
-    if is_block_device(path):
-        dev = FileVolume(path, writable=True)
-        try:
-            if dev.size < size:
-                raise DownloadError(f"{path} holds {dev.size} bytes, the disk needs {size}")
-            yield dev, False
-            dev.flush()
-        finally:
-            dev.close()
-        return
-    part = path.with_name(f".{path.name}.part")
-    vol = FileVolume.create(part, size)
+    target = Target(str(path))
     try:
-        yield vol, True
-        vol.flush()
-        vol.close()
-        os.replace(part, path)
-    except BaseException:
-        vol.close()
-        part.unlink(missing_ok=True)
-        raise
+        with target.open_prime(size) as vol:
+            if vol.size < size:
+                raise DownloadError(f"{path} holds {vol.size} bytes, the disk needs {size}")
+            yield vol, not target.block_device
+        target.commit()
+    finally:
+        target.discard()
 
 
 def _size(source: HttpSource) -> int:

@@ -1,42 +1,47 @@
-"""ordered_map: a function over items in threads, results in order, a bounded number in flight."""
+"""parallel_map: a function over items in threads, a bounded number in flight, cancel honoured."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from diskferry.disk.errors import CancelledError
+from diskferry.disk.errors import check_cancel
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-def ordered_map(
+def parallel_map(
     fn: Callable[[T], R],
     items: Iterable[T],
     *,
     threads: int,
     cancel: threading.Event | None = None,
+    ordered: bool = True,
 ) -> Iterator[R]:
     """`fn(item)` for each item, run by `threads` threads, at most 2 x `threads` in flight.
 
+    Results come in the order of the items, or as they finish where `ordered` is false.
     An exception of any call, or `cancel` being set, stops the rest and is raised.
     """
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="ordered-map")
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="parallel-map")
     pending: deque[Future[R]] = deque()
 
     def next_result() -> R:
-        if cancel is not None and cancel.is_set():
-            raise CancelledError("cancelled")
-        return pending.popleft().result()
+        check_cancel(cancel)
+        if ordered:
+            return pending.popleft().result()
+        wait(pending, return_when=FIRST_COMPLETED)
+        finished = next(f for f in pending if f.done())
+        pending.remove(finished)
+        return finished.result()
 
     try:
         for item in items:
-            if cancel is not None and cancel.is_set():
-                raise CancelledError("cancelled")
+            check_cancel(cancel)
             pending.append(pool.submit(fn, item))
             if len(pending) >= 2 * threads:
                 yield next_result()
