@@ -119,6 +119,7 @@ def _daemon(data_dir: Path, log: Path) -> Iterator[Path]:
     """Run `diskferry serve` on `data_dir`; yield its kubeconfig once written, SIGTERM it after."""
     kubeconfig = data_dir / "kubeconfig"
     serve = [*_DISKFERRY, "serve", "--data-dir", str(data_dir), "--port", str(_free_port())]
+    serve += ["--proxy-port", str(_free_port())]
     with open(log, "wb") as err:
         proc = subprocess.Popen(serve, stdout=err, stderr=err)
     try:
@@ -182,7 +183,8 @@ spec:
 def _ready(kubeconfig: Path) -> None:
     """Show the disks progressing with `get -w` until every object is Ready."""
     where = ["--kubeconfig", str(kubeconfig)]
-    watch = subprocess.Popen([*_DISKFERRY, "get", "vd", "-w", *where])
+    # stopped once all are Ready, its line saying so left out
+    watch = subprocess.Popen([*_DISKFERRY, "get", "vd", "-w", *where], stderr=subprocess.DEVNULL)
     try:
         for kind, name in _OBJECTS:
             _step(

@@ -11,11 +11,7 @@ import typer
 
 from diskferry.control.controllers import Controllers
 from diskferry.control.daemon import DEFAULT_ADDRESS, DEFAULT_PORT, Daemon, default_data_dir
-
-
-def _controllers(daemon: Daemon) -> Controllers:
-    """The reconcilers of every kind, over the daemon's data directory and store."""
-    return Controllers(daemon.data_dir, daemon.service)
+from diskferry.control.reconcilers.exportproxy import PROXY_PORT
 
 
 def serve(
@@ -31,6 +27,9 @@ def serve(
     address: Annotated[
         str, typer.Option("--address", help="Address to listen on.")
     ] = DEFAULT_ADDRESS,
+    proxy_port: Annotated[
+        int, typer.Option("--proxy-port", help="HTTPS port of the export proxy.")
+    ] = PROXY_PORT,
     controllers: Annotated[
         bool,
         typer.Option(
@@ -45,7 +44,11 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
-    background = [_controllers] if controllers else []
+
+    def reconcile(daemon: Daemon) -> Controllers:
+        return Controllers(daemon.data_dir, daemon.service, proxy_port=proxy_port)
+
+    background = [reconcile] if controllers else []
     Daemon(data_dir or default_data_dir(), address=address, port=port, background=background).run()
 
 
