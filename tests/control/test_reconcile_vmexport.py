@@ -16,6 +16,7 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
 from diskferry.control.errors import NotFoundError
+from diskferry.control.reconcilers.exportproxy import PROXY_JOB
 from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
 from diskferry.control.resources.core import SECRETS
 
@@ -109,6 +110,8 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
     _gone(daemon, export)
     wait_until(lambda: _secret(daemon, "export-token-ex1") is None, 30)
     assert token not in caplog.text
+    wait_until(lambda: not daemon.workers(PROXY_JOB), 30)  # the last export took the proxy
+    assert not _listening(daemon.controllers.proxy.port)
 
 
 def test_a_given_token_secret_is_waited_for_used_and_kept(daemon, nginx, images) -> None:

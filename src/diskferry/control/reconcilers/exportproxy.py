@@ -2,8 +2,9 @@
 file rewritten (atomically) as exports come and go, restarted when it ends, its certificate
 renewed at half its life.
 
-The proxy starts with the first route and is kept running from then on. Its routes live in its
-job's directory, so a daemon started again reads them back and a restarted proxy gets them all.
+The proxy runs while there is a route: it starts with the first export and stops (its
+downloads given their grace) once the last one goes. Its routes live in its job's directory,
+so a daemon started again reads them back and a restarted proxy gets them all.
 """
 
 from __future__ import annotations
@@ -112,11 +113,15 @@ class ProxyKeeper:
             return dict(self._loaded())
 
     def ensure(self) -> None:
-        """Once there is a route: the proxy started, or started again if it ended, and its
-        certificate renewed when due."""
+        """While there is a route: the proxy started, or started again if it ended, and its
+        certificate renewed when due; without one, the proxy stopped."""
         with self._lock:
             routes = self._loaded()
             state = self.runner.state(PROXY_JOB)
+            if not routes:
+                if state is not None and self.imports.stop(PROXY_JOB):
+                    self._routes = None
+                return
             if state is not None and not state.running:
                 log.warning("the export proxy ended (exit code %s)", state.exit_code)
                 self.imports.finish(PROXY_JOB, "export proxy", keep=False)
@@ -157,10 +162,10 @@ class ProxyKeeper:
                 self._write(routes)
 
     def _write(self, routes: dict[tuple[str, str], Route]) -> None:
-        if self.runner.state(PROXY_JOB) is None:
-            self.ensure()
-        else:
+        if self.runner.state(PROXY_JOB) is not None:
             self.runner.write_file(PROXY_JOB, ROUTES_FILE, routes_text(routes))
+        if not routes or self.runner.state(PROXY_JOB) is None:
+            self.ensure()
 
 
 def export_route(namespace: str, name: str, port: int, ready: bool) -> Route:
