@@ -9,16 +9,17 @@ import pty
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from conftest import Result, free_port
 
 EXE = Path(sys.executable).with_name("diskferry")
 SECRET_AND_DISK = """\
@@ -33,6 +34,8 @@ metadata: {name: vd1, labels: {tier: gold}}
 spec:
   persistentVolumeClaim: {size: 64Mi}
 """
+
+SERVE = (str(EXE), "serve", "--no-controllers")
 
 
 def disk(name: str, namespace: str | None = None) -> str:
@@ -70,15 +73,7 @@ def served(tmp_path_factory) -> Iterator[Served]:
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [
-                str(EXE),
-                "serve",
-                "--data-dir",
-                str(running.data_dir),
-                "--port",
-                str(free_port()),
-                "--no-controllers",
-            ],
+            [*SERVE, "--data-dir", str(running.data_dir), "--port", "0"],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -102,19 +97,13 @@ class Daemon:
     served: Served
     namespace: str
     tmp: Path
+    cli: Any
 
-    def __call__(self, *args: str | os.PathLike[str], stdin: str | None = None) -> Result:
-        """Run `diskferry ARGS --data-dir DATA_DIR -n NAMESPACE`."""
-        proc = subprocess.run(
-            [str(EXE), *map(str, args), *self.options(given=args)],
-            capture_output=True,
-            text=True,
-            env=self.served.env,
-            timeout=60,
-            input=stdin,
-        )
-        self.served.printed += [proc.stdout, proc.stderr]
-        return Result(proc.returncode, proc.stdout, proc.stderr)
+    def __call__(self, *args: str | os.PathLike[str]) -> Any:
+        """Run `diskferry ARGS --data-dir DATA_DIR -n NAMESPACE`; its Result."""
+        result = self.cli(*args, *self.options(given=args))
+        self.served.printed += [result.stdout, result.stderr]
+        return result
 
     def options(self, given: tuple = ()) -> list[str]:
         """The options that point a command at the daemon and at the test's namespace, unless
@@ -173,10 +162,11 @@ def namespace(name: str) -> str:
 
 
 @pytest.fixture
-def daemon(served, tmp_path, request) -> Daemon:
+def daemon(served, tmp_path, request, diskferry) -> Daemon:
     """The CLI at the daemon, in a fresh namespace named after the test."""
     name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:40]
-    running = Daemon(served, name.strip("-"), tmp_path)
+    diskferry.env.pop("KUBECONFIG", None)
+    running = Daemon(served, name.strip("-"), tmp_path, diskferry)
     made = running("apply", "-f", running.manifest("ns.yaml", namespace(running.namespace)))
     assert made.code == 0, made.stderr
     return running
@@ -207,8 +197,15 @@ def test_apply_reads_a_directory_and_stdin(daemon) -> None:
         "virtualdisk.diskferry.io/vd-a created",
         "virtualdisk.diskferry.io/vd-b created",
     ]
-    from_stdin = daemon("apply", "-f", "-", stdin=disk("vd-c"))
-    assert from_stdin.stdout == "virtualdisk.diskferry.io/vd-c created\n"
+    from_stdin = subprocess.run(
+        [str(EXE), "apply", "-f", "-", *daemon.options()],
+        input=disk("vd-c"),
+        capture_output=True,
+        text=True,
+        env=daemon.served.env,
+        check=False,
+    )
+    assert from_stdin.stdout == "virtualdisk.diskferry.io/vd-c created\n", from_stdin.stderr
 
 
 def test_get_in_each_output_form(daemon) -> None:
@@ -440,7 +437,9 @@ def test_the_kubeconfig_is_found_by_option_or_environment(daemon) -> None:
 
 def test_a_daemon_that_is_not_running_is_one_line(daemon, diskferry, tmp_path) -> None:
     config = yaml.safe_load(daemon.kubeconfig.read_text())
-    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{unused.getsockname()[1]}"
     stopped = tmp_path / "stopped.kubeconfig"
     stopped.write_text(yaml.safe_dump(config))
     down = diskferry("get", "vd", "--kubeconfig", stopped)

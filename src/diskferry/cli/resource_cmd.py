@@ -72,10 +72,10 @@ def _warn(client: DaemonClient) -> None:
 
 
 def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in obj.get("metadata", {}).items()}
-    for key in ("resourceVersion", "managedFields"):
-        meta.pop(key, None)
-    return {**obj, "metadata": meta}
+    """The object without what changes on every write, to tell a change from none."""
+    meta = obj.get("metadata", {})
+    kept = {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+    return {**obj, "metadata": kept}
 
 
 def _apply_one(client: DaemonClient, manifest: Manifest, namespace: str | None) -> str:

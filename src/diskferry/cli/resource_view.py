@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from diskferry.control.api.tables import human_duration
+
 NONE = "<none>"
 ACRONYMS = {"uid": "UID", "url": "URL", "urls": "URLs", "http": "HTTP", "api": "API", "ttl": "TTL"}
 
@@ -27,25 +29,9 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def human_age(since: datetime, now: datetime | None = None) -> str:
+def human_age(since: datetime) -> str:
     """The time since `since` as kubectl writes it: 45s, 3m12s, 5h, 2d3h, 400d."""
-    seconds = int(((now or datetime.now(UTC)) - since).total_seconds())
-    if seconds < 0:
-        return "0s"
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
-    if seconds < 120:
-        return f"{seconds}s"
-    if minutes < 10:
-        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
-    if hours < 3:
-        return f"{minutes}m"
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if days < 8:
-        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
-    return f"{days}d"
+    return human_duration((datetime.now(UTC) - since).total_seconds())
 
 
 def age_of(obj: dict[str, Any]) -> str:
@@ -152,6 +138,16 @@ def _pairs(mapping: dict[str, str] | None) -> list[str]:
     return [f"{k}={v}" for k, v in sorted((mapping or {}).items())] or [NONE]
 
 
+def _aligned(headers: list[str], rows: list[list[str]], indent: str) -> list[str]:
+    """Columns as describe lays them out: headers, dashes, rows; the last column unpadded."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    out = []
+    for row in [headers, ["-" * len(h) for h in headers], *rows]:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
+        out.append(indent + "  ".join([*cells, row[-1]]).rstrip())
+    return out
+
+
 def _event_lines(events: list[dict[str, Any]]) -> list[str]:
     if not events:
         return ["Events:  <none>"]
@@ -164,33 +160,15 @@ def _event_lines(events: list[dict[str, Any]]) -> list[str]:
             first = parse_time(event.get("firstTimestamp"))
             age = f"{age} (x{count} over {human_age(first) if first else '?'})"
         source = event.get("source", {}).get("component") or event.get("reportingComponent")
-        rows.append(
-            [
-                event.get("type", ""),
-                event.get("reason", ""),
-                age,
-                source or "",
-                " ".join(event.get("message", "").split()),
-            ]
-        )
-    headers = ["Type", "Reason", "Age", "From", "Message"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    out = ["Events:"]
-    for row in [headers, ["-" * len(h) for h in headers], *rows]:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
-        out.append("  " + "  ".join([*cells, row[-1]]).rstrip())
-    return out
+        message = " ".join(event.get("message", "").split())
+        rows.append([event.get("type", ""), event.get("reason", ""), age, source or "", message])
+    return ["Events:", *_aligned(["Type", "Reason", "Age", "From", "Message"], rows, "  ")]
 
 
 def _conditions(conditions: list[dict[str, Any]]) -> list[str]:
     headers = ["Type", "Status", "Reason", "Message"]
     rows = [[str(c.get(h.lower(), "")) for h in headers] for c in conditions]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    out = ["  Conditions:"]
-    for row in [headers, ["-" * len(h) for h in headers], *rows]:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
-        out.append("    " + "  ".join([*cells, row[-1]]).rstrip())
-    return out
+    return ["  Conditions:", *_aligned(headers, rows, "    ")]
 
 
 def describe(obj: dict[str, Any], events: list[dict[str, Any]]) -> str:
