@@ -37,25 +37,28 @@ def _get(served: Served, kind: str, name: str) -> dict[str, Any]:
     return json.loads(_cli(served, "get", kind, name, "-o", "json"))
 
 
-def _manifests(slow_url: str) -> str:
+def _slow_disk(slow_url: str) -> str:
     return f"""\
 apiVersion: diskferry.io/v1alpha1
 kind: VirtualDisk
 metadata: {{name: slow}}
 spec:
   dataSource: {{type: HTTP, http: {{url: "{slow_url}"}}}}
----
+"""
+
+
+EXPORTED = """\
 apiVersion: diskferry.io/v1alpha1
 kind: VirtualDisk
-metadata: {{name: blank}}
+metadata: {name: blank}
 spec:
-  persistentVolumeClaim: {{size: 8Mi}}
+  persistentVolumeClaim: {size: 8Mi}
 ---
 apiVersion: diskferry.io/v1alpha1
 kind: VirtualMachineExport
-metadata: {{name: ex}}
+metadata: {name: ex}
 spec:
-  source: {{apiGroup: diskferry.io, kind: VirtualDisk, name: blank}}
+  source: {apiGroup: diskferry.io, kind: VirtualDisk, name: blank}
 """
 
 
@@ -71,17 +74,19 @@ def test_a_killed_daemon_loses_neither_the_import_nor_the_export(faulty, tmp_pat
     source = tmp_path / "slow.raw"
     source.write_bytes(os.urandom(16 * MiB))
     slow_url = faulty.add("slow.raw", source, piece=128 * 1024, trickle=0.1)
-    manifests = tmp_path / "m.yaml"
-    manifests.write_text(_manifests(slow_url))
+    exported, slow = tmp_path / "exported.yaml", tmp_path / "slow.yaml"
+    exported.write_text(EXPORTED)
+    slow.write_text(_slow_disk(slow_url))
     data_dir, log = tmp_path / "data", tmp_path / "serve.log"
     options = ("--proxy-port", str(free_port()))
     first = start_daemon(data_dir, log, options=options)
     try:
-        _cli(first, "apply", "-f", str(manifests))
+        _cli(first, "apply", "-f", str(exported))
         _cli(first, "wait", "vmexport", "ex", "--for=phase=Ready", "--timeout=2m")
-        wait_until(lambda: _get(first, "vd", "slow")["status"].get("progress", "0%") != "0%")
         links = _get(first, "vmexport", "ex")["status"]["links"]
         assert _download(first) == (200, bytes(8 * MiB))
+        _cli(first, "apply", "-f", str(slow))
+        wait_until(lambda: _get(first, "vd", "slow")["status"].get("progress", "0%") != "0%")
         assert _get(first, "vd", "slow")["status"]["phase"] == "Provisioning"
     finally:
         first.process.send_signal(signal.SIGKILL)
