@@ -159,7 +159,7 @@ def run_import(
             )
         if checksum is not None:
             stream.drain()
-            checksum.verify()
+            checksum.verify(stream.name)
         # before the swap: a crash after it must not leave checkpoints that miss the import
         if tracked and cbt.reset_chain(target.path):
             reporter.event(
