@@ -30,7 +30,8 @@ class Fault:
     drop closes both sides (FIN); stall stops forwarding and holds both sides open; reset
     aborts both sides (RST); truncate ends the stream in `direction` (FIN to its receiver)
     and lets the other direction go on; flip inverts the byte at `at` and forwards the rest.
-    The faulty connections are the `times` connections after the first `skip`.
+    The fault fires at most `times` times, on any connection but the first `skip` after it
+    was armed.
     """
 
     kind: Kind
@@ -100,8 +101,7 @@ class Relay:
         fault = self._fault
         if fault is None:
             return None
-        index = number - self._faulty_from - fault.skip
-        return fault if 0 <= index < fault.times else None
+        return fault if number - self._faulty_from >= fault.skip else None
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -118,7 +118,8 @@ class Relay:
                 link = _Link(client, peer, self._fault_for(self.accepted))
                 self.accepted += 1
                 self._links.append(link)
-            threading.Thread(target=self._pump, args=(link,), name="relay-link", daemon=True).start()
+            pump = threading.Thread(target=self._pump, args=(link,), name="relay-link", daemon=True)
+            pump.start()
 
     def _pump(self, link: _Link) -> None:
         sides: dict[socket.socket, tuple[socket.socket, Direction]] = {
@@ -159,10 +160,14 @@ class Relay:
         if cut >= len(data):
             dst.sendall(data)
             return "open"
+        with self._lock:
+            if self.fired >= fault.times:
+                link.fault = None
+                dst.sendall(data)
+                return "open"
+            self.fired += 1
         cut = max(cut, 0)
         link.fired = True
-        with self._lock:
-            self.fired += 1
         if fault.kind == "flip":
             dst.sendall(data[:cut] + bytes([data[cut] ^ 0xFF]) + data[cut + 1 :])
             return "open"
