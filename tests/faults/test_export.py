@@ -72,7 +72,7 @@ def test_a_broken_download_resumes_or_fails_then_succeeds(
 
 
 def test_a_server_that_always_resets_fails_naming_it(diskferry, export, relay, tmp_path):
-    server, disk = export
+    server, _ = export
     r = relay(("127.0.0.1", server.port))
     target = tmp_path / "out.img"
     target.write_bytes(b"kept\n")
