@@ -145,6 +145,7 @@ def run_import(
     stream, checksum, sniffed = _open_source(job, headers, progress, cancel)
     writing = False
     try:
+        target.claim()
         if sniffed.declared_size is not None:
             _check_size(job, target, sniffed.declared_size)
         writing = True
