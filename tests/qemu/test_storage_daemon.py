@@ -140,7 +140,9 @@ def test_a_daemon_outlives_the_thread_that_started_it(cbt_volume: cbt.CbtDisk) -
     assert process.returncode == 0
 
 
-def test_the_daemon_quits_when_its_parent_dies_and_the_next_removes_its_folder(cbt_volume: cbt.CbtDisk) -> None:
+def test_the_daemon_dies_with_its_parent_and_the_next_removes_its_folder(
+    cbt_volume: cbt.CbtDisk,
+) -> None:
     assert cbt_volume.overlay is not None
     script = (
         "import sys, threading, time\n"
