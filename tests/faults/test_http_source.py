@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 from relay import Fault
 
+from diskferry.disk.http import HttpSource
+
 MiB = 1 << 20
 
 
@@ -79,3 +81,18 @@ def test_a_source_that_always_breaks_fails_naming_it(diskferry, images, nginx, r
     again = diskferry("import", url, target, "--no-progress")
     assert again.code == 0, again.stderr
     assert _sha256(target) == _sha256(images.reference)
+
+
+def test_a_stalled_body_resumes_after_the_read_timeout(images, nginx, relay, tmp_path):
+    r, url = _through(relay, nginx, images, tmp_path)
+    r.arm(Fault("stall", at=3 * MiB))
+    source = HttpSource(url, timeout=1.0, backoff=0.1)
+    reader = source.open_stream()
+    try:
+        data = b"".join(iter(lambda: reader.read(MiB), b""))
+    finally:
+        reader.close()
+        source.close()
+    assert r.fired == 1
+    assert reader.resumes == 1
+    assert hashlib.sha256(data).hexdigest() == _sha256(images.reference)
