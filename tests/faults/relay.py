@@ -13,7 +13,6 @@ import select
 import socket
 import struct
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -81,13 +80,6 @@ class Relay:
             self._faulty_from = self.accepted
             self.fired = 0
 
-    def cut_all(self) -> None:
-        """Close every connection relayed so far (a restarted peer, as its clients see it)."""
-        with self._lock:
-            links, self._links = self._links, []
-        for link in links:
-            _close(link.client, link.peer)
-
     def close(self) -> None:
         """Stop listening and close every connection."""
         self._stop.set()
@@ -95,7 +87,10 @@ class Relay:
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(5)
-        self.cut_all()
+        with self._lock:
+            links, self._links = self._links, []
+        for link in links:
+            _close(link.client, link.peer)
 
     def _fault_for(self, number: int) -> Fault | None:
         fault = self._fault
@@ -196,13 +191,3 @@ def _close(*socks: socket.socket) -> None:
     for s in socks:
         with contextlib.suppress(OSError):
             s.close()
-
-
-@contextlib.contextmanager
-def relaying(target: tuple[str, int] | str) -> Iterator[Relay]:
-    """A relay to `target`, closed on exit."""
-    relay = Relay(target)
-    try:
-        yield relay
-    finally:
-        relay.close()

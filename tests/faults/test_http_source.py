@@ -8,14 +8,15 @@ import json
 from urllib.parse import urlsplit
 
 import pytest
-from relay import Fault
+from relay import Fault, Relay
 
 from diskferry.disk.http import HttpSource
 
 MiB = 1 << 20
 
 
-def _through(relay, nginx, images, tmp_path) -> tuple[object, str]:
+def _through(relay, nginx, images) -> tuple[Relay, str]:
+    """A relay to nginx and the URL of the reference disk through it."""
     url = nginx.publish(images.get("raw"))
     parts = urlsplit(url)
     r = relay((parts.hostname, parts.port))
@@ -30,7 +31,7 @@ def _sha256(path) -> str:
 def test_a_broken_body_resumes_and_gives_the_same_bytes(
     diskferry, images, nginx, relay, tmp_path, kind
 ):
-    r, url = _through(relay, nginx, images, tmp_path)
+    r, url = _through(relay, nginx, images)
     r.arm(Fault(kind, at=5 * MiB + 17, times=2))
     result = diskferry("import", url, tmp_path / "disk.raw", "--json", "--no-progress")
     assert result.code == 0, result.stderr
@@ -41,7 +42,7 @@ def test_a_broken_body_resumes_and_gives_the_same_bytes(
 
 
 def test_a_flipped_status_line_is_retried(diskferry, images, nginx, relay, tmp_path):
-    r, url = _through(relay, nginx, images, tmp_path)
+    r, url = _through(relay, nginx, images)
     r.arm(Fault("flip", at=5))  # "HTTP/1.1" becomes unreadable
     result = diskferry("import", url, tmp_path / "disk.raw", "--no-progress")
     assert result.code == 0, result.stderr
@@ -52,7 +53,7 @@ def test_a_flipped_status_line_is_retried(diskferry, images, nginx, relay, tmp_p
 def test_a_flipped_body_byte_fails_the_checksum_and_a_retry_succeeds(
     diskferry, images, nginx, relay, tmp_path
 ):
-    r, url = _through(relay, nginx, images, tmp_path)
+    r, url = _through(relay, nginx, images)
     checksum = f"sha256:{_sha256(images.reference)}"
     target = tmp_path / "disk.raw"
     target.write_bytes(b"kept\n")
@@ -69,7 +70,7 @@ def test_a_flipped_body_byte_fails_the_checksum_and_a_retry_succeeds(
 
 
 def test_a_source_that_always_breaks_fails_naming_it(diskferry, images, nginx, relay, tmp_path):
-    r, url = _through(relay, nginx, images, tmp_path)
+    r, url = _through(relay, nginx, images)
     target = tmp_path / "disk.raw"
     r.arm(Fault("reset", times=1000))
     failed = diskferry("import", url, target, "--no-progress")
@@ -84,7 +85,7 @@ def test_a_source_that_always_breaks_fails_naming_it(diskferry, images, nginx, r
 
 
 def test_a_stalled_body_resumes_after_the_read_timeout(images, nginx, relay, tmp_path):
-    r, url = _through(relay, nginx, images, tmp_path)
+    r, url = _through(relay, nginx, images)
     r.arm(Fault("stall", at=3 * MiB))
     source = HttpSource(url, timeout=1.0, backoff=0.1)
     reader = source.open_stream()
