@@ -215,13 +215,16 @@ def loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request) -> Loop:
 def _loop(loop: Loop, one: Callable[[int], None]) -> None:
     for moment in range(MOMENTS):
         one(moment)
-    assert loop.kills >= MOMENTS // 2, f"only {loop.kills} of {MOMENTS} runs were killed"
+    assert loop.kills >= max(1, MOMENTS // 4), f"only {loop.kills} of {MOMENTS} runs were killed"
 
 
 def test_backups_killed(loop: Loop) -> None:
     disk = _disk(loop.root / "disk.raw")
-    span = loop.timed(*loop.backup_args(disk))
-    loop.keep(next(iter(loop.snapshots())), disk)
+    loop.backup(disk)
+    _scribble(loop, disk)
+    started = time.monotonic()
+    loop.backup(disk)
+    span = time.monotonic() - started  # of an incremental, as the killed ones are
 
     def one(_: int) -> None:
         _scribble(loop, disk)
