@@ -144,6 +144,7 @@ def run_import(
     stream, checksum, sniffed = _open_source(job, headers, progress, cancel)
     writing = False
     try:
+        target.claim()
         if sniffed.declared_size is not None:
             _check_size(job, target, sniffed.declared_size)
         writing = True
@@ -158,7 +159,7 @@ def run_import(
             )
         if checksum is not None:
             stream.drain()
-            checksum.verify()
+            checksum.verify(stream.name)
         # before the swap: a crash after it must not leave checkpoints that miss the import
         if tracked and cbt.reset_chain(target.path):
             reporter.event(
