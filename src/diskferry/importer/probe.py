@@ -66,5 +66,5 @@ def probe_image(
             encrypted=header.encrypted,
         )
     elif fmt == "raw" and not compression:
-        found["virtualSize"] = stream.size
+        found["virtualSize"] = stream.content_size
     return found

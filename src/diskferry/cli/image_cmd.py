@@ -1,0 +1,173 @@
+"""`diskferry image`: containerDisks in a registry — push, pull, inspect, list, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from diskferry.cli.cancel import cancellable
+from diskferry.cli.common import NOTES, note, print_json, progress_bar
+from diskferry.cli.import_cmd import import_job, run_and_report
+from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
+
+image_app = typer.Typer(help="containerDisk images in an OCI registry.")
+
+Ref = Annotated[str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST]")]
+CaBundle = Annotated[str | None, typer.Option(help="CA certificates (PEM).")]
+NoProgress = Annotated[bool, typer.Option("--no-progress")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _client(ref: str, insecure: bool, creds: str | None, authfile: str | None, ca: str | None):
+    from diskferry.registry.auth import parse_creds
+    from diskferry.registry.client import RegistryClient, RegistryOptions
+    from diskferry.registry.reference import parse_reference
+
+    check_creds(creds)
+    parsed = parse_reference(ref)
+    options = RegistryOptions(
+        credentials=parse_creds(creds) if creds else None,
+        authfile=authfile,
+        ca_bundle=ca,
+        insecure=insecure,
+    )
+    return RegistryClient.for_reference(parsed, options), parsed
+
+
+@image_app.command("push")
+def push_command(
+    source: Annotated[str, typer.Argument(help="A local path, URL or docker:// reference.")],
+    ref: Ref,
+    format: Annotated[
+        str | None, typer.Option("--format", help="raw or qcow2 (default: the source's).")
+    ] = None,
+    ca_bundle: CaBundle = None,
+    header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    no_progress: NoProgress = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Store a disk image as a containerDisk (raw or qcow2, one uncompressed tar layer)."""
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.image_push import push_image, stored_format
+    from diskferry.registry.reference import parse_reference
+
+    parse_reference(ref)
+    job = import_job(
+        source,
+        "-",
+        format=format or "raw",
+        ca_bundle=ca_bundle,
+        header=header,
+        insecure=insecure,
+        creds=creds,
+        authfile=authfile,
+    )
+    job = job.model_copy(update={"format": stored_format(job, format)})
+    progress = Progress()
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "push", enabled=not no_progress and not json_out),
+    ):
+        result = push_image(job, ref, progress, cancel, NOTES)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        note(f"pushed {result.format} ({result.unpacked_size} bytes) to {result.reference}")
+
+
+@image_app.command("pull")
+def pull_command(
+    ref: Ref,
+    target: Annotated[str, typer.Argument(help="The file or block device to write.")],
+    format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
+    size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    no_progress: NoProgress = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Write a containerDisk into a volume, converted to its format and grown to --size."""
+    from diskferry.registry.reference import parse_reference
+
+    parse_reference(ref)
+    job = import_job(
+        ref,
+        target,
+        format=format,
+        size=size,
+        ca_bundle=ca_bundle,
+        insecure=insecure,
+        creds=creds,
+        authfile=authfile,
+    )
+    run_and_report(job, no_progress=no_progress, json_out=json_out)
+
+
+@image_app.command("inspect")
+def inspect_command(
+    ref: Ref,
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Show an image's digest, platform, layers and annotations."""
+    from diskferry.registry.images import describe, resolve
+
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    found = describe(resolve(client, parsed))
+    if json_out:
+        print_json(found)
+        return
+    for key, value in found.items():
+        print(f"{key}: {value}")
+
+
+@image_app.command("list")
+def list_command(
+    ref: Annotated[str, typer.Argument(help="docker://HOST[:PORT]/NAME")],
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    json_out: JsonOut = False,
+) -> None:
+    """List the tags of a repository."""
+    from diskferry.registry.images import list_tags
+
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    tags = list_tags(client, parsed.repository)
+    if json_out:
+        print_json({"repository": parsed.repository, "tags": tags})
+        return
+    for tag in tags:
+        print(tag)
+
+
+@image_app.command("delete")
+def delete_command(
+    ref: Ref,
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+) -> None:
+    """Delete an image (its manifest, and so every tag naming it)."""
+    from diskferry.registry.images import delete_manifest, get_manifest
+
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    digest = get_manifest(client, parsed.repository, parsed.reference).digest
+    delete_manifest(client, parsed.repository, digest)
+    note(f"deleted {parsed.registry}/{parsed.repository}@{digest}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `image` to the CLI."""
+    app.add_typer(image_app, name="image")

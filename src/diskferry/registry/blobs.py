@@ -1,0 +1,210 @@
+"""Blobs: verified streaming reads that resume with Range, and chunked uploads."""
+
+from __future__ import annotations
+
+import threading
+
+from diskferry.disk.errors import DiskferryError
+from diskferry.disk.http import HttpError, HttpSource
+from diskferry.disk.progress import Progress
+from diskferry.registry.client import RegistryClient
+from diskferry.registry.digests import hasher
+from diskferry.registry.errors import BlobUnknownError, DigestMismatchError, RegistryError
+
+CHUNK = 8 << 20
+
+
+def pull_scope(repository: str) -> str:
+    """The token scope to read `repository`."""
+    return f"repository:{repository}:pull"
+
+
+def push_scope(repository: str) -> str:
+    """The token scope to write `repository`."""
+    return f"repository:{repository}:pull,push"
+
+
+def blob_path(repository: str, digest: str) -> str:
+    """The API path of a blob."""
+    return f"/v2/{repository}/blobs/{digest}"
+
+
+class BlobReader:
+    """A blob's bytes as they stream, hashed; the end checks its size and digest."""
+
+    def __init__(
+        self,
+        client: RegistryClient,
+        repository: str,
+        digest: str,
+        size: int | None = None,
+        *,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.digest = digest
+        self.size = size
+        self.bytes_read = 0
+        self.what = f"{client.registry}/{repository}@{digest}"
+        self._hash = hasher(digest)
+        self._progress = progress
+        self._verified = False
+        scope = pull_scope(repository)
+        client.request(
+            "HEAD", blob_path(repository, digest), scope=scope, what=self.what
+        ).release_conn()
+        source = HttpSource(
+            client.url(blob_path(repository, digest)),
+            ca_bundle=client.options.ca_bundle,
+            headers=client.auth_headers(scope),
+            retries=client.options.retries,
+            backoff=client.options.backoff,
+            timeout=client.options.timeout,
+        )
+        try:
+            self._reader = source.open_stream(0, cancel)
+        except HttpError as e:
+            kind = BlobUnknownError if e.status == 404 else RegistryError
+            raise kind(f"{self.what}: {e.message}", e.status) from e
+        self.resumes = 0
+
+    def read(self, n: int = 1 << 20) -> bytes:
+        """Up to `n` bytes; at the end, DigestMismatchError unless the blob is what it claims."""
+        try:
+            data = self._reader.read(n)
+        except DiskferryError as e:
+            raise RegistryError(f"{self.what}: {e.message}", reason=e.reason) from e
+        self.resumes = self._reader.resumes
+        if data:
+            self.bytes_read += len(data)
+            self._hash.update(data)
+            if self._progress is not None:
+                self._progress.add(len(data))
+            if self.size is not None and self.bytes_read > self.size:
+                raise DigestMismatchError(
+                    f"{self.what}: the blob is longer than its {self.size} bytes; refusing it"
+                )
+        elif not self._verified:
+            self._verify()
+        return data
+
+    def _verify(self) -> None:
+        actual = f"{self._hash.name}:{self._hash.hexdigest()}"
+        if self.size is not None and self.bytes_read != self.size:
+            raise DigestMismatchError(
+                f"{self.what}: the blob has {self.bytes_read} bytes, not {self.size}; refusing it"
+            )
+        if actual != self.digest:
+            raise DigestMismatchError(
+                f"{self.what}: the blob hashes to {actual}; refusing it (corrupted?)"
+            )
+        self._verified = True
+
+    def drain(self) -> None:
+        """Read to the end, so the digest is checked."""
+        while self.read(1 << 20):
+            pass
+
+    def close(self) -> None:
+        """Give the connection back."""
+        self._reader.close()
+
+
+def blob_exists(client: RegistryClient, repository: str, digest: str) -> bool:
+    """Whether the registry already holds `digest` in `repository` (HEAD)."""
+    what = f"{client.registry}/{repository}@{digest}"
+    resp = client.request(
+        "HEAD",
+        blob_path(repository, digest),
+        scope=push_scope(repository),
+        what=what,
+        ok=(200, 404),
+    )
+    resp.release_conn()
+    return resp.status == 200
+
+
+class Upload:
+    """A chunked blob upload: POST, one PATCH a chunk, PUT with the digest."""
+
+    def __init__(self, client: RegistryClient, repository: str) -> None:
+        self.client = client
+        self.repository = repository
+        self.scope = push_scope(repository)
+        self.what = f"{client.registry}/{repository}: blob upload"
+        self.offset = 0
+        self._buffer = bytearray()
+        resp = client.request(
+            "POST",
+            f"/v2/{repository}/blobs/uploads/",
+            scope=self.scope,
+            what=self.what,
+            ok=(202,),
+        )
+        self._location = self._next_location(resp)
+
+    def _next_location(self, resp) -> str:
+        location = resp.headers.get("Location")
+        resp.release_conn()
+        if not location:
+            raise RegistryError(f"{self.what}: the registry sent no upload Location")
+        return self.client.url(location)
+
+    def write(self, data: bytes) -> int:
+        """Take `data`; a full chunk is sent."""
+        self._buffer += data
+        while len(self._buffer) >= CHUNK:
+            self._send(bytes(self._buffer[:CHUNK]))
+            del self._buffer[:CHUNK]
+        return len(data)
+
+    def _send(self, chunk: bytes) -> None:
+        resp = self.client.request(
+            "PATCH",
+            self._location,
+            scope=self.scope,
+            what=self.what,
+            ok=(202,),
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Range": f"{self.offset}-{self.offset + len(chunk) - 1}",
+                "Content-Length": str(len(chunk)),
+            },
+            body=chunk,
+        )
+        self._location = self._next_location(resp)
+        self.offset += len(chunk)
+
+    def finish(self, digest: str) -> None:
+        """Send what is left and commit the blob as `digest`."""
+        if self._buffer:
+            self._send(bytes(self._buffer))
+            self._buffer.clear()
+        sep = "&" if "?" in self._location else "?"
+        self.client.request(
+            "PUT",
+            f"{self._location}{sep}digest={digest}",
+            scope=self.scope,
+            what=self.what,
+            ok=(201,),
+            headers={"Content-Length": "0"},
+            body=b"",
+        ).release_conn()
+
+    def cancel(self) -> None:
+        """Drop the upload (best effort)."""
+        try:
+            self.client.request(
+                "DELETE", self._location, scope=self.scope, what=self.what, ok=(204, 404)
+            ).release_conn()
+        except DiskferryError:
+            pass
+
+
+def push_bytes(client: RegistryClient, repository: str, data: bytes, digest: str) -> None:
+    """Upload a small blob unless the registry has it already."""
+    if blob_exists(client, repository, digest):
+        return
+    upload = Upload(client, repository)
+    upload.write(data)
+    upload.finish(digest)
