@@ -41,7 +41,9 @@ class Registry:
             if args[0] == "copy":
                 flags.append(f"--src-creds={USER}:{PASSWORD}")
         cmd = ["skopeo", "--insecure-policy", args[0], *flags, *args[1:]]
-        return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc
 
 
 def _unused_port() -> int:
