@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from servers import TokenIssuer, token_server
 
 USER, PASSWORD = "ferry", "s3cret-pass"
 
@@ -69,13 +70,15 @@ def _wait_for_api(url: str, proc: subprocess.Popen, ca: Path | None, timeout: fl
     raise RuntimeError(f"{url} does not answer")
 
 
-def _start(work: Path, *, htpasswd: Path | None = None, tls=None) -> Iterator[Registry]:
+def _start(
+    work: Path, *, htpasswd: Path | None = None, tls=None, token: str = ""
+) -> Iterator[Registry]:
     port = _unused_port()
     storage = work / "storage"
     storage.mkdir()
-    auth = (
-        f"auth:\n  htpasswd:\n    realm: diskferry-test\n    path: {htpasswd}\n" if htpasswd else ""
-    )
+    auth = token
+    if htpasswd:
+        auth = f"auth:\n  htpasswd:\n    realm: diskferry-test\n    path: {htpasswd}\n"
     tls_conf = f"  tls:\n    certificate: {tls.cert}\n    key: {tls.key}\n" if tls else ""
     config = work / "config.yml"
     config.write_text(
@@ -92,7 +95,8 @@ def _start(work: Path, *, htpasswd: Path | None = None, tls=None) -> Iterator[Re
     try:
         scheme = "https" if tls else "http"
         _wait_for_api(f"{scheme}://127.0.0.1:{port}", proc, tls.ca if tls else None)
-        yield Registry(f"127.0.0.1:{port}", storage, tls=tls is not None, auth=bool(htpasswd))
+        auth_on = bool(htpasswd or token)
+        yield Registry(f"127.0.0.1:{port}", storage, tls=tls is not None, auth=auth_on)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -114,3 +118,17 @@ def basic_registry(tmp_path_factory, tls) -> Iterator[Registry]:
         ["htpasswd", "-Bbc", str(htpasswd), USER, PASSWORD], check=True, capture_output=True
     )
     yield from _start(work, htpasswd=htpasswd, tls=tls)
+
+
+@pytest.fixture(scope="session")
+def token_registry(tmp_path_factory) -> Iterator[tuple[Registry, TokenIssuer]]:
+    """A plain-HTTP registry with bearer-token auth from a local token server."""
+    work = tmp_path_factory.mktemp("registry-token")
+    issuer = TokenIssuer.create(work, USER, PASSWORD)
+    with token_server(issuer) as realm:
+        token = (
+            f"auth:\n  token:\n    realm: {realm}\n    service: {issuer.service}\n"
+            f"    issuer: {issuer.issuer}\n    rootcertbundle: {issuer.cert_pem}\n"
+        )
+        for registry in _start(work, token=token):
+            yield registry, issuer

@@ -1,21 +1,158 @@
-"""The registry client against docker-registry: push and pull, auth, errors, digests."""
+"""The client: references, bearer tokens, the platform of an index, retries and resumes."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from conftest import PASSWORD, USER
+from servers import flaky_proxy
+
+from diskferry.disk.progress import Progress
+from diskferry.registry.auth import Credentials, parse_challenge
 from diskferry.registry.blobs import BlobReader, blob_exists, push_bytes
 from diskferry.registry.client import RegistryClient, RegistryOptions
+from diskferry.registry.containerdisk import DiskFile, push_container_disk
 from diskferry.registry.digests import digest_of
+from diskferry.registry.errors import BadReferenceError, UnauthorizedError
+from diskferry.registry.images import OCI_INDEX, put_manifest, resolve
+from diskferry.registry.reference import Reference, parse_reference
+
+DIGEST = "sha256:" + "ab" * 32
 
 
-def test_small_blob_round_trip(registry):
-    client = RegistryClient("%s" % registry.address, "127.0.0.1", RegistryOptions(insecure=True))
-    data = b"hello registry\n" * 1000
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("docker://127.0.0.1:5000/disks/a:v1", Reference("127.0.0.1:5000", "disks/a", "v1")),
+        ("docker://localhost/a", Reference("localhost", "a")),
+        (f"docker://reg.example/a/b@{DIGEST}", Reference("reg.example", "a/b", None, DIGEST)),
+        ("docker://alpine:3.19", Reference("registry-1.docker.io", "library/alpine", "3.19")),
+        ("docker://kubevirt/fedora", Reference("registry-1.docker.io", "kubevirt/fedora")),
+        ("docker://[::1]:5000/x:y", Reference("[::1]:5000", "x", "y")),
+    ],
+)
+def test_references_parse_as_skopeo_writes_them(text, expected):
+    assert parse_reference(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "reg/a:b",
+        "docker://reg.example/UPPER:v1",
+        "docker://reg.example/a@sha256:12",
+        "docker://h/a:-x",
+    ],
+)
+def test_bad_references_are_refused(text):
+    with pytest.raises(BadReferenceError):
+        parse_reference(text)
+
+
+def test_challenges_parse():
+    found = parse_challenge(
+        'Bearer realm="https://t/token",service="reg",scope="repository:a:pull"'
+    )
+    assert found.scheme == "bearer"
+    assert found.params == {
+        "realm": "https://t/token",
+        "service": "reg",
+        "scope": "repository:a:pull",
+    }
+    assert parse_challenge('Basic realm="x"').scheme == "basic"
+    assert parse_challenge("Negotiate abc") is None
+
+
+def _client(registry, **options) -> RegistryClient:
+    return RegistryClient(registry.address, "127.0.0.1", RegistryOptions(insecure=True, **options))
+
+
+def test_bearer_tokens_are_fetched_once_per_scope(token_registry, images, tmp_path):
+    registry, issuer = token_registry
+    client = _client(registry, credentials=Credentials(USER, PASSWORD))
+    ref = parse_reference(registry.ref("tokens/disk:v1"))
+    push_container_disk(client, ref, DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1))
+    before = len(issuer.issued)
+    image = resolve(client, ref)
+    reader = BlobReader(client, ref.repository, image.layers[0]["digest"], image.layers[0]["size"])
+    reader.drain()
+    reader.close()
+    # the push asked one token for pull,push; the pull one for pull, used for every request
+    assert issuer.issued[before:] == ["repository:tokens/disk:pull"]
+    assert "repository:tokens/disk:pull,push" in issuer.issued[:before]
+    assert json.loads(registry.skopeo("inspect", "--raw", str(ref)).stdout)["layers"]
+
+
+def test_a_token_server_refusing_is_one_line(token_registry):
+    registry, _ = token_registry
+    client = _client(registry, credentials=Credentials(USER, "not-it"))
+    with pytest.raises(UnauthorizedError) as e:
+        resolve(client, parse_reference(registry.ref("tokens/disk:v1")))
+    assert "refused the credentials given" in e.value.message
+    assert "not-it" not in e.value.message
+
+
+def test_an_index_gives_the_amd64_manifest(registry, images):
+    client = _client(registry)
+    ref = parse_reference(registry.ref("multi/disk:v1"))
+    amd = push_container_disk(
+        client, ref, DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1)
+    )
+    arm = push_container_disk(
+        client,
+        parse_reference(registry.ref("multi/disk:arm")),
+        DiskFile(str(images.reference), "d.img", "raw", 1),
+    )
+    manifests = [
+        {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": d,
+            "size": 1,
+            "platform": {"os": "linux", "architecture": arch},
+        }
+        for d, arch in ((arm.digest, "arm64"), (amd.digest, "amd64"))
+    ]
+    from diskferry.registry.images import get_manifest
+
+    for entry in manifests:
+        entry["size"] = len(get_manifest(client, ref.repository, entry["digest"]).body)
+    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests})
+    put_manifest(client, ref.repository, "both", index.encode(), OCI_INDEX)
+    image = resolve(client, parse_reference(registry.ref("multi/disk:both")))
+    assert image.manifest.digest == amd.digest
+    assert (
+        resolve(
+            client, parse_reference(registry.ref("multi/disk:both")), "linux/arm64"
+        ).manifest.digest
+        == arm.digest
+    )
+
+
+def test_5xx_answers_are_retried(registry):
+    with flaky_proxy(f"http://{registry.address}") as (address, faults):
+        client = RegistryClient(address, "127.0.0.1", RegistryOptions(insecure=True, backoff=0.01))
+        data = b"retried blob\n" * 5000
+        faults.errors = {"HEAD": 2, "POST": 1, "PATCH": 1, "PUT": 1}
+        push_bytes(client, "retry/blob", data, digest_of(data))
+        assert faults.errors == {"HEAD": 0, "POST": 0, "PATCH": 0, "PUT": 0}
+        assert blob_exists(client, "retry/blob", digest_of(data))
+
+
+def test_a_broken_blob_read_resumes_with_range(registry, images):
+    data = images.reference.read_bytes()[: 3 << 20]
     digest = digest_of(data)
-    assert not blob_exists(client, "t/blob", digest)
-    push_bytes(client, "t/blob", data, digest)
-    assert blob_exists(client, "t/blob", digest)
-    reader = BlobReader(client, "t/blob", digest, len(data))
-    got = b""
-    while chunk := reader.read(4096):
-        got += chunk
-    assert got == data
+    push_bytes(_client(registry), "resume/blob", data, digest)
+    with flaky_proxy(f"http://{registry.address}") as (address, faults):
+        client = RegistryClient(address, "127.0.0.1", RegistryOptions(insecure=True, backoff=0.01))
+        faults.cut_blob_after = 1_000_000
+        progress = Progress()
+        reader = BlobReader(client, "resume/blob", digest, len(data), progress=progress)
+        got = bytearray()
+        while chunk := reader.read(1 << 16):
+            got += chunk
+        reader.close()
+    assert bytes(got) == data
+    assert reader.resumes == 1
+    assert ("GET", f"/v2/resume/blob/blobs/{digest}", "bytes=1000000-") in faults.seen
+    assert progress.done == len(data)

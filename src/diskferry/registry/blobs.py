@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from diskferry.disk.errors import DiskferryError
@@ -193,12 +194,10 @@ class Upload:
 
     def cancel(self) -> None:
         """Drop the upload (best effort)."""
-        try:
+        with contextlib.suppress(DiskferryError):
             self.client.request(
                 "DELETE", self._location, scope=self.scope, what=self.what, ok=(204, 404)
             ).release_conn()
-        except DiskferryError:
-            pass
 
 
 def push_bytes(client: RegistryClient, repository: str, data: bytes, digest: str) -> None:
