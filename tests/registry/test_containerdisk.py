@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import tarfile
@@ -170,3 +171,29 @@ def test_a_corrupted_layer_is_refused_by_digest(diskferry, registry, images, ref
 def test_an_unknown_image_is_one_line(registry, refuse):
     error = refuse(registry.ref("disks/absent:v1"), "--insecure")
     assert error == f"{registry.ref('disks/absent:v1')}: manifest unknown (MANIFEST_UNKNOWN)"
+
+
+def test_progress_counts_layer_bytes_and_the_result_names_the_digest(registry, images, tmp_path):
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.engine import run_import
+    from diskferry.importer.job import ImportJob
+
+    tar = layer_tar([("disk", None), ("disk/disk.qcow2", images.get("qcow2"))])
+    make_layout(tmp_path / "layout", tar, "zstd")
+    ref = registry.ref("disks/progress:v1")
+    registry.skopeo("copy", f"oci:{tmp_path / 'layout'}:v1", ref)
+    raw = registry.skopeo("inspect", "--raw", ref).stdout.encode()
+    manifest = json.loads(raw)
+    progress = Progress()
+    job = ImportJob(source=ref, target=str(tmp_path / "disk.raw"), insecure=True)
+    result = run_import(job, progress)
+    assert result.digest == f"sha256:{hashlib.sha256(raw).hexdigest()}"
+    assert progress.done >= manifest["layers"][0]["size"]
+    assert progress.percent == 100.0
+
+
+def test_a_malformed_reference_is_a_usage_error(diskferry, tmp_path):
+    result = diskferry("image", "pull", "docker://reg.example/Bad:v1", tmp_path / "x.raw")
+    assert result.code == 2
+    assert "is not a repository name" in result.error
+    assert not (tmp_path / "x.raw").exists()

@@ -19,13 +19,23 @@ NoProgress = Annotated[bool, typer.Option("--no-progress")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
+def _reference(text: str):
+    """The parsed reference; a malformed one is a usage error."""
+    from diskferry.registry.errors import BadReferenceError
+    from diskferry.registry.reference import parse_reference
+
+    try:
+        return parse_reference(text)
+    except BadReferenceError as e:
+        raise typer.BadParameter(e.message, param_hint="REF") from e
+
+
 def _client(ref: str, insecure: bool, creds: str | None, authfile: str | None, ca: str | None):
     from diskferry.registry.auth import parse_creds
     from diskferry.registry.client import RegistryClient, RegistryOptions
-    from diskferry.registry.reference import parse_reference
 
     check_creds(creds)
-    parsed = parse_reference(ref)
+    parsed = _reference(ref)
     options = RegistryOptions(
         credentials=parse_creds(creds) if creds else None,
         authfile=authfile,
@@ -53,9 +63,8 @@ def push_command(
     """Store a disk image as a containerDisk (raw or qcow2, one uncompressed tar layer)."""
     from diskferry.disk.progress import Progress
     from diskferry.importer.image_push import push_image, stored_format
-    from diskferry.registry.reference import parse_reference
 
-    parse_reference(ref)
+    _reference(ref)
     job = import_job(
         source,
         "-",
@@ -93,9 +102,7 @@ def pull_command(
     json_out: JsonOut = False,
 ) -> None:
     """Write a containerDisk into a volume, converted to its format and grown to --size."""
-    from diskferry.registry.reference import parse_reference
-
-    parse_reference(ref)
+    _reference(ref)
     job = import_job(
         ref,
         target,
