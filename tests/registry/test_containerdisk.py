@@ -197,3 +197,27 @@ def test_a_malformed_reference_is_a_usage_error(diskferry, tmp_path):
     assert result.code == 2
     assert "is not a repository name" in result.error
     assert not (tmp_path / "x.raw").exists()
+
+
+def test_an_oci_layout_imports(diskferry, images, tmp_path):
+    tar = layer_tar([("disk", None), ("disk/disk.qcow2", images.get("qcow2"))])
+    make_layout(tmp_path / "layout", tar, "gzip", tag="v7")
+    target = tmp_path / "disk.raw"
+    result = diskferry("import", f"oci:{tmp_path / 'layout'}:v7", target, "--no-progress", "--json")
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["digest"].startswith("sha256:")
+    assert images.same(images.reference, target)
+    absent = diskferry("import", f"oci:{tmp_path / 'layout'}:v8", target, "--no-progress")
+    assert absent.code == 1
+    layout = tmp_path / "layout"
+    assert absent.error == f"oci:{layout}: no image tagged 'v8' (the layout has v7)"
+
+
+def test_a_layout_skopeo_wrote_imports(diskferry, registry, images, tmp_path):
+    ref = registry.ref("disks/to-layout:v1")
+    _push(diskferry, images.get("qcow2"), ref)
+    registry.skopeo("copy", ref, f"oci:{tmp_path / 'layout'}:disk")
+    target = tmp_path / "disk.raw"
+    result = diskferry("import", f"oci:{tmp_path / 'layout'}:disk", target, "--no-progress")
+    assert result.code == 0, result.stderr
+    assert images.same(images.reference, target)

@@ -10,7 +10,7 @@ from servers import flaky_proxy
 
 from diskferry.disk.progress import Progress
 from diskferry.registry.auth import Credentials, parse_challenge
-from diskferry.registry.blobs import BlobReader, blob_exists, push_bytes
+from diskferry.registry.blobs import BlobReader, blob_exists, mount_blob, push_bytes
 from diskferry.registry.client import RegistryClient, RegistryOptions
 from diskferry.registry.containerdisk import DiskFile, push_container_disk
 from diskferry.registry.digests import digest_of
@@ -156,3 +156,18 @@ def test_a_broken_blob_read_resumes_with_range(registry, images):
     assert reader.resumes == 1
     assert ("GET", f"/v2/resume/blob/blobs/{digest}", "bytes=1000000-") in faults.seen
     assert progress.done == len(data)
+
+
+def test_a_blob_mounts_across_repositories_with_both_scopes(token_registry):
+    registry, issuer = token_registry
+    client = _client(registry, credentials=Credentials(USER, PASSWORD))
+    data = b"mounted blob\n" * 3000
+    digest = digest_of(data)
+    push_bytes(client, "mount/from", data, digest)
+    assert not blob_exists(client, "mount/to", digest)
+    assert mount_blob(client, "mount/to", digest, "mount/from")
+    assert blob_exists(client, "mount/to", digest)
+    assert "repository:mount/to:pull,push repository:mount/from:pull" in issuer.issued
+    other = digest_of(b"never pushed")
+    assert not mount_blob(client, "mount/to", other, "mount/from")
+    assert not blob_exists(client, "mount/to", other)

@@ -11,9 +11,12 @@ from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
 from diskferry.disk.urls import http_url_for_message
+from diskferry.registry.blobs import blob_opener
 from diskferry.registry.client import RegistryClient, RegistryOptions
 from diskferry.registry.containerdisk import ContainerDiskStream
-from diskferry.registry.images import resolve
+from diskferry.registry.digests import BlobOpener
+from diskferry.registry.images import Image, resolve
+from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
 from diskferry.registry.reference import is_reference, parse_reference
 
 
@@ -76,6 +79,8 @@ class SourceStream:
         self.digest: str | None = None
         if is_reference(source):
             self._open_container_disk(source, registry or RegistryOptions(ca_bundle=ca_bundle))
+        elif is_layout_reference(source):
+            self._open_layout(source)
         elif is_url(source):
             http = HttpSource(source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries)
             self._reader = http.open_stream(0, cancel)
@@ -94,9 +99,17 @@ class SourceStream:
         ref = parse_reference(source)
         client = RegistryClient.for_reference(ref, options)
         image = resolve(client, ref)
-        self._disk = ContainerDiskStream(client, image, self._progress, self._cancel)
-        self.name = str(image.reference)
-        self.digest = image.reference.digest
+        self._use_image(image, blob_opener(client, ref.repository))
+
+    def _open_layout(self, source: str) -> None:
+        folder, tag = parse_layout_reference(source)
+        layout = Layout(folder)
+        self._use_image(layout.image(tag), layout.open_blob)
+
+    def _use_image(self, image: Image, open_blob: BlobOpener) -> None:
+        self._disk = ContainerDiskStream(image, open_blob, self._progress, self._cancel)
+        self.name = image.name
+        self.digest = image.manifest.digest
         self.size = self._disk.layer_size
         self.content_size: int | None = self._disk.size
 

@@ -9,8 +9,8 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.http import HttpError, HttpSource
 from diskferry.disk.progress import Progress
 from diskferry.registry.client import RegistryClient
-from diskferry.registry.digests import hasher
-from diskferry.registry.errors import BlobUnknownError, DigestMismatchError, RegistryError
+from diskferry.registry.digests import BlobOpener, VerifiedReader
+from diskferry.registry.errors import BlobUnknownError, RegistryError
 
 CHUNK = 8 << 20
 
@@ -30,8 +30,8 @@ def blob_path(repository: str, digest: str) -> str:
     return f"/v2/{repository}/blobs/{digest}"
 
 
-class BlobReader:
-    """A blob's bytes as they stream, hashed; the end checks its size and digest."""
+class BlobReader(VerifiedReader):
+    """A registry blob as it streams, verified, resuming with Range after a break."""
 
     def __init__(
         self,
@@ -43,17 +43,9 @@ class BlobReader:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
-        self.digest = digest
-        self.size = size
-        self.bytes_read = 0
-        self.what = f"{client.registry}/{repository}@{digest}"
-        self._hash = hasher(digest)
-        self._progress = progress
-        self._verified = False
+        what = f"{client.registry}/{repository}@{digest}"
         scope = pull_scope(repository)
-        client.request(
-            "HEAD", blob_path(repository, digest), scope=scope, what=self.what
-        ).release_conn()
+        client.request("HEAD", blob_path(repository, digest), scope=scope, what=what).release_conn()
         source = HttpSource(
             client.url(blob_path(repository, digest)),
             ca_bundle=client.options.ca_bundle,
@@ -63,52 +55,34 @@ class BlobReader:
             timeout=client.options.timeout,
         )
         try:
-            self._reader = source.open_stream(0, cancel)
+            reader = source.open_stream(0, cancel)
         except HttpError as e:
             kind = BlobUnknownError if e.status == 404 else RegistryError
-            raise kind(f"{self.what}: {e.message}", e.status) from e
-        self.resumes = 0
+            raise kind(f"{what}: {e.message}", e.status) from e
+        self._http = reader
+        super().__init__(reader, digest, size, what, progress)
 
-    def read(self, n: int = 1 << 20) -> bytes:
-        """Up to `n` bytes; at the end, DigestMismatchError unless the blob is what it claims."""
+    @property
+    def resumes(self) -> int:
+        """How many times the transfer resumed after a break."""
+        return self._http.resumes
+
+    def _read_raw(self, n: int) -> bytes:
         try:
-            data = self._reader.read(n)
+            return self._http.read(n)
         except DiskferryError as e:
             raise RegistryError(f"{self.what}: {e.message}", reason=e.reason) from e
-        self.resumes = self._reader.resumes
-        if data:
-            self.bytes_read += len(data)
-            self._hash.update(data)
-            if self._progress is not None:
-                self._progress.add(len(data))
-            if self.size is not None and self.bytes_read > self.size:
-                raise DigestMismatchError(
-                    f"{self.what}: the blob is longer than its {self.size} bytes; refusing it"
-                )
-        elif not self._verified:
-            self._verify()
-        return data
 
-    def _verify(self) -> None:
-        actual = f"{self._hash.name}:{self._hash.hexdigest()}"
-        if self.size is not None and self.bytes_read != self.size:
-            raise DigestMismatchError(
-                f"{self.what}: the blob has {self.bytes_read} bytes, not {self.size}; refusing it"
-            )
-        if actual != self.digest:
-            raise DigestMismatchError(
-                f"{self.what}: the blob hashes to {actual}; refusing it (corrupted?)"
-            )
-        self._verified = True
 
-    def drain(self) -> None:
-        """Read to the end, so the digest is checked."""
-        while self.read(1 << 20):
-            pass
+def blob_opener(client: RegistryClient, repository: str) -> BlobOpener:
+    """Opens the blobs of `repository` for a ContainerDiskStream."""
 
-    def close(self) -> None:
-        """Give the connection back."""
-        self._reader.close()
+    def open_blob(
+        digest: str, size: int | None, progress: Progress | None, cancel: threading.Event | None
+    ) -> VerifiedReader:
+        return BlobReader(client, repository, digest, size, progress=progress, cancel=cancel)
+
+    return open_blob
 
 
 def blob_exists(client: RegistryClient, repository: str, digest: str) -> bool:
@@ -123,6 +97,34 @@ def blob_exists(client: RegistryClient, repository: str, digest: str) -> bool:
     )
     resp.release_conn()
     return resp.status == 200
+
+
+def mount_blob(client: RegistryClient, repository: str, digest: str, source: str) -> bool:
+    """Mount `digest` from the repository `source` of the same registry; whether it took.
+
+    A registry that cannot mount starts an upload instead, which is dropped.
+    """
+    resp = client.request(
+        "POST",
+        f"/v2/{repository}/blobs/uploads/?mount={digest}&from={source}",
+        scope=f"{push_scope(repository)} {pull_scope(source)}",
+        what=f"{client.registry}/{repository}@{digest} (from {source})",
+        ok=(201, 202),
+    )
+    resp.release_conn()
+    if resp.status == 201:
+        return True
+    location = resp.headers.get("Location")
+    if location:
+        with contextlib.suppress(DiskferryError):
+            client.request(
+                "DELETE",
+                location,
+                scope=push_scope(repository),
+                what=client.registry,
+                ok=(204, 404),
+            ).release_conn()
+    return False
 
 
 class Upload:

@@ -102,7 +102,7 @@ class RegistryClient:
         return urljoin(self.base + "/", path)
 
     def auth_headers(self, scope: str) -> dict[str, str]:
-        """The Authorization header for `scope`, as far as the registry has asked for one."""
+        """The Authorization header for `scope` (scopes apart by spaces), once asked for one."""
         with self._lock:
             if self._scheme == "basic" and self.credentials:
                 return {"Authorization": self.credentials.basic()}
@@ -130,9 +130,9 @@ class RegistryClient:
         realm = challenge.params.get("realm")
         if not realm:
             raise UnauthorizedError(f"{self.registry}: its Bearer challenge names no realm", 401)
-        query = {"scope": scope}
+        query = [("scope", one) for one in scope.split()]
         if challenge.params.get("service"):
-            query["service"] = challenge.params["service"]
+            query.append(("service", challenge.params["service"]))
         headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
         where = realm.split("?", 1)[0]
         resp = self._send("GET", f"{realm}?{urlencode(query)}", headers, None, where)

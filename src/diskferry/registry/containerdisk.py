@@ -15,9 +15,9 @@ from diskferry.disk.decompress import DecompressingReader
 from diskferry.disk.formats import probe_compression
 from diskferry.disk.peek import PeekReader
 from diskferry.disk.progress import Progress
-from diskferry.registry.blobs import BlobReader, Upload, blob_exists, push_bytes
+from diskferry.registry.blobs import Upload, blob_exists, push_bytes
 from diskferry.registry.client import RegistryClient
-from diskferry.registry.digests import digest_of, hasher
+from diskferry.registry.digests import BlobOpener, VerifiedReader, digest_of, hasher
 from diskferry.registry.errors import ContainerDiskError
 from diskferry.registry.images import OCI_CONFIG, OCI_MANIFEST, Image, put_manifest
 from diskferry.registry.reference import Reference
@@ -155,29 +155,22 @@ class ContainerDiskStream:
 
     def __init__(
         self,
-        client: RegistryClient,
         image: Image,
+        open_blob: BlobOpener,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
         self.image = image
-        self.name = str(image.reference)
+        self.name = image.name
         self.layer_size = sum(int(layer.get("size", 0)) for layer in image.layers)
-        self._client, self._progress, self._cancel = client, progress, cancel
+        self._open_blob, self._progress, self._cancel = open_blob, progress, cancel
         self._seen: list[str] = []
-        self._blobs: list[BlobReader] = []
+        self._blobs: list[VerifiedReader] = []
         self._members = self._walk()
         self.disk_name, self.size, self._entry = self._find_disk()
 
     def _open_layer(self, layer: dict[str, Any]) -> tarfile.TarFile:
-        blob = BlobReader(
-            self._client,
-            self.image.reference.repository,
-            layer["digest"],
-            layer.get("size"),
-            progress=self._progress,
-            cancel=self._cancel,
-        )
+        blob = self._open_blob(layer["digest"], layer.get("size"), self._progress, self._cancel)
         self._blobs.append(blob)
         raw = PeekReader(blob)
         compression = probe_compression(raw.peek(8))
@@ -228,7 +221,7 @@ class ContainerDiskStream:
     @property
     def resumes(self) -> int:
         """How many times a layer's transfer resumed after a break."""
-        return sum(blob.resumes for blob in self._blobs)
+        return sum(getattr(blob, "resumes", 0) for blob in self._blobs)
 
     def close(self) -> None:
         """Give the connections back."""

@@ -40,7 +40,7 @@ class Manifest:
 class Image:
     """An image resolved for one platform: its manifest, its config, its layers."""
 
-    reference: Reference
+    name: str
     manifest: Manifest
     config: dict[str, Any]
 
@@ -78,7 +78,13 @@ def get_manifest(client: RegistryClient, repository: str, reference: str) -> Man
     return Manifest(media_type.split(";")[0].strip(), body, digest)
 
 
-def _pick(index: dict[str, Any], platform: str, what: str) -> str:
+def is_index(manifest: Manifest) -> bool:
+    """Whether `manifest` is an image index (a manifest list)."""
+    return manifest.media_type in _INDEXES or "manifests" in manifest.json
+
+
+def pick_platform(index: dict[str, Any], platform: str, what: str) -> str:
+    """The digest of the manifest for `platform` (os/architecture) in an index."""
     want_os, _, want_arch = platform.partition("/")
     seen = []
     for entry in index.get("manifests", []):
@@ -94,14 +100,14 @@ def _pick(index: dict[str, Any], platform: str, what: str) -> str:
 def resolve(client: RegistryClient, ref: Reference, platform: str = "linux/amd64") -> Image:
     """The image `ref` names for `platform`: index followed, config fetched and verified."""
     manifest = get_manifest(client, ref.repository, ref.reference)
-    if manifest.media_type in _INDEXES or "manifests" in manifest.json:
-        digest = _pick(manifest.json, platform, str(ref))
+    if is_index(manifest):
+        digest = pick_platform(manifest.json, platform, str(ref))
         manifest = get_manifest(client, ref.repository, digest)
     config_desc = manifest.json.get("config") or {}
     config = {}
     if config_desc.get("digest"):
         config = json.loads(read_small_blob(client, ref.repository, config_desc["digest"]))
-    return Image(ref.with_digest(manifest.digest), manifest, config)
+    return Image(str(ref.with_digest(manifest.digest)), manifest, config)
 
 
 def read_small_blob(client: RegistryClient, repository: str, digest: str) -> bytes:
@@ -145,7 +151,7 @@ def delete_manifest(client: RegistryClient, repository: str, digest: str) -> Non
 def describe(image: Image) -> dict[str, Any]:
     """What `image inspect` shows: digest, platform, layers, annotations."""
     return {
-        "reference": str(image.reference),
+        "reference": image.name,
         "digest": image.manifest.digest,
         "mediaType": image.manifest.media_type,
         "platform": f"{image.config.get('os')}/{image.config.get('architecture')}",
