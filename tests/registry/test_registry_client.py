@@ -171,3 +171,39 @@ def test_a_blob_mounts_across_repositories_with_both_scopes(token_registry):
     other = digest_of(b"never pushed")
     assert not mount_blob(client, "mount/to", other, "mount/from")
     assert not blob_exists(client, "mount/to", other)
+
+
+def test_a_layer_the_registry_has_is_not_sent_again(registry, images):
+    disk = DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1)
+    with flaky_proxy(f"http://{registry.address}") as (address, faults):
+        client = RegistryClient(address, "127.0.0.1", RegistryOptions(insecure=True))
+        first = push_container_disk(client, parse_reference(f"docker://{address}/again/a:v1"), disk)
+        patches = sum(1 for method, _, _ in faults.seen if method == "PATCH")
+        assert patches >= 2  # the layer and the config
+        faults.seen.clear()
+        again = push_container_disk(client, parse_reference(f"docker://{address}/again/a:v2"), disk)
+    assert again.digest == first.digest
+    assert [m for m, _, _ in faults.seen if m in ("POST", "PATCH")] == []
+    assert ("HEAD", f"/v2/again/a/blobs/{first.layer_digest}", None) in faults.seen
+
+
+def test_a_token_is_kept_until_it_expires(token_registry, monkeypatch):
+    registry, issuer = token_registry
+    now = [1000.0]
+    client = RegistryClient(
+        registry.address,
+        "127.0.0.1",
+        RegistryOptions(insecure=True, credentials=Credentials(USER, PASSWORD)),
+        clock=lambda: now[0],
+    )
+    scope = "repository:expiry/disk:pull"
+    monkeypatch.setattr(issuer, "lifetime", 60)
+    client.request("GET", "/v2/expiry/disk/tags/list", scope=scope, what="t", ok=(200, 404))
+    assert issuer.issued.count(scope) == 1
+    now[0] += 50
+    first = client.auth_headers(scope)
+    assert client.auth_headers(scope) == first
+    assert issuer.issued.count(scope) == 1
+    now[0] += 10  # past its 60 s, less the margin
+    assert client.auth_headers(scope) != first
+    assert issuer.issued.count(scope) == 2

@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urljoin
 
@@ -72,6 +73,7 @@ class RegistryClient:
     registry: str
     host: str
     options: RegistryOptions = field(default_factory=RegistryOptions)
+    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if self.options.insecure and not is_loopback(self.host):
@@ -108,7 +110,7 @@ class RegistryClient:
                 return {"Authorization": self.credentials.basic()}
             if self._scheme == "bearer" and self._challenge is not None:
                 token = self._tokens.get(scope)
-                if token is None or token.expires <= time.monotonic():
+                if token is None or token.expires <= self.clock():
                     token = self._fetch_token(self._challenge, scope)
                     self._tokens[scope] = token
                 return {"Authorization": f"Bearer {token.value}"}
@@ -152,7 +154,7 @@ class RegistryClient:
         except (ValueError, KeyError, AttributeError) as e:
             raise UnauthorizedError(f"the token server {where} sent no token") from e
         lifetime = int(answer.get("expires_in") or _TOKEN_LIFETIME)
-        return _Token(value, time.monotonic() + max(lifetime - _TOKEN_MARGIN, 1))
+        return _Token(value, self.clock() + max(lifetime - _TOKEN_MARGIN, 1))
 
     def _send(
         self,

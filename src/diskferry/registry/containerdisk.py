@@ -167,7 +167,11 @@ class ContainerDiskStream:
         self._seen: list[str] = []
         self._blobs: list[VerifiedReader] = []
         self._members = self._walk()
-        self.disk_name, self.size, self._entry = self._find_disk()
+        try:
+            self.disk_name, self.size, self._entry = self._find_disk()
+        except BaseException:
+            self.close()
+            raise
 
     def _open_layer(self, layer: dict[str, Any]) -> tarfile.TarFile:
         blob = self._open_blob(layer["digest"], layer.get("size"), self._progress, self._cancel)
