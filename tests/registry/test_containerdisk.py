@@ -221,3 +221,14 @@ def test_a_layout_skopeo_wrote_imports(diskferry, registry, images, tmp_path):
     result = diskferry("import", f"oci:{tmp_path / 'layout'}:disk", target, "--no-progress")
     assert result.code == 0, result.stderr
     assert images.same(images.reference, target)
+
+
+def test_push_takes_a_containerdisk_as_its_source(diskferry, registry, images, tmp_path):
+    first = registry.ref("disks/source:v1")
+    _push(diskferry, images.get("qcow2"), first)
+    copied = _push(diskferry, first, registry.ref("disks/copy-of-source:v1"))
+    assert copied["format"] == "qcow2"
+    target = tmp_path / "disk.raw"
+    result = diskferry("import", registry.ref("disks/copy-of-source:v1"), target, "--insecure")
+    assert result.code == 0, result.stderr
+    assert images.same(images.reference, target)

@@ -45,7 +45,9 @@ def stored_format(job: ImportJob, wanted: Literal["raw", "qcow2"] | None) -> str
     """The format to store: `wanted`, else the source's when raw or qcow2, else qcow2."""
     if wanted:
         return wanted
-    found = probe_image(job.source, ca_bundle=job.ca_bundle, headers=job.headers)["format"]
+    found = probe_image(
+        job.source, ca_bundle=job.ca_bundle, headers=job.headers, registry=registry_options(job)
+    )["format"]
     return found if found in _KEPT_FORMATS else "qcow2"
 
 
