@@ -232,3 +232,26 @@ def test_push_takes_a_containerdisk_as_its_source(diskferry, registry, images, t
     result = diskferry("import", registry.ref("disks/copy-of-source:v1"), target, "--insecure")
     assert result.code == 0, result.stderr
     assert images.same(images.reference, target)
+
+
+def test_push_into_an_oci_layout_that_skopeo_reads(diskferry, registry, images, tmp_path):
+    layout = tmp_path / "store"
+    pushed = _push(diskferry, images.get("qcow2"), f"oci:{layout}:fedora")
+    assert pushed["reference"] == f"oci:{layout}@{pushed['digest']}"
+    again = _push(diskferry, images.reference, f"oci:{layout}:raw")
+    assert again["format"] == "raw"
+    inspected = json.loads(registry.skopeo("inspect", "--raw", f"oci:{layout}:fedora").stdout)
+    assert [layer["mediaType"] for layer in inspected["layers"]] == [
+        "application/vnd.oci.image.layer.v1.tar"
+    ]
+    ref = registry.ref("disks/from-layout:v1")
+    registry.skopeo("copy", f"oci:{layout}:fedora", ref)
+    for source in (f"oci:{layout}:fedora", ref):
+        target = tmp_path / "disk.raw"
+        result = diskferry("import", source, target, "--insecure", "--no-progress")
+        assert result.code == 0, result.stderr
+        assert images.same(images.reference, target)
+    assert [p.name for p in (layout / "blobs" / "sha256").iterdir() if p.name.startswith(".")] == []
+    shown = diskferry("image", "inspect", f"oci:{layout}:raw", "--json")
+    assert shown.code == 0, shown.stderr
+    assert json.loads(shown.stdout)["annotations"]["io.diskferry.disk.format"] == "raw"

@@ -10,9 +10,10 @@ from servers import flaky_proxy
 
 from diskferry.disk.progress import Progress
 from diskferry.registry.auth import Credentials, parse_challenge
-from diskferry.registry.blobs import BlobReader, blob_exists, mount_blob, push_bytes
+from diskferry.registry.blobs import BlobReader, blob_exists, mount_blob
 from diskferry.registry.client import RegistryClient, RegistryOptions
-from diskferry.registry.containerdisk import DiskFile, push_container_disk
+from diskferry.registry.containerdisk_push import DiskFile, push_container_disk
+from diskferry.registry.destination import RegistryDestination, push_small
 from diskferry.registry.digests import digest_of
 from diskferry.registry.errors import BadReferenceError, UnauthorizedError
 from diskferry.registry.images import OCI_INDEX, put_manifest, resolve
@@ -72,7 +73,10 @@ def test_bearer_tokens_are_fetched_once_per_scope(token_registry, images, tmp_pa
     registry, issuer = token_registry
     client = _client(registry, credentials=Credentials(USER, PASSWORD))
     ref = parse_reference(registry.ref("tokens/disk:v1"))
-    push_container_disk(client, ref, DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1))
+    push_container_disk(
+        RegistryDestination(client, ref.repository, ref.tag),
+        DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1),
+    )
     before = len(issuer.issued)
     image = resolve(client, ref)
     reader = BlobReader(client, ref.repository, image.layers[0]["digest"], image.layers[0]["size"])
@@ -97,11 +101,11 @@ def test_an_index_gives_the_amd64_manifest(registry, images):
     client = _client(registry)
     ref = parse_reference(registry.ref("multi/disk:v1"))
     amd = push_container_disk(
-        client, ref, DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1)
+        RegistryDestination(client, ref.repository, "v1"),
+        DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1),
     )
     arm = push_container_disk(
-        client,
-        parse_reference(registry.ref("multi/disk:arm")),
+        RegistryDestination(client, ref.repository, "arm"),
         DiskFile(str(images.reference), "d.img", "raw", 1),
     )
     manifests = [
@@ -134,7 +138,7 @@ def test_5xx_answers_are_retried(registry):
         client = RegistryClient(address, "127.0.0.1", RegistryOptions(insecure=True, backoff=0.01))
         data = b"retried blob\n" * 5000
         faults.errors = {"HEAD": 2, "POST": 1, "PATCH": 1, "PUT": 1}
-        push_bytes(client, "retry/blob", data, digest_of(data))
+        push_small(RegistryDestination(client, "retry/blob", "t"), data, digest_of(data))
         assert faults.errors == {"HEAD": 0, "POST": 0, "PATCH": 0, "PUT": 0}
         assert blob_exists(client, "retry/blob", digest_of(data))
 
@@ -142,7 +146,7 @@ def test_5xx_answers_are_retried(registry):
 def test_a_broken_blob_read_resumes_with_range(registry, images):
     data = images.reference.read_bytes()[: 3 << 20]
     digest = digest_of(data)
-    push_bytes(_client(registry), "resume/blob", data, digest)
+    push_small(RegistryDestination(_client(registry), "resume/blob", "t"), data, digest)
     with flaky_proxy(f"http://{registry.address}") as (address, faults):
         client = RegistryClient(address, "127.0.0.1", RegistryOptions(insecure=True, backoff=0.01))
         faults.cut_blob_after = 1_000_000
@@ -163,7 +167,7 @@ def test_a_blob_mounts_across_repositories_with_both_scopes(token_registry):
     client = _client(registry, credentials=Credentials(USER, PASSWORD))
     data = b"mounted blob\n" * 3000
     digest = digest_of(data)
-    push_bytes(client, "mount/from", data, digest)
+    push_small(RegistryDestination(client, "mount/from", "t"), data, digest)
     assert not blob_exists(client, "mount/to", digest)
     assert mount_blob(client, "mount/to", digest, "mount/from")
     assert blob_exists(client, "mount/to", digest)
@@ -177,11 +181,11 @@ def test_a_layer_the_registry_has_is_not_sent_again(registry, images):
     disk = DiskFile(str(images.get("qcow2")), "d.qcow2", "qcow2", 1)
     with flaky_proxy(f"http://{registry.address}") as (address, faults):
         client = RegistryClient(address, "127.0.0.1", RegistryOptions(insecure=True))
-        first = push_container_disk(client, parse_reference(f"docker://{address}/again/a:v1"), disk)
+        first = push_container_disk(RegistryDestination(client, "again/a", "v1"), disk)
         patches = sum(1 for method, _, _ in faults.seen if method == "PATCH")
         assert patches >= 2  # the layer and the config
         faults.seen.clear()
-        again = push_container_disk(client, parse_reference(f"docker://{address}/again/a:v2"), disk)
+        again = push_container_disk(RegistryDestination(client, "again/a", "v2"), disk)
     assert again.digest == first.digest
     assert [m for m, _, _ in faults.seen if m in ("POST", "PATCH")] == []
     assert ("HEAD", f"/v2/again/a/blobs/{first.layer_digest}", None) in faults.seen

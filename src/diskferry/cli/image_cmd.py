@@ -13,18 +13,23 @@ from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_cred
 
 image_app = typer.Typer(help="containerDisk images in an OCI registry.")
 
-Ref = Annotated[str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST]")]
+Ref = Annotated[
+    str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST] or oci:DIR[:TAG]")
+]
 CaBundle = Annotated[str | None, typer.Option(help="CA certificates (PEM).")]
 NoProgress = Annotated[bool, typer.Option("--no-progress")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _reference(text: str):
-    """The parsed reference; a malformed one is a usage error."""
+def _reference(text: str, *, layout: bool = False):
+    """The parsed reference (oci:DIR[:TAG] too when `layout`); a malformed one is a usage error."""
     from diskferry.registry.errors import BadReferenceError
+    from diskferry.registry.layout import is_layout_reference, parse_layout_reference
     from diskferry.registry.reference import parse_reference
 
     try:
+        if layout and is_layout_reference(text):
+            return parse_layout_reference(text)
         return parse_reference(text)
     except BadReferenceError as e:
         raise typer.BadParameter(e.message, param_hint="REF") from e
@@ -64,7 +69,7 @@ def push_command(
     from diskferry.disk.progress import Progress
     from diskferry.importer.image_push import push_image, stored_format
 
-    _reference(ref)
+    _reference(ref, layout=True)
     job = import_job(
         source,
         "-",
@@ -102,7 +107,7 @@ def pull_command(
     json_out: JsonOut = False,
 ) -> None:
     """Write a containerDisk into a volume, converted to its format and grown to --size."""
-    _reference(ref)
+    _reference(ref, layout=True)
     job = import_job(
         ref,
         target,
@@ -127,9 +132,14 @@ def inspect_command(
 ) -> None:
     """Show an image's digest, platform, layers and annotations."""
     from diskferry.registry.images import describe, resolve
+    from diskferry.registry.layout import Layout
 
-    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
-    found = describe(resolve(client, parsed))
+    if ref.startswith("oci:"):
+        folder, tag = _reference(ref, layout=True)
+        found = describe(Layout(folder).image(tag))
+    else:
+        client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+        found = describe(resolve(client, parsed))
     if json_out:
         print_json(found)
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -15,9 +14,8 @@ from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob, registry_options
 from diskferry.importer.probe import probe_image
 from diskferry.qemu import img
-from diskferry.registry.client import RegistryClient
-from diskferry.registry.containerdisk import DiskFile, push_container_disk
-from diskferry.registry.reference import parse_reference
+from diskferry.registry.containerdisk_push import DiskFile, push_container_disk
+from diskferry.registry.destination import open_destination
 from diskferry.worker.reporter import QUIET, Reporter
 
 _KEPT_FORMATS = ("raw", "qcow2")
@@ -58,29 +56,26 @@ def push_image(
     cancel: threading.Event | None = None,
     reporter: Reporter = QUIET,
 ) -> ImagePushResult:
-    """Import `job.source` (into `job.format`) and push it to `reference` as a containerDisk.
+    """Import `job.source` (as `job.format`), push it to `reference` (docker:// or oci:).
 
     `job.target` is ignored: the image lands in a scratch directory, removed after.
     """
-    ref = parse_reference(reference)
-    client = RegistryClient.for_reference(ref, registry_options(job))
+    destination = open_destination(reference, registry_options(job))
     scratch = tempfile.mkdtemp(prefix="diskferry-push-")
     try:
         name = f"disk.{'img' if job.format == 'raw' else 'qcow2'}"
         path = f"{scratch}/{name}"
         run_import(job.model_copy(update={"target": path}), progress, cancel, reporter)
         info = img.info(path, job.format)
-        pushed = push_container_disk(
-            client, ref, DiskFile(path, name, job.format, info.virtual_size), Progress()
-        )
-        stored = os.path.getsize(path)
+        disk = DiskFile(path, name, job.format, info.virtual_size)
+        pushed = push_container_disk(destination, disk, Progress())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ImagePushResult(
-        reference=str(pushed.reference),
+        reference=pushed.name,
         digest=pushed.digest,
         format=job.format,
-        stored_size=stored,
+        stored_size=pushed.stored_size,
         unpacked_size=info.virtual_size,
         layer_digest=pushed.layer_digest,
         layer_size=pushed.layer_size,

@@ -200,12 +200,3 @@ class Upload:
             self.client.request(
                 "DELETE", self._location, scope=self.scope, what=self.what, ok=(204, 404)
             ).release_conn()
-
-
-def push_bytes(client: RegistryClient, repository: str, data: bytes, digest: str) -> None:
-    """Upload a small blob unless the registry has it already."""
-    if blob_exists(client, repository, digest):
-        return
-    upload = Upload(client, repository)
-    upload.write(data)
-    upload.finish(digest)
