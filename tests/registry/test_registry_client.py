@@ -15,7 +15,7 @@ from diskferry.registry.client import RegistryClient, RegistryOptions
 from diskferry.registry.containerdisk_push import DiskFile, push_container_disk
 from diskferry.registry.destination import RegistryDestination, push_small
 from diskferry.registry.digests import digest_of
-from diskferry.registry.errors import BadReferenceError, UnauthorizedError
+from diskferry.registry.errors import BadReferenceError, BlobUnknownError, UnauthorizedError
 from diskferry.registry.images import OCI_INDEX, put_manifest, resolve
 from diskferry.registry.reference import Reference, parse_reference
 
@@ -211,3 +211,12 @@ def test_a_token_is_kept_until_it_expires(token_registry, monkeypatch):
     now[0] += 10  # past its 60 s, less the margin
     assert client.auth_headers(scope) != first
     assert issuer.issued.count(scope) == 2
+
+
+def test_an_unknown_blob_is_blob_unknown(registry):
+    missing = digest_of(b"not there")
+    with pytest.raises(BlobUnknownError) as e:
+        BlobReader(_client(registry), "absent/blob", missing)
+    assert e.value.message == (
+        f"{registry.address}/absent/blob@{missing}: blob unknown to registry (BLOB_UNKNOWN)"
+    )

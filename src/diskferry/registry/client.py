@@ -26,6 +26,8 @@ from diskferry.registry.auth import (
 from diskferry.registry.errors import (
     BY_CODE,
     BY_STATUS,
+    BlobUnknownError,
+    ManifestUnknownError,
     RegistryError,
     UnauthorizedError,
 )
@@ -221,9 +223,9 @@ class RegistryClient:
                 log.info("%s: HTTP %d; retrying", what, resp.status)
                 time.sleep(self.options.backoff * 2 ** (attempt - 1))
                 continue
-            raise self._error(resp, what)
+            raise self._error(resp, what, url)
 
-    def _error(self, resp: urllib3.BaseHTTPResponse, what: str) -> RegistryError:
+    def _error(self, resp: urllib3.BaseHTTPResponse, what: str, url: str = "") -> RegistryError:
         try:
             data = resp.data if resp.status != 204 else b""
             first = json.loads(data)["errors"][0]
@@ -231,6 +233,11 @@ class RegistryClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, Urllib3Error):
             code, message = "", ""
         kind = BY_CODE.get(code) or BY_STATUS.get(resp.status, RegistryError)
+        if resp.status == 404 and not code:  # a HEAD answers without a body
+            if "/blobs/" in url:
+                kind, code, message = BlobUnknownError, "BLOB_UNKNOWN", "blob unknown to registry"
+            elif "/manifests/" in url:
+                kind, code, message = ManifestUnknownError, "MANIFEST_UNKNOWN", "manifest unknown"
         said = message or resp.reason or "error"
         tail = f" ({code})" if code else f" (HTTP {resp.status})"
         if kind is UnauthorizedError and self.credentials is None:
