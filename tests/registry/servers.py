@@ -36,9 +36,11 @@ def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPSer
 
 @dataclass
 class Faults:
-    """What the proxy breaks: 503s to answer per method, a blob body to cut once."""
+    """What the proxy breaks: errors to answer per method, a blob body to cut once."""
 
     errors: dict[str, int] = field(default_factory=dict)
+    status: int = 503
+    body: bytes = b""
     cut_blob_after: int | None = None
     seen: list[tuple[str, str, str | None]] = field(default_factory=list)
 
@@ -58,9 +60,11 @@ def _proxy_handler(upstream: str, faults: Faults) -> type[BaseHTTPRequestHandler
             faults.seen.append((self.command, self.path, self.headers.get("Range")))
             if faults.errors.get(self.command, 0) > 0:
                 faults.errors[self.command] -= 1
-                self.send_response(503)
-                self.send_header("Content-Length", "0")
+                self.send_response(faults.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(faults.body)))
                 self.end_headers()
+                self.wfile.write(faults.body)
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
             resp = pool.request(

@@ -51,6 +51,12 @@ def test_a_pushed_disk_is_one_tar_layer_kubevirt_reads(diskferry, registry, imag
     assert json.loads(result.stdout)["sourceFormat"] == "qcow2"
     assert images.same(images.reference, target)
     assert images.leftovers(tmp_path) == []
+    # and by digest, as the push named it
+    assert pushed["reference"].endswith(f"@{pushed['digest']}")
+    by_digest = tmp_path / "by-digest.raw"
+    result = diskferry("import", pushed["reference"], by_digest, "--insecure", "--no-progress")
+    assert result.code == 0, result.stderr
+    assert images.same(images.reference, by_digest)
 
 
 def _layout_layer(layout: Path) -> Path:

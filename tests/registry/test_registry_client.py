@@ -15,7 +15,13 @@ from diskferry.registry.client import RegistryClient, RegistryOptions
 from diskferry.registry.containerdisk_push import DiskFile, push_container_disk
 from diskferry.registry.destination import RegistryDestination, push_small
 from diskferry.registry.digests import digest_of
-from diskferry.registry.errors import BadReferenceError, BlobUnknownError, UnauthorizedError
+from diskferry.registry.errors import (
+    BadReferenceError,
+    BlobUnknownError,
+    DeniedError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
 from diskferry.registry.images import OCI_INDEX, put_manifest, resolve
 from diskferry.registry.reference import Reference, parse_reference
 
@@ -220,3 +226,22 @@ def test_an_unknown_blob_is_blob_unknown(registry):
     assert e.value.message == (
         f"{registry.address}/absent/blob@{missing}: blob unknown to registry (BLOB_UNKNOWN)"
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "kind", "tries"),
+    [(429, "TOOMANYREQUESTS", TooManyRequestsError, 3), (403, "DENIED", DeniedError, 1)],
+)
+def test_registry_errors_are_one_line(registry, status, code, kind, tries):
+    with flaky_proxy(f"http://{registry.address}") as (address, faults):
+        options = RegistryOptions(insecure=True, backoff=0.01, retries=2)
+        client = RegistryClient(address, "127.0.0.1", options)
+        faults.status = status
+        faults.body = json.dumps(
+            {"errors": [{"code": code, "message": "said the registry"}]}
+        ).encode()
+        faults.errors = {"GET": 10}
+        with pytest.raises(kind) as e:
+            resolve(client, parse_reference(f"docker://{address}/errors/disk:v1"))
+    assert e.value.message == f"docker://{address}/errors/disk:v1: said the registry ({code})"
+    assert faults.errors["GET"] == 10 - tries
