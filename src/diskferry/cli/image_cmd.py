@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -183,6 +184,30 @@ def delete_command(
     digest = get_manifest(client, parsed.repository, parsed.reference).digest
     delete_manifest(client, parsed.repository, digest)
     note(f"deleted {parsed.registry}/{parsed.repository}@{digest}")
+
+
+@image_app.command("serve")
+def serve_command(
+    root: Annotated[Path, typer.Argument(help="The store: one OCI layout per repository.")],
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
+    token_file: Annotated[
+        Path | None, typer.Option(help="A file holding the token clients give as password.")
+    ] = None,
+) -> None:
+    """Serve the store as a registry (plain HTTP on 127.0.0.1) until SIGTERM or SIGINT."""
+    from aiohttp import web
+
+    from diskferry.registry.serve import RegistryServer
+
+    token = None
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as e:
+            raise typer.BadParameter(f"cannot read {token_file}: {e.strerror}") from e
+    root.mkdir(parents=True, exist_ok=True)
+    note(f"serving {root} at http://127.0.0.1:{port}")
+    web.run_app(RegistryServer(root, token).app(), host="127.0.0.1", port=port, print=None)
 
 
 def register(app: typer.Typer) -> None:

@@ -160,6 +160,7 @@ class LayoutBlobWriter:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._hash = hasher("sha256:")
+        self.size = 0
         folder = layout.folder / "blobs" / "sha256"
         folder.mkdir(parents=True, exist_ok=True)
         self._file = tempfile.NamedTemporaryFile(dir=folder, prefix=".upload-", delete=False)  # noqa: SIM115
@@ -167,6 +168,7 @@ class LayoutBlobWriter:
     def write(self, data: bytes) -> int:
         """Take `data`."""
         self._hash.update(data)
+        self.size += len(data)
         return self._file.write(data)
 
     def finish(self, digest: str) -> None:
