@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import PASSWORD, USER
@@ -88,3 +90,33 @@ def test_insecure_is_for_loopback_only():
     assert RegistryClient("[::1]:5000", "::1", RegistryOptions(insecure=True)).base == (
         "http://[::1]:5000"
     )
+
+
+def test_the_import_worker_reads_a_containerdisk_with_an_auth_file(
+    pushed, basic_registry, images, tls, tmp_path
+):
+    authfile = tmp_path / "auth.json"
+    pair = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    authfile.write_text(
+        json.dumps({"auths": {f"https://{basic_registry.address}": {"auth": pair}}})
+    )
+    target = tmp_path / "disk.raw"
+    job = {
+        "source": pushed,
+        "target": str(target),
+        "caBundle": str(tls.ca),
+        "authfile": str(authfile),
+    }
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = subprocess.run(
+        [sys.executable, "-m", "diskferry.importer.worker", str(tmp_path / "job.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["digest"].startswith("sha256:")
+    assert images.same(images.reference, target)
+    assert PASSWORD not in proc.stderr + proc.stdout
