@@ -24,7 +24,7 @@ from diskferry.disk.peek import PeekReader
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
-from diskferry.importer.job import ImportJob, ImportPhase, ImportResult
+from diskferry.importer.job import ImportJob, ImportPhase, ImportResult, registry_options
 from diskferry.importer.source import SourceStream, read_headers_file
 from diskferry.qemu import cbt, img
 from diskferry.worker.reporter import QUIET, EventType, Reporter
@@ -66,7 +66,7 @@ def _sniff(stream: SourceStream) -> _Sniffed:
         _refuse_untrusted(header.backing_file, header.data_file, header.encrypted)
         declared = header.virtual_size
     elif fmt == "raw" and not compression:
-        declared = stream.size
+        declared = stream.content_size
         if stream.local_path:
             with FileVolume(stream.local_path) as image:
                 if read_fixed_vhd_size(image, image.size) is not None:
@@ -104,6 +104,7 @@ def _open_source(
             checksum=checksum,
             progress=progress,
             cancel=cancel,
+            registry=registry_options(job),
         )
         try:
             return stream, checksum, _sniff(stream)
@@ -189,6 +190,7 @@ def run_import(
         average_speed=round(max(read, stream.bytes_read) / max(seconds, 1e-9)),
         checksum=None if checksum is None else f"{checksum.algorithm}:{checksum.actual}",
         resumes=stream.resumes,
+        digest=stream.digest,
     )
 
 

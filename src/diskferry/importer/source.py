@@ -1,4 +1,4 @@
-"""Opening an import source (a local path or an HTTP(S) URL) as a counted byte stream."""
+"""Opening an import source (a local path, an HTTP(S) URL, a containerDisk) as a counted stream."""
 
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
 from diskferry.disk.urls import http_url_for_message
+from diskferry.registry.blobs import blob_opener
+from diskferry.registry.client import RegistryClient, RegistryOptions
+from diskferry.registry.containerdisk import ContainerDiskStream
+from diskferry.registry.digests import BlobOpener
+from diskferry.registry.images import Image, resolve
+from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
+from diskferry.registry.reference import is_reference, parse_reference
 
 
 class SourceError(DiskferryError):
@@ -42,7 +49,11 @@ def is_url(source: str) -> bool:
 
 
 class SourceStream:
-    """The source's bytes as received: counted into progress and hashed for the checksum."""
+    """The source's bytes as received: counted into progress and hashed for the checksum.
+
+    A docker:// source is the disk file of a containerDisk: `size` and progress count
+    the layer bytes, `content_size` the disk file's.
+    """
 
     def __init__(
         self,
@@ -54,6 +65,7 @@ class SourceStream:
         checksum: Checksum | None = None,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        registry: RegistryOptions | None = None,
     ) -> None:
         self.name = http_url_for_message(source) if is_url(source) else source
         self.local_path: str | None = None
@@ -63,7 +75,13 @@ class SourceStream:
         self._cancel = cancel
         self._reader: ResumingReader | None = None
         self._file = None
-        if is_url(source):
+        self._disk: ContainerDiskStream | None = None
+        self.digest: str | None = None
+        if is_reference(source):
+            self._open_container_disk(source, registry or RegistryOptions(ca_bundle=ca_bundle))
+        elif is_layout_reference(source):
+            self._open_layout(source)
+        elif is_url(source):
             http = HttpSource(source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries)
             self._reader = http.open_stream(0, cancel)
             self.size = self._reader.length
@@ -74,21 +92,48 @@ class SourceStream:
                 raise SourceError(f"cannot open {source}: {e.strerror}") from e
             self.local_path = source
             self.size = os.fstat(self._file.fileno()).st_size
+        if self._disk is None:
+            self.content_size = self.size
+
+    def _open_container_disk(self, source: str, options: RegistryOptions) -> None:
+        ref = parse_reference(source)
+        client = RegistryClient.for_reference(ref, options)
+        image = resolve(client, ref)
+        self._use_image(image, blob_opener(client, ref.repository))
+
+    def _open_layout(self, source: str) -> None:
+        folder, tag = parse_layout_reference(source)
+        layout = Layout(folder)
+        self._use_image(layout.image(tag), layout.open_blob)
+
+    def _use_image(self, image: Image, open_blob: BlobOpener) -> None:
+        self._disk = ContainerDiskStream(image, open_blob, self._progress, self._cancel)
+        self.name = image.name
+        self.digest = image.manifest.digest
+        self.size = self._disk.layer_size
+        self.content_size: int | None = self._disk.size
 
     @property
     def resumes(self) -> int:
         """How many times the transfer resumed after a break."""
+        if self._disk is not None:
+            return self._disk.resumes
         return self._reader.resumes if self._reader is not None else 0
 
     def read(self, n: int = 1 << 20) -> bytes:
         """Up to `n` bytes of the source."""
         if self._cancel is not None and self._cancel.is_set():
             raise CancelledError("cancelled")
-        data = self._reader.read(n) if self._reader is not None else self._read_file(n)
+        if self._disk is not None:
+            data = self._disk.read(n)
+        elif self._reader is not None:
+            data = self._reader.read(n)
+        else:
+            data = self._read_file(n)
         self.bytes_read += len(data)
         if self._checksum is not None:
             self._checksum.update(data)
-        if self._progress is not None:
+        if self._progress is not None and self._disk is None:
             self._progress.add(len(data))
         return data
 
@@ -107,6 +152,8 @@ class SourceStream:
 
     def close(self) -> None:
         """Close the file or connection."""
+        if self._disk is not None:
+            self._disk.close()
         if self._reader is not None:
             self._reader.close()
         if self._file is not None:
