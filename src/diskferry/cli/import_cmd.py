@@ -19,7 +19,9 @@ from diskferry.cli.common import (
 
 
 def import_command(
-    source: Annotated[str, typer.Argument(help="A local path or an http(s):// URL.")],
+    source: Annotated[
+        str, typer.Argument(help="A local path, an http(s):// URL, or an nbd[s]:// export.")
+    ],
     target: Annotated[str, typer.Argument(help="The file or block device to write.")],
     format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
     size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
@@ -29,7 +31,7 @@ def import_command(
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
-    """Import a disk image from a file or URL into a file or block device."""
+    """Import a disk image from a file, URL or NBD export into a file or block device."""
     from diskferry.disk.progress import Progress
     from diskferry.importer.engine import run_import
     from diskferry.importer.job import ImportJob
