@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated
 
 import typer
@@ -17,6 +18,7 @@ volume_app = typer.Typer(
 
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 NoProgress = Annotated[bool, typer.Option("--no-progress")]
+_ADDRESS = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d{1,5}))?")
 Force = Annotated[bool, typer.Option("--force", help="Replace a file that exists.")]
 
 
@@ -24,18 +26,11 @@ def parse_address(value: str) -> tuple[str, int]:
     """ADDRESS[:PORT] (an IPv6 address in brackets) as a host and port; 10809 by default."""
     from diskferry.nbd.protocol import DEFAULT_PORT
 
-    host, port = value, str(DEFAULT_PORT)
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        if rest:
-            if not rest.startswith(":"):
-                raise typer.BadParameter(f"{value!r} is not ADDRESS[:PORT]", param_hint="--nbd")
-            port = rest[1:]
-    elif value.count(":") == 1:
-        host, port = value.split(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    match = _ADDRESS.fullmatch(value)
+    port = int(match["port"] or DEFAULT_PORT) if match else -1
+    if match is None or port > 65535:
         raise typer.BadParameter(f"{value!r} is not ADDRESS[:PORT]", param_hint="--nbd")
-    return host, int(port)
+    return match["v6"] or match["host"], port
 
 
 @volume_app.command("serve")
