@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -189,3 +190,77 @@ def test_serve_refuses_a_bad_address(diskferry, disk, address):
     result = diskferry("volume", "serve", disk, "--nbd", address)
     assert result.code == 2
     assert "is not ADDRESS[:PORT]" in result.error
+
+
+def client_certificates(ca_dir: Path, directory: Path) -> Path:
+    """ca-cert.pem, and client-cert.pem with client-key.pem that the CA in `ca_dir` signed."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "clone target")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir()
+    (directory / "ca-cert.pem").write_bytes((ca_dir / "ca.crt").read_bytes())
+    (directory / "client-cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "client-key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return directory
+
+
+@pytest.fixture
+def ca(diskferry, tmp_path: Path) -> Path:
+    """The project's CA, made by `diskferry export ca create`."""
+    directory = tmp_path / "ca"
+    result = diskferry("export", "ca", "create", "--dir", directory)
+    assert result.code == 0, result.stderr
+    return directory
+
+
+def test_clone_over_tls_with_a_client_certificate(diskferry, disk, tmp_path, volume_serve, ca):
+    _, url = volume_serve(disk, "--cert-dir", str(ca))
+    assert url.startswith("nbds://127.0.0.1:")
+    client = client_certificates(ca, tmp_path / "client")
+    target = tmp_path / "clone.raw"
+    result = diskferry("import", f"{url}?tls-certificates={client}", target, "--json")
+    assert result.code == 0, result.stderr
+    assert target.read_bytes() == disk.read_bytes()
+    assert allocated(target) <= sum(ISLANDS.values()) + MiB
+
+
+def test_tls_server_refuses_a_client_without_a_certificate(
+    diskferry, disk, tmp_path, volume_serve, ca
+):
+    _, url = volume_serve(disk, "--cert-dir", str(ca))
+    only_ca = tmp_path / "only-ca"
+    only_ca.mkdir()
+    (only_ca / "ca-cert.pem").write_bytes((ca / "ca.crt").read_bytes())
+    target = tmp_path / "clone.raw"
+    without_cert = f"{url}?tls-certificates={only_ca}"
+    plain = url.replace("nbds://", "nbd://")
+    for source, words in ((without_cert, "closed the connection"), (plain, "TLS required")):
+        result = diskferry("import", source, target, "--no-progress")
+        assert result.code == 1, result.stderr
+        assert words in result.error
+        assert not target.exists()
+        assert primes(tmp_path) == []

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -43,11 +48,12 @@ def serve_command(
         str | None, typer.Option("--name", help="The export's name (default: the volume's).")
     ] = None,
     format: Annotated[str, typer.Option("--format", help="raw or qcow2.")] = "raw",
-    tls_dir: Annotated[
+    cert_dir: Annotated[
         str | None,
         typer.Option(
-            "--tls-dir",
-            help="Serve TLS only: ca-cert.pem, server-cert.pem, server-key.pem (qemu's layout).",
+            "--cert-dir",
+            help="Serve TLS only: a CA (ca.crt, ca.key) to issue the server's certificate, "
+            "or ca-cert.pem, server-cert.pem, server-key.pem (qemu's layout).",
         ),
     ] = None,
     no_verify_clients: Annotated[
@@ -64,16 +70,40 @@ def serve_command(
     if format not in ("raw", "qcow2"):
         raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
     host, port = parse_address(nbd)
-    options = NbdServeOptions(
-        name=name if name is not None else os.path.basename(volume),
-        fmt=format,
-        tls_dir=tls_dir,
-        verify_clients=not no_verify_clients,
-    )
-    with NbdServer(volume, host, port, options) as server:
+    with contextlib.ExitStack() as stack:
+        tls_dir = None if cert_dir is None else stack.enter_context(_qemu_tls_dir(cert_dir, host))
+        options = NbdServeOptions(
+            name=name if name is not None else os.path.basename(volume),
+            fmt=format,
+            tls_dir=tls_dir,
+            verify_clients=not no_verify_clients,
+        )
+        server = stack.enter_context(NbdServer(volume, host, port, options))
         print(server.url, flush=True)
         note(f"serving {volume} read-only at {server.url}")
         server.wait()
+
+
+@contextlib.contextmanager
+def _qemu_tls_dir(cert_dir: str, host: str) -> Iterator[str]:
+    """`cert_dir` if it is laid out for qemu; else a private one with a certificate its CA issued.
+
+    The issued certificate names `host` besides the usual names; its directory is removed
+    when the server ends.
+    """
+    from diskferry.export.certs import CA_CERT, default_sans, issue_server_cert
+
+    if not os.path.exists(os.path.join(cert_dir, CA_CERT)):
+        yield cert_dir
+        return
+    chain, key = issue_server_cert(cert_dir, list(dict.fromkeys([host, *default_sans()])))
+    with tempfile.TemporaryDirectory(prefix="diskferry-nbd-tls-") as directory:
+        shutil.copyfile(os.path.join(cert_dir, CA_CERT), os.path.join(directory, "ca-cert.pem"))
+        Path(directory, "server-cert.pem").write_bytes(chain)
+        fd = os.open(os.path.join(directory, "server-key.pem"), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        yield directory
 
 
 @volume_app.command("create")
