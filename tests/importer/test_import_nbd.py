@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -177,6 +178,17 @@ def test_stream_options_are_refused_for_an_nbd_source(
     assert result.code == 1
     assert words in result.error
     assert not target.exists()
+
+
+def test_serve_ends_its_server_on_sigterm(disk, volume_serve):
+    proc, url = volume_serve(disk)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "diskferry: cancelled" in err
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_serve_refuses_a_missing_volume(diskferry, tmp_path):
