@@ -124,7 +124,8 @@ def test_clone_into_a_block_device_zeroes_what_the_source_has_not(
         assert f.read() == disk.read_bytes() + bytes(8 * MiB)
 
 
-def test_server_killed_mid_clone_leaves_the_target_as_it_was(diskferry, disk, tmp_path):
+@pytest.mark.parametrize("stopped", ["server killed", "import cancelled"])
+def test_clone_stopped_midway_leaves_the_target_as_it_was(disk, tmp_path, stopped):
     sock = tmp_path / "slow.sock"
     # each read waits, so the copy is still running when the server dies
     server = subprocess.Popen(
@@ -150,14 +151,21 @@ def test_server_killed_mid_clone_leaves_the_target_as_it_was(diskferry, disk, tm
         while not primes(out):
             assert importing.poll() is None, importing.communicate()[1]
             time.sleep(0.02)
-        server.kill()
-        server.wait()
+        if stopped == "server killed":
+            server.kill()
+            server.wait()
+        else:
+            importing.terminate()
         _, err = importing.communicate(timeout=120)
     finally:
         server.kill()
         server.wait()
-    assert importing.returncode == 1, err
-    assert "diskferry: error: " in err
+    if stopped == "server killed":
+        assert importing.returncode == 1, err
+        assert "diskferry: error: " in err
+    else:
+        assert importing.returncode == 143, err
+        assert "diskferry: cancelled" in err
     assert target.read_bytes() == b"the disk that was here\n" * 1000
     assert primes(out) == []
 

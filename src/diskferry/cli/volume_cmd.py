@@ -120,6 +120,7 @@ def create_command(
     from diskferry.disk.blank import create_blank
     from diskferry.disk.progress import Progress
 
+    _say_overwrite(target, "zeroes")
     progress = Progress()
     with (
         cancellable() as cancel,
@@ -146,6 +147,7 @@ def clone_command(
     from diskferry.disk.clone import clone_volume
     from diskferry.disk.progress import Progress
 
+    _say_overwrite(destination, "overwrites")
     progress = Progress()
     with (
         cancellable() as cancel,
@@ -164,6 +166,14 @@ def clone_command(
         )
     else:
         note(f"cloned {source} to {destination} by {result.method}, {result.size} bytes")
+
+
+def _say_overwrite(path: str, verb: str) -> None:
+    """Say before it starts that the command writes the block device `path` in place."""
+    from diskferry.disk.file_volume import is_block_device
+
+    if is_block_device(path):
+        note(f"this command {verb} the block device {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ import os
 import threading
 
 from diskferry.disk.blocks import ZERO_STEP
-from diskferry.disk.errors import check_cancel
+from diskferry.disk.errors import DiskferryError, check_cancel
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
@@ -36,21 +36,30 @@ def create_blank(
                 f"{target.path} exists: give --force to replace it with a blank volume",
                 reason="TargetExists",
             )
+    elif size is not None:
+        _check_device_size(target, size)
     try:
         with target.open_prime(size or 0) as volume:
             if target.block_device:
-                if size is not None and size > volume.size:
-                    raise TargetError(
-                        f"--size {size} is larger than the block device {target.path} "
-                        f"({volume.size} bytes)",
-                        reason="TargetTooSmall",
-                    )
                 _zero_device(volume, progress, cancel)
             created = volume.size
         target.commit(job_id)
+    except DiskferryError as e:
+        if target.block_device:
+            e.args = (f"{e.message}; the block device {target.path} is partly zeroed",)
+        raise
     finally:
         target.discard()
     return created
+
+
+def _check_device_size(target: Target, size: int) -> None:
+    room, _ = target.capacity()
+    if size > room:
+        raise TargetError(
+            f"--size {size} is larger than the block device {target.path} ({room} bytes)",
+            reason="TargetTooSmall",
+        )
 
 
 def _zero_device(

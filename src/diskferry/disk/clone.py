@@ -68,6 +68,8 @@ def clone_volume(
         finally:
             target.discard()
     if progress is not None:
+        if result.method == "reflink":
+            progress.add(result.size)
         progress.finish()
     return result
 
