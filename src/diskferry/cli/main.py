@@ -15,6 +15,7 @@ from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
+from diskferry.cli.resource_cmd import register as register_resources
 from diskferry.cli.serve_cmd import register as register_serve
 from diskferry.cli.volume_cmd import register as register_volume
 from diskferry.disk.errors import DiskferryError
@@ -35,6 +36,7 @@ register_repo(app)
 register_backup(app)
 register_serve(app)
 register_crds(app)
+register_resources(app)
 register_volume(app)
 
 
