@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,31 @@ def test_an_unreadable_source_ends_with_a_result_not_a_traceback(tmp_path: Path)
     assert result["message"] == "cannot read /proc/self/mem at byte 0: Input/output error"
     finished.assert_one_log_line_of_failure()
     assert not (tmp_path / "t.img").exists()
+
+
+def test_an_nbd_export_imports_through_the_worker(tmp_path: Path) -> None:
+    data = os.urandom(2 * MiB)
+    source = tmp_path / "source.raw"
+    with open(source, "wb") as f:
+        f.truncate(16 * MiB)
+        f.seek(4 * MiB)
+        f.write(data)
+    sock = tmp_path / "src.sock"
+    server = subprocess.Popen(
+        ["qemu-nbd", "--read-only", "--persistent", f"--socket={sock}", "-f", "raw", str(source)]
+    )
+    try:
+        while not sock.exists():
+            assert server.poll() is None
+            time.sleep(0.02)
+        target = tmp_path / "out.img"
+        url = f"nbd+unix:///?socket={sock}"
+        job = {"jobId": "import-nbd", "source": url, "target": str(target)}
+        finished = run("import", job_file(tmp_path, job))
+    finally:
+        server.kill()
+        server.wait()
+    assert finished.code == 0, finished.stderr
+    assert (finished.result["ok"], finished.result["bytesWritten"]) == (True, len(data))
+    assert target.read_bytes() == source.read_bytes()
+    assert recorded_job(str(target)) == "import-nbd"

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 def import_command(
     source: Annotated[
-        str, typer.Argument(help="A local path, an http(s):// URL or a docker:// reference.")
+        str,
+        typer.Argument(help="A local path, an http(s):// URL, a docker:// reference or nbd[s]://."),
     ],
     target: Annotated[str, typer.Argument(help="The file or block device to write.")],
     format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
@@ -38,7 +39,7 @@ def import_command(
     creds: Creds = None,
     authfile: Authfile = None,
 ) -> None:
-    """Import a disk image from a file, URL or containerDisk into a file or block device."""
+    """Import a disk image (file, URL, containerDisk, NBD export) into a file or block device."""
     job = import_job(
         source,
         target,

@@ -1,4 +1,7 @@
-"""The import pipeline: sniff, decompress as a stream, convert when needed, swap in on success."""
+"""The import pipeline: sniff, decompress as a stream, convert when needed, swap in on success.
+
+An NBD source is a disk already, read by extents (see `from_nbd`).
+"""
 
 from __future__ import annotations
 
@@ -21,13 +24,16 @@ from diskferry.disk.formats import (
 from diskferry.disk.formats import probe_format as probe_image_format
 from diskferry.disk.http import RangeNotSupportedError
 from diskferry.disk.peek import PeekReader
-from diskferry.disk.prime import Target, TargetError
+from diskferry.disk.prime import Target
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
+from diskferry.importer.from_nbd import import_from_nbd
 from diskferry.importer.job import ImportJob, ImportPhase, ImportResult, registry_options
 from diskferry.importer.source import SourceStream, read_headers_file
-from diskferry.qemu import cbt, img
-from diskferry.worker.reporter import QUIET, EventType, Reporter
+from diskferry.importer.target import check_size, commit_target, open_target, partly_written
+from diskferry.nbd.url import is_nbd_url
+from diskferry.qemu import img
+from diskferry.worker.reporter import QUIET, Reporter
 
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
 _QCOW2_SLACK_DIVISOR = 64
@@ -129,25 +135,20 @@ def run_import(
 
     A file target committed carries the job's id (see `Target.commit`).
     """
+    if is_nbd_url(job.source):
+        return import_from_nbd(job, progress, cancel, reporter)
     started = time.monotonic()
     progress.set_phase(ImportPhase.OPENING)
-    path, tracked = cbt.overwrite_target(job.target, job.format)
-    target = Target(path)
-    if target.block_device and job.format != "raw":
-        raise TargetError(f"{target.path} is a block device: it can only hold a raw image")
+    target, tracked = open_target(job, reporter)
     headers = dict(job.headers)
     if job.headers_file:
         headers.update(read_headers_file(job.headers_file))
-    if target.block_device:
-        reporter.warn(
-            "BlockDeviceInPlace", f"this import overwrites the block device {target.path}"
-        )
     stream, checksum, sniffed = _open_source(job, headers, progress, cancel)
     writing = False
     try:
         target.claim()
         if sniffed.declared_size is not None:
-            _check_size(job, target, sniffed.declared_size)
+            check_size(job, target, sniffed.declared_size)
         writing = True
         progress.set_phase(ImportPhase.IMPORTING)
         if sniffed.format == "raw" and job.format == "raw":
@@ -161,17 +162,10 @@ def run_import(
         if checksum is not None:
             stream.drain()
             checksum.verify(stream.name)
-        # before the swap: a crash after it must not leave checkpoints that miss the import
-        if tracked and cbt.reset_chain(target.path):
-            reporter.event(
-                EventType.NORMAL,
-                "ChainReset",
-                f"{target.path} has CBT: its chain was reset, so its next backup is full",
-            )
-        target.commit(job.job_id)
+        commit_target(job, target, tracked, reporter)
     except DiskferryError as e:
-        if target.block_device and writing:
-            e.args = (f"{e.message}; the block device {target.path} is partly written",)
+        if writing:
+            partly_written(e, target)
         raise
     finally:
         stream.close()
@@ -192,15 +186,6 @@ def run_import(
         resumes=stream.resumes,
         digest=stream.digest,
     )
-
-
-def _check_size(job: ImportJob, target: Target, virtual: int) -> None:
-    if job.size is not None and job.size < virtual:
-        raise TargetError(
-            f"--size {job.size} is smaller than the image's virtual size ({virtual} bytes)",
-            reason="SizeTooSmall",
-        )
-    target.check_fits(max(virtual, job.size or 0))
 
 
 def _raw_to_raw(
@@ -299,7 +284,7 @@ def _through_qemu_img(
     damage = img.check(image, sniffed.format)
     if damage:
         raise ImageRefusedError(f"the image is damaged or truncated ({damage}); refusing it")
-    _check_size(job, target, info.virtual_size)
+    check_size(job, target, info.virtual_size)
     progress.set_phase(ImportPhase.CONVERTING)
     img.convert(
         image,

@@ -1,0 +1,181 @@
+"""`diskferry volume serve|create|clone`: a volume over NBD, blank volumes, fast clones."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from diskferry.cli.cancel import cancellable
+from diskferry.cli.common import note, print_json, progress_bar, size_option
+
+volume_app = typer.Typer(
+    help="Volumes: serve one over NBD for a clone, create a blank one, clone one locally.",
+    no_args_is_help=True,
+)
+
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+NoProgress = Annotated[bool, typer.Option("--no-progress")]
+_ADDRESS = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d{1,5}))?")
+Force = Annotated[bool, typer.Option("--force", help="Replace a file that exists.")]
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """ADDRESS[:PORT] (an IPv6 address in brackets) as a host and port; 10809 by default."""
+    from diskferry.nbd.protocol import DEFAULT_PORT
+
+    match = _ADDRESS.fullmatch(value)
+    port = int(match["port"] or DEFAULT_PORT) if match else -1
+    if match is None or port > 65535:
+        raise typer.BadParameter(f"{value!r} is not ADDRESS[:PORT]", param_hint="--nbd")
+    return match["v6"] or match["host"], port
+
+
+@volume_app.command("serve")
+def serve_command(
+    volume: Annotated[str, typer.Argument(help="The file or block device to serve.")],
+    nbd: Annotated[
+        str, typer.Option("--nbd", help="ADDRESS[:PORT] to listen on (port 0: any free one).")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", help="The export's name (default: the volume's).")
+    ] = None,
+    format: Annotated[str, typer.Option("--format", help="raw or qcow2.")] = "raw",
+    cert_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--cert-dir",
+            help="Serve TLS only: a CA (ca.crt, ca.key) to issue the server's certificate, "
+            "or ca-cert.pem, server-cert.pem, server-key.pem (qemu's layout).",
+        ),
+    ] = None,
+    no_verify_clients: Annotated[
+        bool,
+        typer.Option("--no-verify-clients", help="With --tls-dir, take clients without a cert."),
+    ] = False,
+) -> None:
+    """Serve VOLUME read-only over NBD until SIGTERM or SIGINT; prints its URL on stdout.
+
+    Block status tells the client the holes and zeros, so a clone reads only data.
+    """
+    from diskferry.qemu.nbd_server import NbdServeOptions, NbdServer
+
+    if format not in ("raw", "qcow2"):
+        raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
+    host, port = parse_address(nbd)
+    with contextlib.ExitStack() as stack:
+        tls_dir = None if cert_dir is None else stack.enter_context(_qemu_tls_dir(cert_dir, host))
+        options = NbdServeOptions(
+            name=name if name is not None else os.path.basename(volume),
+            fmt=format,
+            tls_dir=tls_dir,
+            verify_clients=not no_verify_clients,
+        )
+        server = stack.enter_context(NbdServer(volume, host, port, options))
+        print(server.url, flush=True)
+        note(f"serving {volume} read-only at {server.url}")
+        server.wait()
+
+
+@contextlib.contextmanager
+def _qemu_tls_dir(cert_dir: str, host: str) -> Iterator[str]:
+    """`cert_dir` if it is laid out for qemu; else a private one with a certificate its CA issued.
+
+    The issued certificate names `host` besides the usual names; its directory is removed
+    when the server ends.
+    """
+    from diskferry.export.certs import CA_CERT, default_sans, issue_server_cert
+
+    if not os.path.exists(os.path.join(cert_dir, CA_CERT)):
+        yield cert_dir
+        return
+    chain, key = issue_server_cert(cert_dir, list(dict.fromkeys([host, *default_sans()])))
+    with tempfile.TemporaryDirectory(prefix="diskferry-nbd-tls-") as directory:
+        shutil.copyfile(os.path.join(cert_dir, CA_CERT), os.path.join(directory, "ca-cert.pem"))
+        Path(directory, "server-cert.pem").write_bytes(chain)
+        fd = os.open(os.path.join(directory, "server-key.pem"), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        yield directory
+
+
+@volume_app.command("create")
+def create_command(
+    target: Annotated[str, typer.Argument(help="The file to create, or a block device.")],
+    size: Annotated[
+        str | None, typer.Option(help="Its size (a block device keeps its own).")
+    ] = None,
+    force: Force = False,
+    no_progress: NoProgress = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Make TARGET a blank volume: a sparse file, or a block device zeroed (BLKZEROOUT)."""
+    from diskferry.disk.blank import create_blank
+    from diskferry.disk.progress import Progress
+
+    _say_overwrite(target, "zeroes")
+    progress = Progress()
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "zero", enabled=not no_progress and not json_out),
+    ):
+        created = create_blank(
+            target, size_option(size), replace=force, progress=progress, cancel=cancel
+        )
+    if json_out:
+        print_json({"target": os.path.abspath(target), "size": created})
+    else:
+        note(f"created {target} blank, {created} bytes")
+
+
+@volume_app.command("clone")
+def clone_command(
+    source: Annotated[str, typer.Argument(help="The volume to clone.")],
+    destination: Annotated[str, typer.Argument(help="The new file, or a block device.")],
+    force: Force = False,
+    no_progress: NoProgress = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Clone SOURCE to DESTINATION: a reflink where the file system shares extents, else a copy."""
+    from diskferry.disk.clone import clone_volume
+    from diskferry.disk.progress import Progress
+
+    _say_overwrite(destination, "overwrites")
+    progress = Progress()
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "clone", enabled=not no_progress and not json_out),
+    ):
+        result = clone_volume(source, destination, replace=force, progress=progress, cancel=cancel)
+    if json_out:
+        print_json(
+            {
+                "target": os.path.abspath(destination),
+                "method": result.method,
+                "size": result.size,
+                "bytesRead": result.bytes_read,
+                "bytesWritten": result.bytes_written,
+            }
+        )
+    else:
+        note(f"cloned {source} to {destination} by {result.method}, {result.size} bytes")
+
+
+def _say_overwrite(path: str, verb: str) -> None:
+    """Say before it starts that the command writes the block device `path` in place."""
+    from diskferry.disk.file_volume import is_block_device
+
+    if is_block_device(path):
+        note(f"this command {verb} the block device {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `volume` to the CLI."""
+    app.add_typer(volume_app, name="volume")
