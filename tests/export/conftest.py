@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from export_support import TOKEN, MiB, Running, make_disk, start_diskferry
 
-from diskferry.export.certs import create_ca
+from diskferry.serving.certs import create_ca
 
 
 @pytest.fixture

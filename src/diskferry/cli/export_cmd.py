@@ -68,7 +68,7 @@ def ca_create(
     dir: Annotated[Path, typer.Option("--dir", help="Directory for ca.crt and ca.key.")],
 ) -> None:
     """Create a CA (ca.crt, ca.key) that export servers and the proxy issue certificates from."""
-    from diskferry.export.certs import create_ca
+    from diskferry.serving.certs import create_ca
 
     note(f"wrote {create_ca(dir)}")
 

@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diskferry.export.errors import RoutesError
-from diskferry.export.watch import FileWatch
+from diskferry.serving.watch import FileWatch
 
 log = logging.getLogger(__name__)
 

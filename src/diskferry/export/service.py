@@ -13,19 +13,20 @@ import threading
 from pathlib import Path
 
 from diskferry.disk.progress import Progress
-from diskferry.export.certs import default_sans
+from diskferry.export.accesslog import RedactingAccessLogger
 from diskferry.export.errors import ExportError
 from diskferry.export.job import ExportJob, ExportPhase, Listening, ProxyJob, ServeResult
 from diskferry.export.links import export_links
-from diskferry.export.listener import Timeouts
 from diskferry.export.manifests import load_manifest
 from diskferry.export.proxy import ExportProxy, PoolSettings
 from diskferry.export.routes import RoutesFile
-from diskferry.export.serve import ServeOptions, run
 from diskferry.export.server import ExportServer
-from diskferry.export.tls import ServerTls
 from diskferry.export.token import TokenFile
 from diskferry.export.volumes import ExportedVolume, open_exported
+from diskferry.serving.certs import default_sans
+from diskferry.serving.listener import Timeouts
+from diskferry.serving.run import ServeOptions, run
+from diskferry.serving.tls import ServerTls
 from diskferry.worker.reporter import QUIET, EventType, Reporter
 
 
@@ -53,6 +54,7 @@ def _options(job: Listening, ttl: float | None, grace: float) -> ServeOptions:
         ttl=ttl,
         grace=grace,
         timeouts=Timeouts(header=job.header_timeout, idle=job.idle_timeout),
+        access_log_class=RedactingAccessLogger,
     )
 
 

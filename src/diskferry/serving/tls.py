@@ -16,9 +16,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from diskferry.export.certs import CA_CERT, CA_KEY, issue_server_cert
-from diskferry.export.errors import TlsSetupError
-from diskferry.export.watch import FileWatch
+from diskferry.serving.certs import CA_CERT, CA_KEY, issue_server_cert
+from diskferry.serving.errors import TlsSetupError
+from diskferry.serving.watch import FileWatch
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,119 @@
+"""Certificates: a private CA for exports, and server certificates it issues."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from diskferry.serving.errors import TlsSetupError
+
+CA_CERT = "ca.crt"
+CA_KEY = "ca.key"
+CA_DAYS = 3650
+SERVER_DAYS = 365
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def create_ca(directory: str | os.PathLike[str], common_name: str = "diskferry export CA") -> Path:
+    """Write `ca.crt` and `ca.key` (mode 0600) in `directory`; refuse to overwrite a CA."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    if (d / CA_CERT).exists() or (d / CA_KEY).exists():
+        raise TlsSetupError(f"{d} already holds a CA: remove {CA_CERT} and {CA_KEY} first")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _write_private(d / CA_KEY, _key_pem(key))
+    (d / CA_CERT).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return d / CA_CERT
+
+
+def default_sans() -> list[str]:
+    """The names a server certificate covers when none are given."""
+    names = ["localhost", "127.0.0.1", socket.gethostname()]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def issue_server_cert(ca_dir: str | os.PathLike[str], sans: list[str]) -> tuple[bytes, bytes]:
+    """A server certificate and key (PEM) for `sans`, signed by the CA in `ca_dir`."""
+    d = Path(ca_dir)
+    try:
+        ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
+        ca_key = serialization.load_pem_private_key((d / CA_KEY).read_bytes(), password=None)
+    except (OSError, ValueError) as e:
+        raise TlsSetupError(
+            f"cannot load the CA in {d}: {e}; run 'diskferry export ca create --dir {d}'"
+        ) from e
+    if not sans:
+        raise TlsSetupError("a server certificate needs at least one name: give --san")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, sans[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=SERVER_DAYS))
+        .add_extension(x509.SubjectAlternativeName([_san(n) for n in sans]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    chain = cert.public_bytes(serialization.Encoding.PEM) + (d / CA_CERT).read_bytes()
+    return chain, _key_pem(key)
