@@ -1,4 +1,5 @@
-"""Opening an import source (a local path or an HTTP(S) URL) as a counted byte stream."""
+"""Opening an import source (a local path, an HTTP(S) URL, or a body handed in) as a counted
+byte stream."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 from pathlib import Path
 
 from diskferry.disk.checksums import Checksum
+from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
@@ -42,7 +44,11 @@ def is_url(source: str) -> bool:
 
 
 class SourceStream:
-    """The source's bytes as received: counted into progress and hashed for the checksum."""
+    """The source's bytes as received: counted into progress and hashed for the checksum.
+
+    With `body`, the bytes come from it (an upload, say), `source` only names them and
+    `body_size` is their length when known.
+    """
 
     def __init__(
         self,
@@ -54,6 +60,8 @@ class SourceStream:
         checksum: Checksum | None = None,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        body: Readable | None = None,
+        body_size: int | None = None,
     ) -> None:
         self.name = http_url_for_message(source) if is_url(source) else source
         self.local_path: str | None = None
@@ -62,8 +70,11 @@ class SourceStream:
         self._progress = progress
         self._cancel = cancel
         self._reader: ResumingReader | None = None
+        self._body = body
         self._file = None
-        if is_url(source):
+        if body is not None:
+            self.size: int | None = body_size
+        elif is_url(source):
             http = HttpSource(source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries)
             self._reader = http.open_stream(0, cancel)
             self.size = self._reader.length
@@ -84,7 +95,12 @@ class SourceStream:
         """Up to `n` bytes of the source."""
         if self._cancel is not None and self._cancel.is_set():
             raise CancelledError("cancelled")
-        data = self._reader.read(n) if self._reader is not None else self._read_file(n)
+        if self._body is not None:
+            data = self._body.read(n)
+        elif self._reader is not None:
+            data = self._reader.read(n)
+        else:
+            data = self._read_file(n)
         self.bytes_read += len(data)
         if self._checksum is not None:
             self._checksum.update(data)
