@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from export_plain_server import PlainServer
-from export_support import TOKEN, MiB, Running, make_disk, write_routes
+from export_support import TOKEN, MiB, make_disk, write_routes
+from server_support import Running
 
 from diskferry.disk.http import TlsError
 from diskferry.export.download import DownloadRequest, download

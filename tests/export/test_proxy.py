@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from export_support import TOKEN, MiB, Running, curl, make_disk, open_fds, write_routes
+from export_support import TOKEN, MiB, curl, make_disk, open_fds, write_routes
+from server_support import Running
 
 from diskferry.serving.certs import create_ca
 

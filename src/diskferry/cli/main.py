@@ -16,6 +16,7 @@ from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
 from diskferry.cli.serve_cmd import register as register_serve
+from diskferry.cli.upload_cmd import register as register_upload
 from diskferry.disk.errors import DiskferryError
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ register_repo(app)
 register_backup(app)
 register_serve(app)
 register_crds(app)
+register_upload(app)
 
 
 def main(argv: list[str] | None = None) -> None:
