@@ -103,6 +103,7 @@ def test_every_refusal_code(setup, images, tmp_path: Path) -> None:
     running = PartialUpload(server, path, size)
     data = images.get("qcow2").read_bytes()
     running.send(data[: size // 2])
+    _wait_until(lambda: curl(server, f"/upload/{TOKEN}")[0] == 503)
     assert curl(server, "/v1alpha1/upload", *bearer(), "--data-binary", image)[0] == 503
     running.send(data[size // 2 :])
     assert running.status() == 200
