@@ -59,6 +59,36 @@ def test_curl_form_upload_lands_byte_exact(setup, images, version: str) -> None:
     assert images.same(setup.target, images.reference)
 
 
+def test_client_and_server_say_what_is_wrong_in_one_line(setup, images, diskferry) -> None:
+    server = setup.serve("--keep-serving")
+    wrong = setup.token_file.with_name("wrong")
+    wrong.write_text("not-it\n")
+    refused = diskferry(
+        "upload", images.get("raw"), server.url, "--token-file", wrong, "--ca-bundle", server.ca
+    )
+    assert refused.code == 1
+    assert "HTTP 401" in refused.error and "wrong or has expired" in refused.error
+    assert "not-it" not in refused.stderr
+    server.stop()
+    setup.token_file.write_text("")
+    empty = diskferry(
+        "upload",
+        "serve",
+        setup.target,
+        "--token-file",
+        setup.token_file,
+        "--cert-dir",
+        setup.ca_dir,
+        "--port",
+        "0",
+    )
+    assert (empty.code, empty.error) == (
+        1,
+        f"the token file {setup.token_file} is empty: write a token into it",
+    )
+    assert setup.untouched()
+
+
 def test_diskferry_client_uploads_to_the_sync_path(setup, images, diskferry) -> None:
     server = setup.serve()
     image = images.get("raw", "xz")
@@ -70,8 +100,12 @@ def test_diskferry_client_uploads_to_the_sync_path(setup, images, diskferry) -> 
     assert images.same(setup.target, images.reference)
 
 
-def test_deckhouse_secret_path(setup, images) -> None:
+def test_deckhouse_secret_path(setup, images, diskferry) -> None:
     server = setup.serve("--keep-serving")
+    url = f"{server.url}/upload/guessed-secret"
+    refused = diskferry("upload", images.get("raw"), url, "--ca-bundle", server.ca)
+    assert refused.code == 1
+    assert "HTTP 404" in refused.error and "guessed-secret" not in refused.stderr
     assert curl(server, f"/upload/{TOKEN}")[0] == 200
     assert curl(server, "/upload/not-the-secret")[0] == 404
     assert curl(server, "/upload/not-the-secret", "-T", str(images.get("raw")))[0] == 404

@@ -60,7 +60,7 @@ class SourceChangedError(RangeNotSupportedError):
 
 
 def _first_line(data: bytes) -> str:
-    line = data.decode(errors="replace").strip().splitlines()
+    line = data[:_EXPLAIN_BYTES].decode(errors="replace").strip().splitlines()
     return f": {line[0][:_EXPLAIN_BYTES]}" if line else ""
 
 
@@ -137,7 +137,9 @@ class HttpSource:
         except Urllib3Error as e:
             raise self._translate(e) from e
         if resp.status >= 400:
-            said = _first_line(resp.read(_EXPLAIN_BYTES)) if explain else ""
+            said = ""
+            if explain:
+                said = _first_line(resp.read(_EXPLAIN_BYTES) if stream else resp.data)
             resp.drain_conn()
             resp.release_conn()
             status = f"HTTP {resp.status} {resp.reason or ''}".strip()
