@@ -6,7 +6,7 @@ DEB_PACKAGES := util-linux qemu-utils qemu-system-common qemu-block-extra qemu-g
 	libnbd-bin curl xz-utils bzip2 zstd pigz strace libfuse2
 BENCH_PACKAGES := restic borgbackup
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench fuzz clean
 
 setup: $(VENV)/.installed
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -18,7 +18,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test,fuzz]'
 	touch $@
 
 demo: setup
@@ -38,5 +38,17 @@ bench: setup
 	fi
 	$(PY) -m benchmarks.run
 
+# each target under atheris for FUZZ_SECONDS; corpora and crashes stay in FUZZ_DIR
+FUZZ_SECONDS := 600
+FUZZ_DIR := .fuzz
+fuzz: setup
+	@for t in $$(PYTHONPATH=fuzz:src $(PY) fuzz/run.py --list); do \
+		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
+		mkdir -p $(FUZZ_DIR)/$$t; \
+		PYTHONPATH=fuzz:src $(PY) fuzz/run.py $$t -max_total_time=$(FUZZ_SECONDS) -timeout=20 \
+			-rss_limit_mb=1024 -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/$$t/corpus \
+			|| exit 1; \
+	done
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(FUZZ_DIR)

@@ -17,6 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The one hypothesis profile of the suite: examples bounded so CI stays quick, no deadline on
+# a shared machine. HYPOTHESIS_PROFILE=long draws ten times as many.
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile("long", settings.get_profile("ci"), max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 MiB = 1 << 20
 DISK_SIZE = 32 * MiB

@@ -92,7 +92,7 @@ def opened(blob, path):
     return Manifest(path, lead, CODEC, lambda start, length: blob[start : start + length])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.data(), st.integers(0, 300), st.integers(0, 300))
 def test_overlay_matches_the_byte_model(data, old_size, new_size):
     parent = list(full_entries(data.draw(runs(old_size)), old_size))
@@ -109,7 +109,7 @@ def test_overlay_matches_the_byte_model(data, old_size, new_size):
     assert base.taken <= sum(1 for e in parent if e.offset < new_size) + 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.data(), st.integers(1, 300))
 def test_full_entries_match_the_runs(data, size):
     given_runs = data.draw(runs(size))
@@ -120,7 +120,7 @@ def test_full_entries_match_the_runs(data, size):
     assert expand(entries, size) == model
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.data(), st.integers(0, 300), st.integers(0, 300), st.integers(1, 5))
 def test_an_incremental_over_a_paged_parent_matches_the_byte_model(
     tmp_path_factory, data, old_size, new_size, page_entries

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 def test_usage_errors_are_one_line_and_exit_2(diskferry) -> None:
-    unknown = diskferry("bogus")
+    unknown = diskferry("frobnicate")
     assert unknown.code == 2
-    assert unknown.stderr == "diskferry: error: No such command 'bogus'.\n"
+    assert unknown.stderr == "diskferry: error: No such command 'frobnicate'.\n"
     missing = diskferry("import")
     assert missing.code == 2
     assert missing.stderr == "diskferry: error: Missing argument 'source'.\n"

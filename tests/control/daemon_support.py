@@ -65,6 +65,7 @@ def start_daemon(data_dir: Path, log: Path, port: int | None = None) -> Served:
                 str(data_dir),
                 "--port",
                 str(port),
+                "--no-controllers",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

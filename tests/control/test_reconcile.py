@@ -83,7 +83,9 @@ def test_a_disk_from_http_is_ready_with_its_bytes(daemon, nginx, images) -> None
     wanted = {"Pending", "Provisioning", "Ready"}
     wait_until(lambda: wanted <= {e["reason"] for e in daemon.events("vd1")})
     assert disk["metadata"]["finalizers"] == ["diskferry.io/cleanup"]
-    wait_until(lambda: os.listdir(daemon.data_dir / "jobs") == ["failed"])
+    wait_until(lambda: sorted(os.listdir(daemon.data_dir / "jobs")) == ["failed", "logs"])
+    kept = os.listdir(daemon.data_dir / "jobs" / "logs")
+    assert len(kept) == 1 and "import done" in (daemon.data_dir / "jobs/logs" / kept[0]).read_text()
     assert os.listdir(daemon.data_dir / "jobs" / "failed") == []
 
 
@@ -264,7 +266,8 @@ def test_a_disk_from_an_image_and_a_disk_from_its_snapshot(daemon, nginx, images
         wait_until(lambda kind=kind, name=name: daemon.get(kind, name) is None)
     volumes = daemon.data_dir / "volumes" / "local"
     assert list(volumes.rglob("*")) == []
-    assert os.listdir(daemon.data_dir / "jobs") == ["failed"]
+    assert sorted(os.listdir(daemon.data_dir / "jobs")) == ["failed", "logs"]
+    assert os.listdir(daemon.data_dir / "jobs" / "logs") == []
 
 
 def test_deleting_a_disk_mid_import_stops_its_worker_and_leaves_nothing(
@@ -279,8 +282,9 @@ def test_deleting_a_disk_mid_import_stops_its_worker_and_leaves_nothing(
     daemon.objects.delete(VIRTUAL_DISKS, "default", "gone")
     wait_until(lambda: daemon.get("VirtualDisk", "gone") is None)
     assert _workers_of(daemon.data_dir) == []
-    assert os.listdir(daemon.data_dir / "jobs") == ["failed"]
+    assert sorted(os.listdir(daemon.data_dir / "jobs")) == ["failed", "logs"]
     assert os.listdir(daemon.data_dir / "jobs" / "failed") == []
+    assert os.listdir(daemon.data_dir / "jobs" / "logs") == []
     assert list((daemon.data_dir / "volumes").rglob("*.img*")) == []
     assert "Terminating" in {e["reason"] for e in daemon.events("gone")}
 

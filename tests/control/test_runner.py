@@ -84,6 +84,20 @@ def test_cancel_stops_the_worker_and_purge_removes_its_files(slow_source, images
     assert not target.exists() and images.leftovers(target.parent) == []
 
 
+def test_a_purged_job_keeps_its_log_tail_until_forgotten(nginx, images, tmp_path: Path) -> None:
+    runner = LocalRunner(tmp_path / "data")
+    runner.start("job-9", IMPORT, _import(nginx.publish(images.reference), tmp_path / "d.raw"))
+    wait_until(lambda: (s := runner.state("job-9")) and not s.running)
+    logged = runner.log_tail("job-9")
+    assert logged
+    assert runner.purge("job-9", keep_scratch=False)
+    assert not (tmp_path / "data/jobs/job-9").exists()
+    assert runner.log_tail("job-9") == logged
+    assert runner.forget("job-9")
+    assert runner.log_tail("job-9") == []
+    assert not (tmp_path / "data/jobs/logs/job-9.log").exists()
+
+
 def test_a_failed_job_is_kept_under_failed(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
     runner.start("job-4", IMPORT, _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))

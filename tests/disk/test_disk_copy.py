@@ -7,7 +7,7 @@ import random
 import threading
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskferry.disk.copy import copy
@@ -22,9 +22,7 @@ runs = st.lists(
     min_size=1,
     max_size=24,
 )
-SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+SETTINGS = settings(max_examples=40)
 
 
 class RecordingVolume(FileVolume):

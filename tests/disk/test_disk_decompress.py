@@ -86,7 +86,7 @@ def test_truncated_streamed_zstd_is_detected():
         read_all(raw[: len(raw) - 3], "zstd")
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(kind=st.sampled_from(KINDS), cut=st.floats(0.0, 1.0, exclude_max=True))
 def test_any_cut_of_two_members_is_detected_unless_between_them(kind, cut):
     first, second = compress(kind, DATA[:200_000]), compress(kind, DATA[200_000:400_000])
@@ -106,3 +106,40 @@ def test_corruption_is_detected(kind):
         raw[i] ^= 0xA5
     with pytest.raises(DecompressError, match=f"the {kind} stream"):
         read_all(bytes(raw), kind)
+
+
+class Endless:
+    """A stream that repeats `unit` whole after `head`, and fails the test past `bound` bytes."""
+
+    def __init__(self, head: bytes, unit: bytes, bound: int = 64 << 20) -> None:
+        self.head, self.unit, self.left = head, unit, bound
+
+    def read(self, n: int = 1 << 20) -> bytes:
+        if self.head:
+            out, self.head = self.head, b""
+            return out
+        out = self.unit * max(1, n // len(self.unit))
+        self.left -= len(out)
+        assert self.left > 0, "read on and on without refusing the stream"
+        return out
+
+
+SKIPPABLE = b"\x50\x2a\x4d\x18" + (1 << 16).to_bytes(4, "little") + bytes(1 << 16)
+
+
+@pytest.mark.parametrize(
+    ("kind", "head", "unit"),
+    [
+        ("gzip", gzip.compress(b"some data"), b"\0" * 4096),
+        ("gzip", b"", gzip.compress(b"")),
+        ("bzip2", b"", bz2.compress(b"")),
+        ("zstd", b"", zstandard.ZstdCompressor().compress(b"")),
+        ("zstd", b"", SKIPPABLE),
+    ],
+    ids=["gzip-padding", "gzip-empty-members", "bzip2-empty-streams", "zstd-empty", "zstd-skip"],
+)
+def test_a_stream_that_never_ends_without_data_is_refused(kind, head, unit):
+    reader = DecompressingReader(Endless(head, unit), kind)
+    with pytest.raises(DecompressError, match=f"the {kind} stream goes on for more than 4 MiB"):
+        while reader.read(1 << 16):
+            pass

@@ -17,6 +17,7 @@ from diskferry.disk.formats import (
     VHD_FOOTER,
     FormatError,
     fixed_vhd_size,
+    is_vmdk_descriptor,
     parse_qcow2_header,
     probe_compression,
     probe_format,
@@ -129,3 +130,23 @@ def test_fixed_vhd_footer(tmp_path):
         assert read_fixed_vhd_size(vol, vol.size) == 1 << 20
     with FileVolume(raw) as vol:
         assert read_fixed_vhd_size(vol, vol.size) is None
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b'# Disk DescriptorFile\nversion=1\nRW 2048 FLAT "/etc/shadow" 0\n',
+        b'# written by hand\n\n   \nversion=2\r\nRW 2048 FLAT "/etc/shadow" 0\n',
+        b"version=3\n",
+    ],
+)
+def test_vmdk_text_descriptors_are_told_as_qemu_tells_them(head):
+    assert is_vmdk_descriptor(head)
+    assert probe_format(head) == "vmdk"
+
+
+@pytest.mark.parametrize(
+    "head", [b"", b"\0" * 4096, b"# notes\nversion=4\n", b"hello\nversion=1\n"]
+)
+def test_other_text_is_no_vmdk_descriptor(head):
+    assert not is_vmdk_descriptor(head)

@@ -8,7 +8,7 @@ import random
 import threading
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diskferry.disk.errors import CancelledError, VolumeError
@@ -16,9 +16,7 @@ from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.sparse_writer import ImageTooLargeError, SparseWriter
 
 PAGE = 4096
-SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+SETTINGS = settings(max_examples=40)
 
 
 def stream_of(layout: list[tuple[bool, int]], seed: int) -> bytes:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import struct
 import tempfile
-import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from fuzzing import hostile_inputs, memory_bound, run_target
 from hostile_server import (
     Request,
     Talk,
@@ -31,26 +31,13 @@ from diskferry.nbd.errors import NbdConnectionError, NbdError
 
 KiB = 1 << 10
 MiB = 1 << 20
-MEMORY_BOUND = 16 * MiB
 TYPED = (NbdError, CancelledError)
 # Generous: the servers here always end the connection, so no wait comes near these.
 WAIT = 10.0
 READ_AT, READ_LENGTH = 4 * KiB, 64 * KiB
 MARK = 0xEE  # what the read buffer held before; the servers here never send it
 U32 = st.integers(0, 0xFFFFFFFF)
-FUZZ = settings(max_examples=200, deadline=None)
-
-
-@contextmanager
-def memory_bound() -> Iterator[None]:
-    """Fail when the Python heap grows by MEMORY_BOUND or more inside the block."""
-    tracemalloc.start()
-    try:
-        yield
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < MEMORY_BOUND, f"{peak} bytes allocated"
+FUZZ = settings(max_examples=200)
 
 
 @contextmanager
@@ -311,3 +298,11 @@ def _lying(request: Request, rtype: int, length: int, body: bytes = bytes(16)) -
     """A chunk header that promises `length` bytes, and a few of them."""
     head = p.STRUCTURED_REPLY_REST.pack(0, rtype, request.cookie, length)
     return p.MAGIC.pack(p.STRUCTURED_REPLY_MAGIC) + head + body
+
+
+@settings(max_examples=50)
+@pytest.mark.parametrize("name", ["nbd_handshake", "nbd_reply"])
+@given(data=st.data())
+def test_the_shared_targets_against_mutated_scripts(name: str, data: st.DataObject) -> None:
+    """The targets `make fuzz` runs under atheris, from their seeds."""
+    run_target(name, data.draw(hostile_inputs(name, max_size=256), label="script"))

@@ -7,11 +7,16 @@ import threading
 import blake3
 import zstandard
 
+from diskferry.backup.config import MAX_CHUNK_SIZE
 from diskferry.backup.crypto import OpenError, open_sealed, seal
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.keys import Keys
 
 ID_SIZE = 32
+# No chunk is larger, and every metadata object is smaller: a stored object that unpacks
+# past it is refused before it is unpacked whole, whatever size its header claims.
+MAX_PLAIN = MAX_CHUNK_SIZE
+_UNPACK_PIECE = 1 << 20
 _STORED = b"\0"
 _ZSTD = b"\1"
 _LEVEL = 3
@@ -78,7 +83,7 @@ class Codec:
         if payload[:1] == _STORED:
             return payload[1:]
         if payload[:1] == _ZSTD:
-            return self._local.dctx.decompress(payload[1:])
+            return _unpack(self._local.dctx, memoryview(payload)[1:])
         raise ValueError("unknown compression")
 
     def _seal(self, payload: bytes, ad: bytes) -> bytes:
@@ -90,6 +95,19 @@ class Codec:
         if self._keys.data is None:
             return bytes(blob)
         return open_sealed(self._keys.data, blob, ad)
+
+
+def _unpack(dctx: zstandard.ZstdDecompressor, packed: memoryview) -> bytes:
+    """The zstd frame `packed` unpacked, at most MAX_PLAIN bytes; ValueError beyond that."""
+    pieces = []
+    total = 0
+    with dctx.stream_reader(packed, read_across_frames=False) as reader:
+        while piece := reader.read(_UNPACK_PIECE):
+            total += len(piece)
+            if total > MAX_PLAIN:
+                raise ValueError(f"unpacks to more than {MAX_PLAIN} bytes")
+            pieces.append(piece)
+    return b"".join(pieces)
 
 
 def _corrupt(chunk_id: bytes, where: str, why: str) -> CorruptObjectError:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 # 2: manifests stored in pages (snapshots.py)
 FORMAT_VERSION = 2
 DEFAULT_CHUNK_SIZE = 1 << 20
+MAX_CHUNK_SIZE = 64 << 20
 
 
 class KdfParams(BaseModel):
@@ -25,7 +26,7 @@ class RepoConfig(BaseModel):
 
     id: str
     version: int = FORMAT_VERSION
-    chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, gt=0)
+    chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, gt=0, le=MAX_CHUNK_SIZE)
     cipher: Literal["aes-256-gcm", "none"] = "aes-256-gcm"
     compression: Literal["zstd"] = "zstd"
     kdf: KdfParams = KdfParams()

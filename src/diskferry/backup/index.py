@@ -52,6 +52,8 @@ def decode_index(index_id: str, blob: bytes, codec: Codec) -> list[IndexEntry]:
     try:
         (count,) = _HEAD.unpack_from(data)
         start = _HEAD.size + count * _PACK.size
+        if start > len(data) or (len(data) - start) % _ENTRY.size:
+            raise struct.error("the lengths do not add up")
         packs = [data[i : i + 16].hex() for i in range(_HEAD.size, start, _PACK.size)]
         return [
             IndexEntry(cid, packs[n], off, length, plain)

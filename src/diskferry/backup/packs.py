@@ -71,6 +71,8 @@ def read_trailer(store: ObjectStore, pack_id: str, codec: Codec, size: int) -> l
         table = codec.decode_meta(blob, _trailer_name(pack_id))
     except CorruptObjectError:
         raise CorruptObjectError(f"the trailer of {path} is damaged", objects=(path,)) from None
+    if len(table) % _ENTRY.size:
+        raise CorruptObjectError(f"the trailer of {path} is malformed", objects=(path,))
     return [PackEntry(*fields) for fields in _ENTRY.iter_unpack(table)]
 
 

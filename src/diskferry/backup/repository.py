@@ -12,7 +12,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from diskferry.backup.codec import Codec
-from diskferry.backup.config import DEFAULT_CHUNK_SIZE, FORMAT_VERSION, KdfParams, RepoConfig
+from diskferry.backup.config import (
+    DEFAULT_CHUNK_SIZE,
+    FORMAT_VERSION,
+    MAX_CHUNK_SIZE,
+    KdfParams,
+    RepoConfig,
+)
 from diskferry.backup.errors import (
     CorruptObjectError,
     PasswordError,
@@ -98,6 +104,11 @@ class Repository:
             raise PasswordError(
                 "a password is needed: set DISKFERRY_PASSWORD or give --password-file "
                 "(or ask for --no-encryption)"
+            )
+        if not 0 < chunk_size <= MAX_CHUNK_SIZE:
+            raise RepositoryError(
+                f"chunk size {chunk_size} is out of range: give 1 to {MAX_CHUNK_SIZE} bytes",
+                reason="BadChunkSize",
             )
         config = RepoConfig(
             id=os.urandom(16).hex(),

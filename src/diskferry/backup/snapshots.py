@@ -261,6 +261,8 @@ class Manifest:
         data = self._codec.decode_meta(blob, _page_name(self.path, number))
         (count,) = _LEN.unpack_from(data)
         ids_end = _LEN.size + count * ID_SIZE
+        if ids_end > len(data):
+            raise ValueError(f"page {number} names more chunk ids than it holds")
         ids = [data[i : i + ID_SIZE] for i in range(_LEN.size, ids_end, ID_SIZE)]
         entries = [
             Entry(off, n, None, 0) if k < 0 else Entry(off, n, ids[k], co)

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import json
 import os
-import secrets
-import select
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from diskferry.cli.common import NOTES, note, progress_bar
+from diskferry.cli.common import note
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu import img
 
@@ -27,6 +28,21 @@ _DATA_RUNS = 48
 _RUN_LENGTH = 1 << 20
 
 
+_DISKFERRY = [sys.executable, "-m", "diskferry.cli.main"]
+_DISK, _IMAGE, _FROM_IMAGE, _BLANK, _EXPORT = (
+    "demo-disk",
+    "demo-image",
+    "from-image",
+    "blank",
+    "demo",
+)
+_OBJECTS = (
+    ("vd", _DISK),
+    ("vi", _IMAGE),
+    ("vd", _FROM_IMAGE),
+    ("vd", _BLANK),
+    ("vmexport", _EXPORT),
+)
 _MARKER = ".diskferry-demo"
 # the longest one command of the demo may take before it counts as hung
 _STEP_SECONDS = 300
@@ -86,86 +102,130 @@ def _serve(directory: Path) -> Iterator[str]:
         loop.close()
 
 
-@contextlib.contextmanager
-def _server(args: list[str], log: Path) -> Iterator[int]:
-    """Run a `diskferry ... serve --port 0` child; yield the port it prints, stop it after."""
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "diskferry.cli.main", *args, "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=err,
-        )
-    try:
-        assert proc.stdout is not None
-        printed, _, _ = select.select([proc.stdout], [], [], _STEP_SECONDS)
-        line = proc.stdout.readline().strip() if printed else b""
-        if not line.isdigit():
-            raise DemoError(f"{args[0]} {args[1]} did not start; see {log}")
-        yield int(line)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 class DemoError(DiskferryError):
     """A demo step did not do what it should."""
 
     reason = "DemoFailed"
 
 
-def _export_step(workdir: Path, disk: Path, no_progress: bool) -> None:
-    """Serve `disk` from an export server, download it through the proxy, compare."""
-    from diskferry.disk.progress import Progress
-    from diskferry.export.download import DownloadRequest, download
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
-    certs = workdir / "certs"
-    token_file = workdir / "token"
-    token_file.write_text(secrets.token_urlsafe(24))
+
+@contextlib.contextmanager
+def _daemon(data_dir: Path, log: Path) -> Iterator[Path]:
+    """Run `diskferry serve` on `data_dir`; yield its kubeconfig once written, SIGTERM it after."""
+    kubeconfig = data_dir / "kubeconfig"
+    serve = [*_DISKFERRY, "serve", "--data-dir", str(data_dir), "--port", str(_free_port())]
+    serve += ["--proxy-port", str(_free_port())]
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(serve, stdout=err, stderr=err)
+    try:
+        deadline = time.monotonic() + _STEP_SECONDS
+        while not kubeconfig.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise DemoError(f"diskferry serve did not start; see {log}")
+            time.sleep(0.1)
+        yield kubeconfig
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _manifests(url: str) -> str:
+    """The example set: a disk from HTTP, an image kept in a claim, a disk made from that
+    image, a blank disk, and an export of the first disk."""
+    http = f'{{type: HTTP, http: {{url: "{url}"}}}}'
+    return f"""\
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {{name: {_DISK}}}
+spec:
+  persistentVolumeClaim: {{size: 512Mi}}
+  dataSource: {http}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualImage
+metadata: {{name: {_IMAGE}}}
+spec:
+  storage: PersistentVolumeClaim
+  dataSource: {http}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {{name: {_FROM_IMAGE}}}
+spec:
+  persistentVolumeClaim: {{size: 1Gi}}
+  dataSource:
+    type: ObjectRef
+    objectRef: {{kind: VirtualImage, name: {_IMAGE}}}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {{name: {_BLANK}}}
+spec:
+  persistentVolumeClaim: {{size: 1Gi}}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualMachineExport
+metadata: {{name: {_EXPORT}}}
+spec:
+  source: {{apiGroup: diskferry.io, kind: VirtualDisk, name: {_DISK}}}
+"""
+
+
+def _ready(kubeconfig: Path) -> None:
+    """Show the disks progressing with `get -w` until every object is Ready."""
+    where = ["--kubeconfig", str(kubeconfig)]
+    # stopped once all are Ready, its line saying so left out
+    watch = subprocess.Popen([*_DISKFERRY, "get", "vd", "-w", *where], stderr=subprocess.DEVNULL)
+    try:
+        for kind, name in _OBJECTS:
+            _step(
+                [*_DISKFERRY, "wait", kind, name, "--for=phase=Ready", "--timeout=5m", *where],
+                f"diskferry wait {kind} {name}",
+            )
+    finally:
+        watch.terminate()
+        watch.wait()
+    for kind in ("vi", "vmexport"):
+        _step([*_DISKFERRY, "get", kind, *where], f"diskferry get {kind}")
+
+
+def _get(kubeconfig: Path, kind: str, name: str) -> dict[str, Any]:
+    proc = _step(
+        [*_DISKFERRY, "get", kind, name, "-o", "json", "--kubeconfig", str(kubeconfig)],
+        f"diskferry get {kind} {name}",
+        stdout=subprocess.PIPE,
+    )
+    return json.loads(proc.stdout)
+
+
+def _download(workdir: Path, kubeconfig: Path, reference: Path) -> Path:
+    """Download the export's raw disk through the proxy (its external link), compare it."""
+    status = _get(kubeconfig, "vmexport", _EXPORT)["status"]
+    external = status["links"]["external"]
+    url = next(f["url"] for f in external["volumes"][0]["formats"] if f["format"] == "raw")
+    secret = _get(kubeconfig, "secret", status["tokenSecretRef"])
+    token_file = workdir / "export-token"
+    token_file.write_bytes(base64.b64decode(secret["data"]["token"]))
     token_file.chmod(0o600)
-    _step(
-        [sys.executable, "-m", "diskferry.cli.main", "export", "ca", "create", "--dir", str(certs)],
-        "diskferry export ca create",
-        stdout=subprocess.DEVNULL,
-    )
-    export_args = ["export", "serve", "--name", "vm1", "--volume", f"disk={disk}"]
-    export_args += ["--token-file", str(token_file), "--cert-dir", str(certs)]
-    export_args += ["--address", "127.0.0.1", "--ttl", "10m"]
-    with _server(export_args, workdir / "export.log") as export_port:
-        routes = workdir / "routes.yaml"
-        routes.write_text(
-            "exports:\n  - namespace: default\n    name: vm1\n"
-            f"    url: https://127.0.0.1:{export_port}\n    caFile: {certs / 'ca.crt'}\n"
-            "    ready: true\n"
-        )
-        proxy_args = ["proxy", "serve", "--routes", str(routes), "--cert-dir", str(certs)]
-        proxy_args += ["--address", "127.0.0.1"]
-        with _server(proxy_args, workdir / "proxy.log") as proxy_port:
-            url = (
-                f"https://127.0.0.1:{proxy_port}/api/export.kubevirt.io/v1/namespaces/default/"
-                "virtualmachineexports/vm1/volumes/disk/disk.img"
-            )
-            note(f"export server on port {export_port}, proxy on port {proxy_port}")
-            note(f"downloading {url}")
-            target = workdir / "downloaded.img"
-            progress = Progress()
-            request = DownloadRequest(
-                url=url,
-                target=target,
-                token=token_file.read_text(),
-                ca_bundle=str(certs / "ca.crt"),
-            )
-            with progress_bar(progress, "download", enabled=not no_progress):
-                result = download(request, progress)
-    if not img.compare(str(disk), str(target), "raw", "raw"):
-        raise DemoError(f"{target} differs from {disk}")
-    note(
-        f"downloaded through the proxy: {result.bytes_fetched} bytes fetched of "
-        f"{result.size} (only what is allocated); qemu-img compare: equal"
-    )
+    ca = workdir / "export-ca.crt"
+    ca.write_text(external["cert"])
+    target = workdir / "downloaded.img"
+    note(f"downloading {url}")
+    secrets = ("--token-file", str(token_file), "--ca-bundle", str(ca))
+    _step([*_DISKFERRY, "export", "download", url, str(target), *secrets], "export download")
+    if not img.compare(str(reference), str(target), "raw", "raw"):
+        raise DemoError(f"{target} differs from the sample")
+    note("downloaded through the proxy; qemu-img compare with the sample: equal")
+    return target
 
 
 def _step(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
@@ -182,7 +242,7 @@ def _step(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProc
 def _cli(*args: str, env: dict[str, str] | None = None) -> dict:
     """Run a diskferry command with --json and return its result."""
     proc = _step(
-        [sys.executable, "-m", "diskferry.cli.main", *args, "--json"],
+        [*_DISKFERRY, *args, "--json"],
         f"diskferry {' '.join(args[:2])}",
         stdout=subprocess.PIPE,
         env={**os.environ, **(env or {})},
@@ -228,38 +288,38 @@ def demo_command(
     workdir: Annotated[
         Path, typer.Option("--dir", help="Working directory for the demo's files.")
     ] = Path("diskferry-demo"),
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
 ) -> None:
-    """Import a sample disk, export it through the proxy, back it up and restore it."""
-    from diskferry.disk.progress import Progress
-    from diskferry.importer.engine import run_import
-    from diskferry.importer.job import ImportJob
-
+    """Run the daemon, make disks and an export through it and download the export, then back
+    the download up and restore it."""
     _fresh(workdir)
     served = workdir / "served"
     served.mkdir(exist_ok=True)
     note(f"making a {_SAMPLE_SIZE >> 20} MiB sample disk (qcow2, gzip) in {served}")
     packed = _make_sample(served)
     reference = served / "sample.raw"
-    target = workdir / "imported.img"
+    data_dir = workdir / "data"
+    manifests = workdir / "manifests.yaml"
     with _serve(served) as base:
-        url = f"{base}/{packed.name}"
-        note(f"importing {url} into {target}")
-        progress = Progress()
-        with progress_bar(progress, "import", enabled=not no_progress):
-            job = ImportJob(source=url, target=str(target))
-            result = run_import(job, progress, reporter=NOTES)
+        manifests.write_text(_manifests(f"{base}/{packed.name}"))
+        note(f"diskferry serve --data-dir {data_dir} (its log: {workdir / 'serve.log'})")
+        with _daemon(data_dir, workdir / "serve.log") as kubeconfig:
+            where = ["--kubeconfig", str(kubeconfig)]
+            _step([*_DISKFERRY, "apply", "-f", str(manifests), *where], "diskferry apply")
+            _ready(kubeconfig)
+            downloaded = _download(workdir, kubeconfig, reference)
+            _step(
+                [*_DISKFERRY, "delete", "vmexport", _EXPORT, "--wait", *where],
+                "diskferry delete vmexport",
+            )
+    note("daemon stopped")
+    _backup_step(workdir, downloaded, reference)
+    made = ", ".join(f"{kind} {name}" for kind, name in _OBJECTS if kind != "vmexport")
+    note(f"made {made} in {data_dir}; the export {_EXPORT} served the download, then was deleted")
     note(
-        f"imported {result.source_format}+{result.compression}: {result.bytes_read} bytes "
-        f"received, {result.bytes_written} bytes written, virtual size {result.virtual_size}, "
-        f"{result.seconds:.2f} s"
+        f"to look at them: diskferry serve --data-dir {data_dir}, then "
+        f"diskferry get vd --data-dir {data_dir} or "
+        f"kubectl --kubeconfig {data_dir / 'kubeconfig'} get vd,vi"
     )
-    if not img.compare(str(reference), str(target), "raw", "raw"):
-        raise DemoError(f"{target} differs from the sample")
-    allocated = os.stat(target).st_blocks * 512
-    note(f"qemu-img compare: {target} equals the sample; {allocated >> 20} MiB allocated (sparse)")
-    _export_step(workdir, target, no_progress)
-    _backup_step(workdir, target, workdir / "downloaded.img")
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
+from diskferry.cli.resource_cmd import register as register_resources
 from diskferry.cli.serve_cmd import register as register_serve
 from diskferry.cli.upload_cmd import register as register_upload
 from diskferry.disk.errors import DiskferryError
@@ -36,6 +37,7 @@ register_backup(app)
 register_serve(app)
 register_crds(app)
 register_upload(app)
+register_resources(app)
 
 
 def main(argv: list[str] | None = None) -> None:

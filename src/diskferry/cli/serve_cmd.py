@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
+from diskferry.control.controllers import Controllers
 from diskferry.control.daemon import DEFAULT_ADDRESS, DEFAULT_PORT, Daemon, default_data_dir
+from diskferry.control.reconcilers.exportproxy import PROXY_PORT
 
 
 def serve(
@@ -25,12 +27,29 @@ def serve(
     address: Annotated[
         str, typer.Option("--address", help="Address to listen on.")
     ] = DEFAULT_ADDRESS,
+    proxy_port: Annotated[
+        int, typer.Option("--proxy-port", help="HTTPS port of the export proxy.")
+    ] = PROXY_PORT,
+    controllers: Annotated[
+        bool,
+        typer.Option(
+            "--controllers/--no-controllers",
+            help="Reconcile the resources (run imports, exports, snapshots), or only serve them.",
+        ),
+    ] = True,
 ) -> None:
-    """Run the daemon: the API kubectl drives, until SIGTERM or SIGINT."""
+    """Run the daemon: the API kubectl drives and the controllers, until SIGTERM or SIGINT.
+
+    Workers keep running when the daemon stops; the next one re-attaches to them."""
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
-    Daemon(data_dir or default_data_dir(), address=address, port=port).run()
+
+    def reconcile(daemon: Daemon) -> Controllers:
+        return Controllers(daemon.data_dir, daemon.service, proxy_port=proxy_port)
+
+    background = [reconcile] if controllers else []
+    Daemon(data_dir or default_data_dir(), address=address, port=port, background=background).run()
 
 
 def register(app: typer.Typer) -> None:

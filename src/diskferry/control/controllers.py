@@ -2,20 +2,26 @@
 
 `Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store,
 re-attaches to the workers a previous daemon left running (their state is in
-DATA_DIR/jobs) and starts reconciling; `stop()` stops reconciling and leaves workers running.
+DATA_DIR/jobs) and starts reconciling and keeping the export proxy; `stop()` stops both and
+leaves workers running.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
+from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
+from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
 from diskferry.control.runner.base import LOG_LINES
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
@@ -36,21 +42,34 @@ class Controllers:
         extra: Sequence[Reconciler] = (),
         workers: int = 4,
         resync: float = RESYNC_SECONDS,
+        proxy_port: int = PROXY_PORT,
+        certs: ServerCerts | None = None,
     ) -> None:
         self.client = EmbeddedClient(objects, objects.registry)
         self.runner = LocalRunner(data_dir)
         self.volumes = Volumes(data_dir)
+        self.certs = certs or ServerCerts(Path(data_dir) / PKI_DIR)
+        self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
         parts = (self.client, self.runner, self.volumes)
-        owners: list[ClaimedKind | VirtualDiskSnapshotReconciler] = [
+        owners: list[
+            ClaimedKind | VirtualDiskSnapshotReconciler | VirtualMachineExportReconciler
+        ] = [
             VirtualDiskReconciler(*parts),
             VirtualImageReconciler(*parts),
             VirtualDiskSnapshotReconciler(*parts),
+            VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]
         self.job_owners = {r.info.kind: r for r in owners}
         self.reconcilers: list[Reconciler] = [*owners, *extra]
         self.manager = Manager(
             objects, self.client, self.reconcilers, workers=workers, resync=resync
         )
+
+    def log_text(self, info: KindInfo, obj: dict[str, Any]) -> str | None:
+        """The captured log of `obj`'s worker as text, None when it has none."""
+        meta = obj.get("metadata", {})
+        lines = self.log_tail(info.kind, meta.get("namespace"), meta.get("name", ""))
+        return "".join(f"{line}\n" for line in lines) if lines else None
 
     def log_tail(
         self, kind: str, namespace: str | None, name: str, lines: int = LOG_LINES
@@ -65,8 +84,10 @@ class Controllers:
     def start(self) -> None:
         """Create the default StorageClasses if there are none, and start reconciling."""
         ensure_default_classes(self.client)
+        self.proxy.start()
         self.manager.start()
 
     def stop(self, timeout: float = 60) -> None:
         """Stop reconciling (workers keep running) once the reconciles under way are done."""
         self.manager.stop(timeout)
+        self.proxy.stop()

@@ -13,12 +13,13 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import uvicorn
 
+from diskferry.control.api import logs
 from diskferry.control.api.app import ApiServer
-from diskferry.control.kinds import Registry
+from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.kubeconfig import write_kubeconfig
 from diskferry.control.objects import ObjectService
 from diskferry.control.pki import ensure_pki, ensure_token
@@ -51,6 +52,14 @@ class Background(Protocol):
 
     def stop(self) -> None:
         """Stop running; return once stopped."""
+
+
+@runtime_checkable
+class LogSource(Protocol):
+    """A background part that keeps the logs of the workers it ran for objects."""
+
+    def log_text(self, info: KindInfo, obj: dict[str, Any]) -> str | None:
+        """The captured log of `obj`'s worker, None when no worker has run for it."""
 
 
 BackgroundFactory = Callable[["Daemon"], Background]
@@ -137,6 +146,13 @@ class Daemon:
         if self._server is not None:
             self._server.should_exit = True
 
+    def _log_text(self, info: KindInfo, obj: dict[str, Any]) -> str | None:
+        """The first log any background part keeps for `obj`."""
+        for part in self._background:
+            if isinstance(part, LogSource) and (text := part.log_text(info, obj)) is not None:
+                return text
+        return None
+
     def _answers(self, url: str) -> bool:
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
         try:
@@ -156,6 +172,7 @@ class Daemon:
         port = sock.getsockname()[1]
         url = self.url(port)
         self.api = ApiServer(self.service, self.service.registry, self.token, f"127.0.0.1:{port}")
+        logs.install(self.api, self._log_text)
         config = uvicorn.Config(
             self.api.app,
             ssl_certfile=str(self.pki.server_cert),

@@ -10,12 +10,23 @@ from typing import Protocol
 from diskferry.disk.errors import DiskferryError
 
 _INPUT_BLOCK = 256 * 1024
+# Compressed data that is not hostile gives some output for every few bytes it takes; this
+# much input without a byte of output (empty members, padding, skippable frames) without
+# end is a stream that would keep an import busy for ever.
+MAX_IDLE_INPUT = 4 << 20
 
 
 class DecompressError(DiskferryError):
     """A compressed stream is corrupt or ends early."""
 
     reason = "BadCompression"
+
+
+def _idle_error(kind: str) -> DecompressError:
+    return DecompressError(
+        f"the {kind} stream goes on for more than {MAX_IDLE_INPUT >> 20} MiB without any data; "
+        "refusing it"
+    )
 
 
 class Readable(Protocol):
@@ -53,6 +64,7 @@ class DecompressingReader:
         self._pending = b""
         self._in_member = False
         self._eof = False
+        self._idle = 0
 
     def read(self, n: int = 1 << 20) -> bytes:
         """Up to `n` decompressed bytes; b'' at the end of the stream."""
@@ -62,7 +74,10 @@ class DecompressingReader:
             while True:
                 out = self._step(n)
                 if out or self._eof:
+                    self._idle = 0
                     return out
+                if self._idle > MAX_IDLE_INPUT:
+                    raise _idle_error(self.kind)
         except (zlib.error, lzma.LZMAError, OSError, EOFError) as e:
             raise DecompressError(f"the {self.kind} stream is corrupt: {e}") from e
 
@@ -71,6 +86,7 @@ class DecompressingReader:
 
         try:
             out = self._zstd.read(n)  # type: ignore[union-attr]
+            self._frames.idle = 0
         except zstandard.ZstdError as e:
             raise DecompressError(f"the zstd stream is corrupt: {e}") from e
         if not out and not self._frames.between_frames:
@@ -82,6 +98,7 @@ class DecompressingReader:
         zlib_like = self.kind == "gzip"
         if not self._pending and (zlib_like or d.needs_input):
             self._pending = self._raw.read(_INPUT_BLOCK)
+            self._idle += len(self._pending)
             if not self._pending:
                 if self._in_member:
                     raise DecompressError(f"the {self.kind} stream ends in the middle (truncated)")
@@ -120,6 +137,7 @@ class ZstdFrameTracker:
 
     def __init__(self, raw: Readable) -> None:
         self._raw = raw
+        self.idle = 0
         self._state = "magic"
         self._want = 4
         self._head = bytearray()
@@ -132,8 +150,14 @@ class ZstdFrameTracker:
         return self._state == "magic" and not self._head and not self._skip
 
     def read(self, n: int = _INPUT_BLOCK) -> bytes:
-        """Read from the raw stream and follow the headers in what passed."""
+        """Read from the raw stream and follow the headers in what passed.
+
+        Past MAX_IDLE_INPUT bytes since `idle` was last reset, it raises instead.
+        """
         data = self._raw.read(n)
+        self.idle += len(data)
+        if self.idle > MAX_IDLE_INPUT:
+            raise _idle_error("zstd")
         view = memoryview(data)
         pos = 0
         while pos < len(view):

@@ -15,6 +15,7 @@ FORMATS = ("raw", "qcow2", "vmdk", "vhd", "vhdx", "vdi", "iso")
 VHD_FOOTER = 512
 _VHD_FIXED = 2
 _QCOW2_MAGIC = b"QFI\xfb"
+_QCOW2_V3_HEADER = 104
 _QCOW2_EXT_DATA_FILE = 0x44415441
 _QCOW2_INCOMPAT_DATA_FILE = 1 << 2
 
@@ -42,7 +43,7 @@ def probe_format(header: bytes) -> str:
     """The image format named by the first bytes (up to PROBE_BYTES); 'raw' when none."""
     if header.startswith(_QCOW2_MAGIC):
         return "qcow2"
-    if header.startswith(b"KDMV") or header.startswith(b"# Disk DescriptorFile"):
+    if header.startswith(b"KDMV") or is_vmdk_descriptor(header):
         return "vmdk"
     if header.startswith(b"vhdxfile"):
         return "vhdx"
@@ -53,6 +54,18 @@ def probe_format(header: bytes) -> str:
     if header[0x8001:0x8006] == b"CD001":
         return "iso"
     return "raw"
+
+
+def is_vmdk_descriptor(header: bytes) -> bool:
+    """Whether `header` starts a VMDK text descriptor, whose data lies in the files it names.
+
+    As qemu tells one: comment and blank lines, then a `version=` line.
+    """
+    for line in header[:PROBE_BYTES].split(b"\n"):
+        text = line.strip()
+        if text and not text.startswith(b"#"):
+            return text in (b"version=1", b"version=2", b"version=3")
+    return False
 
 
 def fixed_vhd_size(tail: bytes, length: int) -> int | None:
@@ -102,6 +115,8 @@ def parse_qcow2_header(header: bytes) -> Qcow2Header:
     data_file = None
     header_length = 72
     if version == 3:
+        if len(header) < _QCOW2_V3_HEADER:
+            raise FormatError("not a qcow2 image (short version 3 header)")
         incompatible = struct.unpack_from(">Q", header, 72)[0]
         header_length = struct.unpack_from(">I", header, 100)[0]
         if incompatible & _QCOW2_INCOMPAT_DATA_FILE:

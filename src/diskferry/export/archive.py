@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
+import os
+import stat
 import tarfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
+
+log = logging.getLogger(__name__)
 
 _QUEUE_DEPTH = 8
 
@@ -35,12 +40,40 @@ class _QueueWriter:
         """Nothing to release: the queue belongs to the reader."""
 
 
+def _link_escapes(root: Path, link: Path) -> bool:
+    """Whether the symbolic link `link` under `root` would lead outside it once extracted.
+
+    An absolute target leads wherever it is extracted to; a relative one escapes when its
+    `..` climb above `root`, read from where the link stands.
+    """
+    target = os.readlink(link)
+    if os.path.isabs(target):
+        return True
+    inside = os.path.normpath(os.path.join(os.path.dirname(link.relative_to(root)), target))
+    return inside == ".." or inside.startswith("../")
+
+
 def _write_archive(root: Path, sink: _QueueWriter) -> None:
     with tarfile.open(fileobj=sink, mode="w|gz", bufsize=1 << 20) as tar:  # type: ignore[call-overload]
         for path in sorted(root.rglob("*")):
             if sink.stopped.is_set():
                 raise _Stopped
-            tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+            name = str(path.relative_to(root))
+            why = _left_out(root, path)
+            if why:
+                log.warning("left out of the archive of %s: %s, %s", root, name, why)
+                continue
+            tar.add(path, arcname=name, recursive=False)
+
+
+def _left_out(root: Path, path: Path) -> str | None:
+    """Why `path` stays out of the archive of `root`, or None when it goes in."""
+    if path.is_symlink():
+        return "a link that leads outside it" if _link_escapes(root, path) else None
+    mode = path.lstat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "neither a file, a folder nor a link"
 
 
 async def tar_gz_stream(root: Path) -> AsyncIterator[bytes]:

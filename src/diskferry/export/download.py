@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import threading
 import time
@@ -118,10 +117,7 @@ def fetch_extents(req: DownloadRequest, size: int) -> list[Extent] | None:
             raise
         finally:
             source.close()
-        try:
-            page, next_offset = parse_page(json.loads(resp.data))
-        except (ValueError, KeyError, TypeError) as e:
-            raise DownloadError(f"the server's extents are not in the expected shape: {e}") from e
+        page, next_offset = parse_page(resp.data)
         if next_offset is not None and next_offset <= offset:
             raise DownloadError(f"the server's extents do not advance past offset {offset}")
         extents += page

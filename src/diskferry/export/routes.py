@@ -7,11 +7,11 @@ import os
 import ssl
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from diskferry.export.errors import RoutesError
 from diskferry.serving.watch import FileWatch
+from diskferry.serving.yaml_file import read_yaml_model
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,7 @@ def load_routes(path: str | os.PathLike[str]) -> dict[tuple[str, str], Route]:
     p = Path(path)
     if not p.exists():
         return {}
-    try:
-        doc = RoutesDocument.model_validate(yaml.safe_load(p.read_text()) or {})
-    except (OSError, yaml.YAMLError, ValidationError) as e:
-        raise RoutesError(f"cannot read routes {p}: {str(e).splitlines()[0]}") from e
+    doc = read_yaml_model(p, RoutesDocument, RoutesError, "routes")
     return {(r.namespace, r.name): r for r in doc.exports}
 
 

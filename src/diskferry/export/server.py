@@ -246,6 +246,9 @@ class ExportServer:
             if relative and not relative.endswith("/"):
                 raise web.HTTPMovedPermanently(location=request.path + "/")
             return web.Response(text=listing(target), content_type="text/html")
+        if not target.is_file():
+            # a pipe would block the server on open, a device is not the volume's to give
+            raise HttpProblem(404, "NoSuchFile", f"{relative!r} in volume is not a regular file")
         try:
             volume = FileVolume(target)
         except DiskferryError as e:

@@ -13,6 +13,7 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import (
     PROBE_BYTES,
+    is_vmdk_descriptor,
     parse_qcow2_header,
     probe_compression,
     read_fixed_vhd_size,
@@ -31,8 +32,6 @@ from diskferry.worker.reporter import QUIET, EventType, Reporter
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
 _QCOW2_SLACK_DIVISOR = 64
 _QCOW2_SLACK_FIXED = 16 << 20
-# a stand-alone VMDK descriptor: its extents, the data, are other files
-_VMDK_DESCRIPTOR = b"# Disk DescriptorFile"
 
 
 class ImageRefusedError(DiskferryError):
@@ -57,7 +56,7 @@ def _sniff(stream: SourceStream) -> _Sniffed:
         body = PeekReader(DecompressingReader(raw, compression))
     head = body.peek(PROBE_BYTES)
     fmt = probe_image_format(head)
-    if head.startswith(_VMDK_DESCRIPTOR):
+    if is_vmdk_descriptor(head):
         raise ImageRefusedError(
             "the image is a VMDK descriptor that keeps its data in other files; refusing it"
         )

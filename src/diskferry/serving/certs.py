@@ -19,6 +19,7 @@ CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 CA_DAYS = 3650
 SERVER_DAYS = 365
+SERVER_LIFETIME = datetime.timedelta(days=SERVER_DAYS)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -88,8 +89,13 @@ def _san(name: str) -> x509.GeneralName:
         return x509.DNSName(name)
 
 
-def issue_server_cert(ca_dir: str | os.PathLike[str], sans: list[str]) -> tuple[bytes, bytes]:
-    """A server certificate and key (PEM) for `sans`, signed by the CA in `ca_dir`."""
+def issue_server_cert(
+    ca_dir: str | os.PathLike[str],
+    sans: list[str],
+    lifetime: datetime.timedelta = SERVER_LIFETIME,
+) -> tuple[bytes, bytes]:
+    """A server certificate and key (PEM) for `sans`, signed by the CA in `ca_dir`, valid for
+    `lifetime` from now."""
     d = Path(ca_dir)
     try:
         ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
@@ -109,7 +115,7 @@ def issue_server_cert(ca_dir: str | os.PathLike[str], sans: list[str]) -> tuple[
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=SERVER_DAYS))
+        .not_valid_after(now + lifetime)
         .add_extension(x509.SubjectAlternativeName([_san(n) for n in sans]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)

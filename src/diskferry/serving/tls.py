@@ -13,12 +13,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from diskferry.serving.certs import CA_CERT, CA_KEY, issue_server_cert
 from diskferry.serving.errors import TlsSetupError
 from diskferry.serving.watch import FileWatch
+from diskferry.serving.yaml_file import read_yaml_model
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +46,14 @@ def load_tls_settings(path: str | os.PathLike[str] | None) -> TlsSettings:
     """The settings in `path` (YAML), or the defaults when there is no path or file."""
     if path is None or not Path(path).exists():
         return TlsSettings()
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        return TlsSettings.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError) as e:
-        first = str(e).splitlines()[0]
-        raise TlsSetupError(f"cannot read TLS settings {path}: {first}") from e
+    return read_yaml_model(Path(path), TlsSettings, TlsSetupError, "TLS settings")
 
 
 def apply_tls_settings(context: ssl.SSLContext, settings: TlsSettings) -> None:
     """Set the minimum version and TLS 1.2 ciphers of `context`."""
     try:
         context.set_ciphers(settings.ciphers)
-    except ssl.SSLError as e:
+    except (ssl.SSLError, ValueError) as e:
         raise TlsSetupError(f"no usable cipher in {settings.ciphers!r}: fix 'ciphers'") from e
     context.minimum_version = _VERSIONS[settings.min_version]
 

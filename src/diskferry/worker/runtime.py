@@ -170,12 +170,14 @@ def _run(kinds: Mapping[str, JobKind], default: str, args: list[str]) -> tuple[i
         return 1, failure(e.reason, e.message, job.job_id)
     try:
         print(json.dumps({"port": port}), flush=True)
+        log.info("%s job %s started; /progress on port %d", kind, job.job_id or "-", port)
         result = kinds[kind].run(job, JobContext(status.progress, status, cancel))
     except Exception as e:
         return 1, _failed(kind, e, cancel, job.job_id)
     finally:
         server.stop()
     status.progress.finish()
+    log.info("%s done: %d bytes", kind, status.progress.done)
     return 0, {"ok": True, "jobId": job.job_id, **result}
 
 

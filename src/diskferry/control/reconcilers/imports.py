@@ -124,5 +124,6 @@ class Imports:
         return self.runner.purge(job_id, keep_scratch=keep)
 
     def stop(self, job_id: str) -> bool:
-        """Stop the job and remove its files, kept ones too; False while it still runs."""
-        return self.runner.purge(job_id, keep_scratch=False)
+        """Stop the job and remove its files, kept ones and its log too; False while it still
+        runs."""
+        return self.runner.forget(job_id)

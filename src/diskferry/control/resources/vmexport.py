@@ -36,10 +36,12 @@ class ExportPhase(StrEnum):
 
 
 class ExportSourceKind(StrEnum):
-    """The kinds an export serves."""
+    """The kinds an export names: a disk or a snapshot is served; a machine is accepted and
+    skipped until machines can be exported."""
 
     VIRTUAL_DISK = "VirtualDisk"
     VIRTUAL_DISK_SNAPSHOT = "VirtualDiskSnapshot"
+    VIRTUAL_MACHINE = "VirtualMachine"
 
 
 class ExportSource(ApiModel):

@@ -52,6 +52,17 @@ class Runner(Protocol):
     def cancel(self, job_id: str) -> None:
         """Ask the job to stop (SIGTERM to its process group); nothing when it has ended."""
 
+    def read_file(self, job_id: str, name: str) -> bytes | None:
+        """A file the job was given or wrote beside its job file, None when there is none."""
+
+    def write_file(self, job_id: str, name: str, data: bytes) -> None:
+        """Replace a file beside the job file at once (a running worker reads it anew)."""
+
     def purge(self, job_id: str, keep_scratch: bool) -> bool:
         """Forget an ended job: its files are kept for debugging when `keep_scratch`, removed
-        otherwise. A job still running is cancelled instead and False returned."""
+        otherwise (the tail of its log stays for `log_tail`). A job still running is cancelled
+        instead and False returned."""
+
+    def forget(self, job_id: str) -> bool:
+        """Purge the job and remove everything kept of it, its log tail included; False while
+        it still runs."""

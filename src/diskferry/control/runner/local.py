@@ -6,7 +6,9 @@ Each job lives in DATA_DIR/jobs/<job-id>/: `job.json`, the files it was given, `
 worker runs in a session and process group of its own, so neither a terminal's signals nor
 the daemon's death reach it. A runner made afresh (after a daemon restart) reads the same
 files: it re-attaches to workers still running and reads the results of those that ended;
-a pid reused by another process is told apart by its start time and the boot id.
+a pid reused by another process is told apart by its start time and the boot id. A job
+purged without its scratch leaves the tail of its log in DATA_DIR/jobs/logs/<job-id>.log,
+until `forget`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from diskferry.worker.job import JOB_ID_PATTERN
 
 PROGRESS_TIMEOUT = 1.0
 FAILED = "failed"
+LOGS = "logs"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RESERVED = {"job.json", "stdout", "stderr", "state.json", "scratch"}
 
@@ -54,6 +57,11 @@ def _write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     os.replace(tmp, path)
 
 
+def _check_file_name(name: str) -> None:
+    if not _FILE_NAME.match(name) or name in _RESERVED:
+        raise JobStartError(f"{name!r} is not a usable name for a job's file")
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
@@ -69,6 +77,8 @@ class LocalRunner:
         self.root = Path(data_dir) / "jobs"
         self.failed_root = self.root / FAILED
         self.failed_root.mkdir(parents=True, exist_ok=True)
+        self.logs_root = self.root / LOGS
+        self.logs_root.mkdir(exist_ok=True)
         self._lock = threading.Lock()
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -90,11 +100,10 @@ class LocalRunner:
         self, job_id: str, module: str, job: dict[str, Any], files: dict[str, bytes] | None = None
     ) -> None:
         """Start `python -m module job.json` in the job's directory, unless it was started."""
-        if not re.match(JOB_ID_PATTERN, job_id) or job_id == FAILED:
+        if not re.match(JOB_ID_PATTERN, job_id) or job_id in (FAILED, LOGS):
             raise JobStartError(f"{job_id!r} is not a usable job id")
         for name in files or {}:
-            if not _FILE_NAME.match(name) or name in _RESERVED:
-                raise JobStartError(f"{name!r} is not a usable name for a job's file")
+            _check_file_name(name)
         with self._lock:
             if self._dir(job_id) is not None:
                 return
@@ -194,9 +203,11 @@ class LocalRunner:
         return result if isinstance(result, dict) and "ok" in result else None
 
     def log_tail(self, job_id: str, lines: int = LOG_LINES) -> list[str]:
-        """The last `lines` lines of the worker's stderr, read within a bounded window."""
+        """The last `lines` lines of the worker's stderr, read within a bounded window (from
+        the tail kept when the job was purged, once it was)."""
         directory = self._dir(job_id)
-        return [] if directory is None else tail_lines(directory / "stderr", lines)
+        path = self.logs_root / f"{job_id}.log" if directory is None else directory / "stderr"
+        return tail_lines(path, lines)
 
     def cancel(self, job_id: str) -> None:
         """SIGTERM to the worker's process group while the worker is the one started."""
@@ -207,6 +218,24 @@ class LocalRunner:
                 return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(record["pid"], signal.SIGTERM)
+
+    def read_file(self, job_id: str, name: str) -> bytes | None:
+        """A file in the job's directory, None when the job or the file is not there."""
+        _check_file_name(name)
+        directory = self._dir(job_id)
+        try:
+            return None if directory is None else (directory / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_file(self, job_id: str, name: str, data: bytes) -> None:
+        """Replace a file in the job's directory atomically (mode 0600)."""
+        _check_file_name(name)
+        with self._lock:
+            directory = self._dir(job_id)
+            if directory is None:
+                raise JobStartError(f"no job {job_id} to write {name} for")
+            _write_atomically(directory / name, data)
 
     def purge(self, job_id: str, keep_scratch: bool) -> bool:
         """Move an ended job's directory to jobs/failed/ (`keep_scratch`) or remove it; a job
@@ -222,9 +251,18 @@ class LocalRunner:
             if directory is None:
                 return True
             if not keep_scratch:
+                tail = "".join(f"{line}\n" for line in tail_lines(directory / "stderr", LOG_LINES))
+                _write_atomically(self.logs_root / f"{job_id}.log", tail.encode())
                 shutil.rmtree(directory)
             elif directory.parent != self.failed_root:
                 os.replace(directory, self.failed_root / job_id)
+        return True
+
+    def forget(self, job_id: str) -> bool:
+        """Purge the job, its kept scratch and log tail too; False while it still runs."""
+        if not self.purge(job_id, keep_scratch=False):
+            return False
+        (self.logs_root / f"{job_id}.log").unlink(missing_ok=True)
         return True
 
 

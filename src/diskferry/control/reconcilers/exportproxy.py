@@ -1,0 +1,175 @@
+"""The export proxy as the daemon keeps it: one proxy worker on the documented port, its routes
+file rewritten (atomically) as exports come and go, restarted when it ends, its certificate
+renewed at half its life.
+
+The proxy runs while there is a route: it starts with the first export and stops (its
+downloads given their grace) once the last one goes. Its routes live in its job's directory,
+so a daemon started again reads them back and a restarted proxy gets them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import yaml
+from pydantic import ValidationError
+
+from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.imports import Imports
+from diskferry.control.runner.base import Runner
+from diskferry.export.routes import Route, RoutesDocument
+from diskferry.export.tls import CA_CERT
+
+log = logging.getLogger("diskferry.control")
+PROXY_PORT = 7444
+PROXY_ADDRESS = "127.0.0.1"
+PROXY_JOB = "export-proxy"
+PROXY_MODULE = "diskferry.export.worker"
+ROUTES_FILE = "routes.yaml"
+ENSURE_SECONDS = 5.0
+PROXY_GRACE = 10.0
+API_PATH = "/api/export.kubevirt.io/v1beta1/namespaces/{namespace}/virtualmachineexports/{name}"
+
+
+def routes_text(routes: dict[tuple[str, str], Route]) -> bytes:
+    """The routes file's YAML."""
+    document = RoutesDocument(exports=[routes[key] for key in sorted(routes)])
+    return yaml.safe_dump(document.model_dump(by_alias=True, exclude_none=True)).encode()
+
+
+class ProxyKeeper:
+    """Keeps the export proxy running on `address`:`port` through `runner`, with the routes
+    the export reconciler gives it; `start` begins keeping it, `stop` ends that (the worker
+    stays, as every worker does when the daemon stops)."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        certs: ServerCerts,
+        *,
+        address: str = PROXY_ADDRESS,
+        port: int = PROXY_PORT,
+        interval: float = ENSURE_SECONDS,
+    ) -> None:
+        self.runner = runner
+        self.certs = certs
+        self.address = address
+        self.port = port
+        self.interval = interval
+        self.imports = Imports(runner)
+        self._lock = threading.RLock()
+        self._routes: dict[tuple[str, str], Route] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The proxy's URL."""
+        return f"https://{self.address}:{self.port}"
+
+    def external_url(self, namespace: str, name: str) -> str:
+        """The base URL of an export through the proxy, as KubeVirt's API paths have it."""
+        return self.base_url + API_PATH.format(namespace=namespace, name=name)
+
+    def start(self) -> None:
+        """Read back the routes a previous daemon left, and keep the proxy running."""
+        self.ensure()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._keep, name="export-proxy", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop keeping the proxy (it keeps serving)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.ensure()
+            except Exception as e:  # a failure here must not end the keeping
+                log.error("export proxy: %s", e)
+
+    def _loaded(self) -> dict[tuple[str, str], Route]:
+        if self._routes is None:
+            text = self.runner.read_file(PROXY_JOB, ROUTES_FILE)
+            try:
+                document = RoutesDocument.model_validate(yaml.safe_load(text or b"") or {})
+            except (yaml.YAMLError, ValidationError) as e:
+                log.warning(
+                    "export proxy: its routes are unreadable, each export adds its own again: %s",
+                    str(e).splitlines()[0],
+                )
+                document = RoutesDocument()
+            self._routes = {(r.namespace, r.name): r for r in document.exports}
+        return self._routes
+
+    def routes(self) -> dict[tuple[str, str], Route]:
+        """The routes the proxy serves."""
+        with self._lock:
+            return dict(self._loaded())
+
+    def ensure(self) -> None:
+        """While there is a route: the proxy started, or started again if it ended, and its
+        certificate renewed when due; without one, the proxy stopped."""
+        with self._lock:
+            routes = self._loaded()
+            state = self.runner.state(PROXY_JOB)
+            if not routes:
+                if state is not None and self.imports.stop(PROXY_JOB):
+                    self._routes = None
+                return
+            if state is not None and not state.running:
+                log.warning("the export proxy ended (exit code %s)", state.exit_code)
+                self.imports.finish(PROXY_JOB, "export proxy", keep=False)
+                state = None
+            if state is None:
+                if routes:
+                    self._start(routes)
+                return
+            self.certs.renew(self.runner, PROXY_JOB, [self.address])
+
+    def _start(self, routes: dict[tuple[str, str], Route]) -> None:
+        job = {
+            "kind": "proxy",
+            "routes": ROUTES_FILE,
+            "certDir": ".",
+            "sans": [self.address],
+            "listenAddress": self.address,
+            "listenPort": self.port,
+            "grace": PROXY_GRACE,
+        }
+        files = {**self.certs.files([self.address]), ROUTES_FILE: routes_text(routes)}
+        self.runner.start(PROXY_JOB, PROXY_MODULE, job, files)
+
+    def set_route(self, route: Route) -> None:
+        """Route the export `route` names (replacing its previous route)."""
+        with self._lock:
+            routes = self._loaded()
+            if routes.get((route.namespace, route.name)) == route:
+                return
+            routes[(route.namespace, route.name)] = route
+            self._write(routes)
+
+    def drop_route(self, namespace: str, name: str) -> None:
+        """Stop routing the export."""
+        with self._lock:
+            routes = self._loaded()
+            if routes.pop((namespace, name), None) is not None:
+                self._write(routes)
+
+    def _write(self, routes: dict[tuple[str, str], Route]) -> None:
+        if self.runner.state(PROXY_JOB) is not None:
+            self.runner.write_file(PROXY_JOB, ROUTES_FILE, routes_text(routes))
+        if not routes or self.runner.state(PROXY_JOB) is None:
+            self.ensure()
+
+
+def export_route(namespace: str, name: str, port: int, ready: bool) -> Route:
+    """The route to an export server on 127.0.0.1:`port`, verified with the proxy's CA file."""
+    return Route(
+        namespace=namespace, name=name, url=f"https://127.0.0.1:{port}", caFile=CA_CERT, ready=ready
+    )

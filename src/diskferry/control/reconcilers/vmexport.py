@@ -1,0 +1,283 @@
+"""VirtualMachineExport, as KubeVirt has it: a Ready disk or snapshot served over HTTPS with a
+token, on this machine (the internal link) and through the export proxy (the external one),
+until the export is deleted at its TTL.
+
+Each export's server is an export worker on 127.0.0.1 with a port of its own, kept in an
+annotation so that a server started again (it is, when it ends unexpectedly) keeps its links.
+The worker gets its certificate (the daemon's CA, short-lived, renewed at half its life), its
+token and where to write its links as files; the links it writes become `status.links`.
+Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
+(the server answers), Skipped (a kind that cannot be exported yet), Terminated (deleted).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import ssl
+from datetime import datetime
+from typing import Any
+
+from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
+from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
+from diskferry.control.reconcilers.exporttoken import Token, export_token
+from diskferry.control.reconcilers.imports import Imports, Source
+from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.phases import status_of, transition
+from diskferry.control.reconcilers.sources import Waiting, resolve_source
+from diskferry.control.reconcilers.teardown import STOP_POLL
+from diskferry.control.resources.common import DataSource, DataSourceType, ObjectRef
+from diskferry.control.resources.vmexport import (
+    VIRTUAL_MACHINE_EXPORTS,
+    ExportLinks,
+    ExportPhase,
+    ExportSourceKind,
+    VirtualMachineExport,
+)
+from diskferry.control.runner.base import Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Volumes
+from diskferry.disk.errors import DiskferryError
+from diskferry.export.certs import CA_CERT
+from diskferry.export.server import READY_PATH
+
+log = logging.getLogger("diskferry.control")
+EXPORT_MODULE = "diskferry.export.worker"
+PORT_ANNOTATION = "diskferry.io/export-port"
+HOST = "127.0.0.1"
+TOKEN_FILE = "token"
+LINKS_FILE = "links.json"
+DRAIN_SECONDS = 10.0
+CHECK_SECONDS = 5.0
+PROBE_TIMEOUT = 1.0
+STARTING = "the export server is starting"
+SERVED = (ExportSourceKind.VIRTUAL_DISK, ExportSourceKind.VIRTUAL_DISK_SNAPSHOT)
+
+
+class ExportServerError(DiskferryError):
+    """An export's server ended with a failure."""
+
+    reason = "ExportServerFailed"
+
+
+def free_port(port: int | None = None) -> int:
+    """`port` when it can be listened on at 127.0.0.1, else a free port the system picks."""
+    for wanted in ([port] if port else []) + [0]:
+        with socket.socket() as probe:
+            try:
+                probe.bind((HOST, wanted))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise OSError(f"no free port on {HOST}")
+
+
+def answers(port: int, ca_pem: bytes) -> bool:
+    """Whether the export server on `port` answers its readiness path over verified TLS."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    conn = http.client.HTTPSConnection(HOST, port, timeout=PROBE_TIMEOUT, context=context)
+    try:
+        conn.request("GET", READY_PATH)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+class VirtualMachineExportReconciler:
+    """Serves each export's source through an export worker and the proxy, until its TTL."""
+
+    info = VIRTUAL_MACHINE_EXPORTS
+
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        certs: ServerCerts,
+        proxy: ProxyKeeper,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.volumes = volumes
+        self.certs = certs
+        self.proxy = proxy
+        self.clock = clock or Clock()
+        self.imports = Imports(runner)
+
+    def job_id(self, obj: VirtualMachineExport) -> str:
+        """The id of the export's server job."""
+        return f"vmexport-{obj.metadata.uid}"
+
+    def expires(self, obj: VirtualMachineExport) -> datetime:
+        """When the export is deleted: its creation plus `spec.ttlDuration`."""
+        created = obj.metadata.creation_timestamp or self.clock.now()
+        return created + obj.spec.ttl
+
+    def reconcile(self, obj: VirtualMachineExport) -> Result:
+        """One step of the export's life."""
+        if deleting(obj):
+            return self._terminate(obj)
+        obj = held(self.client, obj)
+        left = (self.expires(obj) - self.clock.now()).total_seconds()
+        if left <= 0:
+            return self._expire(obj)
+        fields = {
+            "ttlExpirationTime": rfc3339(self.expires(obj)),
+            "serviceName": f"virt-export-{obj.metadata.name}",
+        }
+        kind = obj.spec.source.kind
+        if kind not in SERVED:
+            if not self._unserve(obj):
+                return Result.requeue(STOP_POLL)
+            message = f"a {kind} cannot be exported yet: export its disks (kind VirtualDisk)"
+            transition(self.client, obj, ExportPhase.SKIPPED, "UnsupportedSource", message, fields)
+            return Result.done()
+        ref = ObjectRef(kind=str(kind), name=obj.spec.source.name)
+        data_source = DataSource(type=DataSourceType.OBJECT_REF, objectRef=ref)
+        source = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
+        if isinstance(source, Waiting):
+            return self._idle(obj, "SourceNotReady", source.message, fields)
+        token = export_token(self.client, obj)
+        if isinstance(token, str):
+            return self._idle(obj, "TokenNotReady", token, fields)
+        fields["tokenSecretRef"] = token.secret_name
+        return self._serve(obj, source, token, fields, left)
+
+    def _pending(
+        self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
+    ) -> Result:
+        transition(self.client, obj, ExportPhase.PENDING, reason, message, fields)
+        return Result.requeue(WAIT_SECONDS)
+
+    def _idle(
+        self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
+    ) -> Result:
+        """Pending with nothing served: the route dropped and the server stopped."""
+        self._unserve(obj)
+        return self._pending(obj, reason, message, fields)
+
+    def _serve(
+        self,
+        obj: VirtualMachineExport,
+        source: Source,
+        token: Token,
+        fields: dict[str, Any],
+        left: float,
+    ) -> Result:
+        job_id = self.job_id(obj)
+        state = self.runner.state(job_id)
+        if state is not None and not state.running:
+            if (state.result or {}).get("ended") == "expired":
+                return self._expire(obj)
+            log.warning("%s: its export server ended unexpectedly: starting it again", tag(obj))
+            self.client.event(obj, "Warning", "ServerRestarted", "the export server ended")
+            self.imports.finish(job_id, tag(obj), keep=False)
+            if state.failed and state.result is not None:  # started again after a backoff
+                reason = state.result.get("reason")
+                message = f"the export server failed: {reason}: {state.result.get('message')}"
+                return Result.failed(ExportServerError(message))
+            state = None
+        if state is None:
+            obj, port = self._port(obj)
+            self._start(obj, source, token, port, left)
+            self.proxy.set_route(export_route(*self._key(obj), port, ready=False))
+            return self._pending(obj, "Starting", STARTING, fields)
+        recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
+        if recorded is None:  # the annotation was removed: serve again on a port recorded
+            self.imports.stop(job_id)
+            return Result.requeue(STOP_POLL)
+        port = int(recorded)
+        if self.runner.read_file(job_id, TOKEN_FILE) != token.value:
+            self.runner.write_file(job_id, TOKEN_FILE, token.value)
+        self.certs.renew(self.runner, job_id, [HOST])
+        links = self._links(job_id)
+        if links is None or not answers(port, self.certs.ca_pem()):
+            transition(self.client, obj, ExportPhase.PENDING, "Starting", STARTING, fields)
+            return Result.requeue(POLL_SECONDS)
+        self.proxy.set_route(export_route(*self._key(obj), port, ready=True))
+        message = f"serving on https://{HOST}:{port} and through {self.proxy.base_url}"
+        fields["links"] = links
+        transition(self.client, obj, ExportPhase.READY, "ExportReady", message, fields)
+        renewal = self.certs.seconds_to_renewal(self.runner, job_id)
+        return Result.requeue(max(min(CHECK_SECONDS, left, renewal), POLL_SECONDS / 10))
+
+    def _key(self, obj: VirtualMachineExport) -> tuple[str, str]:
+        return obj.metadata.namespace or "", obj.metadata.name or ""
+
+    def _port(self, obj: VirtualMachineExport) -> tuple[VirtualMachineExport, int]:
+        """The export's port: the one recorded while it is free, else a new one recorded."""
+        recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
+        port = free_port(int(recorded) if recorded else None)
+        if str(port) == recorded:
+            return obj, port
+        annotations = {**obj.metadata.annotations, PORT_ANNOTATION: str(port)}
+        meta = obj.metadata.model_copy(update={"annotations": annotations})
+        return self.client.update(obj.model_copy(update={"metadata": meta})), port
+
+    def _start(
+        self, obj: VirtualMachineExport, source: Source, token: Token, port: int, left: float
+    ) -> None:
+        namespace, name = self._key(obj)
+        volume = obj.spec.source.name
+        job = {
+            "kind": "export",
+            "name": name,
+            "volumes": [{"name": volume, "path": source.location}],
+            "tokenFile": TOKEN_FILE,
+            "ttl": left,
+            "grace": DRAIN_SECONDS,
+            "certDir": ".",
+            "sans": [HOST],
+            "listenAddress": HOST,
+            "listenPort": port,
+            "links": {
+                "internalUrl": f"https://{HOST}:{port}",
+                "externalUrl": self.proxy.external_url(namespace, name),
+                "externalCa": CA_CERT,
+                "file": LINKS_FILE,
+            },
+        }
+        files = {**self.certs.files([HOST]), TOKEN_FILE: token.value}
+        self.runner.start(self.job_id(obj), EXPORT_MODULE, job, files)
+
+    def _links(self, job_id: str) -> dict[str, Any] | None:
+        """The links the server wrote, in the status's shape; None before it wrote them."""
+        text = self.runner.read_file(job_id, LINKS_FILE)
+        if text is None:
+            return None
+        found = json.loads(text)
+        shaped = {
+            side: {key: found[side][key] for key in ("cert", "volumes", "manifests")}
+            for side in ("internal", "external")
+        }
+        return ExportLinks.model_validate(shaped).to_json()
+
+    def _unserve(self, obj: VirtualMachineExport) -> bool:
+        """Drop the export's route and stop its server; False while the server still runs."""
+        self.proxy.drop_route(*self._key(obj))
+        return self.imports.stop(self.job_id(obj))
+
+    def _expire(self, obj: VirtualMachineExport) -> Result:
+        """The TTL is reached: the export is deleted, as KubeVirt does."""
+        log.info("%s: its TTL is reached: deleting it", tag(obj))
+        self.client.event(obj, "Normal", "Expired", "the export's TTL is reached")
+        self.client.delete(VirtualMachineExport, obj.metadata.namespace, obj.metadata.name or "")
+        return Result.done()
+
+    def _terminate(self, obj: VirtualMachineExport) -> Result:
+        if status_of(obj).get("phase") != ExportPhase.TERMINATED:
+            obj = transition(
+                self.client, obj, ExportPhase.TERMINATED, "Terminating", "being deleted"
+            )
+        if not self._unserve(obj):
+            return Result.requeue(STOP_POLL)
+        release(self.client, obj)
+        return Result.done()
