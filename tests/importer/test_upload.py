@@ -131,6 +131,9 @@ def test_every_refusal_code(setup, images, tmp_path: Path) -> None:
     for probe in ("/v1beta1/upload-async", "/v1alpha1/upload-form-async"):
         assert curl(server, probe, "-I")[0] == 200
     assert curl(server, path)[0] == 405
+    form = "/v1beta1/upload-form"
+    assert curl(server, form, *bearer(), "--data-binary", image)[0] == 400
+    assert curl(server, form, *bearer(), "-F", f"other={image}")[0] == 400
     assert setup.untouched()
 
     size = images.get("qcow2").stat().st_size

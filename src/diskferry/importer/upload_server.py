@@ -130,11 +130,9 @@ class UploadServer:
         self.state = State.UPLOADING
         try:
             body = await self._body(request, form)
-        except (web.HTTPException, ValueError, OSError) as e:
+        except BaseException:
             self.state = State.READY
-            if isinstance(e, web.HTTPException):
-                raise
-            return _text(400, f"cannot read the upload form: {e}")
+            raise
         loop = asyncio.get_running_loop()
         task = loop.run_in_executor(
             None, self.importer, body, None if form else request.content_length
@@ -161,7 +159,12 @@ class UploadServer:
             return UploadBody(
                 request.content.read, loop, request.content_length, self.stall_timeout
             )
-        reader = await request.multipart()
+        if not request.content_type.startswith("multipart/"):
+            raise web.HTTPBadRequest(text=f"send a multipart form with the field '{FORM_FIELD}'\n")
+        try:
+            reader = await request.multipart()
+        except ValueError as e:
+            raise web.HTTPBadRequest(text=f"cannot read the upload form: {e}\n") from e
         while True:
             part = await reader.next()
             if part is None:
