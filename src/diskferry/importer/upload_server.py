@@ -16,9 +16,9 @@ from enum import Enum
 
 from aiohttp import BodyPartReader, web
 
+from diskferry.disk.checksums import ChecksumError
 from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import DiskferryError
-from diskferry.disk.prime import TargetError
 from diskferry.importer.engine import ImageRefusedError
 from diskferry.importer.job import ImportResult
 from diskferry.importer.upload_body import UploadBody, UploadBrokenError
@@ -32,7 +32,13 @@ UPLOAD_PREFIX = "/upload/"
 FORM_FIELD = "file"
 _BEARER = "bearer "
 # refusals that are the upload's fault, not the server's
-_CLIENT_REASONS = {ImageRefusedError.reason, UploadBrokenError.reason, "SizeTooSmall"}
+_CLIENT_REASONS = {
+    ImageRefusedError.reason,
+    UploadBrokenError.reason,
+    ChecksumError.reason,
+    "SizeTooSmall",
+    "TargetTooSmall",
+}
 
 # runs one import of a body of known length (or None) in a worker thread
 Importer = Callable[[Readable, int | None], ImportResult]
@@ -147,7 +153,7 @@ class UploadServer:
         try:
             await asyncio.shield(task)
         except DiskferryError as e:
-            status = 400 if e.reason in _CLIENT_REASONS or isinstance(e, TargetError) else 500
+            status = 400 if e.reason in _CLIENT_REASONS else 500
             return _text(status, f"the upload failed: {e.message}")
         except Exception as e:
             return _text(500, f"the upload failed: {type(e).__name__}")
