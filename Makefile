@@ -2,11 +2,11 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-DEB_PACKAGES := util-linux qemu-utils qemu-system-common qemu-block-extra qemu-guest-agent nginx nbdkit \
+DEB_PACKAGES := util-linux docker-registry skopeo apache2-utils qemu-utils qemu-system-common qemu-block-extra qemu-guest-agent nginx nbdkit \
 	libnbd-bin curl xz-utils bzip2 zstd pigz strace libfuse2
 BENCH_PACKAGES := restic borgbackup
 
-.PHONY: setup demo test lint bench fuzz clean
+.PHONY: setup demo test stress lint bench fuzz clean
 
 setup: $(VENV)/.installed
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -30,6 +30,10 @@ lint: setup
 
 test: lint
 	$(VENV)/bin/pytest -q -ra
+
+# the kill -9 loops with 50 moments each instead of 8
+stress: setup
+	DISKFERRY_STRESS=50 $(VENV)/bin/pytest -q -ra -m stress --timeout=3600
 
 bench: setup
 	@missing=$$(for p in $(BENCH_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

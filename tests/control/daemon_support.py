@@ -47,8 +47,14 @@ class Served:
         return self.process.wait(timeout=30)
 
 
-def start_daemon(data_dir: Path, log: Path, port: int | None = None) -> Served:
-    """Start `diskferry serve` and wait until it has written a kubeconfig for this run."""
+def start_daemon(
+    data_dir: Path,
+    log: Path,
+    port: int | None = None,
+    options: tuple[str, ...] = ("--no-controllers",),
+) -> Served:
+    """Start `diskferry serve` (with `options`: by default without controllers) and wait until
+    it has written a kubeconfig for this run."""
     port = port or free_port()
     stale = data_dir / "kubeconfig"
     stale.unlink(missing_ok=True)
@@ -65,7 +71,7 @@ def start_daemon(data_dir: Path, log: Path, port: int | None = None) -> Served:
                 str(data_dir),
                 "--port",
                 str(port),
-                "--no-controllers",
+                *options,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

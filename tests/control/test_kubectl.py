@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 from daemon_support import Served, start_daemon
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
+KUBECTL = shutil.which("kubectl")
+assert KUBECTL, "these tests drive the real kubectl: install kubectl 1.32 on PATH"
 
 MANIFESTS = """\
 apiVersion: v1

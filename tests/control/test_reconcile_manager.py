@@ -179,6 +179,15 @@ def test_requeue_after_and_resync_reconcile_again_without_a_change(objects, run)
     wait_until(lambda: widgets.calls["again"] > settled)  # a resync
 
 
+def test_a_resync_expires_the_events_of_an_hour_ago(objects, run) -> None:
+    involved = _create(objects, "noisy")
+    objects.record_event(involved, "Normal", "Old", "long ago", "test")
+    objects.clock.advance(3601)
+    objects.record_event(involved, "Normal", "New", "just now", "test")
+    run(Widgets(), resync=0.2)
+    wait_until(lambda: [e["reason"] for e in objects.list(EVENTS, "default").items] == ["New"])
+
+
 def test_stop_waits_for_the_reconcile_under_way(objects, run) -> None:
     widgets = Widgets()
     widgets.pause = 0.5

@@ -90,7 +90,7 @@ def test_content_length_short_of_the_body_fails_the_checksum(refuse, images, fau
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     url = faulty.add("disk", source, length_delta=-4096)
     error = refuse(url, "--checksum", f"sha256:{digest}")
-    assert error.startswith(f"sha256 checksum mismatch: expected {digest}, got ")
+    assert error.startswith(f"{url}: sha256 checksum mismatch: expected {digest}, got ")
 
 
 def test_content_length_short_of_a_compressed_body_is_a_truncated_stream(refuse, images, faulty):

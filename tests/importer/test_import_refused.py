@@ -103,8 +103,9 @@ def test_garbage_behind_an_image_magic_is_refused(
 @pytest.mark.parametrize("fmt", ["raw", "qcow2"])
 def test_checksum_mismatch_is_refused(refuse, images, fmt):
     wrong = "sha256:" + "0" * 64
-    error = refuse(images.get(fmt, "gzip"), "--checksum", wrong)
-    assert error.startswith(f"sha256 checksum mismatch: expected {'0' * 64}, got ")
+    source = images.get(fmt, "gzip")
+    error = refuse(source, "--checksum", wrong)
+    assert error.startswith(f"{source}: sha256 checksum mismatch: expected {'0' * 64}, got ")
 
 
 @pytest.mark.parametrize("spec", ["sha256:abc", "md4:" + "0" * 32, "nothing"])

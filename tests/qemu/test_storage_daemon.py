@@ -140,7 +140,9 @@ def test_a_daemon_outlives_the_thread_that_started_it(cbt_volume: cbt.CbtDisk) -
     assert process.returncode == 0
 
 
-def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
+def test_the_daemon_dies_with_its_parent_and_the_next_removes_its_folder(
+    cbt_volume: cbt.CbtDisk,
+) -> None:
     assert cbt_volume.overlay is not None
     script = (
         "import sys, threading, time\n"
@@ -152,7 +154,7 @@ def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
         "starter.join()\n"
         "d = started[0]\n"
         "d.qmp.command('block-dirty-bitmap-add', node='d', name='p', persistent=True)\n"
-        "print(d.process.pid, flush=True)\n"
+        "print(d.process.pid, d.dir, flush=True)\n"
         "time.sleep(60)\n"
     )
     parent = subprocess.Popen(
@@ -160,12 +162,15 @@ def test_the_daemon_quits_when_its_parent_dies(cbt_volume: cbt.CbtDisk) -> None:
     )
     try:
         assert parent.stdout is not None
-        daemon_pid = int(parent.stdout.readline())
+        pid, folder = parent.stdout.readline().split()
+        daemon_pid = int(pid)
         assert _alive(daemon_pid)
     finally:
         parent.kill()
         parent.wait()
     _wait_gone(daemon_pid)
     assert image_bitmaps(cbt_volume.overlay)["p"] == ["auto"]
+    assert os.path.isdir(folder)
     with StorageDaemon([DaemonDisk("d", cbt_volume.overlay)]) as again:
         assert again.qmp is not None
+        assert not os.path.exists(folder)  # the killed starter's sockets and log

@@ -68,6 +68,7 @@ def test_an_unknown_kind(tmp_path: Path) -> None:
     [
         ("import", {"source": "x", "target": "y", "headers": {"Authorization": SECRET}}, "headers"),
         ("import", {"source": "x", "target": "y", "token": SECRET}, "token"),
+        ("import", {"source": "x", "target": "y", "creds": f"user:{SECRET}"}, "creds"),
         ("import", {"source": "x", "target": "y", "retries": SECRET}, "retries"),
         ("backup", {"kind": "prune", "repo": "r", "password": SECRET}, "password"),
         ("backup", {"kind": "init", "repo": "r", "passwordFile": {"v": SECRET}}, "passwordFile"),

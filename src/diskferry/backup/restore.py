@@ -147,6 +147,7 @@ def run_restore(
         progress.set_phase(RestorePhase.RESTORING)
         raw = target.scratch if job.format == "qcow2" else target.prime
         try:
+            target.claim()
             if target.block_device:
                 volume = FileVolume(target.path, writable=True)
             else:

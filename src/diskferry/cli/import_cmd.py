@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,10 +16,16 @@ from diskferry.cli.common import (
     progress_bar,
     size_option,
 )
+from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
+
+if TYPE_CHECKING:
+    from diskferry.importer.job import ImportJob
 
 
 def import_command(
-    source: Annotated[str, typer.Argument(help="A local path or an http(s):// URL.")],
+    source: Annotated[
+        str, typer.Argument(help="A local path, an http(s):// URL or a docker:// reference.")
+    ],
     target: Annotated[str, typer.Argument(help="The file or block device to write.")],
     format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
     size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
@@ -28,17 +34,48 @@ def import_command(
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
 ) -> None:
-    """Import a disk image from a file or URL into a file or block device."""
-    from diskferry.disk.progress import Progress
-    from diskferry.importer.engine import run_import
+    """Import a disk image from a file, URL or containerDisk into a file or block device."""
+    job = import_job(
+        source,
+        target,
+        format=format,
+        size=size,
+        checksum=checksum,
+        ca_bundle=ca_bundle,
+        header=header,
+        insecure=insecure,
+        creds=creds,
+        authfile=authfile,
+    )
+    run_and_report(job, no_progress=no_progress, json_out=json_out)
+
+
+def import_job(
+    source: str,
+    target: str,
+    *,
+    format: str = "raw",
+    size: str | None = None,
+    checksum: str | None = None,
+    ca_bundle: str | None = None,
+    header: list[str] | None = None,
+    insecure: bool = False,
+    creds: str | None = None,
+    authfile: str | None = None,
+) -> ImportJob:
+    """The import job of a command's flags, checked."""
     from diskferry.importer.job import ImportJob
 
     if format not in ("raw", "qcow2"):
         raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
     if checksum is not None:
         _check_checksum(checksum)
-    job = build_job(
+    check_creds(creds)
+    return build_job(
         ImportJob,
         source=source,
         target=target,
@@ -47,7 +84,17 @@ def import_command(
         checksum=checksum,
         ca_bundle=ca_bundle,
         headers=parse_headers(header),
+        insecure=insecure,
+        creds=creds,
+        authfile=authfile,
     )
+
+
+def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None:
+    """Run the import with a progress bar; print its result."""
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.engine import run_import
+
     progress = Progress()
     with (
         cancellable() as cancel,
@@ -61,6 +108,7 @@ def import_command(
             f"imported {result.source_format}"
             f"{'+' + result.compression if result.compression else ''} into {result.target} "
             f"({result.format}, {result.virtual_size} bytes) in {result.seconds:.1f} s"
+            f"{' from ' + result.digest if result.digest else ''}"
         )
 
 

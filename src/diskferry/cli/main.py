@@ -13,6 +13,7 @@ from diskferry.cli.common import fail_line
 from diskferry.cli.crd_cmd import register as register_crds
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
+from diskferry.cli.image_cmd import register as register_image
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
 from diskferry.cli.resource_cmd import register as register_resources
@@ -29,6 +30,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 register_import(app)
+register_image(app)
 register_demo(app)
 register_export(app)
 register_cbt(app)

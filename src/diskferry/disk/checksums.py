@@ -47,10 +47,12 @@ class Checksum:
         """The hex digest of what was hashed so far."""
         return self._hash.hexdigest()
 
-    def verify(self) -> str:
-        """Raise ChecksumError unless the stream matched; returns 'algo:hex'."""
+    def verify(self, source: str | None = None) -> str:
+        """Raise ChecksumError, naming `source` if given, unless the stream matched; 'algo:hex'."""
         if not hmac.compare_digest(self.actual, self.expected):
+            where = f"{source}: " if source else ""
             raise ChecksumError(
-                f"{self.algorithm} checksum mismatch: expected {self.expected}, got {self.actual}"
+                f"{where}{self.algorithm} checksum mismatch: "
+                f"expected {self.expected}, got {self.actual}"
             )
         return f"{self.algorithm}:{self.actual}"

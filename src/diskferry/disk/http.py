@@ -72,7 +72,8 @@ def _validator(headers) -> str | None:
     return headers.get("Last-Modified")
 
 
-def _pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
+def http_pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
+    """A verifying connection pool (the system CAs, or `ca_bundle`); redirects followed."""
     try:
         ctx = ssl.create_default_context(cafile=ca_bundle)
     except (OSError, ssl.SSLError) as e:
@@ -102,7 +103,7 @@ class HttpSource:
     shown: str | None = None  # how messages show the URL, when its path holds a secret
 
     def __post_init__(self) -> None:
-        self._pool = _pool(self.ca_bundle, self.timeout)
+        self._pool = http_pool(self.ca_bundle, self.timeout)
         self._head: tuple[int | None, bool] | None = None
 
     @property

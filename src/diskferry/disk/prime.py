@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import os
 import secrets
 
@@ -56,12 +58,37 @@ class Target:
         if os.path.isdir(self.path):
             raise TargetError(f"the target {self.path} is a directory")
         tag = secrets.token_hex(8)
+        self._tag = tag
+        self._held: list[int] = []
         self.prime = self.path if self.block_device else _beside(self.path, f".prime-{tag}")
         self.scratch = (
             _beside(self.path, f".scratch-{tag}")
             if not self.block_device
             else os.path.join(os.environ.get("TMPDIR", "/var/tmp"), f"diskferry-scratch-{tag}")
         )
+
+    def claim(self) -> None:
+        """Remove the prime and scratch files that killed writers to this target left, then
+        create this run's, each locked (flock) while this process lives: a later run finds a
+        left file's lock free."""
+        for mine in self._own_files():
+            prefix = mine[: -len(self._tag)]
+            for other in glob.glob(glob.escape(prefix) + "*"):
+                if other != mine:
+                    _remove_if_left(other)
+        for mine in self._own_files():
+            try:
+                fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise TargetError(f"cannot create {mine}: {e.strerror}") from e
+            self._held.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                raise TargetError(f"{mine} is in use by another process") from e
+
+    def _own_files(self) -> list[str]:
+        return [self.scratch] if self.block_device else [self.prime, self.scratch]
 
     def capacity(self) -> tuple[int, str]:
         """How many bytes the target can take, and what bounds it."""
@@ -85,7 +112,8 @@ class Target:
         """The volume to write: a new sparse prime file of `size` bytes, or the block device."""
         if self.block_device:
             return FileVolume(self.path, writable=True)
-        return FileVolume.create(self.prime, size, exclusive=True)
+        # a claimed prime file exists already, made exclusively by `claim`
+        return FileVolume.create(self.prime, size, exclusive=not self._held)
 
     def commit(self, job_id: str | None = None) -> None:
         """Record `job_id` on the prime file, fsync it, rename it over the target, fsync the folder.
@@ -122,7 +150,25 @@ class Target:
 
     def discard(self) -> None:
         """Remove the prime and scratch files, whatever happened."""
-        for path in (self.scratch, None if self.block_device else self.prime):
-            if path:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+        for path in self._own_files():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        for fd in self._held:
+            os.close(fd)
+        self._held.clear()
+
+
+def _remove_if_left(path: str) -> None:
+    """Unlink `path` unless a live process holds its lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)

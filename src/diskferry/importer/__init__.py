@@ -1,1 +1,1 @@
-"""The import engine: brings a disk image from a file or URL into a volume."""
+"""The import engine: brings a disk image from a file, URL or containerDisk into a volume."""

@@ -24,7 +24,7 @@ from diskferry.disk.peek import PeekReader
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
 from diskferry.disk.sparse_writer import SparseWriter
-from diskferry.importer.job import ImportJob, ImportPhase, ImportResult
+from diskferry.importer.job import ImportJob, ImportPhase, ImportResult, registry_options
 from diskferry.importer.source import SourceStream, read_headers_file
 from diskferry.qemu import cbt, img
 from diskferry.worker.reporter import QUIET, EventType, Reporter
@@ -66,7 +66,7 @@ def _sniff(stream: SourceStream) -> _Sniffed:
         _refuse_untrusted(header.backing_file, header.data_file, header.encrypted)
         declared = header.virtual_size
     elif fmt == "raw" and not compression:
-        declared = stream.size
+        declared = stream.content_size
         if stream.local_path:
             with FileVolume(stream.local_path) as image:
                 if read_fixed_vhd_size(image, image.size) is not None:
@@ -109,6 +109,7 @@ def _open_source(
             cancel=cancel,
             body=body,
             body_size=body_size,
+            registry=registry_options(job),
         )
         try:
             return stream, checksum, _sniff(stream)
@@ -152,6 +153,7 @@ def run_import(
     stream, checksum, sniffed = _open_source(job, headers, progress, cancel, body, body_size)
     writing = False
     try:
+        target.claim()
         if sniffed.declared_size is not None:
             _check_size(job, target, sniffed.declared_size)
         writing = True
@@ -166,7 +168,7 @@ def run_import(
             )
         if checksum is not None:
             stream.drain()
-            checksum.verify()
+            checksum.verify(stream.name)
         # before the swap: a crash after it must not leave checkpoints that miss the import
         if tracked and cbt.reset_chain(target.path):
             reporter.event(
@@ -196,6 +198,7 @@ def run_import(
         average_speed=round(max(read, stream.bytes_read) / max(seconds, 1e-9)),
         checksum=None if checksum is None else f"{checksum.algorithm}:{checksum.actual}",
         resumes=stream.resumes,
+        digest=stream.digest,
     )
 
 

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from diskferry.registry.auth import parse_creds
+from diskferry.registry.client import RegistryOptions
 from diskferry.worker.job import WorkerJob, refuse_inline_secret
 
 
@@ -37,6 +39,15 @@ class ImportJob(WorkerJob):
         default=None, alias="headersFile", description="'Name: value' lines, for secret headers"
     )
     retries: int = Field(default=5, ge=0)
+    insecure: bool = Field(default=False, description="plain HTTP, for a registry on loopback")
+    authfile: str | None = Field(default=None, description="a Docker config with `auths`")
+    creds: str | None = Field(default=None, description="USER:PASS for the registry")
+
+    @field_validator("creds")
+    @classmethod
+    def _creds_from_a_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        refuse_inline_secret(info, bool(value), "authfile")
+        return value
 
     @field_validator("headers")
     @classmethod
@@ -61,7 +72,19 @@ class ImportResult(BaseModel):
     average_speed: float = Field(alias="averageSpeed")
     checksum: str | None
     resumes: int = 0
+    digest: str | None = Field(default=None, description="the image's manifest digest")
 
     def to_json(self) -> dict:
         """The result as JSON-ready values, camelCase keys."""
         return self.model_dump(by_alias=True)
+
+
+def registry_options(job: ImportJob) -> RegistryOptions:
+    """How the job reaches a registry, for a docker:// source."""
+    return RegistryOptions(
+        credentials=parse_creds(job.creds) if job.creds else None,
+        authfile=job.authfile,
+        ca_bundle=job.ca_bundle,
+        insecure=job.insecure,
+        retries=job.retries,
+    )

@@ -17,13 +17,18 @@ from diskferry.disk.formats import (
 from diskferry.disk.peek import PeekReader
 from diskferry.importer.source import SourceStream
 from diskferry.qemu import img
+from diskferry.registry.client import RegistryOptions
 
 
 def probe_image(
-    image: str, *, ca_bundle: str | None = None, headers: dict[str, str] | None = None
+    image: str,
+    *,
+    ca_bundle: str | None = None,
+    headers: dict[str, str] | None = None,
+    registry: RegistryOptions | None = None,
 ) -> dict[str, Any]:
     """Format, compression, virtual size, allocated size and backing file of `image`."""
-    stream = SourceStream(image, ca_bundle=ca_bundle, headers=headers)
+    stream = SourceStream(image, ca_bundle=ca_bundle, headers=headers, registry=registry)
     try:
         raw = PeekReader(stream)
         compression = probe_compression(raw.peek(8))
@@ -66,5 +71,5 @@ def probe_image(
             encrypted=header.encrypted,
         )
     elif fmt == "raw" and not compression:
-        found["virtualSize"] = stream.size
+        found["virtualSize"] = stream.content_size
     return found

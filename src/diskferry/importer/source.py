@@ -1,5 +1,5 @@
-"""Opening an import source (a local path, an HTTP(S) URL, or a body handed in) as a counted
-byte stream."""
+"""Opening an import source (a local path, an HTTP(S) URL, a containerDisk, or a body
+handed in) as a counted stream."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
 from diskferry.disk.urls import http_url_for_message
+from diskferry.registry.blobs import blob_opener
+from diskferry.registry.client import RegistryClient, RegistryOptions
+from diskferry.registry.containerdisk import ContainerDiskStream
+from diskferry.registry.digests import BlobOpener
+from diskferry.registry.images import Image, resolve
+from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
+from diskferry.registry.reference import is_reference, parse_reference
 
 
 class SourceError(DiskferryError):
@@ -46,8 +53,9 @@ def is_url(source: str) -> bool:
 class SourceStream:
     """The source's bytes as received: counted into progress and hashed for the checksum.
 
-    With `body`, the bytes come from it (an upload, say), `source` only names them and
-    `body_size` is their length when known.
+    A docker:// source is the disk file of a containerDisk: `size` and progress count
+    the layer bytes, `content_size` the disk file's. With `body`, the bytes come from it
+    (an upload, say), `source` only names them and `body_size` is their length when known.
     """
 
     def __init__(
@@ -62,6 +70,7 @@ class SourceStream:
         cancel: threading.Event | None = None,
         body: Readable | None = None,
         body_size: int | None = None,
+        registry: RegistryOptions | None = None,
     ) -> None:
         self.name = http_url_for_message(source) if is_url(source) else source
         self.local_path: str | None = None
@@ -72,8 +81,14 @@ class SourceStream:
         self._reader: ResumingReader | None = None
         self._body = body
         self._file = None
+        self._disk: ContainerDiskStream | None = None
+        self.digest: str | None = None
         if body is not None:
             self.size: int | None = body_size
+        elif is_reference(source):
+            self._open_container_disk(source, registry or RegistryOptions(ca_bundle=ca_bundle))
+        elif is_layout_reference(source):
+            self._open_layout(source)
         elif is_url(source):
             http = HttpSource(source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries)
             self._reader = http.open_stream(0, cancel)
@@ -85,10 +100,32 @@ class SourceStream:
                 raise SourceError(f"cannot open {source}: {e.strerror}") from e
             self.local_path = source
             self.size = os.fstat(self._file.fileno()).st_size
+        if self._disk is None:
+            self.content_size = self.size
+
+    def _open_container_disk(self, source: str, options: RegistryOptions) -> None:
+        ref = parse_reference(source)
+        client = RegistryClient.for_reference(ref, options)
+        image = resolve(client, ref)
+        self._use_image(image, blob_opener(client, ref.repository))
+
+    def _open_layout(self, source: str) -> None:
+        folder, tag = parse_layout_reference(source)
+        layout = Layout(folder)
+        self._use_image(layout.image(tag), layout.open_blob)
+
+    def _use_image(self, image: Image, open_blob: BlobOpener) -> None:
+        self._disk = ContainerDiskStream(image, open_blob, self._progress, self._cancel)
+        self.name = image.name
+        self.digest = image.manifest.digest
+        self.size = self._disk.layer_size
+        self.content_size: int | None = self._disk.size
 
     @property
     def resumes(self) -> int:
         """How many times the transfer resumed after a break."""
+        if self._disk is not None:
+            return self._disk.resumes
         return self._reader.resumes if self._reader is not None else 0
 
     def read(self, n: int = 1 << 20) -> bytes:
@@ -97,6 +134,8 @@ class SourceStream:
             raise CancelledError("cancelled")
         if self._body is not None:
             data = self._body.read(n)
+        elif self._disk is not None:
+            data = self._disk.read(n)
         elif self._reader is not None:
             data = self._reader.read(n)
         else:
@@ -104,7 +143,7 @@ class SourceStream:
         self.bytes_read += len(data)
         if self._checksum is not None:
             self._checksum.update(data)
-        if self._progress is not None:
+        if self._progress is not None and self._disk is None:
             self._progress.add(len(data))
         return data
 
@@ -123,6 +162,8 @@ class SourceStream:
 
     def close(self) -> None:
         """Close the file or connection."""
+        if self._disk is not None:
+            self._disk.close()
         if self._reader is not None:
             self._reader.close()
         if self._file is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from diskferry.objstore.errors import (
     ObjectStoreError,
 )
 
+_READ_BACK = 8 << 20
 _REFUSED_MARKERS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden")
 
 
@@ -51,20 +53,30 @@ class S3Backend:
     def put(self, path: str, data: Data) -> None:
         """Write the object whole: S3 shows it only once it is complete."""
         with self._errors(path):
-            obstore.put(self._store, path, memoryview(data), use_multipart=False)
+            sent = obstore.put(self._store, path, memoryview(data), use_multipart=False)
+        self._verify(path, hashlib.md5(data, usedforsecurity=False), sent)
 
     def put_file(self, path: str, file: BinaryIO) -> None:
         """Write the object from an open file, in 8 MiB parts two at a time (multipart)."""
+        digest = hashlib.md5(usedforsecurity=False)
+        start = file.tell()
+        while block := file.read(_READ_BACK):
+            digest.update(block)
+        file.seek(start)
         with self._errors(path):
-            obstore.put(self._store, path, file, chunk_size=8 << 20, max_concurrency=2)
+            sent = obstore.put(self._store, path, file, chunk_size=8 << 20, max_concurrency=2)
+        self._verify(path, digest, sent)
 
     def put_new(self, path: str, data: Data) -> bool:
         """Write the object only if none exists (If-None-Match); False when one did."""
         with self._errors(path):
             try:
-                obstore.put(self._store, path, memoryview(data), mode="create", use_multipart=False)
+                sent = obstore.put(
+                    self._store, path, memoryview(data), mode="create", use_multipart=False
+                )
             except AlreadyExistsError:
                 return False
+        self._verify(path, hashlib.md5(data, usedforsecurity=False), sent)
         return True
 
     def replace(self, path: str, data: Data) -> bool:
@@ -79,10 +91,33 @@ class S3Backend:
         mode: Any = {"e_tag": info["e_tag"]} if info.get("e_tag") else "overwrite"
         with self._errors(path):
             try:
-                obstore.put(self._store, path, memoryview(data), mode=mode, use_multipart=False)
+                sent = obstore.put(
+                    self._store, path, memoryview(data), mode=mode, use_multipart=False
+                )
             except PreconditionError:
                 return False
+        self._verify(path, hashlib.md5(data, usedforsecurity=False), sent)
         return True
+
+    def _verify(self, path: str, digest: Any, sent: Any) -> None:
+        """Make sure the store kept what was sent; remove and refuse an object damaged on the way.
+
+        A single-part object's ETag is the MD5 of its bytes; where it is not (multipart,
+        SSE-KMS), the object is read back.
+        """
+        if (sent.get("e_tag") or "").strip('"') == digest.hexdigest():
+            return
+        kept = hashlib.md5(usedforsecurity=False)
+        with self._errors(path):
+            for block in obstore.get(self._store, path).stream(min_chunk_size=_READ_BACK):
+                kept.update(block)
+        if kept.digest() != digest.digest():
+            self.delete(path)
+            raise ObjectStoreError(
+                f"{self.url}: {path}: the store kept other bytes than were sent "
+                "(damaged on the way); the object was removed",
+                reason="DamagedInTransit",
+            )
 
     def get(self, path: str) -> bytes:
         """The whole object."""
@@ -163,6 +198,7 @@ def _s3_store(bucket: str, prefix: str, opts: S3Options) -> S3Store:
         config["endpoint"] = endpoint
     region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     config["region"] = region or "us-east-1"
+    config["checksum_algorithm"] = "SHA256"
     if opts.access_key_id:
         config["access_key_id"] = opts.access_key_id
     if opts.secret_access_key:

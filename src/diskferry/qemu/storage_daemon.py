@@ -21,6 +21,7 @@ from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.worker import procstat, tether
 
 _BINARY = "qemu-storage-daemon"
+_FOLDER_PREFIX = "diskferry-qsd-"
 
 
 class StorageDaemonError(DiskferryError):
@@ -101,7 +102,7 @@ class StorageDaemon:
         except BaseException:
             self._lock.release()
             raise
-        self.dir = Path(tempfile.mkdtemp(prefix="diskferry-qsd-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.qmp_socket)
         listener.listen()
@@ -133,7 +134,7 @@ class StorageDaemon:
             log.close()
             listener.close()
         pid = self.process.pid
-        self._lock.write(f"{pid} {procstat.start_time(pid)}\n")
+        self._lock.write(f"{pid} {procstat.start_time(pid)} {self.dir}\n")
         try:
             self._connect()
         except BaseException:
@@ -167,9 +168,11 @@ class StorageDaemon:
         return lines[-1] if lines else "no output"
 
     def _kill_leftover(self) -> None:
-        """End a daemon a killed predecessor left for the same disks, named by the pid file."""
+        """End a daemon a killed predecessor left for the same disks, named by the pid file,
+        and remove its folder."""
+        pid_field, started_field, folder = [*self._lock.read().strip().split(" ", 2), "", ""][:3]
         try:
-            pid, started = (int(field) for field in self._lock.read().split())
+            pid, started = int(pid_field), int(started_field)
         except ValueError:
             return
         with contextlib.suppress(OSError):
@@ -179,6 +182,8 @@ class StorageDaemon:
                 deadline = time.monotonic() + self.timeout
                 while procstat.is_same(pid, started) and time.monotonic() < deadline:
                     time.sleep(0.02)
+        if Path(folder).name.startswith(_FOLDER_PREFIX):
+            shutil.rmtree(folder, ignore_errors=True)
         self._lock.write("")
 
     def release_monitor(self) -> None:

@@ -3,9 +3,10 @@
 One watch follows every kind. A changed object queues itself (when its kind has a
 reconciler) and each owner its ownerReferences name (when theirs has), so that a parent
 hears of its children. Every `resync` seconds every object of a reconciled kind is queued
-again. Worker threads take keys from one WorkQueue, so no key is reconciled twice at once;
-an error is retried with backoff and shown on the object as the condition `Reconciled`
-(False, reason ReconcileError) and a Warning Event; the next success sets it True.
+again, and Events older than an hour are deleted. Worker threads take keys from one
+WorkQueue, so no key is reconciled twice at once; an error is retried with backoff and
+shown on the object as the condition `Reconciled` (False, reason ReconcileError) and a
+Warning Event; the next success sets it True.
 `stop` ends the watch, lets the reconciles under way finish, and returns.
 """
 
@@ -147,6 +148,7 @@ class Manager:
                         self._enqueue_object(event.object)
                 if time.monotonic() - resynced >= self.resync:
                     self._list_all()
+                    self.objects.expire_events()
                     resynced = time.monotonic()
         finally:
             watch.close()

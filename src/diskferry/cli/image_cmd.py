@@ -1,0 +1,215 @@
+"""`diskferry image`: containerDisks in a registry — push, pull, inspect, list, delete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from diskferry.cli.cancel import cancellable
+from diskferry.cli.common import NOTES, note, print_json, progress_bar
+from diskferry.cli.import_cmd import import_job, run_and_report
+from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
+
+image_app = typer.Typer(help="containerDisk images in an OCI registry.")
+
+Ref = Annotated[
+    str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST] or oci:DIR[:TAG]")
+]
+CaBundle = Annotated[str | None, typer.Option(help="CA certificates (PEM).")]
+NoProgress = Annotated[bool, typer.Option("--no-progress")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _reference(text: str, *, layout: bool = False):
+    """The parsed reference (oci:DIR[:TAG] too when `layout`); a malformed one is a usage error."""
+    from diskferry.registry.errors import BadReferenceError
+    from diskferry.registry.layout import is_layout_reference, parse_layout_reference
+    from diskferry.registry.reference import parse_reference
+
+    try:
+        if layout and is_layout_reference(text):
+            return parse_layout_reference(text)
+        return parse_reference(text)
+    except BadReferenceError as e:
+        raise typer.BadParameter(e.message, param_hint="REF") from e
+
+
+def _client(ref: str, insecure: bool, creds: str | None, authfile: str | None, ca: str | None):
+    from diskferry.registry.auth import parse_creds
+    from diskferry.registry.client import RegistryClient, RegistryOptions
+
+    check_creds(creds)
+    parsed = _reference(ref)
+    options = RegistryOptions(
+        credentials=parse_creds(creds) if creds else None,
+        authfile=authfile,
+        ca_bundle=ca,
+        insecure=insecure,
+    )
+    return RegistryClient.for_reference(parsed, options), parsed
+
+
+@image_app.command("push")
+def push_command(
+    source: Annotated[str, typer.Argument(help="A local path, URL or docker:// reference.")],
+    ref: Ref,
+    format: Annotated[
+        str | None, typer.Option("--format", help="raw or qcow2 (default: the source's).")
+    ] = None,
+    ca_bundle: CaBundle = None,
+    header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    no_progress: NoProgress = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Store a disk image as a containerDisk (raw or qcow2, one uncompressed tar layer)."""
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.image_push import push_image, stored_format
+
+    _reference(ref, layout=True)
+    job = import_job(
+        source,
+        "-",
+        format=format or "raw",
+        ca_bundle=ca_bundle,
+        header=header,
+        insecure=insecure,
+        creds=creds,
+        authfile=authfile,
+    )
+    job = job.model_copy(update={"format": stored_format(job, format)})
+    progress = Progress()
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "push", enabled=not no_progress and not json_out),
+    ):
+        result = push_image(job, ref, progress, cancel, NOTES)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        note(f"pushed {result.format} ({result.unpacked_size} bytes) to {result.reference}")
+
+
+@image_app.command("pull")
+def pull_command(
+    ref: Ref,
+    target: Annotated[str, typer.Argument(help="The file or block device to write.")],
+    format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
+    size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    no_progress: NoProgress = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Write a containerDisk into a volume, converted to its format and grown to --size."""
+    _reference(ref, layout=True)
+    job = import_job(
+        ref,
+        target,
+        format=format,
+        size=size,
+        ca_bundle=ca_bundle,
+        insecure=insecure,
+        creds=creds,
+        authfile=authfile,
+    )
+    run_and_report(job, no_progress=no_progress, json_out=json_out)
+
+
+@image_app.command("inspect")
+def inspect_command(
+    ref: Ref,
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Show an image's digest, platform, layers and annotations."""
+    from diskferry.registry.images import describe, resolve
+    from diskferry.registry.layout import Layout
+
+    if ref.startswith("oci:"):
+        folder, tag = _reference(ref, layout=True)
+        found = describe(Layout(folder).image(tag))
+    else:
+        client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+        found = describe(resolve(client, parsed))
+    if json_out:
+        print_json(found)
+        return
+    for key, value in found.items():
+        print(f"{key}: {value}")
+
+
+@image_app.command("list")
+def list_command(
+    ref: Annotated[str, typer.Argument(help="docker://HOST[:PORT]/NAME")],
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+    json_out: JsonOut = False,
+) -> None:
+    """List the tags of a repository."""
+    from diskferry.registry.images import list_tags
+
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    tags = list_tags(client, parsed.repository)
+    if json_out:
+        print_json({"repository": parsed.repository, "tags": tags})
+        return
+    for tag in tags:
+        print(tag)
+
+
+@image_app.command("delete")
+def delete_command(
+    ref: Ref,
+    ca_bundle: CaBundle = None,
+    insecure: Insecure = False,
+    creds: Creds = None,
+    authfile: Authfile = None,
+) -> None:
+    """Delete an image (its manifest, and so every tag naming it)."""
+    from diskferry.registry.images import delete_manifest, get_manifest
+
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    digest = get_manifest(client, parsed.repository, parsed.reference).digest
+    delete_manifest(client, parsed.repository, digest)
+    note(f"deleted {parsed.registry}/{parsed.repository}@{digest}")
+
+
+@image_app.command("serve")
+def serve_command(
+    root: Annotated[Path, typer.Argument(help="The store: one OCI layout per repository.")],
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
+    token_file: Annotated[
+        Path | None, typer.Option(help="A file holding the token clients give as password.")
+    ] = None,
+) -> None:
+    """Serve the store as a registry (plain HTTP on 127.0.0.1) until SIGTERM or SIGINT."""
+    from aiohttp import web
+
+    from diskferry.registry.serve import RegistryServer
+
+    token = None
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as e:
+            raise typer.BadParameter(f"cannot read {token_file}: {e.strerror}") from e
+    root.mkdir(parents=True, exist_ok=True)
+    note(f"serving {root} at http://127.0.0.1:{port}")
+    web.run_app(RegistryServer(root, token).app(), host="127.0.0.1", port=port, print=None)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `image` to the CLI."""
+    app.add_typer(image_app, name="image")

@@ -1,0 +1,1 @@
+"""OCI distribution: references, auth, a registry client, and containerDisk images."""
