@@ -18,7 +18,7 @@ from benchmarks.bench_import import DISKFERRY
 from benchmarks.data import make_disk
 from benchmarks.measure import Comparison, Run, alternate, bytes_written, proc_status, run_process
 from benchmarks.nginx import nginx
-from diskferry.export.certs import issue_server_cert
+from diskferry.serving.certs import issue_server_cert
 
 TOKEN = "bench-export-token"
 TOKEN_HEADER = "x-kubevirt-export-token"

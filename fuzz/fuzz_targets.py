@@ -47,9 +47,9 @@ from diskferry.disk.formats import (
 from diskferry.disk.peek import PeekReader
 from diskferry.export.extent_pages import parse_page
 from diskferry.export.routes import load_routes
-from diskferry.export.tls import apply_tls_settings, load_tls_settings
 from diskferry.importer.probe import probe_image
 from diskferry.objstore.store import ObjectStore
+from diskferry.serving.tls import apply_tls_settings, load_tls_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "nbd"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from diskferry.cli.export_cmd import parse_duration
+from diskferry.cli.server_options import parse_duration
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diskferry.export.certs import create_ca
+from diskferry.serving.certs import create_ca
 
 SECRET = "pa55-s3cr3t"
 

@@ -6,9 +6,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from export_support import TOKEN, MiB, Running, make_disk, start_diskferry
+from export_support import TOKEN, MiB, make_disk
+from server_support import Running, start_diskferry
 
-from diskferry.export.certs import create_ca
+from diskferry.serving.certs import create_ca
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from diskferry.export.certs import issue_server_cert
 from diskferry.export.download import DownloadRequest
+from diskferry.serving.certs import issue_server_cert
 
 
 class PlainServer(ThreadingHTTPServer):

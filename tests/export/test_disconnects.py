@@ -9,7 +9,8 @@ import ssl
 import time
 from pathlib import Path
 
-from export_support import TOKEN, MiB, Running, curl, make_disk, write_routes
+from export_support import TOKEN, MiB, curl, make_disk, write_routes
+from server_support import Running
 
 PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports/vm1"
 

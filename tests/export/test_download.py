@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 from export_plain_server import PlainServer
-from export_support import TOKEN, MiB, Running, make_disk, write_routes
+from export_support import TOKEN, MiB, make_disk, write_routes
+from server_support import Running
 
 from diskferry.disk.http import TlsError
-from diskferry.export.certs import create_ca
 from diskferry.export.download import DownloadRequest, download
 from diskferry.export.errors import DownloadError
+from diskferry.serving.certs import create_ca
 
 PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"
 

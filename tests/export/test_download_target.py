@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from export_plain_server import PlainServer
-from export_support import TOKEN, MiB, Running, make_disk
+from export_support import TOKEN, MiB, make_disk
+from server_support import Running
 from strace_log import read_ops, run_traced
 
 from diskferry.disk.errors import CancelledError

@@ -10,10 +10,11 @@ from fuzzing import hostile_inputs, run_target
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diskferry.export.errors import DownloadError, RoutesError, TlsSetupError
+from diskferry.export.errors import DownloadError, RoutesError
 from diskferry.export.extent_pages import parse_page
 from diskferry.export.routes import load_routes
-from diskferry.export.tls import apply_tls_settings, load_tls_settings
+from diskferry.serving.errors import TlsSetupError
+from diskferry.serving.tls import apply_tls_settings, load_tls_settings
 
 TARGETS = ["extents_json", "routes", "tls_settings"]
 

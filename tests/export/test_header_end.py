@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diskferry.export.listener import HeaderEnd
+from diskferry.serving.listener import HeaderEnd
 
 REQUEST = b"GET /volumes/disk/disk.img HTTP/1.1\r\nHost: x\r\n\r\n"
 

@@ -8,7 +8,8 @@ import stat
 import tarfile
 from pathlib import Path
 
-from export_support import TOKEN, Running, curl
+from export_support import TOKEN, curl
+from server_support import Running
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from export_support import TOKEN, MiB, Running, curl, make_disk, open_fds, write_routes
+from export_support import TOKEN, MiB, curl, make_disk, open_fds, write_routes
+from server_support import Running
 
-from diskferry.export.certs import create_ca
+from diskferry.serving.certs import create_ca
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"

@@ -14,9 +14,9 @@ import pytest
 from cryptography import x509
 from export_support import TOKEN, curl
 
-from diskferry.export.certs import create_ca, issue_server_cert
-from diskferry.export.errors import TlsSetupError
-from diskferry.export.tls import ServerTls
+from diskferry.serving.certs import create_ca, issue_server_cert
+from diskferry.serving.errors import TlsSetupError
+from diskferry.serving.tls import ServerTls
 
 AUTH = f"x-kubevirt-export-token: {TOKEN}"
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "export"))
 
 from export_support import TOKEN, MiB, make_disk, start_diskferry
 
-from diskferry.export.certs import create_ca
+from diskferry.serving.certs import create_ca
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from worker_support import job_file, run, start
 
-from diskferry.export.certs import create_ca
+from diskferry.serving.certs import create_ca
 
 TOKEN = "worker-export-token"
 

@@ -14,6 +14,7 @@ from typing import Any
 
 MODULES = {
     "import": "diskferry.importer.worker",
+    "upload": "diskferry.importer.worker",
     "backup": "diskferry.backup.worker",
     "export": "diskferry.export.worker",
 }

@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
-import logging
-import re
-import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from diskferry.cli.cancel import cancellable, signals_set
 from diskferry.cli.common import (
-    NoteReporter,
     build_job,
     note,
     parse_headers,
     print_json,
     progress_bar,
+)
+from diskferry.cli.server_options import (
+    Address,
+    CertDir,
+    Grace,
+    HeaderTimeout,
+    IdleTimeout,
+    Port,
+    Sans,
+    ServingReporter,
+    TlsSettingsFile,
+    listening,
+    parse_duration,
+    path_text,
+    serve_logging,
+    timing_fields,
 )
 
 export_app = typer.Typer(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
@@ -26,49 +38,13 @@ ca_app = typer.Typer(help="The CA that issues export server certificates.")
 proxy_app = typer.Typer(help="The export proxy: one HTTPS entry that routes to export servers.")
 export_app.add_typer(ca_app, name="ca")
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in '2h', '90m', '1h30m', '45s' or '45'."""
-    match = _DURATION.fullmatch(text.strip())
-    if not text.strip() or match is None:
-        raise typer.BadParameter(f"cannot read duration {text!r}: use e.g. 2h, 30m, 45s")
-    h, m, s = (float(g) if g else 0.0 for g in match.groups())
-    return h * 3600 + m * 60 + s
-
-
-def _logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
-    )
-
-
-class _ServingReporter(NoteReporter):
-    """The CLI's notes, and the port a server listens on alone on a stdout line."""
-
-    def details(self, **facts: Any) -> None:
-        """Print the listening port once it is known."""
-        if "listenPort" in facts:
-            print(facts["listenPort"], flush=True)
-
-
-CertDir = Annotated[Path, typer.Option("--cert-dir", help="tls.crt/tls.key, or a CA to issue.")]
-Sans = Annotated[list[str] | None, typer.Option("--san", help="Certificate name, repeatable.")]
-Address = Annotated[str, typer.Option("--address", help="Address to listen on.")]
-Port = Annotated[int, typer.Option("--port", help="Port; 0 picks a free one and prints it.")]
-TlsSettingsFile = Annotated[Path | None, typer.Option("--tls-settings", help="TLS settings YAML.")]
-HeaderTimeout = Annotated[str, typer.Option("--header-timeout", help="Limit for request headers.")]
-IdleTimeout = Annotated[str, typer.Option("--idle-timeout", help="Idle keep-alive limit.")]
-Grace = Annotated[str, typer.Option("--grace", help="How long transfers may finish at the end.")]
-
 
 @ca_app.command("create")
 def ca_create(
     dir: Annotated[Path, typer.Option("--dir", help="Directory for ca.crt and ca.key.")],
 ) -> None:
     """Create a CA (ca.crt, ca.key) that export servers and the proxy issue certificates from."""
-    from diskferry.export.certs import create_ca
+    from diskferry.serving.certs import create_ca
 
     note(f"wrote {create_ca(dir)}")
 
@@ -106,7 +82,7 @@ def export_serve(
 
     if links_json is not None and not (internal_url and external_url):
         raise typer.BadParameter("--links-json needs --internal-url and --external-url")
-    timing = _timing(header_timeout, idle_timeout, grace)
+    timing = timing_fields(header_timeout, idle_timeout, grace)
     lifetime = parse_duration(ttl)
     specs = [parse_spec(v) for v in volume]
     bitmaps = dict(parse_spec(b) for b in bitmap or [])
@@ -117,8 +93,8 @@ def export_serve(
         links = LinkSettings(
             internal_url=internal_url,
             external_url=external_url,
-            external_ca=_text(external_ca),
-            file=_text(links_json),
+            external_ca=path_text(external_ca),
+            file=path_text(links_json),
         )
     job = build_job(
         ExportJob,
@@ -126,15 +102,15 @@ def export_serve(
         volumes=[ExportVolumeSpec(name=n, path=p, bitmap=bitmaps.get(n)) for n, p in specs],
         token_file=str(token_file),
         ttl=lifetime,
-        manifest=_text(manifest),
+        manifest=path_text(manifest),
         links=links,
-        **_listening(cert_dir, san, address, port, tls_settings),
+        **listening(cert_dir, san, address, port, tls_settings),
         **timing,
     )
-    _logging()
+    serve_logging()
     stop = threading.Event()
     with signals_set(stop):
-        serve_export(job, Progress(), stop, _ServingReporter())
+        serve_export(job, Progress(), stop, ServingReporter())
 
 
 @export_app.command("download")
@@ -221,37 +197,13 @@ def proxy_serve(
         ProxyJob,
         routes=str(routes),
         backend_idle_timeout=parse_duration(backend_idle_timeout),
-        **_listening(cert_dir, san, address, port, tls_settings),
-        **_timing(header_timeout, idle_timeout, grace),
+        **listening(cert_dir, san, address, port, tls_settings),
+        **timing_fields(header_timeout, idle_timeout, grace),
     )
-    _logging()
+    serve_logging()
     stop = threading.Event()
     with signals_set(stop):
-        serve_proxy(job, Progress(), stop, _ServingReporter())
-
-
-def _text(path: Path | None) -> str | None:
-    return None if path is None else str(path)
-
-
-def _listening(
-    cert_dir: Path, sans: list[str] | None, address: str, port: int, tls_settings: Path | None
-) -> dict[str, Any]:
-    return {
-        "cert_dir": str(cert_dir),
-        "sans": sans or [],
-        "listen_address": address,
-        "listen_port": port,
-        "tls_settings": _text(tls_settings),
-    }
-
-
-def _timing(header: str, idle: str, grace: str) -> dict[str, float]:
-    return {
-        "header_timeout": parse_duration(header),
-        "idle_timeout": parse_duration(idle),
-        "grace": parse_duration(grace),
-    }
+        serve_proxy(job, Progress(), stop, ServingReporter())
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.repo_cmd import register as register_repo
 from diskferry.cli.resource_cmd import register as register_resources
 from diskferry.cli.serve_cmd import register as register_serve
+from diskferry.cli.upload_cmd import register as register_upload
 from diskferry.cli.volume_cmd import register as register_volume
 from diskferry.disk.errors import DiskferryError
 
@@ -38,6 +39,7 @@ register_repo(app)
 register_backup(app)
 register_serve(app)
 register_crds(app)
+register_upload(app)
 register_resources(app)
 register_volume(app)
 

@@ -19,10 +19,10 @@ from diskferry.cli.daemon_client import (
     ResourceType,
     connect,
 )
-from diskferry.cli.export_cmd import parse_duration
 from diskferry.cli.manifests import Manifest, check, load
 from diskferry.cli.resource_view import describe, print_table, table_rows
 from diskferry.cli.resource_wait import Want, parse_for, wait_for
+from diskferry.cli.server_options import parse_duration
 from diskferry.cli.watch_view import watch
 from diskferry.disk.errors import DiskferryError
 

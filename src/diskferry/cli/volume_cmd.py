@@ -91,7 +91,7 @@ def _qemu_tls_dir(cert_dir: str, host: str) -> Iterator[str]:
     The issued certificate names `host` besides the usual names; its directory is removed
     when the server ends.
     """
-    from diskferry.export.certs import CA_CERT, default_sans, issue_server_cert
+    from diskferry.serving.certs import CA_CERT, default_sans, issue_server_cert
 
     if not os.path.exists(os.path.join(cert_dir, CA_CERT)):
         yield cert_dir

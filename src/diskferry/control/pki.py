@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from diskferry.export.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
+from diskferry.serving.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
 
 SERVER_CERT = "server.crt"
 SERVER_KEY = "server.key"

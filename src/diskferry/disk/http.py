@@ -7,6 +7,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import urllib3
 from urllib3.exceptions import (
@@ -19,6 +20,8 @@ from diskferry.disk.urls import http_url_for_message
 
 log = logging.getLogger(__name__)
 _RETRY_STATUSES = {429, 502, 503, 504}
+# how much of an error answer `explain` reads
+_EXPLAIN_BYTES = 200
 
 
 class HttpError(DiskferryError):
@@ -54,6 +57,11 @@ class SourceChangedError(RangeNotSupportedError):
     """The resource changed during the transfer, so reading on would mix two versions."""
 
     reason = "SourceChanged"
+
+
+def _first_line(data: bytes) -> str:
+    line = data[:_EXPLAIN_BYTES].decode(errors="replace").strip().splitlines()
+    return f": {line[0][:_EXPLAIN_BYTES]}" if line else ""
 
 
 def _validator(headers) -> str | None:
@@ -92,6 +100,7 @@ class HttpSource:
     retries: int = 5
     backoff: float = 0.5
     timeout: float = 30.0
+    shown: str | None = None  # how messages show the URL, when its path holds a secret
 
     def __post_init__(self) -> None:
         self._pool = http_pool(self.ca_bundle, self.timeout)
@@ -100,18 +109,27 @@ class HttpSource:
     @property
     def shown_url(self) -> str:
         """The URL as messages and logs show it: no credentials, no query (where tokens go)."""
-        return http_url_for_message(self.url)
+        return self.shown or http_url_for_message(self.url)
 
     def request(
-        self, method: str, headers: dict[str, str] | None = None, *, stream: bool = True
+        self,
+        method: str,
+        headers: dict[str, str] | None = None,
+        *,
+        stream: bool = True,
+        body: Any = None,
+        explain: bool = False,
     ) -> urllib3.BaseHTTPResponse:
-        """Send one request; errors become HttpError or TlsError, statuses >= 400 included."""
+        """Send one request (with `body`, bytes or a file-like object); errors become
+        HttpError or TlsError, statuses >= 400 included (`explain`: with the first line the
+        server wrote)."""
         all_headers = {**self.headers, **(headers or {})}
         try:
             resp = self._pool.request(
                 method,
                 self.url,
                 headers=all_headers,
+                body=body,
                 preload_content=not stream,
                 decode_content=False,
             )
@@ -120,10 +138,13 @@ class HttpSource:
         except Urllib3Error as e:
             raise self._translate(e) from e
         if resp.status >= 400:
+            said = ""
+            if explain:
+                said = _first_line(resp.read(_EXPLAIN_BYTES) if stream else resp.data)
             resp.drain_conn()
             resp.release_conn()
             status = f"HTTP {resp.status} {resp.reason or ''}".strip()
-            raise HttpError(f"{self.shown_url}: server answered {status}", resp.status)
+            raise HttpError(f"{self.shown_url}: server answered {status}{said}", resp.status)
         return resp
 
     def _translate(self, e: BaseException) -> DiskferryError:

@@ -1,24 +1,18 @@
-"""An access log line per request, with tokens in the query redacted."""
+"""The export servers' access log: tokens in the query redacted."""
 
 from __future__ import annotations
 
-from aiohttp.abc import AbstractAccessLogger
-from aiohttp.web import BaseRequest, StreamResponse
+from aiohttp.web import BaseRequest
 
 from diskferry.export.token import redact
+from diskferry.serving.accesslog import AccessLogger
 
 
-class RedactingAccessLogger(AbstractAccessLogger):
-    """Logs remote, method, path (token redacted), status, bytes sent and seconds."""
+class RedactingAccessLogger(AccessLogger):
+    """The access log with any export token in the query replaced."""
 
-    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
-        """Write one access log line."""
-        self.logger.info(
-            '%s "%s %s" %s %s %.3f',
-            request.remote,
-            request.method,
-            redact(request.rel_url),
-            response.status,
-            response.body_length,
-            time,
-        )
+    logger_name = "diskferry.export.access"
+
+    def shown_path(self, request: BaseRequest) -> str:
+        """The path and query with the token redacted."""
+        return redact(request.rel_url)

@@ -9,12 +9,6 @@ class ExportError(DiskferryError):
     reason = "ExportFailed"
 
 
-class TlsSetupError(ExportError):
-    """Certificates, keys or TLS settings could not be made or loaded."""
-
-    reason = "TlsSetupFailed"
-
-
 class RoutesError(ExportError):
     """The proxy's routes file could not be read."""
 

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from diskferry.serving.listening import Listening
 from diskferry.worker.job import JobModel, WorkerJob
 
 
@@ -38,18 +39,6 @@ class LinkSettings(JobModel):
         default=None, alias="externalCa", description="CA (PEM) of the external URL"
     )
     file: str | None = Field(default=None, description="write the status links here (JSON)")
-
-
-class Listening(JobModel):
-    """Where a server listens (port 0 picks one) and its server-side limits."""
-
-    cert_dir: str = Field(alias="certDir", description="tls.crt/tls.key, or a CA to issue from")
-    sans: list[str] = Field(default_factory=list, description="default: localhost, 127.0.0.1, host")
-    listen_address: str = Field(default="0.0.0.0", alias="listenAddress")
-    listen_port: int = Field(default=8443, ge=0, le=65535, alias="listenPort")
-    tls_settings: str | None = Field(default=None, alias="tlsSettings")
-    header_timeout: float = Field(default=10.0, gt=0, alias="headerTimeout")
-    idle_timeout: float = Field(default=60.0, gt=0, alias="idleTimeout")
 
 
 class ExportJob(WorkerJob, Listening):

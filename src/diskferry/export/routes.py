@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from diskferry.export.errors import RoutesError
-from diskferry.export.watch import FileWatch
-from diskferry.export.yaml_file import read_yaml_model
+from diskferry.serving.watch import FileWatch
+from diskferry.serving.yaml_file import read_yaml_model
 
 log = logging.getLogger(__name__)
 

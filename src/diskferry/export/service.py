@@ -13,19 +13,20 @@ import threading
 from pathlib import Path
 
 from diskferry.disk.progress import Progress
-from diskferry.export.certs import default_sans
+from diskferry.export.accesslog import RedactingAccessLogger
 from diskferry.export.errors import ExportError
-from diskferry.export.job import ExportJob, ExportPhase, Listening, ProxyJob, ServeResult
+from diskferry.export.job import ExportJob, ExportPhase, ProxyJob, ServeResult
 from diskferry.export.links import export_links
-from diskferry.export.listener import Timeouts
 from diskferry.export.manifests import load_manifest
 from diskferry.export.proxy import ExportProxy, PoolSettings
 from diskferry.export.routes import RoutesFile
-from diskferry.export.serve import ServeOptions, run
 from diskferry.export.server import ExportServer
-from diskferry.export.tls import ServerTls
 from diskferry.export.token import TokenFile
 from diskferry.export.volumes import ExportedVolume, open_exported
+from diskferry.serving.certs import default_sans
+from diskferry.serving.listening import Listening
+from diskferry.serving.run import run
+from diskferry.serving.tls import ServerTls
 from diskferry.worker.reporter import QUIET, EventType, Reporter
 
 
@@ -44,16 +45,6 @@ def _write_json(path: str, obj: object) -> None:
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise ExportError(f"cannot write {path}: {e.strerror}") from e
-
-
-def _options(job: Listening, ttl: float | None, grace: float) -> ServeOptions:
-    return ServeOptions(
-        host=job.listen_address,
-        port=job.listen_port,
-        ttl=ttl,
-        grace=grace,
-        timeouts=Timeouts(header=job.header_timeout, idle=job.idle_timeout),
-    )
 
 
 class _Announcer:
@@ -125,7 +116,7 @@ def serve_export(
         expired = run(
             server.app(),
             tls,
-            _options(job, job.ttl, job.grace),
+            job.serve_options(job.ttl, job.grace, RedactingAccessLogger),
             stop,
             announce,
             drain,
@@ -155,7 +146,14 @@ def serve_proxy(
     async def drain(expired: bool) -> None:
         progress.set_phase(ExportPhase.DRAINING)
 
-    run(proxy.app(), tls, _options(job, None, job.grace), stop, announce, drain)
+    run(
+        proxy.app(),
+        tls,
+        job.serve_options(None, job.grace, RedactingAccessLogger),
+        stop,
+        announce,
+        drain,
+    )
     reporter.event(EventType.NORMAL, "Stopped", "export proxy stopped")
     return ServeResult(
         name="proxy", ended="stopped", listen_port=announce.port, transfers_cut=False

@@ -94,10 +94,13 @@ def _open_source(
     headers: dict[str, str],
     progress: Progress,
     cancel: threading.Event | None,
+    body: Readable | None,
+    body_size: int | None,
 ) -> tuple[SourceStream, Checksum | None, _Sniffed]:
     """Open and sniff the source; one that broke without Range is read again from zero.
 
-    Nothing has been written while sniffing, so starting over loses nothing.
+    Nothing has been written while sniffing, so starting over loses nothing; a `body` handed
+    in cannot be read again.
     """
     restarts = 0
     while True:
@@ -110,13 +113,15 @@ def _open_source(
             checksum=checksum,
             progress=progress,
             cancel=cancel,
+            body=body,
+            body_size=body_size,
             registry=registry_options(job),
         )
         try:
             return stream, checksum, _sniff(stream)
         except RangeNotSupportedError:
             stream.close()
-            if restarts >= job.retries:
+            if body is not None or restarts >= job.retries:
                 raise
             restarts += 1
             progress.add(-stream.bytes_read)
@@ -130,8 +135,11 @@ def run_import(
     progress: Progress,
     cancel: threading.Event | None = None,
     reporter: Reporter = QUIET,
+    body: Readable | None = None,
+    body_size: int | None = None,
 ) -> ImportResult:
-    """Import `job.source` into `job.target`; the target is replaced only on success.
+    """Import `job.source` (or the `body_size` bytes of `body`, which it names) into
+    `job.target`; the target is replaced only on success.
 
     A file target committed carries the job's id (see `Target.commit`).
     """
@@ -143,7 +151,7 @@ def run_import(
     headers = dict(job.headers)
     if job.headers_file:
         headers.update(read_headers_file(job.headers_file))
-    stream, checksum, sniffed = _open_source(job, headers, progress, cancel)
+    stream, checksum, sniffed = _open_source(job, headers, progress, cancel, body, body_size)
     writing = False
     try:
         target.claim()

@@ -1,4 +1,5 @@
-"""Opening an import source (a local path, an HTTP(S) URL, a containerDisk) as a counted stream."""
+"""Opening an import source (a local path, an HTTP(S) URL, a containerDisk, or a body
+handed in) as a counted stream."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 from pathlib import Path
 
 from diskferry.disk.checksums import Checksum
+from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
@@ -52,7 +54,8 @@ class SourceStream:
     """The source's bytes as received: counted into progress and hashed for the checksum.
 
     A docker:// source is the disk file of a containerDisk: `size` and progress count
-    the layer bytes, `content_size` the disk file's.
+    the layer bytes, `content_size` the disk file's. With `body`, the bytes come from it
+    (an upload, say), `source` only names them and `body_size` is their length when known.
     """
 
     def __init__(
@@ -65,6 +68,8 @@ class SourceStream:
         checksum: Checksum | None = None,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        body: Readable | None = None,
+        body_size: int | None = None,
         registry: RegistryOptions | None = None,
     ) -> None:
         self.name = http_url_for_message(source) if is_url(source) else source
@@ -74,10 +79,13 @@ class SourceStream:
         self._progress = progress
         self._cancel = cancel
         self._reader: ResumingReader | None = None
+        self._body = body
         self._file = None
         self._disk: ContainerDiskStream | None = None
         self.digest: str | None = None
-        if is_reference(source):
+        if body is not None:
+            self.size: int | None = body_size
+        elif is_reference(source):
             self._open_container_disk(source, registry or RegistryOptions(ca_bundle=ca_bundle))
         elif is_layout_reference(source):
             self._open_layout(source)
@@ -124,7 +132,9 @@ class SourceStream:
         """Up to `n` bytes of the source."""
         if self._cancel is not None and self._cancel.is_set():
             raise CancelledError("cancelled")
-        if self._disk is not None:
+        if self._body is not None:
+            data = self._body.read(n)
+        elif self._disk is not None:
             data = self._disk.read(n)
         elif self._reader is not None:
             data = self._reader.read(n)

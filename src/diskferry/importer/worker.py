@@ -1,4 +1,5 @@
-"""`python -m diskferry.importer.worker JOB.json`: one import as a child process or Pod."""
+"""`python -m diskferry.importer.worker JOB.json`: one import, or one upload server, as a child
+process or Pod."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob
+from diskferry.importer.upload_job import UploadJob
+from diskferry.importer.upload_service import serve_upload
 from diskferry.worker.runtime import JobContext, JobKind, run_worker
 
 
@@ -14,5 +17,13 @@ def run(job: ImportJob, ctx: JobContext) -> dict[str, Any]:
     return run_import(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
+def run_upload(job: UploadJob, ctx: JobContext) -> dict[str, Any]:
+    """Serve the job's upload and return its result as JSON values."""
+    return serve_upload(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
+
+
 if __name__ == "__main__":
-    run_worker({"import": JobKind(ImportJob, run)}, default="import")
+    run_worker(
+        {"import": JobKind(ImportJob, run), "upload": JobKind(UploadJob, run_upload)},
+        default="import",
+    )

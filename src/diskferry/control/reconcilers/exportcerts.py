@@ -12,8 +12,8 @@ from cryptography import x509
 
 from diskferry.control.clock import Clock
 from diskferry.control.runner.base import Runner
-from diskferry.export.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
-from diskferry.export.tls import TLS_CERT, TLS_KEY
+from diskferry.serving.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
+from diskferry.serving.tls import TLS_CERT, TLS_KEY
 
 CERT_LIFETIME = timedelta(hours=24)
 PKI_DIR = "pki"

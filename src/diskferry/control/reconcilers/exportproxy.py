@@ -19,7 +19,7 @@ from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.runner.base import Runner
 from diskferry.export.routes import Route, RoutesDocument
-from diskferry.export.tls import CA_CERT
+from diskferry.serving.certs import CA_CERT
 
 log = logging.getLogger("diskferry.control")
 PROXY_PORT = 7444

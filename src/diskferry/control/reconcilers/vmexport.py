@@ -43,8 +43,8 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
-from diskferry.export.certs import CA_CERT
 from diskferry.export.server import READY_PATH
+from diskferry.serving.certs import CA_CERT
 
 log = logging.getLogger("diskferry.control")
 EXPORT_MODULE = "diskferry.export.worker"

@@ -23,11 +23,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from diskferry.export.accesslog import RedactingAccessLogger
-from diskferry.export.errors import ExportError
-from diskferry.export.tls import ServerTls
-
-access_log = logging.getLogger("diskferry.export.access")
+from diskferry.serving.accesslog import AccessLogger
+from diskferry.serving.errors import ServeError
+from diskferry.serving.tls import ServerTls
 
 _HEADERS_END = b"\r\n\r\n"
 _AppHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -162,10 +160,17 @@ async def _mark_requests(request: web.Request, handler: _AppHandler) -> web.Stre
 class HttpsListener:
     """An app served on one TLS socket; stop() lets requests in flight finish up to a grace."""
 
-    def __init__(self, app: web.Application, tls: ServerTls, timeouts: Timeouts) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        tls: ServerTls,
+        timeouts: Timeouts,
+        access_log_class: type[AccessLogger] = AccessLogger,
+    ) -> None:
         self.app = app
         self.tls = tls
         self.timeouts = timeouts
+        self.access_log_class = access_log_class
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
@@ -183,8 +188,8 @@ class HttpsListener:
             handle_signals=False,
             shutdown_timeout=grace,
             keepalive_timeout=self.timeouts.idle,
-            access_log_class=RedactingAccessLogger,
-            access_log=access_log,
+            access_log_class=self.access_log_class,
+            access_log=logging.getLogger(self.access_log_class.logger_name),
         )
         await self._runner.setup()
         make_aiohttp_protocol = self._runner.server
@@ -208,7 +213,7 @@ class HttpsListener:
             )
         except OSError as e:
             await self._runner.cleanup()
-            raise ExportError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+            raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from diskferry.export.errors import TlsSetupError
+from diskferry.serving.errors import TlsSetupError
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"

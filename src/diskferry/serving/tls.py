@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from diskferry.export.certs import CA_CERT, CA_KEY, issue_server_cert
-from diskferry.export.errors import TlsSetupError
-from diskferry.export.watch import FileWatch
-from diskferry.export.yaml_file import read_yaml_model
+from diskferry.serving.certs import CA_CERT, CA_KEY, issue_server_cert
+from diskferry.serving.errors import TlsSetupError
+from diskferry.serving.watch import FileWatch
+from diskferry.serving.yaml_file import read_yaml_model
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,14 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel
 
-from diskferry.export.errors import ExportError
+from diskferry.disk.errors import DiskferryError
 
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def read_yaml_model(path: Path, model: type[Model], error: type[ExportError], what: str) -> Model:
+def read_yaml_model(
+    path: Path, model: type[Model], error: type[DiskferryError], what: str
+) -> Model:
     """The `model` that the YAML file `path` holds (an empty file gives its defaults).
 
     Whatever is wrong with the file, unreadable, not UTF-8, not YAML, nested past

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 import uvloop
 from aiohttp import web
 
-from diskferry.export.listener import HttpsListener, Timeouts
-from diskferry.export.tls import ServerTls
+from diskferry.serving.accesslog import AccessLogger
+from diskferry.serving.listener import HttpsListener, Timeouts
+from diskferry.serving.tls import ServerTls
 
 _WORKERS = 32
 # how often the loop looks at the stop event, which signal handlers and other threads set
@@ -29,6 +30,7 @@ class ServeOptions:
     ttl: float | None = None
     grace: float = 60.0
     timeouts: Timeouts = field(default_factory=Timeouts)
+    access_log_class: type[AccessLogger] = AccessLogger
 
 
 async def _stopped(stop: threading.Event, ttl: float | None) -> bool:
@@ -50,7 +52,7 @@ async def _serve(
 ) -> bool:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(_WORKERS, thread_name_prefix="diskferry-io"))
-    listener = HttpsListener(app, tls, opts.timeouts)
+    listener = HttpsListener(app, tls, opts.timeouts, opts.access_log_class)
     await listener.start(opts.host, opts.port, grace=opts.grace)
     try:
         on_listening(listener.port)

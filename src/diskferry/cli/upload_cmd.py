@@ -1,0 +1,138 @@
+"""`diskferry upload FILE URL` (the client) and `diskferry upload serve TARGET` (the server)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from diskferry.cli.cancel import cancellable, signals_set
+from diskferry.cli.common import build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.server_options import (
+    Address,
+    CertDir,
+    Grace,
+    HeaderTimeout,
+    IdleTimeout,
+    Port,
+    Sans,
+    ServingReporter,
+    TlsSettingsFile,
+    listening,
+    serve_logging,
+    timing_fields,
+)
+
+_SEND = "send"
+
+
+class _SendByDefault(TyperGroup):
+    """`upload FILE URL` is `upload send FILE URL`: the first word names a command or a file."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Put `send` first when the first word is no command of the group."""
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = [_SEND, *args]
+        return super().parse_args(ctx, args)
+
+
+upload_app = typer.Typer(
+    cls=_SendByDefault,
+    help="Upload a disk image to an upload server (FILE URL), or serve one (serve TARGET).",
+    no_args_is_help=True,
+)
+
+
+@upload_app.command(_SEND)
+def upload_send(
+    file: Annotated[Path, typer.Argument(help="The image to send (raw, qcow2, compressed...).")],
+    url: Annotated[str, typer.Argument(help="https://HOST:PORT[/v1beta1/upload|/upload/SECRET]")],
+    token_file: Annotated[
+        Path | None, typer.Option(help="The bearer token (CDI's paths); first line.")
+    ] = None,
+    ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
+) -> None:
+    """Upload FILE to the upload server at URL; done once the server has imported it."""
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.upload_client import upload_file
+
+    progress = Progress()
+    with (
+        cancellable() as cancel,
+        progress_bar(progress, "upload", enabled=not no_progress and not json_out),
+    ):
+        answer = upload_file(
+            str(file),
+            url,
+            token_file=None if token_file is None else str(token_file),
+            ca_bundle=ca_bundle,
+            progress=progress,
+            cancel=cancel,
+        )
+    if json_out:
+        print_json({"uploaded": str(file), "bytes": progress.done, "answer": answer})
+    else:
+        note(f"uploaded {file} ({progress.done} bytes): {answer}")
+
+
+@upload_app.command("serve")
+def upload_serve(
+    target: Annotated[str, typer.Argument(help="The file or block device to write.")],
+    token_file: Annotated[
+        Path, typer.Option(help="The token (first line) and its RFC 3339 expiry (second).")
+    ],
+    cert_dir: CertDir,
+    san: Sans = None,
+    format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
+    size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
+    checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the uploaded stream.")] = None,
+    address: Address = "0.0.0.0",
+    port: Port = 8443,
+    keep_serving: Annotated[
+        bool, typer.Option("--keep-serving", help="After the upload, answer 409 until stopped.")
+    ] = False,
+    grace: Grace = "10s",
+    tls_settings: TlsSettingsFile = None,
+    header_timeout: HeaderTimeout = "10s",
+    idle_timeout: IdleTimeout = "60s",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
+) -> None:
+    """Take one upload into TARGET over HTTPS, on CDI's paths and Deckhouse's /upload/TOKEN."""
+    from diskferry.disk.progress import Progress
+    from diskferry.importer.upload_job import UploadJob
+    from diskferry.importer.upload_service import serve_upload
+
+    if format not in ("raw", "qcow2"):
+        raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
+    job = build_job(
+        UploadJob,
+        target=target,
+        format=format,
+        size=size_option(size),
+        checksum=checksum,
+        token_file=str(token_file),
+        keep_serving=keep_serving,
+        **listening(cert_dir, san, address, port, tls_settings),
+        **timing_fields(header_timeout, idle_timeout, grace),
+    )
+    serve_logging()
+    stop = threading.Event()
+    with signals_set(stop):
+        result = serve_upload(job, Progress(), stop, ServingReporter())
+    if json_out:
+        print_json(result.to_json())
+    elif result.uploaded is not None:
+        note(f"uploaded {result.uploaded['sourceFormat']} into {result.uploaded['target']}")
+    else:
+        note("stopped before an upload was complete")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `upload` to the `diskferry` command."""
+    app.add_typer(upload_app, name="upload")

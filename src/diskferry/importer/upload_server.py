@@ -1,0 +1,197 @@
+"""The upload server's app: CDI's upload paths and Deckhouse's `/upload/<secret>`, one upload.
+
+An upload streams through the import pipeline into a prime copy of the target, swapped in
+only when the import succeeds. One upload runs at a time (503 to another); once one has
+succeeded the server takes no more (409). A refused or broken upload leaves the target as
+it was and the server ready for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from enum import Enum
+
+from aiohttp import BodyPartReader, web
+
+from diskferry.disk.checksums import ChecksumError
+from diskferry.disk.decompress import Readable
+from diskferry.disk.errors import DiskferryError
+from diskferry.importer.engine import ImageRefusedError
+from diskferry.importer.job import ImportResult
+from diskferry.importer.upload_body import UploadBody, UploadBrokenError
+from diskferry.importer.upload_token import UploadToken
+from diskferry.serving.accesslog import AccessLogger
+
+log = logging.getLogger(__name__)
+
+CDI_VERSIONS = ("v1alpha1", "v1beta1")
+UPLOAD_PREFIX = "/upload/"
+FORM_FIELD = "file"
+_BEARER = "bearer "
+# refusals that are the upload's fault, not the server's
+_CLIENT_REASONS = {
+    ImageRefusedError.reason,
+    UploadBrokenError.reason,
+    ChecksumError.reason,
+    "SizeTooSmall",
+    "TargetTooSmall",
+}
+
+# runs one import of a body of known length (or None) in a worker thread
+Importer = Callable[[Readable, int | None], ImportResult]
+
+
+class State(Enum):
+    """Where the server is in its one upload."""
+
+    READY = "ready"
+    UPLOADING = "uploading"
+    DONE = "done"
+
+
+class UploadAccessLogger(AccessLogger):
+    """The access log with the secret of `/upload/<secret>` hidden."""
+
+    logger_name = "diskferry.upload.access"
+
+    def shown_path(self, request: web.BaseRequest) -> str:
+        """The path with an upload secret replaced."""
+        if request.path.startswith(UPLOAD_PREFIX):
+            return f"{UPLOAD_PREFIX}REDACTED"
+        return request.rel_url.raw_path_qs
+
+
+class UploadServer:
+    """The routes, the state of the one upload, and what it imported."""
+
+    def __init__(self, token: UploadToken, importer: Importer, stall_timeout: float = 60.0) -> None:
+        self.token = token
+        self.importer = importer
+        self.stall_timeout = stall_timeout
+        self.state = State.READY
+        self.result: ImportResult | None = None
+        self.done = threading.Event()
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application(client_max_size=0)
+        for version in CDI_VERSIONS:
+            base = f"/{version}"
+            app.router.add_post(f"{base}/upload", self._cdi(form=False, wait=True))
+            app.router.add_post(f"{base}/upload-async", self._cdi(form=False, wait=False))
+            app.router.add_post(f"{base}/upload-form", self._cdi(form=True, wait=True))
+            app.router.add_post(f"{base}/upload-form-async", self._cdi(form=True, wait=False))
+            for path in ("upload-async", "upload-form-async"):
+                app.router.add_route("HEAD", f"{base}/{path}", self._probe)
+        secret = UPLOAD_PREFIX + "{secret}"
+        app.router.add_put(secret, self._deckhouse)
+        app.router.add_post(secret, self._deckhouse)
+        app.router.add_get(secret, self._deckhouse_ready, allow_head=False)
+        return app
+
+    async def _probe(self, request: web.Request) -> web.Response:
+        return web.Response()
+
+    def _cdi(self, *, form: bool, wait: bool):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            header = request.headers.get("Authorization")
+            if header is None or not header.lower().startswith(_BEARER):
+                return _text(400, "give the token as 'Authorization: Bearer <token>'")
+            offered = header[len(_BEARER) :].strip()
+            if not offered:
+                return _text(400, "give the token as 'Authorization: Bearer <token>'")
+            if not self.token.accepts(offered):
+                return _text(401, "the token is wrong or has expired")
+            return await self._upload(request, form=form, wait=wait)
+
+        return handle
+
+    def _secret_matches(self, request: web.Request) -> bool:
+        return self.token.accepts(request.match_info["secret"])
+
+    async def _deckhouse(self, request: web.Request) -> web.StreamResponse:
+        if not self._secret_matches(request):
+            raise web.HTTPNotFound()
+        return await self._upload(request, form=False, wait=True)
+
+    async def _deckhouse_ready(self, request: web.Request) -> web.StreamResponse:
+        if not self._secret_matches(request):
+            raise web.HTTPNotFound()
+        return self._busy() or _text(200, "ready for an upload")
+
+    def _busy(self) -> web.Response | None:
+        if self.state is State.UPLOADING:
+            return _text(503, "an upload is already running; try again once it has ended")
+        if self.state is State.DONE:
+            return _text(409, "the upload is complete; this server takes no more")
+        return None
+
+    async def _upload(self, request: web.Request, *, form: bool, wait: bool) -> web.StreamResponse:
+        busy = self._busy()
+        if busy is not None:
+            return busy
+        self.state = State.UPLOADING
+        try:
+            body = await self._body(request, form)
+        except BaseException:
+            self.state = State.READY
+            raise
+        loop = asyncio.get_running_loop()
+        task = loop.run_in_executor(
+            None, self.importer, body, None if form else request.content_length
+        )
+        task.add_done_callback(self._finished)
+        if not wait:
+            complete = asyncio.ensure_future(body.complete.wait())
+            finished, _ = await asyncio.wait([task, complete], return_when=asyncio.FIRST_COMPLETED)
+            complete.cancel()
+            if task not in finished:
+                return _text(200, "the upload is in; the import goes on in the background")
+        try:
+            await asyncio.shield(task)
+        except DiskferryError as e:
+            status = 400 if e.reason in _CLIENT_REASONS else 500
+            return _text(status, f"the upload failed: {e.message}")
+        except Exception as e:
+            return _text(500, f"the upload failed: {type(e).__name__}")
+        return _text(200, "the upload is complete")
+
+    async def _body(self, request: web.Request, form: bool) -> UploadBody:
+        loop = asyncio.get_running_loop()
+        if not form:
+            return UploadBody(
+                request.content.read, loop, request.content_length, self.stall_timeout
+            )
+        if not request.content_type.startswith("multipart/"):
+            raise web.HTTPBadRequest(text=f"send a multipart form with the field '{FORM_FIELD}'\n")
+        try:
+            reader = await request.multipart()
+        except ValueError as e:
+            raise web.HTTPBadRequest(text=f"cannot read the upload form: {e}\n") from e
+        while True:
+            part = await reader.next()
+            if part is None:
+                raise web.HTTPBadRequest(text=f"the form has no field '{FORM_FIELD}'\n")
+            if isinstance(part, BodyPartReader) and part.name == FORM_FIELD:
+                return UploadBody(part.read_chunk, loop, None, self.stall_timeout)
+            if isinstance(part, BodyPartReader):
+                await part.release()
+
+    def _finished(self, task: asyncio.Future[ImportResult]) -> None:
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if error is None:
+            self.result = task.result()
+            self.state = State.DONE
+            self.done.set()
+            log.info("upload complete: %s", self.result.target)
+            return
+        self.state = State.READY
+        why = error.message if isinstance(error, DiskferryError) else type(error).__name__
+        log.warning("upload failed, target unchanged, ready for another: %s", why)
+
+
+def _text(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message + "\n")

@@ -1,0 +1,1 @@
+"""HTTPS serving the engines share: certificates, reloading TLS, the listener, the run loop."""
