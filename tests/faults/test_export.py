@@ -11,7 +11,8 @@ from relay import Fault
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "export"))
 
-from export_support import TOKEN, MiB, make_disk, start_diskferry
+from export_support import TOKEN, MiB, make_disk
+from server_support import start_diskferry
 
 from diskferry.serving.certs import create_ca
 
