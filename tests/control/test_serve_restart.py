@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from control_support import wait_until
+import pytest
+from control_support import stop_workers_under, wait_until, workers_under
 from daemon_support import Served, free_port, start_daemon
 from vmexport_support import get_when_up, raw_url
 
@@ -70,14 +71,27 @@ def _download(served: Served) -> tuple[int, bytes]:
     return get_when_up(raw_url(external), external["cert"], token)
 
 
-def test_a_killed_daemon_loses_neither_the_import_nor_the_export(faulty, tmp_path: Path) -> None:
+@pytest.fixture
+def data_dir(tmp_path: Path):
+    """The daemon's data directory; whatever runs under it is stopped after the test."""
+    path = tmp_path / "data"
+    yield path
+    try:
+        wait_until(lambda: not workers_under(path), 30)  # nothing left once the export went
+    finally:
+        stop_workers_under(path)
+
+
+def test_a_killed_daemon_loses_neither_the_import_nor_the_export(
+    faulty, data_dir: Path, tmp_path: Path
+) -> None:
     source = tmp_path / "slow.raw"
     source.write_bytes(os.urandom(16 * MiB))
     slow_url = faulty.add("slow.raw", source, piece=128 * 1024, trickle=0.1)
     exported, slow = tmp_path / "exported.yaml", tmp_path / "slow.yaml"
     exported.write_text(EXPORTED)
     slow.write_text(_slow_disk(slow_url))
-    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
+    log = tmp_path / "serve.log"
     options = ("--proxy-port", str(free_port()))
     first = start_daemon(data_dir, log, options=options)
     try:
