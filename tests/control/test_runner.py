@@ -16,7 +16,7 @@ from control_support import wait_until
 from diskferry.control.runner.base import IMPORT
 from diskferry.control.runner.local import JobStartError, LocalRunner
 from diskferry.control.runner.tail import LINE_CHARS, tail_lines
-from diskferry.worker import procstat
+from diskferry.disk import procstat
 
 MiB = 1 << 20
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from qemu_helpers import MiB
 
+from diskferry.disk import procstat
 from diskferry.disk.errors import CancelledError
 from diskferry.qemu import cbt, img
 from diskferry.qemu.session import BackupSession, SessionDisk
-from diskferry.worker import procstat
 
 _OPENAT = {"x86_64": 257, "aarch64": 56}[platform.machine()]
 

@@ -14,10 +14,10 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from diskferry.backup.errors import LockedError, LockLostError
+from diskferry.disk import procstat
 from diskferry.disk.errors import CancelledError
 from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError
 from diskferry.objstore.store import ObjectStore
-from diskferry.worker import procstat
 
 LEASE_SECONDS = 300.0
 LockKind = Literal["shared", "exclusive", "vm"]

@@ -18,9 +18,9 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.disk import tether
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.progress import Progress
-from diskferry.worker import tether
 
 QEMU_IMG = "qemu-img"
 _PERCENT = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from diskferry.disk import procstat, tether
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.worker import procstat, tether
 
 _BINARY = "qemu-storage-daemon"
 _FOLDER_PREFIX = "diskferry-qsd-"

@@ -29,8 +29,8 @@ from typing import Any
 
 from diskferry.control.runner.base import LOG_LINES, JobState
 from diskferry.control.runner.tail import first_line, tail_lines
+from diskferry.disk import procstat
 from diskferry.disk.errors import DiskferryError
-from diskferry.worker import procstat
 from diskferry.worker.job import JOB_ID_PATTERN
 
 PROGRESS_TIMEOUT = 1.0

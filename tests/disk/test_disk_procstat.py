@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from diskferry.worker import procstat
+from diskferry.disk import procstat
 
 
 def _wait_zombie(pid: int) -> procstat.ProcessStat:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from diskferry.worker import procstat, tether
+from diskferry.disk import procstat, tether
 
 
 def _wait_gone(pid: int, timeout: float = 20.0) -> None:
@@ -37,7 +37,7 @@ def test_a_child_outlives_the_thread_that_started_it() -> None:
 def test_a_child_ends_when_its_process_is_killed() -> None:
     script = (
         "import threading, time\n"
-        "from diskferry.worker import tether\n"
+        "from diskferry.disk import tether\n"
         "started = []\n"
         "t = threading.Thread(target=lambda: started.append(tether.start(['sleep', '60'])))\n"
         "t.start()\n"
