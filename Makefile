@@ -28,8 +28,9 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# one test process per core: most tests wait on servers and subprocesses
 test: lint
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra -n auto
 
 # the kill -9 loops with 50 moments each instead of 8
 stress: setup
