@@ -8,6 +8,7 @@ import pytest
 from backup_support import PASSWORD, MiB, engine_fixture, make_disk, same, write  # noqa: F401
 
 from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
+from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.repository import Repository
 from diskferry.disk.prime import TargetError
 from diskferry.qemu import cbt
@@ -139,3 +140,21 @@ def test_a_damaged_pack_fails_the_restore_and_leaves_no_target(engine, backed_up
         engine.restore(first, out, force=True)
     assert out.read_bytes() == b"unchanged"
     assert _leftovers(tmp_path) == []
+
+
+def test_chunks_are_located_a_page_at_a_time_not_one_by_one(
+    engine, backed_up, tmp_path, monkeypatch
+):
+    _, _, second = backed_up
+    lookups: list[int] = []
+    locate_many = IndexCache.locate_many
+
+    def counted(self, chunk_ids):
+        lookups.append(len(chunk_ids))
+        return locate_many(self, chunk_ids)
+
+    monkeypatch.setattr(IndexCache, "locate_many", counted)
+    monkeypatch.setattr(IndexCache, "locate", lambda self, chunk_id: pytest.fail("one by one"))
+    result = engine.restore(second, tmp_path / "out.raw")
+    assert same(tmp_path / "out.raw", engine.references[second])
+    assert lookups == [result.chunks_read]  # one lookup for this one-page snapshot

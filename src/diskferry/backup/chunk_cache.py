@@ -11,15 +11,14 @@ from concurrent.futures import Future
 class ChunkCache:
     """Keeps the `capacity` chunks used last; threads asking for one being read wait for it."""
 
-    def __init__(self, read: Callable[[bytes], bytes], capacity: int) -> None:
-        self._read = read
+    def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._lock = threading.Lock()
         self._items: OrderedDict[bytes, Future[bytes]] = OrderedDict()
         self.reads = 0
 
-    def get(self, chunk_id: bytes) -> bytes:
-        """The chunk's plaintext, read now or taken from the cache."""
+    def get(self, chunk_id: bytes, read: Callable[[], bytes]) -> bytes:
+        """The chunk's plaintext, taken from the cache or got from `read()` now."""
         with self._lock:
             future = self._items.get(chunk_id)
             owner = future is None
@@ -32,7 +31,7 @@ class ChunkCache:
                 self._items.move_to_end(chunk_id)
         if owner:
             try:
-                future.set_result(self._read(chunk_id))
+                future.set_result(read())
             except BaseException as e:
                 future.set_exception(e)
                 with self._lock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from diskferry.backup.errors import (
     RepositoryNotFoundError,
     SnapshotNotFoundError,
 )
+from diskferry.backup.index import IndexEntry
 from diskferry.backup.index_cache import IndexCache, cache_folder
 from diskferry.backup.keys import new_keys, unwrap_keys, wrap_keys
 from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
@@ -188,17 +189,30 @@ class Repository:
         """A writer for new chunks (see PackWriter for the options)."""
         return PackWriter(self.store, self.codec, self.index, **options)
 
-    def read_chunk(self, chunk_id: bytes) -> bytes:
-        """A chunk's plaintext, verified against its id."""
-        where = self.index.locate(chunk_id)
-        if where is None:
+    def locate_chunks(self, chunk_ids: Collection[bytes]) -> dict[bytes, IndexEntry]:
+        """Where each chunk is stored, the index refreshed once if it misses some.
+
+        A chunk the refreshed index still does not name is a damaged repository.
+        """
+        wanted = list(chunk_ids)
+        found = self.index.locate_many(wanted)
+        if len(found) < len(set(wanted)):
             self.refresh_index()
-            where = self.index.locate(chunk_id)
-        if where is None:
+            found = self.index.locate_many(wanted)
+        missing = next((c for c in wanted if c not in found), None)
+        if missing is not None:
             raise CorruptObjectError(
-                f"chunk {chunk_id.hex()[:16]} is not in the index of {self.url}: "
+                f"chunk {missing.hex()[:16]} is not in the index of {self.url}: "
                 "run 'diskferry repo check'"
             )
+        return found
+
+    def read_chunk(self, chunk_id: bytes) -> bytes:
+        """A chunk's plaintext, verified against its id."""
+        return self.read_located(self.locate_chunks((chunk_id,))[chunk_id])
+
+    def read_located(self, where: IndexEntry) -> bytes:
+        """The plaintext of the chunk stored where the index says, verified against its id."""
         path = pack_path(where.pack)
         try:
             blob = self.store.get_range(path, where.offset, where.length)
@@ -206,7 +220,7 @@ class Repository:
             raise CorruptObjectError(
                 f"{path} is missing from {self.url}: run 'diskferry repo check'", objects=(path,)
             ) from None
-        return self.codec.decode_chunk(chunk_id, blob, path)
+        return self.codec.decode_chunk(where.chunk_id, blob, path)
 
     @property
     def cache_folder(self) -> Path:

@@ -1,6 +1,7 @@
 """The restore engine: one pass over a snapshot's entries into a prime target, swapped in last.
 
-The manifest is read a page at a time, so memory stays flat however long it is. Zero
+The manifest is read a page at a time, so memory stays flat however long it is, and the
+chunks of a page are located in the index by one lookup ahead of the workers. Zero
 entries stay holes; chunks are fetched, opened and verified in parallel threads,
 each read once while a few recent ones are cached. Any failure removes the prime file,
 so an existing target stays as it was (a block device is written in place, and said so).
@@ -8,6 +9,7 @@ so an existing target stays as it was (a block device is written in place, and s
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from diskferry.backup.chunk_cache import ChunkCache
 from diskferry.backup.entries import Entry
 from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
+from diskferry.backup.index import IndexEntry
 from diskferry.backup.job import RestoreJob, RestoreResult
 from diskferry.backup.phases import RestorePhase
 from diskferry.backup.repository import Repository
@@ -33,6 +36,8 @@ RESTORE_THREADS = 8
 CACHED_CHUNKS = 16
 # entries written by one task at most (a task keeps to one chunk)
 _TASK_ENTRIES = 256
+# tasks whose chunks are located by one index lookup
+_LOCATE_PAGE = 1024
 
 
 def find_restore_point(repo: Repository, snapshot: str, vm: str | None, disk: str | None) -> str:
@@ -61,6 +66,18 @@ def _tasks(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
         yield task
 
 
+def _located(
+    repo: Repository, tasks: Iterable[list[Entry]]
+) -> Iterator[tuple[list[Entry], IndexEntry | None]]:
+    """Each task with where its chunk is stored (None for zeros), a page of tasks at a time."""
+    pages = iter(tasks)
+    while page := list(itertools.islice(pages, _LOCATE_PAGE)):
+        where = repo.locate_chunks({t[0].chunk for t in page if t[0].chunk is not None})
+        for task in page:
+            chunk = task[0].chunk
+            yield task, None if chunk is None else where[chunk]
+
+
 def write_entries(
     repo: Repository,
     manifest: Manifest,
@@ -71,17 +88,18 @@ def write_entries(
     zero_holes: bool,
 ) -> tuple[int, int]:
     """Write the manifest's entries into `volume`; bytes written and chunks read."""
-    cache = ChunkCache(repo.read_chunk, CACHED_CHUNKS)
+    cache = ChunkCache(CACHED_CHUNKS)
     path = manifest.path
 
-    def write(task: list[Entry]) -> int:
-        chunk = task[0].chunk
-        if chunk is None:
+    def write(located: tuple[list[Entry], IndexEntry | None]) -> int:
+        task, where = located
+        if where is None:
             if zero_holes:
                 for e in task:
                     zero_range(volume, e.offset, e.length, cancel)
             return 0
-        data = memoryview(cache.get(chunk))
+        chunk = where.chunk_id
+        data = memoryview(cache.get(chunk, lambda: repo.read_located(where)))
         written = 0
         for e in task:
             if e.chunk_offset + e.length > len(data):
@@ -98,7 +116,12 @@ def write_entries(
         return written
 
     written = sum(
-        parallel_map(write, _tasks(manifest.entries()), threads=RESTORE_THREADS, cancel=cancel)
+        parallel_map(
+            write,
+            _located(repo, _tasks(manifest.entries())),
+            threads=RESTORE_THREADS,
+            cancel=cancel,
+        )
     )
     volume.flush()
     return written, cache.reads
