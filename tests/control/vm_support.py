@@ -74,3 +74,20 @@ def hmp(socket: str, line: str) -> str:
     """Run an HMP command through QMP's human-monitor-command."""
     with Qmp(socket) as qmp:
         return qmp.command("human-monitor-command", command_line=line)
+
+
+def create_vm(daemon: Daemon, name: str, spec: dict[str, Any], labels: dict[str, str]) -> None:
+    """A VirtualMachine with `labels`."""
+    body = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+    daemon.objects.create(REGISTRY.by_kind("VirtualMachine"), "default", body)
+
+
+def cbt_state(daemon: Daemon, name: str) -> str | None:
+    """The VM's `status.changedBlockTracking.state`."""
+    vm = daemon.get("VirtualMachine", name) or {}
+    return vm.get("status", {}).get("changedBlockTracking", {}).get("state")
