@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+
 from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import apply_vm, daemon, hmp, patch_vm, pid_of, ready_disk
 
 from diskferry.disk import procstat
 from diskferry.qemu.qmp import Qmp
+from diskferry.qemu.system import VmConfig, VmDisk, command
 
 __all__ = ["daemon"]
 
@@ -71,3 +74,40 @@ def test_deleting_a_running_vm_stops_its_qemu(daemon: Daemon) -> None:
     wait_until(lambda: daemon.get("VirtualMachine", "vm-d") is None, 30)
     assert procstat.start_time(pid) is None
     assert not (daemon.data_dir / "vms" / "default" / "vm-d").exists()
+
+
+def test_manual_leaves_a_new_vm_stopped(daemon: Daemon) -> None:
+    ready_disk(daemon, "vd-m")
+    apply_vm(daemon, "vm-m", "Manual", ["vd-m"])
+    vm = daemon.wait_phase("VirtualMachine", "vm-m", "Stopped", timeout=30)
+    assert pid_of(daemon, "vm-m") is None
+    assert "qmpSocket" not in vm["status"]
+
+
+def test_a_vm_with_qmp_socket_is_watched_never_started_or_stopped(daemon: Daemon) -> None:
+    """A QEMU run by someone else: Running with its own node names; AlwaysOff leaves it
+    running; once it ends, the VM is Stopped."""
+    disk = ready_disk(daemon, "vd-x")
+    socket = daemon.data_dir / "outside.sock"
+    config = VmConfig(
+        name="outside",
+        cores=1,
+        memory_bytes=64 << 20,
+        disks=[VmDisk("theirs", str(disk))],
+        monitors=[socket],
+        serial_log=daemon.data_dir / "outside.log",
+    )
+    qemu = subprocess.Popen(command(config), stdin=subprocess.DEVNULL)
+    try:
+        wait_until(socket.exists, 30)
+        apply_vm(daemon, "vm-x", "AlwaysOff", ["vd-x"], qmpSocket=str(socket))
+        vm = daemon.wait_phase("VirtualMachine", "vm-x", "Running", timeout=30)
+        assert vm["status"]["qmpSocket"] == str(socket)
+        assert vm["status"]["blockDevices"][0]["target"] == "theirs"
+        assert qemu.poll() is None  # AlwaysOff does not stop what diskferry does not run
+        qemu.terminate()
+        qemu.wait(10)
+        daemon.wait_phase("VirtualMachine", "vm-x", "Stopped", timeout=30)
+    finally:
+        qemu.kill()
+        qemu.wait()

@@ -3,7 +3,10 @@ PendingRestart on a running VM until its next start moves the disks onto their o
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 from control_support import wait_until
 from reconcile_support import Daemon
@@ -90,3 +93,31 @@ def test_cbt_no_longer_wanted_removes_the_overlays_at_the_next_start(daemon: Dae
     patch_vm(daemon, "vm-g", {"spec": {"runPolicy": "AlwaysOff"}})
     wait_until(lambda: cbt_state(daemon, "vm-g") == "Disabled", 30)
     assert not os.path.exists(f"{disk}.cbt.qcow2")
+
+
+def diskferry(*args: str) -> dict:
+    """Run a diskferry command with --json; its result."""
+    env = {**os.environ, "DISKFERRY_PASSWORD": "vm-test-pass"}
+    command = [sys.executable, "-m", "diskferry.cli.main", *args, "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_running_vm_is_backed_up_live_through_its_status(daemon: Daemon) -> None:
+    """status.qmpSocket and the disk's overlay are all `backup --qmp` needs: a full backup,
+    then, after a guest write, an incremental."""
+    disk = ready_disk(daemon, "vd-e")
+    create_vm(daemon, "vm-h", SPEC, {"diskferry.io/changed-block-tracking": "true"})
+    vm = daemon.wait_phase("VirtualMachine", "vm-h", "Running", timeout=30)
+    wait_until(lambda: cbt_state(daemon, "vm-h") == "Enabled", 30)
+    socket, target = vm["status"]["qmpSocket"], vm["status"]["blockDevices"][0]["target"]
+    repo = str(daemon.data_dir / "repo")
+    diskferry("repo", "init", "--repo", repo)
+    backup = ["backup", "--repo", repo, "--vm", "vm-h", "--qmp", socket, "--no-progress"]
+    backup += ["--disk", f"root={disk}.cbt.qcow2"]
+    assert diskferry(*backup)["disks"][0]["type"] == "full"
+    hmp(socket, f'qemu-io -d {target} "write -P 0x44 4M 64k"')
+    incremental = diskferry(*backup)["disks"][0]
+    assert incremental["type"] == "incremental"
+    assert incremental["bytesRead"] == 65536

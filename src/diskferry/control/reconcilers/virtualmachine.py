@@ -3,10 +3,10 @@
 AlwaysOn starts the VM and starts it again when it ends (crash, guest power-off);
 AlwaysOnUnlessStoppedManually does so too unless the guest powered itself off; AlwaysOff
 stops it; Manual leaves it as it is. A VM waits in Pending until every disk and image it
-names is Ready. Stopping quits QEMU through its monitor at once (the guest gets no ACPI
-shutdown). Deleting the VM stops it, then removes its directory. A VM with `spec.qmpSocket`
-runs elsewhere: diskferry only watches it (its phase, its disks' targets, its CBT state) and
-never starts or stops it.
+names is Ready. Stopping ends QEMU with SIGTERM, on which it quits cleanly at once (the
+guest gets no ACPI shutdown). Deleting the VM stops it, then removes its directory. A VM
+with `spec.qmpSocket` runs elsewhere: diskferry only watches it (its phase, its disks'
+targets, its CBT state) and never starts or stops it.
 """
 
 from __future__ import annotations
