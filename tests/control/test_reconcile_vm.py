@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 from control_support import wait_until
 from reconcile_support import Daemon
-from vm_support import apply_vm, daemon, hmp, patch_vm, pid_of, ready_disk
+from vm_support import (
+    apply_vm,
+    daemon,
+    hmp,
+    patch_vm,
+    pid_of,
+    ready_disk,
+    write_power_off_boot_sector,
+)
 
 from diskferry.disk import procstat
 from diskferry.qemu.qmp import Qmp
@@ -111,3 +120,20 @@ def test_a_vm_with_qmp_socket_is_watched_never_started_or_stopped(daemon: Daemon
     finally:
         qemu.kill()
         qemu.wait()
+
+
+def test_a_guest_power_off_stays_off_unless_the_policy_is_always_on(daemon: Daemon) -> None:
+    """A guest that powers itself off: AlwaysOnUnlessStoppedManually leaves it Stopped
+    (GuestShutdown); switched to AlwaysOn, it is started again."""
+    write_power_off_boot_sector(ready_disk(daemon, "vd-p"))
+    apply_vm(daemon, "vm-p", "AlwaysOnUnlessStoppedManually", ["vd-p"])
+    first = wait_until(lambda: pid_of(daemon, "vm-p"), 30)
+    vm = daemon.wait_phase("VirtualMachine", "vm-p", "Stopped", timeout=30)
+    ready = next(c for c in vm["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "GuestShutdown"
+    assert procstat.start_time(first) is None
+    time.sleep(1)  # a restart would follow the Stopped status within STEP_SECONDS
+    assert pid_of(daemon, "vm-p") == first  # not started again
+
+    patch_vm(daemon, "vm-p", {"spec": {"runPolicy": "AlwaysOn"}})
+    wait_until(lambda: pid_of(daemon, "vm-p") != first, 30)

@@ -91,3 +91,14 @@ def cbt_state(daemon: Daemon, name: str) -> str | None:
     """The VM's `status.changedBlockTracking.state`."""
     vm = daemon.get("VirtualMachine", name) or {}
     return vm.get("status", {}).get("changedBlockTracking", {}).get("state")
+
+
+POWER_OFF = bytes.fromhex("BA0406B80020EFF4EBFE")
+"""A boot sector's code that powers the PC off: `out 0x604, 0x2000` (PIIX4 ACPI S5), `hlt`."""
+
+
+def write_power_off_boot_sector(disk: Path) -> None:
+    """Make `disk` boot a guest that powers itself off at once."""
+    sector = POWER_OFF + bytes(510 - len(POWER_OFF)) + b"\x55\xaa"
+    with disk.open("r+b") as f:
+        f.write(sector)
