@@ -137,3 +137,29 @@ def test_a_guest_power_off_stays_off_unless_the_policy_is_always_on(daemon: Daem
 
     patch_vm(daemon, "vm-p", {"spec": {"runPolicy": "AlwaysOn"}})
     wait_until(lambda: pid_of(daemon, "vm-p") != first, 30)
+
+
+def test_an_image_attaches_read_only_and_the_guest_agent_has_its_socket(daemon: Daemon) -> None:
+    """A VirtualImage is a CD-ROM the guest cannot write; enableGuestAgent gives the VM an
+    agent channel and its socket."""
+    ready_disk(daemon, "vd-i")
+    source = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "vd-i"}}
+    daemon.apply("VirtualImage", "vi-i", {"storage": "PersistentVolumeClaim", "dataSource": source})
+    image = daemon.claim(daemon.wait_phase("VirtualImage", "vi-i", "Ready", timeout=60))
+    refs = [{"kind": "VirtualDisk", "name": "vd-i"}, {"kind": "VirtualImage", "name": "vi-i"}]
+    body = {"runPolicy": "AlwaysOn", "blockDeviceRefs": refs, "memory": {"size": "64Mi"}}
+    daemon.apply("VirtualMachine", "vm-i", {**body, "enableGuestAgent": True})
+    status = daemon.wait_phase("VirtualMachine", "vm-i", "Running", timeout=30)["status"]
+    assert status["blockDevices"][1] == {
+        "kind": "VirtualImage",
+        "name": "vi-i",
+        "target": "vi-vi-i",
+        "readOnly": True,
+    }
+    refused = hmp(status["qmpSocket"], 'qemu-io -d vi-vi-i "write -P 0x11 0 4k"')
+    assert "read-only" in refused
+    assert image.read_bytes()[:4096] == bytes(4096)
+    assert status["guestAgentSocket"].endswith("/vms/default/vm-i/agent.sock")
+    with Qmp(status["qmpSocket"]) as qmp:
+        chardevs = {c["label"]: c for c in qmp.command("query-chardev")}
+    assert status["guestAgentSocket"] in chardevs["agent"]["filename"]
