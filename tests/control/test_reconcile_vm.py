@@ -163,3 +163,18 @@ def test_an_image_attaches_read_only_and_the_guest_agent_has_its_socket(daemon: 
     with Qmp(status["qmpSocket"]) as qmp:
         chardevs = {c["label"]: c for c in qmp.command("query-chardev")}
     assert status["guestAgentSocket"] in chardevs["agent"]["filename"]
+
+
+def test_a_qemu_that_will_not_start_is_degraded_with_its_reason(daemon: Daemon) -> None:
+    """A second VM on a disk the first one has open: QEMU refuses it (the image lock), and
+    the VM is Degraded with QEMU's words in its condition and a Warning Event."""
+    ready_disk(daemon, "vd-l")
+    apply_vm(daemon, "vm-l1", "AlwaysOn", ["vd-l"])
+    daemon.wait_phase("VirtualMachine", "vm-l1", "Running", timeout=30)
+    apply_vm(daemon, "vm-l2", "AlwaysOn", ["vd-l"])
+    vm = daemon.wait_phase("VirtualMachine", "vm-l2", "Degraded", timeout=30)
+    ready = next(c for c in vm["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "QemuFailed" and "lock" in ready["message"]
+    warnings = [e for e in daemon.events("vm-l2") if e["type"] == "Warning"]
+    assert any("lock" in e["message"] for e in warnings)
+    assert daemon.get("VirtualMachine", "vm-l1")["status"]["phase"] == "Running"

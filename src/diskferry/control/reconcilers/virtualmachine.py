@@ -248,7 +248,7 @@ class VirtualMachineReconciler:
             self.client.event(obj, "Warning", reason, message)
         fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}
         transition(self.client, obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
-        return Result.done()
+        return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
 
     def _exit_message(self, obj: VirtualMachine) -> str:
         lines = self.machines.log_tail(obj.metadata.namespace or "", obj.metadata.name or "", 3)
