@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 from control_support import wait_until
 from reconcile_support import Daemon
@@ -178,3 +179,17 @@ def test_a_qemu_that_will_not_start_is_degraded_with_its_reason(daemon: Daemon) 
     warnings = [e for e in daemon.events("vm-l2") if e["type"] == "Warning"]
     assert any("lock" in e["message"] for e in warnings)
     assert daemon.get("VirtualMachine", "vm-l1")["status"]["phase"] == "Running"
+
+
+def test_socket_paths_too_long_make_the_vm_degraded_saying_so(tmp_path: Path) -> None:
+    deep = Daemon(tmp_path / ("d" * 90))
+    try:
+        ready_disk(deep, "vd-s")
+        apply_vm(deep, "vm-s", "AlwaysOn", ["vd-s"])
+        vm = deep.wait_phase("VirtualMachine", "vm-s", "Degraded", timeout=30)
+        ready = next(c for c in vm["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "MachineFailed"
+        assert "longer than 107 bytes" in ready["message"]
+        assert pid_of(deep, "vm-s") is None
+    finally:
+        deep.stop()

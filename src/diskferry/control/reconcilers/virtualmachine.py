@@ -191,7 +191,12 @@ class VirtualMachineReconciler:
             agent_socket=agent,
         )
         launch = {"blockDevices": [a.status() for a in attached], "cbt": track and bool(writable)}
-        self.machines.start(namespace, name, command(config), launch)
+        try:
+            self.machines.start(namespace, name, command(config), launch)
+        except MachineError as e:
+            transition(self.client, obj, MachinePhase.DEGRADED, e.reason, e.message)
+            self.client.event(obj, "Warning", e.reason, e.message)
+            return Result.requeue(RETRY_SECONDS)
         transition(
             self.client,
             obj,
