@@ -43,6 +43,7 @@ WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
 RETRY_SECONDS = 10.0
 GUEST_SHUTDOWN = "GuestShutdown"
+LAUNCHED = "QemuLaunched"
 _KINDS: dict[BlockDeviceKind, type[Resource]] = {
     BlockDeviceKind.VIRTUAL_DISK: VirtualDisk,
     BlockDeviceKind.VIRTUAL_IMAGE: VirtualImage,
@@ -114,7 +115,7 @@ class VirtualMachineReconciler:
             if obj.spec.run_policy is RunPolicy.ALWAYS_OFF:
                 return self._stop(obj, "Stopped", "the run policy is AlwaysOff")
             return self._observe(obj)
-        if _phase(obj) == MachinePhase.STARTING and self.machines.launch(namespace, name):
+        if _reason(obj) == LAUNCHED:
             return self._failed_start(obj)
         if self._should_start(obj):
             return self._start(obj)
@@ -124,7 +125,6 @@ class VirtualMachineReconciler:
         """QEMU ended before it answered: Degraded with its last words, tried again later."""
         message = self._exit_message(obj)
         transition(self.client, obj, MachinePhase.DEGRADED, "QemuFailed", message, _gone_fields())
-        self.client.event(obj, "Warning", "QemuFailed", message)
         return Result.requeue(RETRY_SECONDS)
 
     def _should_start(self, obj: VirtualMachine) -> bool:
@@ -195,13 +195,12 @@ class VirtualMachineReconciler:
             self.machines.start(namespace, name, command(config), launch)
         except MachineError as e:
             transition(self.client, obj, MachinePhase.DEGRADED, e.reason, e.message)
-            self.client.event(obj, "Warning", e.reason, e.message)
             return Result.requeue(RETRY_SECONDS)
         transition(
             self.client,
             obj,
             MachinePhase.STARTING,
-            "Starting",
+            LAUNCHED,
             "QEMU is starting",
             {"blockDevices": launch["blockDevices"], **self._cbt_fields(launch["cbt"], track)},
         )
