@@ -121,3 +121,20 @@ def test_a_running_vm_is_backed_up_live_through_its_status(daemon: Daemon) -> No
     incremental = diskferry(*backup)["disks"][0]
     assert incremental["type"] == "incremental"
     assert incremental["bytesRead"] == 65536
+
+
+def test_a_namespace_selector_selects_the_vms_in_labelled_namespaces(daemon: Daemon) -> None:
+    disk = ready_disk(daemon, "vd-e")
+    namespaces = REGISTRY.by_kind("Namespace")
+    daemon.objects.patch(namespaces, None, "default", {"metadata": {"labels": {"t": "p"}}}, "merge")
+    selector = {"matchExpressions": [{"key": "t", "operator": "In", "values": ["p", "q"]}]}
+    body = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "DataMoverConfig",
+        "metadata": {"name": "default"},
+        "spec": {"changedBlockTrackingLabelSelectors": {"namespaceLabelSelector": selector}},
+    }
+    daemon.objects.create(REGISTRY.by_kind("DataMoverConfig"), None, body)
+    create_vm(daemon, "vm-n", {**SPEC, "runPolicy": "AlwaysOff"}, {})
+    wait_until(lambda: cbt_state(daemon, "vm-n") == "Enabled", 30)
+    assert os.path.exists(f"{disk}.cbt.qcow2")
