@@ -178,6 +178,11 @@ def test_a_qemu_that_will_not_start_is_degraded_with_its_reason(daemon: Daemon) 
     assert ready["reason"] == "QemuFailed" and "lock" in ready["message"]
     warnings = [e for e in daemon.events("vm-l2") if e["type"] == "Warning"]
     assert any("lock" in e["message"] for e in warnings)
+    tried = pid_of(daemon, "vm-l2")
+    time.sleep(1)  # the next try waits RETRY_SECONDS, however often the VM is reconciled
+    assert pid_of(daemon, "vm-l2") == tried
+    logged = daemon.controllers.log_tail("VirtualMachine", "default", "vm-l2")
+    assert any("lock" in line for line in logged)  # what `diskferry logs vm vm-l2` shows
     assert daemon.get("VirtualMachine", "vm-l1")["status"]["phase"] == "Running"
 
 

@@ -24,6 +24,7 @@ from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
 from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
 from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
+from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.runner.base import LOG_LINES
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
@@ -78,7 +79,9 @@ class Controllers:
     def log_tail(
         self, kind: str, namespace: str | None, name: str, lines: int = LOG_LINES
     ) -> list[str]:
-        """The last lines the object's worker logged ([] when it has no worker's files)."""
+        """The last lines the object's worker (a VM's QEMU) logged ([] when it has none)."""
+        if kind == VIRTUAL_MACHINES.kind:
+            return self.machines.log_tail(namespace or "", name, lines)
         owner = self.job_owners.get(kind)
         obj = None if owner is None else self.client.get(owner.info.model, namespace, name)
         if owner is None or obj is None:

@@ -114,6 +114,7 @@ class Machines:
                 "pid": child.pid,
                 "startTime": stat.start_time if stat else None,
                 "bootId": procstat.boot_id(),
+                "startedAt": time.time(),
                 "argv": argv,
                 "launch": launch,
             }
@@ -140,6 +141,11 @@ class Machines:
     def launch(self, namespace: str, name: str) -> dict[str, Any]:
         """What the VM's QEMU was last launched with ({} when never)."""
         return self._record(self.directory(namespace, name)).get("launch") or {}
+
+    def since_start(self, namespace: str, name: str) -> float | None:
+        """Seconds since the VM's QEMU was last started, None when it never was."""
+        started = self._record(self.directory(namespace, name)).get("startedAt")
+        return time.time() - started if isinstance(started, float) else None
 
     def monitor(self, namespace: str, name: str) -> Qmp:
         """A connection to the controller's own QMP monitor of the VM."""

@@ -117,6 +117,9 @@ class VirtualMachineReconciler:
             return self._observe(obj)
         if _reason(obj) == LAUNCHED:
             return self._failed_start(obj)
+        since = self.machines.since_start(namespace, name)
+        if _phase(obj) == MachinePhase.DEGRADED and since is not None and since < RETRY_SECONDS:
+            return Result.requeue(RETRY_SECONDS - since)
         if self._should_start(obj):
             return self._start(obj)
         return self._stopped(obj)
@@ -208,6 +211,8 @@ class VirtualMachineReconciler:
 
     def _observe(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        if not self.machines.control_socket(namespace, name).exists():
+            return Result.requeue(STEP_SECONDS)  # QEMU has not opened its monitors yet
         try:
             with self.machines.monitor(namespace, name) as qmp:
                 run_state = qmp.command("query-status")["status"]
