@@ -254,7 +254,6 @@ class VirtualMachineReconciler:
         message = "the VM is stopped"
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
             reason, message = "QemuExited", self._exit_message(obj)
-            self.client.event(obj, "Warning", reason, message)
         fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}
         transition(self.client, obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
         return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
