@@ -20,6 +20,11 @@ from diskferry.disk import procstat
 
 MANIFESTS = """\
 apiVersion: diskferry.io/v1alpha1
+kind: DataMoverConfig
+metadata: {name: default}
+spec: {maxConcurrentDataMovers: 2}
+---
+apiVersion: diskferry.io/v1alpha1
 kind: VirtualDisk
 metadata: {name: vd-k, namespace: default}
 spec:
@@ -66,6 +71,10 @@ def test_kubectl_runs_a_vm_that_outlives_a_killed_daemon(base: Path) -> None:
     try:
         out = kubectl(first, "apply", "-f", "-", stdin=MANIFESTS)
         assert "virtualmachine.diskferry.io/vm-k created" in out
+        assert "datamoverconfig.diskferry.io/default created" in out
+        configs = kubectl(first, "get", "datamoverconfigs").splitlines()
+        assert configs[0].split() == ["NAME", "MAXCONCURRENT", "MAXINCREMENTALS", "AGE"]
+        assert configs[1].split()[:3] == ["default", "2", "0"]
         kubectl(first, "wait", "vm", "vm-k", "--for=jsonpath={.status.phase}=Running")
         lines = kubectl(first, "get", "vm").splitlines()
         assert lines[0].split() == ["NAME", "PHASE", "CORES", "MEMORY", "CBT", "AGE"]
