@@ -54,7 +54,8 @@ def base() -> Iterator[Path]:
 
 def kubectl(daemon: Served, *args: str, stdin: str | None = None) -> str:
     """Run kubectl against the daemon; its stdout."""
-    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), *args]
+    cache = str(daemon.data_dir.parent / "kube-cache")
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), "--cache-dir", cache, *args]
     done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr
     return done.stdout
