@@ -14,6 +14,7 @@ from typing import Any
 
 from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
+from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
 from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
@@ -60,7 +61,11 @@ class Controllers:
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]
         self.job_owners = {r.info.kind: r for r in owners}
-        self.reconcilers: list[Reconciler] = [*owners, *extra]
+        self.reconcilers: list[Reconciler] = [
+            *owners,
+            BackupStorageLocationReconciler(self.client),
+            *extra,
+        ]
         self.manager = Manager(
             objects, self.client, self.reconcilers, workers=workers, resync=resync
         )

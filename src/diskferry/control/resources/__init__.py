@@ -1,6 +1,7 @@
 """Every kind the daemon serves, in one registry."""
 
 from diskferry.control.kinds import Registry
+from diskferry.control.resources.backupstoragelocation import BACKUP_STORAGE_LOCATIONS
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
@@ -19,5 +20,6 @@ REGISTRY = Registry(
         CLUSTER_VIRTUAL_IMAGES,
         VIRTUAL_DISK_SNAPSHOTS,
         VIRTUAL_MACHINE_EXPORTS,
+        BACKUP_STORAGE_LOCATIONS,
     ]
 )
