@@ -12,9 +12,14 @@ from reconcile_support import Daemon
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "objstore"))
 
+from pydantic import Field
 from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
 
+from diskferry.control.kinds import KindInfo, Registry
+from diskferry.control.model import API_VERSION, GROUP, VERSION, Resource
+from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import SECRETS
+from diskferry.control.resources.dataupload import VM_NAME
 
 PASSWORD = "bars-secret"
 CREDENTIALS = f"[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"
@@ -48,3 +53,90 @@ def s3_bsl(endpoint: str, bucket: str, prefix: str) -> dict[str, Any]:
         "credential": {"name": "s3-keys", "key": "cloud"},
         "encryptionSecretRef": {"name": "repo-pass", "key": "password"},
     }
+
+
+class StandIn(Resource):
+    """A kind of free spec and status, standing in for VirtualMachine and DataMoverConfig in
+    these tests until their models land."""
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    status: dict[str, Any] = Field(default_factory=dict)
+
+
+STAND_INS = (
+    KindInfo(GROUP, VERSION, "VirtualMachine", "virtualmachines", StandIn, short_names=("vm",)),
+    KindInfo(GROUP, VERSION, "DataMoverConfig", "datamoverconfigs", StandIn, namespaced=False),
+)
+MOVER_REGISTRY = Registry([*REGISTRY.kinds, *STAND_INS])
+
+
+class MoverDaemon(Daemon):
+    """The daemon with the stand-in kinds, and helpers to make VMs with disks."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir, MOVER_REGISTRY)
+
+    def disk(self, name: str, size: str = "8Mi", data: bytes = b"", offset: int = 0) -> Path:
+        """A Ready blank VirtualDisk `name` with `data` written at `offset`; its claim file."""
+        self.apply("VirtualDisk", name, {"persistentVolumeClaim": {"size": size}})
+        claim = self.claim(self.wait_phase("VirtualDisk", name, "Ready"))
+        if data:
+            with open(claim, "r+b") as f:
+                f.seek(offset)
+                f.write(data)
+        return claim
+
+    def vm(self, name: str, disks: list[str], **metadata: Any) -> None:
+        """A stopped VirtualMachine with `disks`."""
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "VirtualMachine",
+            "metadata": {"name": name, **metadata},
+            "spec": {
+                "runPolicy": "AlwaysOff",
+                "blockDeviceRefs": [{"kind": "VirtualDisk", "name": d} for d in disks],
+            },
+        }
+        created = self.objects.create(self.registry.by_kind("VirtualMachine"), "default", body)
+        patch = {"status": {"phase": "Stopped"}}
+        info = self.registry.by_kind("VirtualMachine")
+        self.objects.patch(info, "default", name, patch, "merge", subresource="status")
+        assert created
+
+    def mover_config(self, **spec: Any) -> None:
+        """The DataMoverConfig `default`."""
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "DataMoverConfig",
+            "metadata": {"name": "default"},
+            "spec": spec,
+        }
+        self.objects.create(self.registry.by_kind("DataMoverConfig"), None, body)
+
+    def location(self, directory: Path) -> None:
+        """The Available filesystem location `repo` in `directory`."""
+        secret(self, "repo-pass", password=PASSWORD)
+        self.apply("BackupStorageLocation", "repo", filesystem_bsl(directory))
+        self.wait_phase("BackupStorageLocation", "repo", "Available")
+
+    def upload(self, name: str, vm: str, cancel: bool = False, **spec: Any) -> None:
+        """A DataUpload of `vm` to the location `repo`."""
+        self.upload_with(name, vm, {}, cancel=cancel, **spec)
+
+    def upload_with(
+        self, name: str, vm: str, annotations: dict[str, str], cancel: bool = False, **spec: Any
+    ) -> None:
+        """A DataUpload of `vm` with more annotations."""
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "DataUpload",
+            "metadata": {"name": name, "annotations": {VM_NAME: vm, **annotations}},
+            "spec": {"backupStorageLocation": "repo", "cancel": cancel, **spec},
+        }
+        self.objects.create(self.registry.by_kind("DataUpload"), "default", body)
+
+    def patch_spec(self, kind: str, name: str, spec: dict[str, Any]) -> None:
+        """Merge `spec` into the object's spec."""
+        self.objects.patch(self.registry.by_kind(kind), "default", name, {"spec": spec}, "merge")

