@@ -4,7 +4,10 @@ locations at hand, and stand-in VirtualMachine and DataMoverConfig kinds until t
 from __future__ import annotations
 
 import base64
+import contextlib
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "objstore"))
 from pydantic import Field
 from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
 
+from diskferry.backup.repository import Repository
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import API_VERSION, GROUP, VERSION, Resource
 from diskferry.control.resources import REGISTRY
@@ -65,9 +69,31 @@ class StandIn(Resource):
     status: dict[str, Any] = Field(default_factory=dict)
 
 
+class VirtualMachineStandIn(StandIn):
+    """The VirtualMachine's stand-in (a model of its own: the client finds kinds by model)."""
+
+
+class DataMoverConfigStandIn(StandIn):
+    """The DataMoverConfig's stand-in."""
+
+
 STAND_INS = (
-    KindInfo(GROUP, VERSION, "VirtualMachine", "virtualmachines", StandIn, short_names=("vm",)),
-    KindInfo(GROUP, VERSION, "DataMoverConfig", "datamoverconfigs", StandIn, namespaced=False),
+    KindInfo(
+        GROUP,
+        VERSION,
+        "VirtualMachine",
+        "virtualmachines",
+        VirtualMachineStandIn,
+        short_names=("vm",),
+    ),
+    KindInfo(
+        GROUP,
+        VERSION,
+        "DataMoverConfig",
+        "datamoverconfigs",
+        DataMoverConfigStandIn,
+        namespaced=False,
+    ),
 )
 MOVER_REGISTRY = Registry([*REGISTRY.kinds, *STAND_INS])
 
@@ -140,3 +166,49 @@ class MoverDaemon(Daemon):
     def patch_spec(self, kind: str, name: str, spec: dict[str, Any]) -> None:
         """Merge `spec` into the object's spec."""
         self.objects.patch(self.registry.by_kind(kind), "default", name, {"spec": spec}, "merge")
+
+
+@contextlib.contextmanager
+def repository_held(directory: Path) -> Iterator[None]:
+    """The repository in `directory` locked exclusively (as a prune does): backups wait."""
+    with (
+        Repository.open(str(directory), PASSWORD) as repo,
+        repo.lock("exclusive", "prune"),
+    ):
+        yield
+
+
+class PhaseWatch:
+    """Follows the watch events of one kind in a thread: each object's phase, and the most
+    objects ever in `phase` at once."""
+
+    def __init__(self, daemon: Daemon, kind: str, phase: str = "InProgress") -> None:
+        self.info = daemon.registry.by_kind(kind)
+        self.watch = daemon.objects.watch(
+            self.info, None, resource_version=daemon.objects.resource_version()
+        )
+        self.phase = phase
+        self.phases: dict[str, str | None] = {}
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            for event in self.watch.next(0.2):
+                obj = event.object
+                if obj.get("kind") != self.info.kind:
+                    continue
+                self.phases[obj["metadata"]["name"]] = (obj.get("status") or {}).get("phase")
+                now = sum(1 for p in self.phases.values() if p == self.phase)
+                self.most = max(self.most, now)
+
+    def count(self, phase: str) -> int:
+        """How many objects are in `phase` now, as the events said."""
+        return sum(1 for p in self.phases.values() if p == phase)
+
+    def stop(self) -> None:
+        """Stop following."""
+        self._stop.set()
+        self._thread.join(5)

@@ -122,6 +122,7 @@ class DataUploadReconciler(MoverReconciler):
             "vm": repository_vm(namespace, name),
             "disks": [{"name": disk, "path": str(c.file)} for disk, c in claims.items()],
             "full": _yes(obj, FORCE_FULL),
+            "wait": True,
         }
         limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or (
             vm.get("metadata", {}).get("annotations", {}).get(MAX_INCREMENTALS)
