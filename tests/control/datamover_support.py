@@ -212,3 +212,20 @@ class PhaseWatch:
         """Stop following."""
         self._stop.set()
         self._thread.join(5)
+
+
+def download(
+    daemon: Daemon, name: str, snapshot: str, pvc: str, annotations: dict[str, str] | None = None
+) -> None:
+    """A DataDownload of `snapshot` from the location `repo` into the new VirtualDisk `pvc`."""
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": "DataDownload",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "backupStorageLocation": "repo",
+            "snapshotID": snapshot,
+            "targetVolume": {"pvc": pvc, "namespace": "default"},
+        },
+    }
+    daemon.objects.create(daemon.registry.by_kind("DataDownload"), "default", body)

@@ -16,6 +16,7 @@ from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
 from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
@@ -63,7 +64,10 @@ class Controllers:
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]
         self.scheduler = Scheduler()
-        movers = [DataUploadReconciler(*parts, self.scheduler)]
+        movers = [
+            DataUploadReconciler(*parts, self.scheduler),
+            DataDownloadReconciler(*parts, self.scheduler),
+        ]
         self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
         self.reconcilers: list[Reconciler] = [
             *owners,

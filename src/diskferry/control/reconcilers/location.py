@@ -90,6 +90,12 @@ def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
     return Location(url, password, spec.config.s3_url, spec.config.region, credentials)
 
 
+def snapshot_size(location: Location, snapshot_id: str) -> int:
+    """The size of the disk the snapshot `snapshot_id` holds (SnapshotNotFoundError if none)."""
+    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
+        return repo.load_snapshot_info(repo.find_snapshot(snapshot_id)).disk_size
+
+
 def open_or_create(location: Location, create: bool) -> tuple[str, bool]:
     """Open the location's repository (made when absent and `create`); its id, and whether it
     was made now."""
