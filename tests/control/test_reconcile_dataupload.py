@@ -3,14 +3,19 @@ up, then incrementally; forced full; cancel; the operation timeout; one upload p
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 from control_support import stop_workers_under, wait_until
 from datamover_support import PASSWORD, MoverDaemon
 
 from diskferry.backup.repository import Repository
+from diskferry.control.reconcilers.datamover import MoverFailure
+from diskferry.control.resources.dataupload import DataUpload
 from diskferry.qemu import cbt
 
 KiB = 1024
@@ -98,3 +103,83 @@ def test_missing_vm_fails_saying_so(daemon):
     status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
     assert status["phase"] == "Failed"
     assert "VirtualMachine default/nowhere does not exist" in status["message"]
+
+
+@pytest.fixture
+def running_vm(daemon):
+    """VM vm-a Running on a CBT disk vd-a that a QEMU (a storage daemon) holds, its QMP free."""
+    claim = daemon.disk("vd-a", data=os.urandom(128 * KiB))
+    cbt.enable(str(claim))
+    daemon.vm("vm-a", ["vd-a"])
+    sockets = tempfile.mkdtemp(dir="/tmp")
+    monitor = os.path.join(sockets, "qmp.sock")
+    overlay = cbt.overlay_path(str(claim))
+    qemu = subprocess.Popen(
+        [
+            "qemu-storage-daemon",
+            "--blockdev", f"driver=file,filename={overlay},node-name=file0",
+            "--blockdev", "driver=qcow2,file=file0,node-name=vd-a",
+            "--chardev", f"socket,id=mon,path={monitor},server=on,wait=off",
+            "--monitor", "chardev=mon",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_until(lambda: os.path.exists(monitor), 10)
+    info = daemon.registry.by_kind("VirtualMachine")
+    status = {"phase": "Running", "qmpSocket": monitor}
+    daemon.objects.patch(info, "default", "vm-a", {"status": status}, "merge", subresource="status")
+    yield claim
+    qemu.terminate()
+    qemu.wait(10)
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_running_vm_without_agent_is_crash_consistent_with_a_warning(daemon, running_vm, caplog):
+    caplog.set_level(logging.INFO, "diskferry.control")
+    daemon.upload("up-1", "vm-a")
+    status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert status["phase"] == "Completed", status
+    assert status["consistency"] == "crash-consistent"
+    warnings = [e for e in daemon.events("up-1") if e["reason"] == "QuiesceUnavailable"]
+    assert warnings and warnings[0]["type"] == "Warning"
+    assert "crash-consistent" in warnings[0]["message"]
+    logged = [r.getMessage() for r in caplog.records if "data mover log" in r.getMessage()]
+    assert logged and "DataUpload default/up-1 (VirtualMachine default/vm-a)" in logged[0]
+
+
+def test_required_quiesce_without_agent_fails(daemon, running_vm):
+    daemon.upload_with("up-1", "vm-a", {"diskferry.io/require-quiesce": "true"})
+    status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert status["phase"] == "Failed"
+    assert "require-quiesce" in status["message"]
+
+
+def test_skipped_quiesce_gives_no_warning(daemon, running_vm):
+    daemon.upload_with("up-1", "vm-a", {"diskferry.io/skip-quiesce": "true"})
+    assert daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]["phase"] == "Completed"
+    assert "QuiesceUnavailable" not in {e["reason"] for e in daemon.events("up-1")}
+
+
+def test_a_full_backup_that_read_nothing_from_a_disk_with_data_fails(daemon):
+    daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up-1", "vm-a", backupStorageLocation="missing")
+    upload = DataUpload.model_validate(daemon.get("DataUpload", "up-1"))
+    reconciler = daemon.controllers.job_owners["DataUpload"]
+    read_nothing = {
+        "backup": "b",
+        "disks": [
+            {
+                "disk": "vd-a",
+                "snapshot": "s",
+                "type": "full",
+                "reason": "no earlier backup of this disk",
+                "bytesRead": 0,
+                "bytesUploaded": 0,
+            }
+        ],
+    }
+    with pytest.raises(MoverFailure, match="read no data although the disk holds") as failed:
+        reconciler.completed(upload, read_nothing)
+    assert failed.value.reason == "ZeroData"
