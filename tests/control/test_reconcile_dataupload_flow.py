@@ -8,6 +8,8 @@ import pytest
 from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, PhaseWatch, repository_held
 
+from diskferry.control.reconcilers import datamover
+
 ENDED = ("Completed", "Failed", "Canceled")
 
 
@@ -122,3 +124,28 @@ def test_one_upload_per_vm_and_a_stale_one_stops_blocking(daemon, tmp_path):
         wait_until(lambda: phase(daemon, "up-new") not in (None, "New"), 20)
     for name in ("up-old", "up-new"):
         assert daemon.wait_phase("DataUpload", name, *ENDED)["status"]["phase"] == "Completed"
+
+
+def test_deleting_an_upload_in_progress_stops_its_worker(daemon, tmp_path):
+    vms(daemon, 1)
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up", "vm-0")
+        daemon.wait_phase("DataUpload", "up", "InProgress")
+        daemon.objects.delete(daemon.registry.by_kind("DataUpload"), "default", "up")
+        wait_until(lambda: daemon.get("DataUpload", "up") is None)
+    assert not workers_under(tmp_path / "data")
+    assert not list((tmp_path / "data" / "jobs").glob("du-*"))
+
+
+def test_failed_scratch_is_kept_up_to_a_bound(daemon, tmp_path, monkeypatch):
+    monkeypatch.setattr(datamover, "FAILED_KEPT", 1)
+    names = vms(daemon, 2)
+    with repository_held(tmp_path / "backups"):
+        for i, vm in enumerate(names):
+            daemon.upload(f"up-{i}", vm, operationTimeout="1s")
+        for i in range(2):
+            assert daemon.wait_phase("DataUpload", f"up-{i}", *ENDED)["status"]["phase"] == (
+                "Failed"
+            )
+    failed = tmp_path / "data" / "jobs" / "failed"
+    wait_until(lambda: len(list(failed.glob("du-*"))) == 1, 10)
