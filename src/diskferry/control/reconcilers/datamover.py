@@ -188,9 +188,11 @@ class MoverReconciler(ABC):
             obj = self._move(obj, MoverPhase.PREPARED, "Prepared", prepared.message)
 
         def start() -> None:
+            # the job first: a daemon killed in between finds it Prepared, and the start of
+            # a job already started starts nothing
+            self.runner.start(self.job_id(obj), BACKUP, prepared.job, prepared.files)
             fields = {"startTimestamp": rfc3339(self.clock.now())}
             self._move(obj, MoverPhase.IN_PROGRESS, "InProgress", self.running, fields)
-            self.runner.start(self.job_id(obj), BACKUP, prepared.job, prepared.files)
 
         waits = self.scheduler.admit(
             self.client, self.info.model, obj, config.max_concurrent, start
