@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from control_support import stop_workers_under
-from datamover_support import MoverDaemon, download
+from control_support import stop_workers_under, wait_until
+from datamover_support import MoverDaemon, download, repository_held
 
 ENDED = ("Completed", "Failed", "Canceled")
 MiB = 1 << 20
@@ -68,3 +68,19 @@ def test_an_existing_disk_is_not_overwritten(backed_up):
     status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
     assert status["phase"] == "Failed" and "exists already" in status["message"]
     assert other.read_bytes() == before
+
+
+def test_downloads_are_counted_apart_and_cancel_removes_the_disk(backed_up, tmp_path):
+    daemon, snapshot, _ = backed_up
+    daemon.mover_config(maxConcurrentDataMovers=1)
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up-2", "vm-a")
+        daemon.wait_phase("DataUpload", "up-2", "InProgress")
+        download(daemon, "dd", snapshot, "vd-restored")
+        daemon.wait_phase("DataDownload", "dd", "InProgress")
+        assert daemon.get("VirtualDisk", "vd-restored") is not None
+        daemon.patch_spec("DataDownload", "dd", {"cancel": True})
+        status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+        assert status["phase"] == "Canceled"
+        wait_until(lambda: daemon.get("VirtualDisk", "vd-restored") is None)
+    assert daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]["phase"] == "Completed"
