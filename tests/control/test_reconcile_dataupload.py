@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 from control_support import stop_workers_under, wait_until
-from datamover_support import PASSWORD, MoverDaemon
+from datamover_support import PASSWORD, MoverDaemon, repository_held
 
 from diskferry.backup.repository import Repository
 from diskferry.control.reconcilers.datamover import MoverFailure
@@ -183,3 +183,32 @@ def test_a_full_backup_that_read_nothing_from_a_disk_with_data_fails(daemon):
     with pytest.raises(MoverFailure, match="read no data although the disk holds") as failed:
         reconciler.completed(upload, read_nothing)
     assert failed.value.reason == "ZeroData"
+
+
+def test_max_incremental_backups_makes_the_next_one_full(daemon):
+    tracked = daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    cbt.enable(str(tracked))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.mover_config(maxIncrementalBackups=1)
+    types = []
+    for i in range(3):
+        daemon.upload(f"up-{i}", "vm-a")
+        status = daemon.wait_phase("DataUpload", f"up-{i}", *ENDED)["status"]
+        types.append(status["disks"][0]["type"])
+    assert types == ["full", "incremental", "full"]
+    assert "reached the limit of 1" in status["disks"][0]["reason"]
+
+
+def test_an_upload_survives_a_daemon_restart(daemon, tmp_path, monkeypatch):
+    daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    daemon.vm("vm-a", ["vd-a"])
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up", "vm-a")
+        daemon.wait_phase("DataUpload", "up", "InProgress")
+        daemon.stop()
+    again = MoverDaemon(tmp_path / "data")
+    try:
+        status = again.wait_phase("DataUpload", "up", *ENDED)["status"]
+    finally:
+        again.stop()
+    assert status["phase"] == "Completed", status
