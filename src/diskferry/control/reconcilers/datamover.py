@@ -17,7 +17,7 @@ import logging
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
@@ -28,7 +28,7 @@ from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.location import Location, location_of
 from diskferry.control.reconcilers.moverconfig import MoverConfig, load_mover_config
-from diskferry.control.reconcilers.scheduler import Scheduler
+from diskferry.control.reconcilers.scheduler import EPOCH, Scheduler
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.runner.base import BACKUP, JobState, Runner
@@ -42,7 +42,6 @@ POLL_SECONDS = 1.0
 STOP_POLL = 0.3
 WAIT_SECONDS = 2.0
 FAILED_KEPT = 10
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 """Failed workers' scratch kept for debugging, per kind; older ones are removed."""
 
 
@@ -277,9 +276,11 @@ class MoverReconciler(ABC):
         self, obj: Any, reason: str, message: str, config: MoverConfig, logged: bool = False
     ) -> Result:
         job_id = self.job_id(obj)
-        if not logged and self.runner.state(job_id) is not None:
-            if not self.runner.purge(job_id, keep_scratch=True):
-                return Result.requeue(STOP_POLL)
+        state = self.runner.state(job_id)
+        if state is not None and state.running:
+            self.runner.cancel(job_id)
+            return Result.requeue(STOP_POLL)
+        if state is not None and not logged:
             self._emit_log(obj, config)
         log.warning("%s of %s failed: %s: %s", tag(obj), self.who(obj), reason, message)
         fields = {"completionTimestamp": rfc3339(self.clock.now())}
@@ -292,7 +293,7 @@ class MoverReconciler(ABC):
     def _bound_failed(self) -> None:
         """Remove the scratch of the failed movers of this kind beyond the FAILED_KEPT newest."""
         failed = [o for o in self.client.list(self.info.model) if o.status.phase == "Failed"]
-        failed.sort(key=lambda o: o.status.completion_timestamp or _EPOCH, reverse=True)
+        failed.sort(key=lambda o: o.status.completion_timestamp or EPOCH, reverse=True)
         for old in failed[FAILED_KEPT:]:
             self.runner.purge(self.job_id(old), keep_scratch=False)
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from diskferry.control.resources.datamover import MoverPhase
 from diskferry.control.runtime.client import Client
 
-M = TypeVar("M")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def age_order(obj: Any) -> tuple[datetime, str]:
     """Oldest first; the uid breaks a tie."""
-    return (obj.metadata.creation_timestamp or _EPOCH, obj.metadata.uid or "")
+    return (obj.metadata.creation_timestamp or EPOCH, obj.metadata.uid or "")
 
 
 def holds_slot(obj: Any) -> bool:
