@@ -212,3 +212,22 @@ def test_an_upload_survives_a_daemon_restart(daemon, tmp_path, monkeypatch):
     finally:
         again.stop()
     assert status["phase"] == "Completed", status
+
+
+def test_a_read_only_location_takes_no_upload(daemon, tmp_path):
+    daemon.apply(
+        "BackupStorageLocation",
+        "ro",
+        {
+            "provider": "filesystem",
+            "objectStorage": {"bucket": str(tmp_path / "backups")},
+            "encryptionSecretRef": {"name": "repo-pass", "key": "password"},
+            "accessMode": "ReadOnly",
+        },
+    )
+    daemon.wait_phase("BackupStorageLocation", "ro", "Available")
+    daemon.disk("vd-a", data=b"x" * 4096)
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up", "vm-a", backupStorageLocation="ro")
+    status = daemon.wait_phase("DataUpload", "up", *ENDED)["status"]
+    assert status["phase"] == "Failed" and "ReadOnly" in status["message"]

@@ -99,6 +99,11 @@ class DataUploadReconciler(MoverReconciler):
 
     def prepare(self, obj: DataUpload, location: Location, config: MoverConfig) -> Job | Waiting:
         """The backup job of the VM's disks, once each is Ready and there is room."""
+        bsl = self._location(obj)
+        if bsl is not None and bsl.spec.access_mode == "ReadOnly":
+            raise MoverFailure(
+                f"the BackupStorageLocation {bsl.metadata.name} is ReadOnly", reason="ReadOnly"
+            )
         namespace, name = vm_of(obj)
         vm = get_plain(self.client, "VirtualMachine", namespace, name)
         if vm is None:
