@@ -47,11 +47,13 @@ class DataDownloadReconciler(MoverReconciler):
         return None
 
     def size(self, obj: DataDownload, location: Location) -> int:
-        """The disk's size: the snapshot's, or the annotation's when larger."""
+        """The disk's size: the snapshot's (or `spec.snapshotSize` when larger), or the
+        annotation's when larger still."""
         try:
             size = snapshot_size(location, obj.spec.snapshot_id)
         except DiskferryError as e:
             raise MoverFailure(e.message, reason=e.reason) from e
+        size = max(size, obj.spec.snapshot_size or 0)
         asked = obj.metadata.annotations.get(BACKUP_PVC_SIZE)
         if asked is None:
             return size
