@@ -84,3 +84,11 @@ def test_downloads_are_counted_apart_and_cancel_removes_the_disk(backed_up, tmp_
         assert status["phase"] == "Canceled"
         wait_until(lambda: daemon.get("VirtualDisk", "vd-restored") is None)
     assert daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]["phase"] == "Completed"
+
+
+def test_an_unknown_snapshot_fails_saying_so(backed_up):
+    daemon, _, _ = backed_up
+    download(daemon, "dd", "0000000000000000", "vd-none")
+    status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+    assert status["phase"] == "Failed" and "no snapshot 0000000000000000" in status["message"]
+    assert daemon.get("VirtualDisk", "vd-none") is None
