@@ -178,8 +178,9 @@ class DataUploadReconciler(MoverReconciler):
             raise MoverFailure(
                 f"{silence}, and {REQUIRE_QUIESCE} asks for a frozen guest", reason="QuiesceFailed"
             )
-        message = f"{silence}: the backup is crash-consistent"
-        self.client.event(obj, "Warning", "QuiesceUnavailable", message)
+        if obj.status.phase == MoverPhase.ACCEPTED:  # once, not at each look while Prepared
+            message = f"{silence}: the backup is crash-consistent"
+            self.client.event(obj, "Warning", "QuiesceUnavailable", message)
 
     def completed(self, obj: DataUpload, result: dict[str, Any]) -> dict[str, Any]:
         """The backup id, each disk, and the bytes; a full backup that read nothing from a
