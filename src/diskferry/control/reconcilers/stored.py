@@ -117,8 +117,7 @@ class StoredImages:
             return self._fail(obj, outcome, self.job_id(obj))
         fields = self.ready_fields(obj, outcome.result or {})
         transition(self.client, obj, READY, READY, "the image is in the image store", fields)
-        self._finish(obj, keep=False)
-        return Result.done()
+        return Result.done() if self._finish(obj, keep=False) else Result.requeue(STOP_POLL)
 
     def _uploading(self, obj: Any, outcome: Outcome) -> Result:
         fields = {"target": {"registryURL": self.reference(obj)}, **(outcome.fields or {})}
@@ -183,7 +182,8 @@ class StoredImages:
         return done
 
     def _settled(self, obj: Any, phase: str) -> Result:
-        self._finish(obj, keep=phase == FAILED)
+        if not self._finish(obj, keep=phase == FAILED):
+            return Result.requeue(STOP_POLL)
         if phase == READY and not self.store.holds(self.reference(obj)):
             transition(self.client, obj, IMAGE_LOST, IMAGE_LOST, "the image store lost the image")
         elif phase == READY:
