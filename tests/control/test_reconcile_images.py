@@ -21,7 +21,8 @@ from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
 from diskferry.disk.progress import Progress
 from diskferry.importer.image_push import push_image
-from diskferry.importer.job import ImportJob
+from diskferry.importer.engine import run_import
+from diskferry.importer.job import ImportJob, ImportPhase
 from diskferry.registry.layout import parse_layout_reference
 
 MiB = 1 << 20
@@ -109,6 +110,34 @@ def test_an_image_in_the_store_and_a_disk_from_it(daemon, nginx, images) -> None
     wait_until(lambda: daemon.get("VirtualImage", "vi1") is None)
     assert not folder.exists()
     assert daemon.get("VirtualDisk", "vd-from-store")["status"]["phase"] == "Ready"
+
+
+class PhaseLog(Progress):
+    """Remembers the percent at which each phase began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: list[tuple[str, float]] = []
+
+    def set_phase(self, phase: str) -> None:
+        super().set_phase(phase)
+        self.phases.append((phase, self.percent))
+
+
+def test_a_disk_from_the_store_counts_half_for_the_store_and_half_for_the_volume(
+    daemon, nginx, images, tmp_path
+) -> None:
+    url = nginx.publish(images.get("qcow2"), "staged.qcow2")
+    daemon.apply("VirtualImage", "staged", {"dataSource": _http(url)})
+    image = daemon.wait_phase("VirtualImage", "staged", "Ready", "Failed")
+    reference = image["status"]["target"]["registryURL"]
+    # what the VirtualDisk's worker runs: a qcow2 from the store is staged, then converted
+    progress = PhaseLog()
+    job = ImportJob(source=reference, target=str(tmp_path / "disk.img"), size=40 * MiB)
+    run_import(job, progress)
+    converting = dict(progress.phases)[ImportPhase.CONVERTING]
+    assert 49.0 <= converting <= 51.0
+    assert progress.percent == 100.0
 
 
 def test_a_cluster_image_from_a_registry_and_a_disk_from_it(daemon, pushed, images) -> None:
