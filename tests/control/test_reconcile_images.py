@@ -20,8 +20,8 @@ from reconcile_support import http_source as _http
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
 from diskferry.disk.progress import Progress
-from diskferry.importer.image_push import push_image
 from diskferry.importer.engine import run_import
+from diskferry.importer.image_push import push_image
 from diskferry.importer.job import ImportJob, ImportPhase
 from diskferry.registry.layout import parse_layout_reference
 
