@@ -99,3 +99,13 @@ def start_registry(
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+def start_basic_registry(work: Path, tls) -> Iterator[Registry]:
+    """A registry in `work` over TLS (`tls`: the test CA's server certificate) with htpasswd
+    basic auth for USER and PASSWORD."""
+    htpasswd = work / "htpasswd"
+    subprocess.run(
+        ["htpasswd", "-Bbc", str(htpasswd), USER, PASSWORD], check=True, capture_output=True
+    )
+    yield from start_registry(work, htpasswd=htpasswd, tls=tls)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from registry_support import Registry, start_registry
+from registry_support import Registry, start_basic_registry, start_registry
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -40,3 +40,9 @@ def examples() -> list[dict[str, Any]]:
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """Debian's docker-registry, anonymous, over plain HTTP on 127.0.0.1."""
     yield from start_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="session")
+def basic_registry(tmp_path_factory: pytest.TempPathFactory, tls) -> Iterator[Registry]:
+    """Debian's docker-registry over TLS (the test CA) with htpasswd basic auth."""
+    yield from start_basic_registry(tmp_path_factory.mktemp("registry-basic"), tls)

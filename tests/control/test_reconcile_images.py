@@ -4,6 +4,7 @@ store and disks made from them, and deletes that leave nothing behind."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import ssl
@@ -16,7 +17,9 @@ import pytest
 from control_support import wait_until
 from reconcile_support import Daemon
 from reconcile_support import http_source as _http
+from registry_support import PASSWORD, USER
 
+from diskferry.control.resources.core import SECRETS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
 from diskferry.disk.progress import Progress
@@ -83,6 +86,50 @@ def test_a_missing_pull_secret_keeps_the_disk_pending_then_a_bad_one_fails(daemo
     failed = daemon.wait_phase("VirtualDisk", "unreachable", "Ready", "Failed")
     assert failed["status"]["phase"] == "Failed"
     assert disk["status"]["phase"] == "Pending"
+
+
+def test_a_private_registry_through_a_pull_secret_and_a_ca_bundle(
+    daemon, basic_registry, tls, images
+) -> None:
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    config = json.dumps({"auths": {basic_registry.address: {"auth": auth}}})
+    authfile = daemon.data_dir.parent / "auth.json"
+    authfile.write_text(config)
+    job = ImportJob(
+        source=str(images.get("qcow2")),
+        target="",
+        format="qcow2",
+        authfile=str(authfile),
+        caBundle=str(tls.ca),
+    )
+    push_image(job, f"docker://{basic_registry.address}/private/disk:1", Progress())
+    daemon.objects.create(
+        SECRETS,
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "creds"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": config},
+        },
+    )
+    bundle = base64.b64encode(tls.ca.read_bytes()).decode()
+    source = _container_image(
+        f"{basic_registry.address}/private/disk:1", imagePullSecret={"name": "creds"},
+        caBundle=bundle,
+    )  # fmt: skip
+    daemon.apply("VirtualImage", "private", {"dataSource": source})
+    image = daemon.wait_phase("VirtualImage", "private", "Ready", "Failed")
+    assert image["status"]["phase"] == "Ready", image["status"]
+    assert image["status"]["format"] == "qcow2"
+    no_creds = _container_image(f"{basic_registry.address}/private/disk:1", caBundle=bundle)
+    daemon.apply("VirtualDisk", "no-creds", {"dataSource": no_creds})
+    refused = daemon.wait_phase("VirtualDisk", "no-creds", "Ready", "Failed")
+    ready = next(c for c in refused["status"]["conditions"] if c["type"] == "Ready")
+    assert refused["status"]["phase"] == "Failed"
+    assert ready["reason"] == "Unauthorized" and "\n" not in ready["message"], ready
+    assert PASSWORD not in json.dumps(daemon.events("private") + daemon.events("no-creds"))
 
 
 def test_an_image_in_the_store_and_a_disk_from_it(daemon, nginx, images) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import pytest
-from registry_support import PASSWORD, USER, Registry, start_registry
+from registry_support import PASSWORD, USER, Registry, start_basic_registry, start_registry
 from servers import TokenIssuer, token_server
 
 
@@ -19,12 +18,7 @@ def registry(tmp_path_factory) -> Iterator[Registry]:
 @pytest.fixture(scope="session")
 def basic_registry(tmp_path_factory, tls) -> Iterator[Registry]:
     """A registry over TLS (the test CA) with htpasswd basic auth."""
-    work = tmp_path_factory.mktemp("registry-basic")
-    htpasswd = work / "htpasswd"
-    subprocess.run(
-        ["htpasswd", "-Bbc", str(htpasswd), USER, PASSWORD], check=True, capture_output=True
-    )
-    yield from start_registry(work, htpasswd=htpasswd, tls=tls)
+    yield from start_basic_registry(tmp_path_factory.mktemp("registry-basic"), tls)
 
 
 @pytest.fixture(scope="session")
