@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import shutil
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from diskferry.importer.job import ImportJob, ImportPhase
 from diskferry.registry.layout import parse_layout_reference
 
 MiB = 1 << 20
+PATCH = "application/merge-patch+json"
 
 
 @pytest.fixture
@@ -157,6 +159,20 @@ def test_an_image_in_the_store_and_a_disk_from_it(daemon, nginx, images) -> None
     wait_until(lambda: daemon.get("VirtualImage", "vi1") is None)
     assert not folder.exists()
     assert daemon.get("VirtualDisk", "vd-from-store")["status"]["phase"] == "Ready"
+
+
+def test_an_image_whose_store_entry_is_gone_is_image_lost(daemon, nginx, images) -> None:
+    url = nginx.publish(images.get("raw"), "lost.raw")
+    daemon.apply("VirtualImage", "lost", {"dataSource": _http(url)})
+    image = daemon.wait_phase("VirtualImage", "lost", "Ready", "Failed")
+    assert image["status"]["format"] == "raw"
+    folder = parse_layout_reference(image["status"]["target"]["registryURL"])[0]
+    shutil.rmtree(folder)
+    patch = json.dumps({"metadata": {"labels": {"poke": "1"}}})
+    daemon.objects.patch(VIRTUAL_IMAGES, "default", "lost", patch, PATCH)
+    lost = daemon.wait_phase("VirtualImage", "lost", "ImageLost")
+    assert "ImageLost" in {e["reason"] for e in daemon.events("lost")}
+    assert lost["status"]["phase"] == "ImageLost"
 
 
 class PhaseLog(Progress):
