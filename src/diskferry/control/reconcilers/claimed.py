@@ -2,7 +2,8 @@
 
 Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
 its /progress copied into status; a file claim from another claim is a reflink clone where
-the filesystem allows) -> Ready, or Failed with the worker's reason and message; a larger
+the filesystem allows; an Upload source waits in WaitForUserUpload, its upload server's URLs
+in `imageUploadURLs`, until an upload begins) -> Ready, or Failed with the worker's reason and message; a larger
 size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
 holds the object while it is Terminating, until its worker is stopped, its claim and its
 worker's files removed. A kind gives the few parts that differ (`ClaimedKind`'s hooks); all
@@ -90,9 +91,7 @@ class ClaimedKind(ABC):
         self, client: Client, runner: Runner, volumes: Volumes, certs: ServerCerts | None = None
     ) -> None:
         self.client = client
-        self.runner = runner
         self.volumes = volumes
-        self.certs = certs
         self.imports = Imports(runner, certs)
 
     @abstractmethod

@@ -141,7 +141,11 @@ class Imports:
                 return Outcome(True, progress_fields({}), upload_urls=urls)
             return Outcome(True, fields)
         if state.succeeded:
-            return Outcome(False, result=uploaded_result(state.result or {}))
+            result = uploaded_result(state.result or {})
+            if not result.get("ok"):
+                message = "the upload server ended before any upload was in"
+                return Outcome(False, reason="UploadStopped", message=message)
+            return Outcome(False, result=result)
         reason, message = failure(state, self.runner.log_tail(job_id, 1))
         # a file claim's TargetTooSmall is the filesystem's free space, not the claim's size
         if size is not None and (reason == SIZE_TOO_SMALL or (claim.block and reason in TOO_SMALL)):
