@@ -1,10 +1,12 @@
-"""The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage.
+"""The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage
+(`storage: PersistentVolumeClaim`).
 
 Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
 its /progress copied into status; a file claim from another claim is a reflink clone where
 the filesystem allows; an Upload source waits in WaitForUserUpload, its upload server's URLs
-in `imageUploadURLs`, until an upload begins) -> Ready, or Failed with the worker's reason and message; a larger
-size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
+in `imageUploadURLs`, until an upload begins) -> Ready, or Failed with the worker's reason
+and message; a larger size asked of a Ready claim is Resizing, then Ready again; each change
+an Event. A finalizer
 holds the object while it is Terminating, until its worker is stopped, its claim and its
 worker's files removed. A kind gives the few parts that differ (`ClaimedKind`'s hooks); all
 the rest is here, once.
