@@ -1,5 +1,4 @@
-"""The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage
-(`storage: PersistentVolumeClaim`).
+"""The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage.
 
 Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
 its /progress copied into status; a file claim from another claim is a reflink clone where
