@@ -289,3 +289,27 @@ def test_deleting_a_disk_waiting_for_its_upload_stops_the_server(daemon) -> None
         _upload(urls["inCluster"], b"late", ca)
     assert sorted(p.name for p in (daemon.data_dir / "jobs").iterdir()) == ["failed", "logs"]
     assert list((daemon.data_dir / "volumes").rglob("*.img*")) == []
+
+
+def test_a_daemon_started_again_keeps_the_upload_server_and_its_urls(tmp_path, images) -> None:
+    first = Daemon(tmp_path / "data")
+    try:
+        first.apply(
+            "VirtualDisk",
+            "kept",
+            {"persistentVolumeClaim": {"size": "40Mi"}, "dataSource": {"type": "Upload"}},
+        )
+        urls = _upload_urls(first, "VirtualDisk", "kept")
+    finally:
+        first.stop()
+    second = Daemon(tmp_path / "data")
+    try:
+        ca = second.data_dir / "pki" / "ca.crt"
+        assert _upload(urls["external"], images.get("qcow2").read_bytes(), ca) == 200
+        disk = second.wait_phase("VirtualDisk", "kept", "Ready", "Failed")
+        assert disk["status"]["phase"] == "Ready", disk["status"]
+        assert disk["status"]["imageUploadURLs"] == urls
+        with open(second.claim(disk), "rb") as f:
+            assert f.read(images.disk_size) == images.reference.read_bytes()
+    finally:
+        second.stop()
