@@ -229,6 +229,14 @@ def test_a_cluster_image_from_a_registry_and_a_disk_from_it(daemon, pushed, imag
     daemon.apply("VirtualDisk", "vd-from-cvi", spec)
     disk = daemon.wait_phase("VirtualDisk", "vd-from-cvi", "Ready", "Failed")
     assert disk["status"]["phase"] == "Ready", disk["status"]
+    poke = '{"metadata": {"labels": {"poke": "1"}}}'
+    daemon.objects.patch(CLUSTER_VIRTUAL_IMAGES, None, "cvi1", poke, PATCH)
+    used = wait_until(
+        lambda: daemon.objects.get(CLUSTER_VIRTUAL_IMAGES, None, "cvi1")["status"].get(
+            "usedInNamespaces"
+        )
+    )
+    assert used == ["default"]
     with open(daemon.claim(disk), "rb") as f:
         assert f.read(images.disk_size) == images.reference.read_bytes()
 
