@@ -1,12 +1,15 @@
-"""What the control tests share: the example manifests, each a parameter of `example` tests."""
+"""What the control tests share: the example manifests, each a parameter of `example` tests, and
+a docker-registry."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from registry_support import Registry, start_basic_registry, start_registry
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -31,3 +34,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def examples() -> list[dict[str, Any]]:
     """Every example document."""
     return example_documents()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """Debian's docker-registry, anonymous, over plain HTTP on 127.0.0.1."""
+    yield from start_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="session")
+def basic_registry(tmp_path_factory: pytest.TempPathFactory, tls) -> Iterator[Registry]:
+    """Debian's docker-registry over TLS (the test CA) with htpasswd basic auth."""
+    yield from start_basic_registry(tmp_path_factory.mktemp("registry-basic"), tls)

@@ -89,3 +89,21 @@ def start_daemon(
 def server_of(kubeconfig: Path) -> str:
     """The server URL a kubeconfig names."""
     return yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+
+
+def kubectl(daemon: Served, *args: str, stdin: str | None = None, ok: bool = True) -> str:
+    """Run kubectl against the daemon; its stdout (stdout and stderr when `ok` is False)."""
+    command = [
+        "kubectl",
+        "--kubeconfig",
+        str(daemon.kubeconfig),
+        "--cache-dir",
+        str(daemon.data_dir.parent / "kube-cache"),
+        *args,
+    ]
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
+    if ok:
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    assert done.returncode != 0, done.stdout
+    return done.stdout + done.stderr

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from daemon_support import Served, start_daemon
+from daemon_support import Served, kubectl, start_daemon
 
 KUBECTL = shutil.which("kubectl")
 assert KUBECTL, "these tests drive the real kubectl: install kubectl 1.32 on PATH"
@@ -48,24 +48,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     yield served
     assert served.stop() == 0
     assert served.token() not in served.log.read_text()
-
-
-def kubectl(daemon: Served, *args: str, stdin: str | None = None, ok: bool = True) -> str:
-    """Run kubectl against the daemon; its stdout (stdout and stderr when `ok` is False)."""
-    command = [
-        "kubectl",
-        "--kubeconfig",
-        str(daemon.kubeconfig),
-        "--cache-dir",
-        str(daemon.data_dir.parent / "kube-cache"),
-        *args,
-    ]
-    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
-    if ok:
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-    assert done.returncode != 0, done.stdout
-    return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")

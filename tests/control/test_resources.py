@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from diskferry.control.errors import InvalidError
-from diskferry.control.resources import REGISTRY, common
+from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.updates import check_update
 from diskferry.control.resources.virtualdisk import DiskPhase, VirtualDisk
@@ -204,29 +204,58 @@ CLUSTER_IMAGE = {**IMAGE, "kind": "ClusterVirtualImage", "metadata": {"name": "i
 
 
 @pytest.mark.parametrize(
-    ("data", "expected"),
+    "data",
     [
-        (IMAGE, "spec.storage: storage ContainerRegistry (the default) is not available yet"),
-        (CLUSTER_IMAGE, "spec: ClusterVirtualImage is not available yet"),
-        (
-            vd(dataSource={"type": "ContainerImage", "containerImage": {"image": "r.io/a:1"}}),
-            "spec.dataSource: type ContainerImage is not available yet",
-        ),
-        (vd(dataSource={"type": "Upload"}), "spec.dataSource: type Upload is not available yet"),
+        IMAGE,
+        CLUSTER_IMAGE,
+        vd(dataSource={"type": "ContainerImage", "containerImage": {"image": "r.io/a:1"}}),
+        vd(dataSource={"type": "ContainerImage", "containerImage": {"image": "docker://r.io/a"}}),
+        vd(dataSource={"type": "Upload"}),
+        {**IMAGE, "spec": {"dataSource": {"type": "Upload"}}},
+        {**CLUSTER_IMAGE, "spec": {"dataSource": {"type": "Upload"}}},
     ],
-    ids=["registry-storage", "cluster-image", "container-image", "upload"],
+    ids=[
+        "registry-storage",
+        "cluster-image",
+        "container-image",
+        "docker-ref",
+        "upload",
+        "image-upload",
+        "cluster-upload",
+    ],
 )
-def test_what_needs_the_image_store_is_refused_in_one_line(
-    data: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    message = refusal(data)
-    assert expected in message and "\n" not in message
-    monkeypatch.setattr(common, "IMAGE_STORE_AVAILABLE", True)
+def test_the_image_store_sources_and_storage_are_taken(data: dict[str, Any]) -> None:
     validate(REGISTRY.by_kind(data["kind"]), data)
 
 
-def test_cluster_image_object_refs_name_a_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common, "IMAGE_STORE_AVAILABLE", True)
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            {"type": "ContainerImage", "containerImage": {"image": "r.io/Bad Name:1"}},
+            "spec.dataSource.containerImage.image: not HOST[:PORT]/NAME[:TAG|@DIGEST]",
+        ),
+        (
+            {"type": "ContainerImage", "containerImage": {"image": "r.io/a:t@sha256:12"}},
+            "spec.dataSource.containerImage.image: not HOST[:PORT]/NAME[:TAG|@DIGEST]",
+        ),
+        (
+            {"type": "ContainerImage"},
+            "spec.dataSource: type ContainerImage requires containerImage",
+        ),
+        (
+            {"type": "Upload", "http": {"url": "https://example.org/a"}},
+            "spec.dataSource: type Upload cannot have http",
+        ),
+    ],
+    ids=["bad-name", "bad-digest", "no-sub-object", "upload-with-http"],
+)
+def test_bad_image_sources_name_the_field(source: dict[str, Any], expected: str) -> None:
+    message = refusal(vd(dataSource=source))
+    assert expected in message and "\n" not in message
+
+
+def test_cluster_image_object_refs_name_a_namespace() -> None:
     ref = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "vd1"}}
     data = {**CLUSTER_IMAGE, "spec": {"dataSource": ref}}
     assert "spec.dataSource.objectRef: namespace is required for a VirtualDisk" in refusal(data)

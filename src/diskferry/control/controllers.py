@@ -17,6 +17,7 @@ from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
 from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.reconcilers.clustervirtualimage import ClusterVirtualImageReconciler
 from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
@@ -38,8 +39,8 @@ from diskferry.control.volumes import Volumes
 
 
 class Controllers:
-    """The reconcilers of the disk, image and snapshot kinds (and any `extra`), and their
-    manager."""
+    """The reconcilers of the disk, image (claimed and stored) and snapshot kinds (and any
+    `extra`), and their manager."""
 
     def __init__(
         self,
@@ -60,10 +61,14 @@ class Controllers:
         self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
         parts = (self.client, self.runner, self.volumes)
         owners: list[
-            ClaimedKind | VirtualDiskSnapshotReconciler | VirtualMachineExportReconciler
+            ClaimedKind
+            | ClusterVirtualImageReconciler
+            | VirtualDiskSnapshotReconciler
+            | VirtualMachineExportReconciler
         ] = [
-            VirtualDiskReconciler(*parts),
-            VirtualImageReconciler(*parts),
+            VirtualDiskReconciler(*parts, self.certs),
+            VirtualImageReconciler(*parts, self.certs),
+            ClusterVirtualImageReconciler(*parts, self.certs),
             VirtualDiskSnapshotReconciler(*parts),
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]

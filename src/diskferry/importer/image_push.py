@@ -21,6 +21,16 @@ from diskferry.worker.reporter import QUIET, Reporter
 _KEPT_FORMATS = ("raw", "qcow2")
 
 
+class ImagePushJob(ImportJob):
+    """What the worker's `push` kind runs: import `source`, store it as a containerDisk at
+    `reference` (docker:// or oci:), in `storeFormat` or as `image push` chooses."""
+
+    kind: Literal["push"] = "push"  # type: ignore[assignment]
+    target: str = ""
+    reference: str
+    store_format: Literal["raw", "qcow2"] | None = Field(default=None, alias="storeFormat")
+
+
 class ImagePushResult(BaseModel):
     """What a push stored."""
 
@@ -29,6 +39,7 @@ class ImagePushResult(BaseModel):
     reference: str
     digest: str
     format: str
+    source_format: str = Field(alias="sourceFormat")
     stored_size: int = Field(alias="storedSize")
     unpacked_size: int = Field(alias="unpackedSize")
     layer_digest: str = Field(alias="layerDigest")
@@ -65,7 +76,7 @@ def push_image(
     try:
         name = f"disk.{'img' if job.format == 'raw' else 'qcow2'}"
         path = f"{scratch}/{name}"
-        run_import(job.model_copy(update={"target": path}), progress, cancel, reporter)
+        imported = run_import(job.model_copy(update={"target": path}), progress, cancel, reporter)
         info = img.info(path, job.format)
         disk = DiskFile(path, name, job.format, info.virtual_size)
         pushed = push_container_disk(destination, disk, Progress())
@@ -73,6 +84,7 @@ def push_image(
         shutil.rmtree(scratch, ignore_errors=True)
     return ImagePushResult(
         reference=pushed.name,
+        source_format=imported.source_format,
         digest=pushed.digest,
         format=job.format,
         stored_size=pushed.stored_size,

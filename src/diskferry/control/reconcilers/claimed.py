@@ -2,8 +2,10 @@
 
 Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
 its /progress copied into status; a file claim from another claim is a reflink clone where
-the filesystem allows) -> Ready, or Failed with the worker's reason and message; a larger
-size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
+the filesystem allows; an Upload source waits in WaitForUserUpload, its upload server's URLs
+in `imageUploadURLs`, until an upload begins) -> Ready, or Failed with the worker's reason
+and message; a larger size asked of a Ready claim is Resizing, then Ready again; each change
+an Event. A finalizer
 holds the object while it is Terminating, until its worker is stopped, its claim and its
 worker's files removed. A kind gives the few parts that differ (`ClaimedKind`'s hooks); all
 the rest is here, once.
@@ -21,6 +23,7 @@ from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.clone import reflink
+from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import Imports, Outcome, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
@@ -46,6 +49,7 @@ PENDING = "Pending"
 PROVISIONING = "Provisioning"
 PVC_LOST = "PVCLost"
 RESIZING = "Resizing"
+WAIT_FOR_USER_UPLOAD = "WaitForUserUpload"
 WAITING_FOR_SOURCE = "WaitingForDataSource"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
@@ -64,16 +68,32 @@ def age(obj: Resource) -> str:
     return format_duration(timedelta(seconds=round((now - created).total_seconds())))
 
 
+def show_upload_wait(
+    client: Client, obj: Resource, fields: dict[str, Any], outcome: Outcome
+) -> None:
+    """WaitForUserUpload with `imageUploadURLs` once the upload server listens, Provisioning
+    before that."""
+    if outcome.upload_urls:
+        message = "waiting for the user upload"
+        fields = {**fields, "imageUploadURLs": outcome.upload_urls}
+        transition(client, obj, WAIT_FOR_USER_UPLOAD, WAIT_FOR_USER_UPLOAD, message, fields)
+    else:
+        message = "waiting for the upload server to be ready"
+        transition(client, obj, PROVISIONING, PROVISIONING, message, fields)
+
+
 class ClaimedKind(ABC):
     """Reconciles one kind whose objects are claims filled by an import."""
 
     info: KindInfo
     prefix = ""
 
-    def __init__(self, client: Client, runner: Runner, volumes: Volumes) -> None:
+    def __init__(
+        self, client: Client, runner: Runner, volumes: Volumes, certs: ServerCerts | None = None
+    ) -> None:
         self.client = client
         self.volumes = volumes
-        self.imports = Imports(runner)
+        self.imports = Imports(runner, certs)
 
     @abstractmethod
     def storage_class_name(self, obj: Any) -> str | None:
@@ -168,11 +188,14 @@ class ClaimedKind(ABC):
             self._blank(claim, size, self.job_id(obj))
             return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
         job_id = self.job_id(obj)
-        local = source.uid is not None and not self.imports.started(job_id)
+        local = source.local_file and not self.imports.started(job_id)
         if local and reflink(source.location, claim, job_id, size):
             return self._ready(obj, claim, {"ok": True, "sourceUID": source.uid})
         waited = self._waited(obj)
         outcome = self.imports.step(job_id, claim, source, size)
+        if outcome.waiting_for_upload:
+            show_upload_wait(self.client, obj, {**where, **(outcome.fields or {})}, outcome)
+            return Result.requeue(POLL_SECONDS)
         if outcome.running:
             fields = {**where, **(outcome.fields or {})}
             if waited:
@@ -184,6 +207,8 @@ class ClaimedKind(ABC):
         return self._ended(obj, claim, outcome, source)
 
     def _importing(self, source: Source) -> str:
+        if source.upload:
+            return "importing the upload"
         if source.uid is not None:
             return "copying its source"
         return f"importing {http_url_for_message(source.location)}"

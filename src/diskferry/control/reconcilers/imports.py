@@ -13,10 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.progress import progress_fields
+from diskferry.control.reconcilers.uploads import (
+    start_upload,
+    upload_urls,
+    uploaded_result,
+    waiting_for_user,
+)
 from diskferry.control.runner.base import IMPORT, JobState, Runner
 from diskferry.control.volumes import Claim
+from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
+from diskferry.registry.layout import is_layout_reference
 
 log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
@@ -33,6 +42,14 @@ class Source:
     ca_bundle: bytes | None = None
     size: int | None = None
     uid: str | None = None
+    authfile: bytes | None = None
+    insecure: bool = False
+    upload: bool = False
+
+    @property
+    def local_file(self) -> bool:
+        """Whether the source is the file of another object's claim (so it may be cloned)."""
+        return self.uid is not None and not is_layout_reference(self.location)
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,12 @@ class Outcome:
     result: dict[str, Any] | None = None
     reason: str | None = None
     message: str | None = None
+    upload_urls: dict[str, str] | None = None
+
+    @property
+    def waiting_for_upload(self) -> bool:
+        """Whether an upload server runs and no upload has begun."""
+        return self.running and self.upload_urls is not None
 
     @property
     def failed(self) -> bool:
@@ -51,7 +74,8 @@ class Outcome:
         return not self.running and self.reason is not None
 
 
-def _failure(state: JobState, tail: list[str]) -> tuple[str, str]:
+def failure(state: JobState, tail: list[str]) -> tuple[str, str]:
+    """The reason and message of a job that ended without success."""
     if state.result is not None:
         return str(state.result.get("reason") or "ImportFailed"), str(
             state.result.get("message") or "the import failed"
@@ -70,11 +94,33 @@ def too_small_message(claim_size: int, message: str) -> str:
     )
 
 
+def source_files(source: Source, files: dict[str, bytes]) -> dict[str, Any]:
+    """The job fields that reach `source` (its CA bundle, registry credentials, plain HTTP to a
+    registry on loopback), the files they name added to `files`."""
+    fields: dict[str, Any] = {}
+    if source.ca_bundle:
+        files["ca.pem"] = source.ca_bundle
+        fields["caBundle"] = "ca.pem"
+    if source.authfile:
+        files["auth.json"] = source.authfile
+        fields["authfile"] = "auth.json"
+    if source.insecure:
+        fields["insecure"] = True
+    return fields
+
+
+class SourceUnavailableError(DiskferryError):
+    """A source this runtime cannot serve or read."""
+
+    reason = "DataSourceUnavailable"
+
+
 class Imports:
     """Starts import jobs through `runner` and reads their outcome."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, certs: ServerCerts | None = None) -> None:
         self.runner = runner
+        self.certs = certs
 
     def started(self, job_id: str) -> bool:
         """Whether the job was started and not purged yet."""
@@ -87,27 +133,38 @@ class Imports:
             if not claim.block and recorded_job(claim.path) == job_id:
                 return Outcome(False, result={"ok": True, "virtualSize": claim.size()})
             self._start(job_id, claim, source, size)
-            return Outcome(True, progress_fields({}))
+            return Outcome(True, progress_fields({}), upload_urls={} if source.upload else None)
         if state.running:
-            return Outcome(True, progress_fields(state.progress) if state.progress else None)
+            fields = progress_fields(state.progress) if state.progress else None
+            if source.upload and waiting_for_user(state.progress):
+                urls = upload_urls(self.runner, job_id, state.progress)
+                return Outcome(True, progress_fields({}), upload_urls=urls)
+            return Outcome(True, fields)
         if state.succeeded:
-            return Outcome(False, result=state.result)
-        reason, message = _failure(state, self.runner.log_tail(job_id, 1))
+            result = uploaded_result(state.result or {})
+            if not result.get("ok"):
+                message = "the upload server ended before any upload was in"
+                return Outcome(False, reason="UploadStopped", message=message)
+            return Outcome(False, result=result)
+        reason, message = failure(state, self.runner.log_tail(job_id, 1))
         # a file claim's TargetTooSmall is the filesystem's free space, not the claim's size
         if size is not None and (reason == SIZE_TOO_SMALL or (claim.block and reason in TOO_SMALL)):
             message = too_small_message(size, message)
         return Outcome(False, reason=reason, message=message)
 
     def _start(self, job_id: str, claim: Claim, source: Source, size: int | None) -> None:
+        if source.upload:
+            if self.certs is None:
+                raise SourceUnavailableError("this daemon has no CA to serve uploads with")
+            start_upload(self.runner, self.certs, job_id, claim.path, size)
+            return
         job: dict[str, Any] = {"source": source.location, "target": claim.path, "format": "raw"}
         files: dict[str, bytes] = {}
         if size is not None:
             job["size"] = size
         if source.checksum:
             job["checksum"] = source.checksum
-        if source.ca_bundle:
-            files["ca.pem"] = source.ca_bundle
-            job["caBundle"] = "ca.pem"
+        job.update(source_files(source, files))
         self.runner.start(job_id, IMPORT, job, files)
 
     def finish(self, job_id: str, tag: str, keep: bool) -> bool:

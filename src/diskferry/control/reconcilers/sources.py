@@ -1,5 +1,6 @@
-"""A data source as an import reads it: an HTTP URL, or the claim of a Ready image, disk or
-snapshot; a source not Ready yet is waited for."""
+"""A data source as an import reads it: an HTTP URL, an image in a container registry, an
+upload, the claim of a Ready image, disk or snapshot, or an image in the image store; a
+source not Ready yet (or a pull Secret not there yet) is waited for."""
 
 from __future__ import annotations
 
@@ -10,18 +11,30 @@ from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
-from diskferry.control.resources.common import DataSource, DataSourceHTTP, DataSourceType
+from diskferry.control.resources.common import (
+    ContainerImage,
+    DataSource,
+    DataSourceHTTP,
+    DataSourceType,
+    registry_reference,
+)
+from diskferry.control.resources.core import Secret
 from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
-from diskferry.control.resources.virtualimage import VirtualImage
+from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.runtime.client import Client
 from diskferry.control.volumes import Claim, Volumes
 from diskferry.disk.errors import DiskferryError
+from diskferry.registry.client import is_loopback
+from diskferry.registry.reference import parse_reference
 
 STORAGE_CLASS_ANNOTATION = "diskferry.io/storage-class"
 _CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
+UPLOAD = Source("the upload", upload=True)
 _REFERABLE: dict[str, type[Resource]] = {
     "VirtualImage": VirtualImage,
+    "ClusterVirtualImage": ClusterVirtualImage,
     "VirtualDisk": VirtualDisk,
     "VirtualDiskSnapshot": VirtualDiskSnapshot,
 }
@@ -53,6 +66,38 @@ def http_source(http: DataSourceHTTP) -> Source:
     return Source(http.url, checksum=checksum, ca_bundle=bundle)
 
 
+def container_image_source(
+    client: Client, namespace: str | None, image: ContainerImage
+) -> Source | Waiting:
+    """The docker:// reference, the pull Secret's Docker config, the CA bundle; a registry on
+    loopback with no CA bundle is reached over plain HTTP, as a local registry serves."""
+    reference = registry_reference(image.image)
+    authfile = None
+    secret_ref = image.image_pull_secret
+    if secret_ref is not None and secret_ref.name:
+        where = getattr(secret_ref, "namespace", None) or namespace
+        secret = client.get(Secret, where, secret_ref.name)
+        if secret is None:
+            return Waiting(f"waiting for the pull Secret {secret_ref.name}: it does not exist")
+        authfile = secret.value(DOCKER_CONFIG_KEY)
+        if authfile is None:
+            message = f"waiting for the pull Secret {secret_ref.name} to hold {DOCKER_CONFIG_KEY}"
+            return Waiting(message)
+    bundle = base64.b64decode(image.ca_bundle) if image.ca_bundle else None
+    insecure = bundle is None and is_loopback(parse_reference(reference).host)
+    return Source(reference, ca_bundle=bundle, authfile=authfile, insecure=insecure)
+
+
+def stored_image(obj: Resource) -> Source | None:
+    """The image in the store a Ready image was written to, None when it is kept in a claim."""
+    status = obj.to_json().get("status") or {}
+    url = (status.get("target") or {}).get("registryURL")
+    if not url:
+        return None
+    unpacked = (status.get("size") or {}).get("unpackedBytes")
+    return Source(url, size=int(unpacked) if unpacked else None, uid=obj.metadata.uid)
+
+
 def claim_of(client: Client, volumes: Volumes, obj: Resource) -> Claim | None:
     """The claim a disk, image or snapshot was written to, None when it has none (yet)."""
     status = obj.to_json().get("status") or {}
@@ -72,11 +117,15 @@ def claim_of(client: Client, volumes: Volumes, obj: Resource) -> Claim | None:
 
 
 def resolve_source(
-    client: Client, volumes: Volumes, namespace: str, data_source: DataSource
+    client: Client, volumes: Volumes, namespace: str | None, data_source: DataSource
 ) -> Source | Waiting:
     """What to import for `data_source`, or why it must wait."""
     if data_source.type is DataSourceType.HTTP and data_source.http is not None:
         return http_source(data_source.http)
+    if data_source.type is DataSourceType.CONTAINER_IMAGE and data_source.container_image:
+        return container_image_source(client, namespace, data_source.container_image)
+    if data_source.type is DataSourceType.UPLOAD:
+        return UPLOAD
     ref = data_source.object_ref
     if data_source.type is not DataSourceType.OBJECT_REF or ref is None:
         raise SourceRefusedError(f"a data source of type {data_source.type} cannot be read here")
@@ -84,12 +133,16 @@ def resolve_source(
     model = _REFERABLE.get(kind)
     if model is None:
         raise SourceRefusedError(f"a data source of kind {kind} cannot be read here")
-    found = client.get(model, namespace, ref.name)
+    where = None if model is ClusterVirtualImage else getattr(ref, "namespace", None) or namespace
+    found = client.get(model, where, ref.name)
     if found is None:
         return Waiting(f"waiting for the {kind} {ref.name}: it does not exist")
     phase = (found.to_json().get("status") or {}).get("phase")
     if phase != READY:
         return Waiting(f"waiting for the {kind} {ref.name} to be Ready (it is {phase or 'new'})")
+    stored = stored_image(found)
+    if stored is not None:
+        return stored
     claim = claim_of(client, volumes, found)
     if claim is None or not claim.ready:
         return Waiting(f"waiting for the {kind} {ref.name}: its claim is missing")

@@ -1,16 +1,22 @@
-"""VirtualImage with `storage: PersistentVolumeClaim`: the image in a claim of its own, imported
-as a disk is; its status gives the stored and unpacked sizes, the format, and whether it is
-a CD-ROM image."""
+"""VirtualImage: kept in the image store (`storage: ContainerRegistry`, the default; see
+`stored`), or in a claim of its own (`storage: PersistentVolumeClaim`), imported as a disk is;
+its status gives the stored and unpacked sizes, the format, and whether it is a CD-ROM image."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from diskferry.control.imagestore import ImageStore
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.stored import StoredImages
 from diskferry.control.resources.common import DataSource
-from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, VirtualImage
-from diskferry.control.volumes import Claim
+from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, StorageType, VirtualImage
+from diskferry.control.runner.base import Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Claim, Volumes
 
 
 def _size(n: int) -> tuple[str, str]:
@@ -18,10 +24,28 @@ def _size(n: int) -> tuple[str, str]:
 
 
 class VirtualImageReconciler(ClaimedKind):
-    """Makes each VirtualImage's claim and imports its source into it."""
+    """Stores each VirtualImage's source in the image store, or imports it into its claim."""
 
     info = VIRTUAL_IMAGES
     prefix = "vi"
+
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        certs: ServerCerts | None = None,
+        store: ImageStore | None = None,
+    ) -> None:
+        super().__init__(client, runner, volumes, certs)
+        store = store or ImageStore(volumes.root.parent)
+        self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs)
+
+    def reconcile(self, obj: VirtualImage) -> Result:
+        """One step: through the store for ContainerRegistry, through a claim otherwise."""
+        if obj.spec.storage is StorageType.CONTAINER_REGISTRY:
+            return self.stored.reconcile(obj, obj.spec.data_source, obj.metadata.namespace)
+        return super().reconcile(obj)
 
     def storage_class_name(self, obj: VirtualImage) -> str | None:
         """The class the image's claim asks for."""

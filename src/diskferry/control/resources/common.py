@@ -21,20 +21,12 @@ from pydantic_core import PydanticCustomError
 from diskferry.control import duration, quantity
 from diskferry.control.model import API_VERSION, ApiModel
 from diskferry.disk.errors import DiskferryError
-
-IMAGE_STORE_AVAILABLE = False
-"""Whether the image registry and the upload server exist; until then `not_available` refuses."""
+from diskferry.registry.reference import is_reference, parse_reference
 
 
 def invalid(message: str) -> PydanticCustomError:
     """A validation error whose message is `message` alone, without pydantic's prefix."""
     return PydanticCustomError("value_error", "{message}", {"message": message})
-
-
-def not_available(what: str, instead: str) -> None:
-    """Refuse `what`, which needs the image store, while that store does not exist."""
-    if not IMAGE_STORE_AVAILABLE:
-        raise invalid(f"{what} is not available yet (diskferry has no image store); {instead}")
 
 
 def _kept_as_text(parse: Callable[[Any], object]) -> Callable[[Any], str]:
@@ -126,10 +118,24 @@ class ImagePullSecret(ImagePullSecretName):
     namespace: str | None = None
 
 
+def registry_reference(image: str) -> str:
+    """The docker:// reference of `containerImage.image` ("registry.example.org/disk:1", as
+    Deckhouse takes it, or already docker://...)."""
+    return image if is_reference(image) else f"docker://{image}"
+
+
+def _image_reference(value: str) -> str:
+    try:
+        parse_reference(registry_reference(value))
+    except DiskferryError as e:
+        raise invalid(f"not HOST[:PORT]/NAME[:TAG|@DIGEST]: {e.message}") from None
+    return value
+
+
 class ContainerImage(ApiModel):
     """An image in a container registry."""
 
-    image: str = Field(min_length=1)
+    image: Annotated[str, AfterValidator(_image_reference)] = Field(min_length=1)
     image_pull_secret: ImagePullSecretName | None = Field(default=None, alias="imagePullSecret")
     ca_bundle: Base64 | None = Field(default=None, alias="caBundle")
 
@@ -201,10 +207,6 @@ class DataSource(ApiModel):
         others = [name for name, value in given.items() if value is not None and name != wanted]
         if others:
             raise invalid(f"type {self.type} cannot have {' or '.join(others)}")
-        if self.type is DataSourceType.CONTAINER_IMAGE:
-            not_available("type ContainerImage", "use HTTP or ObjectRef")
-        if self.type is DataSourceType.UPLOAD:
-            not_available("type Upload", "use HTTP or ObjectRef")
         return self
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
 from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
@@ -20,7 +20,6 @@ from diskferry.control.resources.common import (
     Progress,
     StatusSpeed,
     invalid,
-    not_available,
 )
 
 
@@ -58,13 +57,6 @@ class VirtualImageSpec(ApiModel):
         default_factory=VirtualImagePersistentVolumeClaim, alias="persistentVolumeClaim"
     )
     data_source: DataSource = Field(alias="dataSource")
-
-    @field_validator("storage")
-    @classmethod
-    def _storage_available(cls, value: StorageType) -> StorageType:
-        if value is StorageType.CONTAINER_REGISTRY:
-            not_available("storage ContainerRegistry (the default)", "use PersistentVolumeClaim")
-        return value
 
 
 class ImageStatusSize(ApiModel):
@@ -165,12 +157,6 @@ class ClusterVirtualImage(Resource):
     kind: Literal["ClusterVirtualImage"] = "ClusterVirtualImage"
     spec: ClusterVirtualImageSpec
     status: ClusterVirtualImageStatus = Field(default_factory=ClusterVirtualImageStatus)
-
-    @field_validator("spec")
-    @classmethod
-    def _store_available(cls, value: ClusterVirtualImageSpec) -> ClusterVirtualImageSpec:
-        not_available("ClusterVirtualImage", "use a VirtualImage, storage PersistentVolumeClaim")
-        return value
 
 
 IMAGE_COLUMNS = (

@@ -1,0 +1,202 @@
+"""Images kept in the image store: a VirtualImage with `storage: ContainerRegistry` (the
+default) and every ClusterVirtualImage.
+
+Pending (waiting for its source) -> Provisioning (a `push` worker imports the source and
+stores it as a containerDisk in DATA_DIR/images) -> Ready with `status.size {stored,
+unpacked}`, `format`, `cdrom` and `status.target.registryURL` (the image's `oci:` reference),
+or Failed with the worker's reason. An Upload source first waits in WaitForUserUpload for an
+upload server worker to take the upload into a staging file, which the push then stores. A
+Ready image whose store entry went missing is ImageLost. Deleting it stops its workers and
+removes its image and staging file.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from diskferry.control.imagestore import ImageStore
+from diskferry.control.model import Resource
+from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.claimed import (
+    PENDING,
+    POLL_SECONDS,
+    PROVISIONING,
+    WAIT_SECONDS,
+    WAITING_FOR_SOURCE,
+    show_upload_wait,
+    tag,
+)
+from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.imports import Imports, Outcome, Source, failure, source_files
+from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
+from diskferry.control.reconcilers.progress import progress_fields
+from diskferry.control.reconcilers.sources import Waiting, resolve_source
+from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
+from diskferry.control.resources.common import DataSource
+from diskferry.control.runner.base import IMPORT, Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Claim, VolumeClass, Volumes
+
+log = logging.getLogger("diskferry.control")
+IMAGE_LOST = "ImageLost"
+STAGING = "staging"
+
+
+class StoredImages:
+    """Reconciles the images of one kind (`prefix` vi or cvi) kept in the store."""
+
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        store: ImageStore,
+        prefix: str,
+        certs: ServerCerts | None = None,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.volumes = volumes
+        self.store = store
+        self.prefix = prefix
+        self.imports = Imports(runner, certs)
+        self.staging = VolumeClass(STAGING, root=Path(store.root).parent / STAGING)
+
+    def job_id(self, obj: Resource) -> str:
+        """The id of the image's push job."""
+        return f"{self.prefix}-{obj.metadata.uid}"
+
+    def upload_job_id(self, obj: Resource) -> str:
+        """The id of the image's upload server job (for an Upload source)."""
+        return f"{self.prefix}-upload-{obj.metadata.uid}"
+
+    def reference(self, obj: Resource) -> str:
+        """Where the image is kept: its `oci:` reference in the store."""
+        meta = obj.metadata
+        return self.store.reference(self.prefix, meta.namespace, meta.name or "", meta.uid or "")
+
+    def _staged(self, obj: Resource) -> Claim:
+        return self.volumes.claim(self.staging, self.prefix, obj.metadata.uid or "", 0)
+
+    def reconcile(self, obj: Any, data_source: DataSource, namespace: str | None) -> Result:
+        """One step of the image's life; its sources are looked up in `namespace`."""
+        if deleting(obj):
+            return self._terminate(obj)
+        obj = held(self.client, obj)
+        status = status_of(obj)
+        phase = status.get("phase")
+        settled = status.get("observedGeneration") == obj.metadata.generation
+        if phase in (READY, IMAGE_LOST) or (settled and phase == FAILED):
+            return self._settled(obj, phase)
+        if phase is None:
+            obj = transition(self.client, obj, PENDING, PENDING, "waiting to be provisioned")
+        found = resolve_source(self.client, self.volumes, namespace, data_source)
+        if isinstance(found, Waiting):
+            transition(self.client, obj, PENDING, WAITING_FOR_SOURCE, found.message)
+            return Result.requeue(WAIT_SECONDS)
+        source = found
+        if found.upload:
+            staged = self._staged(obj)
+            outcome = self.imports.step(self.upload_job_id(obj), staged, found, None)
+            if outcome.waiting_for_upload or outcome.running:
+                return self._uploading(obj, outcome)
+            if outcome.failed:
+                return self._fail(obj, outcome, self.upload_job_id(obj))
+            source = Source(staged.path)
+        outcome = self._push(obj, source)
+        if outcome.running:
+            fields = {"target": {"registryURL": self.reference(obj)}, **(outcome.fields or {})}
+            message = "storing its source in the image store"
+            transition(self.client, obj, PROVISIONING, PROVISIONING, message, fields)
+            return Result.requeue(POLL_SECONDS)
+        if outcome.failed:
+            return self._fail(obj, outcome, self.job_id(obj))
+        fields = self.ready_fields(obj, outcome.result or {})
+        transition(self.client, obj, READY, READY, "the image is in the image store", fields)
+        return Result.done() if self._finish(obj, keep=False) else Result.requeue(STOP_POLL)
+
+    def _uploading(self, obj: Any, outcome: Outcome) -> Result:
+        fields = {"target": {"registryURL": self.reference(obj)}, **(outcome.fields or {})}
+        if outcome.waiting_for_upload:
+            show_upload_wait(self.client, obj, fields, outcome)
+        else:
+            transition(self.client, obj, PROVISIONING, PROVISIONING, "importing the upload", fields)
+        return Result.requeue(POLL_SECONDS)
+
+    def _push(self, obj: Resource, source: Source) -> Outcome:
+        """Start the push if it was not, else tell how it is going."""
+        job_id = self.job_id(obj)
+        state = self.runner.state(job_id)
+        if state is None:
+            job: dict[str, Any] = {
+                "kind": "push",
+                "source": source.location,
+                "reference": self.reference(obj),
+            }
+            if source.checksum:
+                job["checksum"] = source.checksum
+            files: dict[str, bytes] = {}
+            job.update(source_files(source, files))
+            self.runner.start(job_id, IMPORT, job, files)
+            return Outcome(True, progress_fields({}))
+        if state.running:
+            return Outcome(True, progress_fields(state.progress) if state.progress else None)
+        if state.succeeded:
+            return Outcome(False, result=state.result)
+        reason, message = failure(state, self.runner.log_tail(job_id, 1))
+        return Outcome(False, reason=reason, message=message)
+
+    def ready_fields(self, obj: Resource, result: dict[str, Any]) -> dict[str, Any]:
+        """Sizes stored and unpacked, the format, CD-ROM or not, and where the image is."""
+        stored, unpacked = int(result.get("storedSize") or 0), int(result.get("unpackedSize") or 0)
+        return {
+            "progress": "100%",
+            "size": {
+                "stored": format_bytes(stored),
+                "storedBytes": str(stored),
+                "unpacked": format_bytes(unpacked),
+                "unpackedBytes": str(unpacked),
+            },
+            "format": result.get("format") or "raw",
+            "cdrom": result.get("sourceFormat") == "iso",
+            "target": {"registryURL": self.reference(obj)},
+        }
+
+    def _fail(self, obj: Any, outcome: Outcome, job_id: str) -> Result:
+        reason, message = outcome.reason or "ImportFailed", outcome.message or ""
+        log.warning("%s failed: %s: %s", tag(obj), reason, message)
+        transition(self.client, obj, FAILED, reason, message)
+        self.imports.finish(job_id, tag(obj), keep=True)
+        return Result.done()
+
+    def _finish(self, obj: Resource, keep: bool) -> bool:
+        """Settle both jobs and drop the staging file; False while a job still runs."""
+        done = self.imports.finish(self.job_id(obj), tag(obj), keep=keep)
+        done = self.imports.settle(self.upload_job_id(obj), keep=keep) and done
+        if done and not keep:
+            self.volumes.remove(self.staging, self.prefix, obj.metadata.uid or "")
+        return done
+
+    def _settled(self, obj: Any, phase: str) -> Result:
+        if not self._finish(obj, keep=phase == FAILED):
+            return Result.requeue(STOP_POLL)
+        if phase == READY and not self.store.holds(self.reference(obj)):
+            transition(self.client, obj, IMAGE_LOST, IMAGE_LOST, "the image store lost the image")
+        elif phase == READY:
+            transition(self.client, obj, READY, READY, "the image is in the image store")
+        return Result.done()
+
+    def _terminate(self, obj: Any) -> Result:
+        if status_of(obj).get("phase") != TERMINATING:
+            obj = transition(self.client, obj, TERMINATING, TERMINATING, "being deleted")
+        stopped = self.imports.stop(self.job_id(obj))
+        if not (self.imports.stop(self.upload_job_id(obj)) and stopped):
+            return Result.requeue(STOP_POLL)
+        self.store.remove(self.reference(obj))
+        self.volumes.remove(self.staging, self.prefix, obj.metadata.uid or "")
+        release(self.client, obj)
+        return Result.done()
