@@ -265,3 +265,17 @@ def test_validate_warn_creates_and_warns(daemon: Served) -> None:
     assert done.returncode == 0, done.stderr
     assert "virtualdisk.diskferry.io/warned created" in done.stdout
     assert "Warning: unknown field 'spec.persistentVolumeClaim.bogus'" in done.stderr
+
+
+@pytest.mark.parametrize("mode", [(), ("--server-side",)], ids=["client-side", "server-side"])
+def test_server_dry_run_apply_changes_nothing(daemon: Served, mode: tuple[str, ...]) -> None:
+    name = f"dry{len(mode)}"
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", name)
+    kubectl(daemon, "apply", *mode, "-f", "-", stdin=manifest)
+    before = json.loads(kubectl(daemon, "get", "vd", name, "-o", "json"))
+    bigger = manifest.replace("size: 64Mi", "size: 128Mi")
+    out = kubectl(daemon, "apply", *mode, "--dry-run=server", "-o", "json", "-f", "-", stdin=bigger)
+    answer = json.loads(out)
+    assert answer["spec"]["persistentVolumeClaim"]["size"] == "128Mi"
+    assert answer["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert json.loads(kubectl(daemon, "get", "vd", name, "-o", "json")) == before
