@@ -279,3 +279,12 @@ def test_server_dry_run_apply_changes_nothing(daemon: Served, mode: tuple[str, .
     assert answer["spec"]["persistentVolumeClaim"]["size"] == "128Mi"
     assert answer["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert json.loads(kubectl(daemon, "get", "vd", name, "-o", "json")) == before
+
+
+def test_explain_reads_openapi_v3(daemon: Served) -> None:
+    spec = kubectl(daemon, "explain", "vd.spec")
+    assert "KIND:       VirtualDisk" in spec and "VERSION:    v1alpha1" in spec
+    assert "dataSource\t<Object>" in spec and "persistentVolumeClaim\t<Object>" in spec
+    claim = kubectl(daemon, "explain", "virtualdisks.spec.persistentVolumeClaim.size")
+    assert "FIELD: size" in claim
+    assert "data\t<map[string]string>" in kubectl(daemon, "explain", "secret")
