@@ -215,6 +215,27 @@ def test_server_side_apply_creates_then_updates(daemon: Served) -> None:
     refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=BAD, ok=False)
     assert "spec.persistentVolumeClaim.bogus" in refused
 
+    kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=manifest)
+    shown = json.loads(kubectl(daemon, "get", "vd", "ssa", "-o", "json", "--show-managed-fields"))
+    assert "labels" not in shown["metadata"]
+    (entry,) = shown["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"], entry["fieldsType"]) == (
+        "kubectl",
+        "Apply",
+        "FieldsV1",
+    )
+    assert "f:labels" not in entry["fieldsV1"].get("f:metadata", {})
+    assert "managedFields" not in kubectl(daemon, "get", "vd", "ssa", "-o", "yaml")
+
+    bigger = manifest.replace("size: 64Mi", "size: 128Mi")
+    other = ("apply", "--server-side", "--field-manager=other", "-f", "-")
+    conflict = kubectl(daemon, *other, stdin=bigger, ok=False)
+    assert "Apply failed with 1 conflict" in conflict
+    assert '"kubectl"' in conflict and ".spec.persistentVolumeClaim.size" in conflict
+    kubectl(daemon, *other[:-2], "--force-conflicts", "-f", "-", stdin=bigger)
+    size = kubectl(daemon, "get", "vd", "ssa", "-o", "jsonpath={.spec.persistentVolumeClaim.size}")
+    assert size == "128Mi"
+
 
 def test_imperative_create_of_core_kinds_in_protobuf(daemon: Served) -> None:
     assert "namespace/team created" in kubectl(daemon, "create", "namespace", "team")

@@ -30,6 +30,7 @@ from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import GROUP, Resource
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret
 from diskferry.control.resources.updates import check_update
+from diskferry.control.store import apply as applies
 from diskferry.control.store import patch as patches
 from diskferry.control.store.db import Database, Key, Tx
 from diskferry.control.store.feed import Feed, Watch, WatchEvent, too_old
@@ -377,6 +378,40 @@ class ObjectService:
             current = self._current(tx, info, namespace, name)
             patched = self._body(info, patches.apply(current, parsed, kind))
             return self._replace(tx, info, current, patched, subresource, field_validation)
+
+    def apply(
+        self,
+        info: KindInfo,
+        namespace: str | None,
+        name: str,
+        config: Obj,
+        manager: str,
+        *,
+        force: bool = False,
+        dry_run: bool = False,
+        field_validation: FieldValidation = "Strict",
+    ) -> tuple[Obj, list[str], bool]:
+        """Server-side apply of `config` by `manager`: the object created or changed, its
+        validation warnings, and whether it was created.
+
+        ConflictError when another manager owns a field `config` changes, unless `force`.
+        """
+        body = self._body(info, config)
+        with self._writing(dry_run=dry_run) as tx:
+            current = tx.get(kind_key(info), self._scope(info, namespace), name)
+            merged = applies.apply(
+                current,
+                body,
+                manager,
+                force=force,
+                with_status=info.has_status,
+                now=self.clock.stamp(),
+            )
+            if current is None:
+                obj, warnings = self._insert(tx, info, namespace, merged, field_validation)
+                return obj, warnings, True
+            obj, warnings = self._replace(tx, info, current, merged, None, field_validation)
+            return obj, warnings, False
 
     def _replace(
         self,

@@ -15,7 +15,7 @@ from diskferry.control.api import media, protobuf
 from diskferry.control.api.paths import Target, resolve
 from diskferry.control.api.tables import table
 from diskferry.control.api.watch import Watcher
-from diskferry.control.errors import BadRequestError, MethodNotAllowedError, NotFoundError
+from diskferry.control.errors import BadRequestError, MethodNotAllowedError
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.objects import ObjectService
 
@@ -257,7 +257,7 @@ class ResourceApi:
     async def _apply(
         self, request: Request, target: Target, dry_run: bool, validation: Any
     ) -> Response:
-        """Server-side apply as create-or-merge: the configuration merged over what is stored."""
+        """Server-side apply: the configuration's fields owned by its field manager."""
         raw = await request.body()
         try:
             body = yaml.safe_load(raw)
@@ -265,36 +265,28 @@ class ResourceApi:
             raise BadRequestError(f"the apply configuration cannot be decoded: {error}") from None
         if not isinstance(body, dict):
             raise BadRequestError("the apply configuration must be an object")
+        manager = request.query_params.get("fieldManager")
+        if not manager:
+            raise BadRequestError("fieldManager: Required value: is required for apply patch")
+        if target.subresource:
+            raise MethodNotAllowedError(
+                f"server-side apply of the {target.subresource} subresource is not served"
+            )
         _check_identity(target, body)
         body["metadata"]["name"] = target.name
-
-        def apply() -> tuple[dict[str, Any], list[str], int]:
-            try:
-                obj, warnings = self.service.patch(
-                    target.info,
-                    target.namespace,
-                    target.name,
-                    body,
-                    "application/merge-patch+json",
-                    subresource=target.subresource,
-                    dry_run=dry_run,
-                    field_validation=validation,
-                )
-                return obj, warnings, 200
-            except NotFoundError:
-                if target.subresource:
-                    raise
-            obj, warnings = self.service.create(
+        obj, warnings, created = await run_in_threadpool(
+            lambda: self.service.apply(
                 target.info,
                 target.namespace,
+                target.name,
                 body,
+                manager,
+                force=_flag(request, "force"),
                 dry_run=dry_run,
                 field_validation=validation,
             )
-            return obj, warnings, 201
-
-        obj, warnings, code = await run_in_threadpool(apply)
-        return _answer(obj, code, warnings)
+        )
+        return _answer(obj, 201 if created else 200, warnings)
 
     async def _delete(self, request: Request, target: Target) -> Response:
         options = await _decode(request) or {}
