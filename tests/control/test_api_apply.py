@@ -107,3 +107,12 @@ def test_apply_needs_a_field_manager(client: TestClient) -> None:
     answer = client.patch(f"{VD}/ssa", content=_config(), headers=APPLY)
     assert answer.status_code == 400
     assert "fieldManager" in answer.json()["message"]
+
+
+def test_managed_fields_a_client_wrote_wrong_are_no_error(client: TestClient) -> None:
+    created = _apply(client, _config({"a": "1"}), "alice").json()
+    created["metadata"]["managedFields"] = [{"manager": "bob", "fieldsV1": "nonsense"}]
+    assert client.put(f"{VD}/ssa", json=created).status_code == 200
+    applied = _apply(client, _config(), "alice")
+    assert applied.status_code == 200
+    assert set(_managers(applied.json())) == {"alice"}

@@ -74,11 +74,11 @@ def to_fields_v1(paths: set[Path]) -> Obj:
     return tree
 
 
-def from_fields_v1(tree: Obj, prefix: Path = ()) -> set[Path]:
+def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
     """The paths of a FieldsV1 tree (keys other than `f:` ones, such as `.`, name the map
-    itself and are not tracked apart)."""
+    itself and are not tracked apart); none for what is no tree."""
     paths: set[Path] = set()
-    for key, child in tree.items():
+    for key, child in tree.items() if isinstance(tree, dict) else ():
         if not key.startswith("f:"):
             continue
         path = (*prefix, key[2:])
@@ -131,9 +131,9 @@ def apply(
     entries = copy.deepcopy(base["metadata"].get("managedFields") or [])
     mine = [e for e in entries if e.get("manager") == manager and e.get("operation") == APPLY]
     others = [e for e in entries if e not in mine]
-    before = set().union(*(from_fields_v1(e.get("fieldsV1") or {}) for e in mine))
+    before = set().union(*(from_fields_v1(e.get("fieldsV1")) for e in mine))
     fields = applied_fields(config, with_status)
-    owned = [(e, from_fields_v1(e.get("fieldsV1") or {})) for e in others]
+    owned = [(e, from_fields_v1(e.get("fieldsV1"))) for e in others]
     conflicts: list[tuple[Obj, Path]] = []
     for entry, paths in owned:
         for path in fields:
@@ -149,7 +149,7 @@ def apply(
         if not any(_overlap(path, p) for p in kept):
             _remove(new, path)
     _merge(new, config)
-    previous = [e for e in mine if from_fields_v1(e.get("fieldsV1") or {}) == fields]
+    previous = [e for e in mine if from_fields_v1(e.get("fieldsV1")) == fields]
     if previous and current is not None and _same(new, current) and not conflicts:
         return copy.deepcopy(current)
     managed = [_entry(e, paths) for e, paths in owned if paths]
@@ -186,7 +186,7 @@ def _conflict_error(conflicts: list[tuple[Obj, Path]]) -> ConflictError:
     causes = [
         {
             "reason": "FieldManagerConflict",
-            "message": f'conflict with "{e["manager"]}" using {e.get("apiVersion")}',
+            "message": f'conflict with "{e.get("manager")}" using {e.get("apiVersion")}',
             "field": _dotted(path),
         }
         for e, path in conflicts
