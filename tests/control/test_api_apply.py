@@ -116,3 +116,14 @@ def test_managed_fields_a_client_wrote_wrong_are_no_error(client: TestClient) ->
     applied = _apply(client, _config(), "alice")
     assert applied.status_code == 200
     assert set(_managers(applied.json())) == {"alice"}
+
+
+def test_apply_to_the_status_subresource_merges_it(client: TestClient) -> None:
+    _apply(client, _config(), "kubectl")
+    status = yaml.safe_dump({**yaml.safe_load(_config()), "status": {"phase": "Ready"}})
+    answer = client.patch(
+        f"{VD}/ssa/status", content=status, headers=APPLY, params={"fieldManager": "kubectl"}
+    )
+    assert answer.status_code == 200
+    assert answer.json()["status"]["phase"] == "Ready"
+    assert set(_managers(answer.json())) == {"kubectl"}

@@ -268,12 +268,10 @@ class ResourceApi:
         manager = request.query_params.get("fieldManager")
         if not manager:
             raise BadRequestError("fieldManager: Required value: is required for apply patch")
-        if target.subresource:
-            raise MethodNotAllowedError(
-                f"server-side apply of the {target.subresource} subresource is not served"
-            )
         _check_identity(target, body)
         body["metadata"]["name"] = target.name
+        if target.subresource:
+            return await self._apply_merged(target, body, dry_run, validation)
         obj, warnings, created = await run_in_threadpool(
             lambda: self.service.apply(
                 target.info,
@@ -287,6 +285,25 @@ class ResourceApi:
             )
         )
         return _answer(obj, 201 if created else 200, warnings)
+
+    async def _apply_merged(
+        self, target: Target, body: dict[str, Any], dry_run: bool, validation: Any
+    ) -> Response:
+        """Apply to a subresource: the configuration merged over what is stored, no fields
+        managed."""
+        obj, warnings = await run_in_threadpool(
+            lambda: self.service.patch(
+                target.info,
+                target.namespace,
+                target.name,
+                body,
+                "application/merge-patch+json",
+                subresource=target.subresource,
+                dry_run=dry_run,
+                field_validation=validation,
+            )
+        )
+        return _answer(obj, 200, warnings)
 
     async def _delete(self, request: Request, target: Target) -> Response:
         options = await _decode(request) or {}
