@@ -32,6 +32,8 @@ def test_a_dry_run_update_keeps_the_resource_version_and_the_store(
     assert put.status_code == 200
     assert put.json()["spec"]["persistentVolumeClaim"]["size"] == "128Mi"
     assert put.json()["metadata"]["resourceVersion"] == rv
+    # the generation the change would be stored with, as kube-apiserver's dry run shows it
+    assert put.json()["metadata"]["generation"] == before["metadata"]["generation"] + 1
     assert _stored(client, server) == (before, store_rv)
 
     patch = json.dumps({"metadata": {"labels": {"a": "b"}}})
