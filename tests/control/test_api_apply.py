@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -13,6 +14,7 @@ from diskferry.control.api.app import ApiServer
 __all__ = ["client", "server"]
 
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
+MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
 def _config(labels: dict[str, str] | None = None, size: str = "64Mi") -> str:
@@ -127,3 +129,33 @@ def test_apply_to_the_status_subresource_merges_it(client: TestClient) -> None:
     assert answer.status_code == 200
     assert answer.json()["status"]["phase"] == "Ready"
     assert set(_managers(answer.json())) == {"kubectl"}
+
+
+def test_fields_a_create_or_patch_changed_are_its_managers(client: TestClient) -> None:
+    body = yaml.safe_load(_config({"a": "1"}))
+    created = client.post(VD, json=body, params={"fieldManager": "maker"}).json()
+    (entry,) = created["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("maker", "Update")
+    assert entry["fieldsV1"]["f:spec"] == {"f:persistentVolumeClaim": {"f:size": {}}}
+    assert _apply(client, _config({"a": "1"}), "alice").status_code == 200
+    refused = _apply(client, _config({"a": "2"}), "alice")
+    assert refused.status_code == 409
+    assert refused.json()["details"]["causes"][0]["field"] == ".metadata.labels.a"
+
+    size = json.dumps({"spec": {"persistentVolumeClaim": {"size": "96Mi"}}})
+    patched = client.patch(
+        f"{VD}/ssa", content=size, headers=MERGE, params={"fieldManager": "editor"}
+    ).json()
+    managers = _managers(patched)
+    assert managers["editor"]["fieldsV1"] == {"f:spec": {"f:persistentVolumeClaim": {"f:size": {}}}}
+    assert "f:spec" not in managers["maker"]["fieldsV1"]
+    taken = _apply(client, _config(size="128Mi"), "alice").json()
+    assert taken["details"]["causes"][0]["message"].startswith('conflict with "editor"')
+
+    patched["status"] = {"phase": "Ready"}
+    del patched["metadata"]["managedFields"]
+    status = client.put(f"{VD}/ssa/status", json=patched, params={"fieldManager": "ctl"}).json()
+    ctl = _managers(status)["ctl"]
+    assert (ctl["operation"], ctl["subresource"]) == ("Update", "status")
+    assert ctl["fieldsV1"] == {"f:status": {"f:phase": {}}}
+    assert {"maker", "alice", "editor"} <= set(_managers(status))

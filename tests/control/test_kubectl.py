@@ -309,3 +309,26 @@ def test_explain_reads_openapi_v3(daemon: Served) -> None:
     claim = kubectl(daemon, "explain", "virtualdisks.spec.persistentVolumeClaim.size")
     assert "FIELD: size" in claim
     assert "data\t<map[string]string>" in kubectl(daemon, "explain", "secret")
+
+
+def test_server_side_apply_takes_over_a_client_side_apply(daemon: Served) -> None:
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", "moved")
+    labelled = manifest.replace("namespace: default}", "namespace: default, labels: {a: b}}")
+    kubectl(daemon, "apply", "-f", "-", stdin=labelled)
+    shown = json.loads(kubectl(daemon, "get", "vd", "moved", "-o", "json", "--show-managed-fields"))
+    (entry,) = shown["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("kubectl-client-side-apply", "Update")
+    kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=manifest)
+    shown = json.loads(kubectl(daemon, "get", "vd", "moved", "-o", "json", "--show-managed-fields"))
+    assert "labels" not in shown["metadata"]
+    managers = {(e["manager"], e["operation"]) for e in shown["metadata"]["managedFields"]}
+    assert ("kubectl", "Apply") in managers and (
+        "kubectl-client-side-apply",
+        "Update",
+    ) not in managers
+
+    size = '{"spec":{"persistentVolumeClaim":{"size":"96Mi"}}}'
+    kubectl(daemon, "patch", "vd", "moved", "--type", "merge", "-p", size)
+    bigger = manifest.replace("size: 64Mi", "size: 128Mi")
+    refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=bigger, ok=False)
+    assert 'conflict with "kubectl-patch"' in refused

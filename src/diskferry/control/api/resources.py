@@ -21,6 +21,7 @@ from diskferry.control.objects import ObjectService
 
 FIELD_VALIDATIONS = ("Strict", "Warn", "Ignore")
 TRUE = ("true", "1")
+MANAGER_LENGTH = 128
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -51,6 +52,14 @@ def _dry_run(request: Request, options: dict[str, Any] | None = None) -> bool:
         if value != "All":
             raise BadRequestError(f"dryRun: unsupported value {value!r}: only All is")
     return bool(values)
+
+
+def _manager(request: Request) -> str | None:
+    """Who writes: `fieldManager`, else the client's name in its User-Agent, as Kubernetes
+    names an update's manager."""
+    given = request.query_params.get("fieldManager")
+    agent = request.headers.get("user-agent", "").split("/")[0].strip()
+    return given or agent[:MANAGER_LENGTH] or None
 
 
 def _field_validation(request: Request) -> Any:
@@ -212,6 +221,7 @@ class ResourceApi:
                 body,
                 dry_run=_dry_run(request),
                 field_validation=_field_validation(request),
+                manager=_manager(request),
             )
         )
         return _answer(obj, 201, warnings)
@@ -228,6 +238,7 @@ class ResourceApi:
                 subresource=target.subresource,
                 dry_run=_dry_run(request),
                 field_validation=_field_validation(request),
+                manager=_manager(request),
             )
         )
         return _answer(obj, 200, warnings)
@@ -250,6 +261,7 @@ class ResourceApi:
                 subresource=target.subresource,
                 dry_run=dry_run,
                 field_validation=validation,
+                manager=_manager(request),
             )
         )
         return _answer(obj, 200, warnings)

@@ -1,11 +1,12 @@
-"""Server-side apply: the fields each manager applied (`metadata.managedFields`, FieldsV1),
-conflicts between managers, and fields a manager stops applying removed.
+"""Field managers (`metadata.managedFields`, FieldsV1): the fields each manager applied or
+changed, conflicts between managers, and fields a manager stops applying removed.
 
 A field is a path of map keys down to a value; a list is one field (atomic), as custom
-resources' lists are. A manager owns the fields of its last apply configuration; applying a
-field another manager owns, with another value, is a conflict unless forced, which takes
-the field from that manager. A field the manager applied before and applies no more is
-removed, unless another manager owns it too.
+resources' lists are. A manager owns the fields of its last apply configuration (operation
+Apply) and the fields its creates, updates and patches changed (operation Update, per
+subresource); applying a field another manager owns, with another value, is a conflict
+unless forced, which takes the field from that manager. A field the manager applied before
+and applies no more is removed, unless another manager owns it too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from diskferry.control.errors import ConflictError
 Obj = dict[str, Any]
 Path = tuple[str, ...]
 APPLY = "Apply"
+UPDATE = "Update"
 FIELDS_TYPE = "FieldsV1"
 UNTRACKED_META = (
     "name",
@@ -42,16 +44,23 @@ def _leaves(value: Any, prefix: Path = ()) -> set[Path]:
     return {prefix} if prefix else set()
 
 
-def applied_fields(config: Obj, with_status: bool) -> set[Path]:
-    """The fields an apply configuration sets: all but type, identity, server-set metadata
-    and (where the kind has a status subresource) status."""
-    body = {k: v for k, v in config.items() if k not in ("apiVersion", "kind")}
+def _tracked(obj: Obj, with_status: bool, subresource: str | None = None) -> Obj:
+    """What of an object managers own: its status alone for the status subresource; else
+    all but type, identity, server-set metadata and (with a status subresource) status."""
+    if subresource is not None:
+        return {subresource: obj.get(subresource)} if subresource in obj else {}
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
     if with_status:
         body.pop("status", None)
     meta = {k: v for k, v in (body.pop("metadata", None) or {}).items() if k not in UNTRACKED_META}
     if meta:
         body["metadata"] = meta
-    return {path for path in _leaves(body) if None not in _values(config, path)}
+    return body
+
+
+def applied_fields(config: Obj, with_status: bool) -> set[Path]:
+    """The fields an apply configuration sets."""
+    return {p for p in _leaves(_tracked(config, with_status)) if None not in _values(config, p)}
 
 
 def _values(obj: Obj, path: Path) -> list[Any]:
@@ -200,3 +209,53 @@ def _conflict_error(conflicts: list[tuple[Obj, Path]]) -> ConflictError:
         else f"Apply failed with {count} {plural}:\n{listed}"
     )
     return ConflictError(message, causes=causes)
+
+
+def record_update(
+    current: Obj | None,
+    new: Obj,
+    manager: str,
+    *,
+    subresource: str | None,
+    with_status: bool,
+    now: str,
+) -> None:
+    """Give `manager` (operation Update) the fields in which `new` differs from `current`,
+    taking them from the other managers; `new`'s managedFields are changed in place."""
+    old = _tracked(current or {}, with_status, subresource)
+    after = _tracked(new, with_status, subresource)
+    changed = {p for p in _leaves(after) if _values(old, p) != _values(after, p)}
+    gone = {p for p in _leaves(old) if not _values(after, p)}
+    if not changed and not gone:
+        return
+    meta = new["metadata"]
+    entries: list[Obj] = []
+    mine: set[Path] = set()
+    for entry in meta.get("managedFields") or []:
+        paths = from_fields_v1(entry.get("fieldsV1"))
+        if _is_update_of(entry, manager, subresource):
+            mine |= paths
+            continue
+        left = {p for p in paths if not any(_overlap(p, q) for q in changed | gone)}
+        if left:
+            entries.append(_entry(entry, left))
+    mine = {p for p in mine if not any(_overlap(p, q) for q in gone)} | changed
+    if mine:
+        entry = {
+            "manager": manager,
+            "operation": UPDATE,
+            "apiVersion": new.get("apiVersion"),
+            "time": now,
+            "fieldsType": FIELDS_TYPE,
+            "fieldsV1": to_fields_v1(mine),
+        }
+        entries.append({**entry, "subresource": subresource} if subresource else entry)
+    meta["managedFields"] = entries
+
+
+def _is_update_of(entry: Obj, manager: str, subresource: str | None) -> bool:
+    return (
+        entry.get("manager") == manager
+        and entry.get("operation") == UPDATE
+        and entry.get("subresource") == subresource
+    )
