@@ -197,6 +197,27 @@ def test_server_side_apply_creates_then_updates(daemon: Served) -> None:
     refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=BAD, ok=False)
     assert "spec.persistentVolumeClaim.bogus" in refused
 
+    kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=manifest)
+    shown = json.loads(kubectl(daemon, "get", "vd", "ssa", "-o", "json", "--show-managed-fields"))
+    assert "labels" not in shown["metadata"]
+    (entry,) = shown["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"], entry["fieldsType"]) == (
+        "kubectl",
+        "Apply",
+        "FieldsV1",
+    )
+    assert "f:labels" not in entry["fieldsV1"].get("f:metadata", {})
+    assert "managedFields" not in kubectl(daemon, "get", "vd", "ssa", "-o", "yaml")
+
+    bigger = manifest.replace("size: 64Mi", "size: 128Mi")
+    other = ("apply", "--server-side", "--field-manager=other", "-f", "-")
+    conflict = kubectl(daemon, *other, stdin=bigger, ok=False)
+    assert "Apply failed with 1 conflict" in conflict
+    assert '"kubectl"' in conflict and ".spec.persistentVolumeClaim.size" in conflict
+    kubectl(daemon, *other[:-2], "--force-conflicts", "-f", "-", stdin=bigger)
+    size = kubectl(daemon, "get", "vd", "ssa", "-o", "jsonpath={.spec.persistentVolumeClaim.size}")
+    assert size == "128Mi"
+
 
 def test_imperative_create_of_core_kinds_in_protobuf(daemon: Served) -> None:
     assert "namespace/team created" in kubectl(daemon, "create", "namespace", "team")
@@ -247,3 +268,49 @@ def test_validate_warn_creates_and_warns(daemon: Served) -> None:
     assert done.returncode == 0, done.stderr
     assert "virtualdisk.diskferry.io/warned created" in done.stdout
     assert "Warning: unknown field 'spec.persistentVolumeClaim.bogus'" in done.stderr
+
+
+@pytest.mark.parametrize("mode", [(), ("--server-side",)], ids=["client-side", "server-side"])
+def test_server_dry_run_apply_changes_nothing(daemon: Served, mode: tuple[str, ...]) -> None:
+    name = f"dry{len(mode)}"
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", name)
+    kubectl(daemon, "apply", *mode, "-f", "-", stdin=manifest)
+    before = json.loads(kubectl(daemon, "get", "vd", name, "-o", "json"))
+    bigger = manifest.replace("size: 64Mi", "size: 128Mi")
+    out = kubectl(daemon, "apply", *mode, "--dry-run=server", "-o", "json", "-f", "-", stdin=bigger)
+    answer = json.loads(out)
+    assert answer["spec"]["persistentVolumeClaim"]["size"] == "128Mi"
+    assert answer["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert json.loads(kubectl(daemon, "get", "vd", name, "-o", "json")) == before
+
+
+def test_explain_reads_openapi_v3(daemon: Served) -> None:
+    spec = kubectl(daemon, "explain", "vd.spec")
+    assert "KIND:       VirtualDisk" in spec and "VERSION:    v1alpha1" in spec
+    assert "dataSource\t<Object>" in spec and "persistentVolumeClaim\t<Object>" in spec
+    claim = kubectl(daemon, "explain", "virtualdisks.spec.persistentVolumeClaim.size")
+    assert "FIELD: size" in claim
+    assert "data\t<map[string]string>" in kubectl(daemon, "explain", "secret")
+
+
+def test_server_side_apply_takes_over_a_client_side_apply(daemon: Served) -> None:
+    manifest = MANIFESTS.split("---\n")[1].replace("vd1", "moved")
+    labelled = manifest.replace("namespace: default}", "namespace: default, labels: {a: b}}")
+    kubectl(daemon, "apply", "-f", "-", stdin=labelled)
+    shown = json.loads(kubectl(daemon, "get", "vd", "moved", "-o", "json", "--show-managed-fields"))
+    (entry,) = shown["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("kubectl-client-side-apply", "Update")
+    kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=manifest)
+    shown = json.loads(kubectl(daemon, "get", "vd", "moved", "-o", "json", "--show-managed-fields"))
+    assert "labels" not in shown["metadata"]
+    managers = {(e["manager"], e["operation"]) for e in shown["metadata"]["managedFields"]}
+    assert ("kubectl", "Apply") in managers and (
+        "kubectl-client-side-apply",
+        "Update",
+    ) not in managers
+
+    size = '{"spec":{"persistentVolumeClaim":{"size":"96Mi"}}}'
+    kubectl(daemon, "patch", "vd", "moved", "--type", "merge", "-p", size)
+    bigger = manifest.replace("size: 64Mi", "size: 128Mi")
+    refused = kubectl(daemon, "apply", "--server-side", "-f", "-", stdin=bigger, ok=False)
+    assert 'conflict with "kubectl-patch"' in refused

@@ -1,5 +1,5 @@
 """VirtualMachineExport end to end, over the real store, runner, import and export workers and
-the export proxy: links, downloads with the token, token Secrets, the TTL, deletes, snapshots,
+the export proxy: links, downloads with the token, token Secrets, deletes, snapshots,
 sources not ready and kinds that cannot be exported."""
 
 from __future__ import annotations
@@ -132,18 +132,6 @@ def test_a_given_token_secret_is_waited_for_used_and_kept(daemon, nginx, images)
     daemon.delete(EXPORT, "ex2")
     _gone(daemon, export)
     assert _secret(daemon, "my-token") is not None
-
-
-def test_an_export_is_deleted_at_its_ttl(daemon, nginx, images) -> None:
-    daemon.ready_disk(nginx, images.reference)
-    _export(daemon, "short", "VirtualDisk", "vd1", ttlDuration="6s")
-    export = _ready(daemon, "short")
-    created = datetime.fromisoformat(export["metadata"]["creationTimestamp"])
-    expires = datetime.fromisoformat(export["status"]["ttlExpirationTime"])
-    assert expires - created == timedelta(seconds=6)
-    _gone(daemon, export)
-    assert "Expired" in {e["reason"] for e in daemon.events("short")}
-    wait_until(lambda: _secret(daemon, "export-token-short") is None, 30)
 
 
 def test_a_source_not_there_is_waited_for(daemon) -> None:

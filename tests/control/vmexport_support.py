@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from control_support import wait_until
 from reconcile_support import Daemon, http_source
 
+from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.exportcerts import CERT_LIFETIME, PKI_DIR, ServerCerts
@@ -24,13 +25,18 @@ from diskferry.export.token import TOKEN_HEADER
 
 
 class ExportDaemon(Daemon):
-    """The store and the controllers, the proxy on `proxy_port`, certificates of `lifetime`."""
+    """The store and the controllers, the proxy on `proxy_port`, certificates of `lifetime`,
+    and one `clock` for the store and the reconcilers."""
 
     def __init__(
-        self, data_dir: Path, proxy_port: int, lifetime: timedelta = CERT_LIFETIME
+        self,
+        data_dir: Path,
+        proxy_port: int,
+        lifetime: timedelta = CERT_LIFETIME,
+        clock: Clock | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self.objects = ObjectService(data_dir / "state.db", REGISTRY)
+        self.objects = ObjectService(data_dir / "state.db", REGISTRY, clock)
         certs = ServerCerts(data_dir / PKI_DIR, lifetime)
         self.controllers = Controllers(
             data_dir, self.objects, workers=2, resync=5, proxy_port=proxy_port, certs=certs

@@ -3,7 +3,8 @@
 `Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store,
 re-attaches to the workers a previous daemon left running (their state is in
 DATA_DIR/jobs) and starts reconciling and keeping the export proxy; `stop()` stops both and
-leaves workers running.
+leaves workers running. The reconcilers tell time by the store's clock, the one that stamps
+the objects they read.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Controllers:
             VirtualImageReconciler(*parts, self.certs),
             ClusterVirtualImageReconciler(*parts, self.certs),
             VirtualDiskSnapshotReconciler(*parts),
-            VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
+            VirtualMachineExportReconciler(*parts, self.certs, self.proxy, objects.clock),
         ]
         self.scheduler = Scheduler()
         movers = [

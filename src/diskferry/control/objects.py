@@ -30,6 +30,7 @@ from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import GROUP, Resource
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret
 from diskferry.control.resources.updates import check_update
+from diskferry.control.store import apply as applies
 from diskferry.control.store import patch as patches
 from diskferry.control.store.db import Database, Key, Tx
 from diskferry.control.store.feed import Feed, Watch, WatchEvent, too_old
@@ -259,14 +260,16 @@ class ObjectService:
         *,
         dry_run: bool = False,
         field_validation: FieldValidation = "Strict",
+        manager: str | None = None,
     ) -> tuple[Obj, list[str]]:
-        """Store a new object; returns it as stored and the validation warnings.
+        """Store a new object; returns it as stored and the validation warnings. Its fields
+        are `manager`'s (operation Update) when one is named.
 
         AlreadyExistsError when the name is taken, NotFoundError when the namespace is missing.
         """
         body = self._body(info, obj)
         with self._writing(dry_run=dry_run) as tx:
-            return self._insert(tx, info, namespace, body, field_validation)
+            return self._insert(tx, info, namespace, body, field_validation, manager)
 
     def _insert(
         self,
@@ -275,6 +278,7 @@ class ObjectService:
         namespace: str | None,
         body: Obj,
         field_validation: FieldValidation = "Strict",
+        manager: str | None = None,
     ) -> tuple[Obj, list[str]]:
         meta = body["metadata"]
         if meta.get("resourceVersion"):
@@ -292,6 +296,7 @@ class ObjectService:
             self._require_namespace(tx, scope)
         model, warnings = validate(info, body, field_validation)
         data = self._stored(model)
+        self._record(info, None, data, None, manager)
         if tx.get(kind_key(info), scope, name) is not None:
             raise AlreadyExistsError(
                 f'{resource_name(info)} "{name}" already exists', kind=info.plural, name=name
@@ -348,15 +353,17 @@ class ObjectService:
         subresource: str | None = None,
         dry_run: bool = False,
         field_validation: FieldValidation = "Strict",
+        manager: str | None = None,
     ) -> tuple[Obj, list[str]]:
-        """Replace an object (or only its status, with subresource "status").
+        """Replace an object (or only its status, with subresource "status"); the fields it
+        changes become `manager`'s when one is named.
 
         ConflictError when `metadata.resourceVersion` is given and is not the current one.
         """
         body = self._body(info, obj)
         with self._writing(dry_run=dry_run) as tx:
             current = self._current(tx, info, namespace, name)
-            return self._replace(tx, info, current, body, subresource, field_validation)
+            return self._replace(tx, info, current, body, subresource, field_validation, manager)
 
     def patch(
         self,
@@ -369,14 +376,50 @@ class ObjectService:
         subresource: str | None = None,
         dry_run: bool = False,
         field_validation: FieldValidation = "Strict",
+        manager: str | None = None,
     ) -> tuple[Obj, list[str]]:
-        """Patch an object with a merge, JSON or (core kinds only) strategic merge patch."""
+        """Patch an object with a merge, JSON or (core kinds only) strategic merge patch; the
+        fields it changes become `manager`'s when one is named."""
         kind = patches.patch_kind(patch_type, strategic=info.group != GROUP)
         parsed = patches.decode(patch)
         with self._writing(dry_run=dry_run) as tx:
             current = self._current(tx, info, namespace, name)
             patched = self._body(info, patches.apply(current, parsed, kind))
-            return self._replace(tx, info, current, patched, subresource, field_validation)
+            return self._replace(tx, info, current, patched, subresource, field_validation, manager)
+
+    def apply(
+        self,
+        info: KindInfo,
+        namespace: str | None,
+        name: str,
+        config: Obj,
+        manager: str,
+        *,
+        force: bool = False,
+        dry_run: bool = False,
+        field_validation: FieldValidation = "Strict",
+    ) -> tuple[Obj, list[str], bool]:
+        """Server-side apply of `config` by `manager`: the object created or changed, its
+        validation warnings, and whether it was created.
+
+        ConflictError when another manager owns a field `config` changes, unless `force`.
+        """
+        body = self._body(info, config)
+        with self._writing(dry_run=dry_run) as tx:
+            current = tx.get(kind_key(info), self._scope(info, namespace), name)
+            merged = applies.apply(
+                current,
+                body,
+                manager,
+                force=force,
+                with_status=info.has_status,
+                now=self.clock.stamp(),
+            )
+            if current is None:
+                obj, warnings = self._insert(tx, info, namespace, merged, field_validation)
+                return obj, warnings, True
+            obj, warnings = self._replace(tx, info, current, merged, None, field_validation)
+            return obj, warnings, False
 
     def _replace(
         self,
@@ -386,6 +429,7 @@ class ObjectService:
         body: Obj,
         subresource: str | None,
         field_validation: FieldValidation,
+        manager: str | None = None,
     ) -> tuple[Obj, list[str]]:
         cur_meta = current["metadata"]
         name, meta = cur_meta["name"], body["metadata"]
@@ -414,6 +458,7 @@ class ObjectService:
             check_update(info, info.model.model_validate(current), model)
         data = self._stored(model)
         self._check_immutable(info, current, data)
+        self._record(info, current, data, subresource, manager)
         if _spec(data) != _spec(current):
             data["metadata"]["generation"] = int(cur_meta.get("generation") or 0) + 1
         if data == current:
@@ -421,6 +466,25 @@ class ObjectService:
         if data["metadata"].get("deletionTimestamp") and not data["metadata"].get("finalizers"):
             return self._finish(tx, info, data), warnings
         return tx.write(kind_key(info), data, "MODIFIED"), warnings
+
+    def _record(
+        self,
+        info: KindInfo,
+        current: Obj | None,
+        new: Obj,
+        subresource: str | None,
+        manager: str | None,
+    ) -> None:
+        """The fields `new` changes become `manager`'s, when a manager is named."""
+        if manager:
+            applies.record_update(
+                current,
+                new,
+                manager,
+                subresource=subresource,
+                with_status=info.has_status,
+                now=self.clock.stamp(),
+            )
 
     def _without_server_changes(self, info: KindInfo, current: Obj, body: Obj) -> Obj:
         """`body` with the fields only the server sets taken from `current`."""
@@ -431,6 +495,8 @@ class ObjectService:
                 meta[key] = cur_meta[key]
             else:
                 meta.pop(key, None)
+        if meta.get("managedFields") is None and "managedFields" in cur_meta:
+            meta["managedFields"] = copy.deepcopy(cur_meta["managedFields"])
         if info.has_status:
             if "status" in current:
                 new["status"] = copy.deepcopy(current["status"])

@@ -15,12 +15,13 @@ from diskferry.control.api import media, protobuf
 from diskferry.control.api.paths import Target, resolve
 from diskferry.control.api.tables import table
 from diskferry.control.api.watch import Watcher
-from diskferry.control.errors import BadRequestError, MethodNotAllowedError, NotFoundError
+from diskferry.control.errors import BadRequestError, MethodNotAllowedError
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.objects import ObjectService
 
 FIELD_VALIDATIONS = ("Strict", "Warn", "Ignore")
 TRUE = ("true", "1")
+MANAGER_LENGTH = 128
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -51,6 +52,14 @@ def _dry_run(request: Request, options: dict[str, Any] | None = None) -> bool:
         if value != "All":
             raise BadRequestError(f"dryRun: unsupported value {value!r}: only All is")
     return bool(values)
+
+
+def _manager(request: Request) -> str | None:
+    """Who writes: `fieldManager`, else the client's name in its User-Agent, as Kubernetes
+    names an update's manager."""
+    given = request.query_params.get("fieldManager")
+    agent = request.headers.get("user-agent", "").split("/")[0].strip()
+    return given or agent[:MANAGER_LENGTH] or None
 
 
 def _field_validation(request: Request) -> Any:
@@ -212,6 +221,7 @@ class ResourceApi:
                 body,
                 dry_run=_dry_run(request),
                 field_validation=_field_validation(request),
+                manager=_manager(request),
             )
         )
         return _answer(obj, 201, warnings)
@@ -228,6 +238,7 @@ class ResourceApi:
                 subresource=target.subresource,
                 dry_run=_dry_run(request),
                 field_validation=_field_validation(request),
+                manager=_manager(request),
             )
         )
         return _answer(obj, 200, warnings)
@@ -250,6 +261,7 @@ class ResourceApi:
                 subresource=target.subresource,
                 dry_run=dry_run,
                 field_validation=validation,
+                manager=_manager(request),
             )
         )
         return _answer(obj, 200, warnings)
@@ -257,7 +269,7 @@ class ResourceApi:
     async def _apply(
         self, request: Request, target: Target, dry_run: bool, validation: Any
     ) -> Response:
-        """Server-side apply as create-or-merge: the configuration merged over what is stored."""
+        """Server-side apply: the configuration's fields owned by its field manager."""
         raw = await request.body()
         try:
             body = yaml.safe_load(raw)
@@ -265,36 +277,45 @@ class ResourceApi:
             raise BadRequestError(f"the apply configuration cannot be decoded: {error}") from None
         if not isinstance(body, dict):
             raise BadRequestError("the apply configuration must be an object")
+        manager = request.query_params.get("fieldManager")
+        if not manager:
+            raise BadRequestError("fieldManager: Required value: is required for apply patch")
         _check_identity(target, body)
         body["metadata"]["name"] = target.name
-
-        def apply() -> tuple[dict[str, Any], list[str], int]:
-            try:
-                obj, warnings = self.service.patch(
-                    target.info,
-                    target.namespace,
-                    target.name,
-                    body,
-                    "application/merge-patch+json",
-                    subresource=target.subresource,
-                    dry_run=dry_run,
-                    field_validation=validation,
-                )
-                return obj, warnings, 200
-            except NotFoundError:
-                if target.subresource:
-                    raise
-            obj, warnings = self.service.create(
+        if target.subresource:
+            return await self._apply_merged(target, body, dry_run, validation)
+        obj, warnings, created = await run_in_threadpool(
+            lambda: self.service.apply(
                 target.info,
                 target.namespace,
+                target.name,
                 body,
+                manager,
+                force=_flag(request, "force"),
                 dry_run=dry_run,
                 field_validation=validation,
             )
-            return obj, warnings, 201
+        )
+        return _answer(obj, 201 if created else 200, warnings)
 
-        obj, warnings, code = await run_in_threadpool(apply)
-        return _answer(obj, code, warnings)
+    async def _apply_merged(
+        self, target: Target, body: dict[str, Any], dry_run: bool, validation: Any
+    ) -> Response:
+        """Apply to a subresource: the configuration merged over what is stored, no fields
+        managed."""
+        obj, warnings = await run_in_threadpool(
+            lambda: self.service.patch(
+                target.info,
+                target.namespace,
+                target.name,
+                body,
+                "application/merge-patch+json",
+                subresource=target.subresource,
+                dry_run=dry_run,
+                field_validation=validation,
+            )
+        )
+        return _answer(obj, 200, warnings)
 
     async def _delete(self, request: Request, target: Target) -> Response:
         options = await _decode(request) or {}

@@ -7,7 +7,9 @@ annotation so that a server started again (it is, when it ends unexpectedly) kee
 The worker gets its certificate (the daemon's CA, short-lived, renewed at half its life), its
 token and where to write its links as files; the links it writes become `status.links`.
 Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
-(the server answers), Skipped (a kind that cannot be exported yet), Terminated (deleted).
+(the server answers), Skipped (a kind that cannot be exported yet), Terminated (the TTL is
+reached or the export is being deleted: its server stopped, its links removed). Time is the
+reconciler's clock, the store's in the daemon.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ DRAIN_SECONDS = 10.0
 CHECK_SECONDS = 5.0
 PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
+UNLINKED = {"links": None}
 SERVED = (ExportSourceKind.VIRTUAL_DISK, ExportSourceKind.VIRTUAL_DISK_SNAPSHOT)
 
 
@@ -266,16 +269,21 @@ class VirtualMachineExportReconciler:
         return self.imports.stop(self.job_id(obj))
 
     def _expire(self, obj: VirtualMachineExport) -> Result:
-        """The TTL is reached: the export is deleted, as KubeVirt does."""
-        log.info("%s: its TTL is reached: deleting it", tag(obj))
-        self.client.event(obj, "Normal", "Expired", "the export's TTL is reached")
+        """The TTL is reached: the server stopped, Terminated without links, then the export
+        deleted, as KubeVirt does."""
+        if not self._unserve(obj):
+            return Result.requeue(STOP_POLL)
+        if status_of(obj).get("phase") != ExportPhase.TERMINATED:
+            log.info("%s: its TTL is reached: its server is stopped, deleting it", tag(obj))
+            message = "the export's TTL is reached: its server is stopped"
+            obj = transition(self.client, obj, ExportPhase.TERMINATED, "Expired", message, UNLINKED)
         self.client.delete(VirtualMachineExport, obj.metadata.namespace, obj.metadata.name or "")
         return Result.done()
 
     def _terminate(self, obj: VirtualMachineExport) -> Result:
         if status_of(obj).get("phase") != ExportPhase.TERMINATED:
             obj = transition(
-                self.client, obj, ExportPhase.TERMINATED, "Terminating", "being deleted"
+                self.client, obj, ExportPhase.TERMINATED, "Terminating", "being deleted", UNLINKED
             )
         if not self._unserve(obj):
             return Result.requeue(STOP_POLL)

@@ -69,11 +69,17 @@ def _loads(text: str | None) -> dict[str, Any] | None:
 
 
 class Tx:
-    """The store's rows as seen inside one transaction."""
+    """The store's rows as seen inside one transaction.
 
-    def __init__(self, conn: sqlite3.Connection, keep_changes: int) -> None:
+    In a dry run the writes are made (later reads in the transaction see them) and rolled
+    back, and an object written keeps the resourceVersion it had (none, for a new one), as
+    the answer to a dry run shows it.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, keep_changes: int, dry_run: bool = False) -> None:
         self.conn = conn
         self.keep_changes = keep_changes
+        self.dry_run = dry_run
         self.rv = self.current_rv()
 
     def _counter(self, name: str) -> int:
@@ -173,12 +179,16 @@ class Tx:
         """
         self.rv += 1
         meta = obj["metadata"]
-        meta["resourceVersion"] = str(self.rv)
         namespace, name = meta.get("namespace", ""), meta["name"]
         key = (kind, namespace, name)
         row = self.conn.execute(
             "SELECT data FROM objects WHERE kind = ? AND namespace = ? AND name = ?", key
         ).fetchone()
+        version = _version_of(row) if self.dry_run else str(self.rv)
+        if version is None:
+            meta.pop("resourceVersion", None)
+        else:
+            meta["resourceVersion"] = version
         self.conn.execute("UPDATE counters SET value = ? WHERE name = 'rv'", (self.rv,))
         if row is not None:
             self.conn.execute(
@@ -212,6 +222,11 @@ class Tx:
         self.conn.execute(
             "UPDATE counters SET value = max(value, ?) WHERE name = 'trimmed'", (upto,)
         )
+
+
+def _version_of(row: tuple[str] | None) -> str | None:
+    """The resourceVersion of a stored row, None for no row."""
+    return None if row is None else json.loads(row[0])["metadata"].get("resourceVersion")
 
 
 def _where(kind: str, namespace: str | None, after: Key | None) -> tuple[str, list[Any]]:
@@ -297,7 +312,7 @@ class Database:
         with self._write_lock:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield Tx(conn, self.keep_changes)
+                yield Tx(conn, self.keep_changes, dry_run=not commit)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
