@@ -36,6 +36,7 @@ class ExportDaemon(Daemon):
         clock: Clock | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.registry = REGISTRY
         self.objects = ObjectService(data_dir / "state.db", REGISTRY, clock)
         certs = ServerCerts(data_dir / PKI_DIR, lifetime)
         self.controllers = Controllers(
