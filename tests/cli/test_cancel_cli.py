@@ -103,7 +103,7 @@ def test_a_signalled_backup_leaves_the_repository_as_it_was(
         return any(p.is_file() for p in (repo / "packs").rglob("*"))
 
     _signal_when(proc, a_pack_is_uploaded, signal.SIGTERM)
-    assert not [p.name for p in scratch.iterdir() if p.name.startswith("diskferry-qsd-")]
+    assert not [p.name for p in scratch.rglob("qs-*")]  # no storage daemon's folder left
     checked = diskferry("repo", "check", "--repo", repo, "--json")
     assert checked.code == 0, checked.stderr
     report = json.loads(checked.stdout)

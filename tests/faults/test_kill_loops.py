@@ -44,7 +44,7 @@ KiB = 1 << 10
 DISK_SIZE = 32 * MiB
 # what a run may leave only while it runs: primes and scratches, partial downloads, storage
 # daemon folders, fleecing images
-_TEMPORARY = (".prime-", ".scratch-", ".part", "diskferry-qsd-", "fleece", "diskferry-scratch")
+_TEMPORARY = (".prime-", ".scratch-", ".part", "qs-", "fleece", "diskferry-scratch")
 
 
 @dataclass

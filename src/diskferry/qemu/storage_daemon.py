@@ -21,7 +21,8 @@ from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
 
 _BINARY = "qemu-storage-daemon"
-_FOLDER_PREFIX = "diskferry-qsd-"
+# short names: the sockets' paths must fit in sun_path (108 bytes) under long temp dirs
+_FOLDER_PREFIX = "qs-"
 
 
 class StorageDaemonError(DiskferryError):
@@ -77,13 +78,13 @@ class StorageDaemon:
     def qmp_socket(self) -> str:
         """The QMP monitor socket."""
         assert self.dir is not None
-        return str(self.dir / "qmp.sock")
+        return str(self.dir / "qmp")
 
     @property
     def nbd_socket(self) -> str:
         """The NBD server socket."""
         assert self.dir is not None
-        return str(self.dir / "nbd.sock")
+        return str(self.dir / "nbd")
 
     def _blockdev(self, disk: DaemonDisk) -> str:
         spec = {
