@@ -72,7 +72,9 @@ def _field_validation(request: Request) -> Any:
 def _answer(body: Any, code: int = 200, warnings: list[str] | None = None) -> JSONResponse:
     response = JSONResponse(body, status_code=code)
     for warning in warnings or []:
-        response.headers.append("Warning", f'299 - "{warning.replace(chr(34), chr(39))}"')
+        # a header holds latin-1 only: the field names a warning quotes may hold anything
+        text = warning.replace(chr(34), chr(39)).encode("ascii", "backslashreplace").decode()
+        response.headers.append("Warning", f'299 - "{text}"')
     return response
 
 
