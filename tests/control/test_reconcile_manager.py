@@ -145,6 +145,7 @@ def test_a_key_is_reconciled_once_at_a_time_however_often_it_changes(objects, ru
     widgets.pause = 0.02
     run(widgets, workers=4)
     _create(objects, "busy")
+    wait_until(lambda: widgets.calls["busy"] >= 1)  # the changes below come after it began
     for n in range(30):
         objects.patch(WIDGETS, "default", "busy", {"spec": {"size": n + 2}}, "merge")
     wait_until(lambda: widgets.calls["busy"] >= 2)
