@@ -14,9 +14,9 @@ PREFIX = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexpor
 
 def _download(url: str, ca: Path, target: Path, *args: str) -> str:
     """The error line of a download that must fail."""
+    argv = [sys.executable, "-m", "diskferry.cli.main", "export", "download", url, str(target)]
     p = subprocess.run(
-        [sys.executable, "-m", "diskferry.cli.main", "export", "download", url, str(target)]
-        + ["--ca-bundle", str(ca), "--retries", "0", "--no-progress", *args],
+        [*argv, "--ca-bundle", str(ca), "--retries", "0", "--no-progress", *args],
         capture_output=True,
         text=True,
         timeout=60,
