@@ -134,11 +134,14 @@ def stats_command(
     s3_region: RegionOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show what the repository holds: snapshots, chunks, packs and their sizes."""
+    """Show what the repository holds: snapshots, chunks, packs, their sizes, unused bytes."""
+    from diskferry.backup.prune import unused_space
     from diskferry.disk.sizes import format_size
 
     with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
+        unused = unused_space(opened)
+    stats |= {"unusedBytes": unused.bytes, "packsWithUnused": unused.packs}
     if json_out:
         print_json(stats)
         return
@@ -227,6 +230,10 @@ def forget_command(
 
 def prune_command(
     repo: RepoOpt,
+    repack_all: Annotated[
+        bool,
+        typer.Option("--repack-all", help="Repack every pack holding unused data, however little."),
+    ] = False,
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
@@ -236,9 +243,15 @@ def prune_command(
     """Delete data no snapshot names; repack packs that are mostly unused."""
     from diskferry.backup.job import PruneJob
     from diskferry.backup.ops import prune_repository
+    from diskferry.backup.prune import Unused, unused_text
     from diskferry.disk.progress import Progress
+    from diskferry.disk.sizes import format_size
 
-    job = build_job(PruneJob, **repo_access(repo, password_file, s3_endpoint, s3_region, wait))
+    job = build_job(
+        PruneJob,
+        repack_all=repack_all,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
+    )
     with cancellable() as cancel:
         result = prune_repository(job, Progress(), cancel, NOTES)
     if json_out:
@@ -246,7 +259,9 @@ def prune_command(
     else:
         note(
             f"removed {result.chunks_removed} chunks, deleted {result.packs_deleted} packs, "
-            f"repacked {result.packs_repacked}; freed {result.bytes_freed} bytes"
+            f"repacked {result.packs_repacked}; freed {format_size(result.bytes_freed)}; "
+            f"{unused_text(Unused(result.unused_bytes, result.packs_with_unused))}"
+            + (" (--repack-all reclaims it)" if result.unused_bytes else "")
         )
 
 
