@@ -8,6 +8,7 @@ import typer
 
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.password_prompt import prompt_if_needed
 
 if TYPE_CHECKING:
     from diskferry.backup.job import RepoAccess
@@ -34,8 +35,16 @@ def repo_access(
     endpoint: str | None,
     region: str | None,
     wait: bool = False,
+    *,
+    asks: int = 1,
 ) -> dict[str, Any]:
-    """The fields every repository job has: where it is, its password file, its S3 settings."""
+    """The fields every repository job has: where it is, its password file, its S3 settings.
+
+    On a terminal, a password that nothing gives is asked `asks` times (0, 1, or 2: typed
+    again to confirm it, for a new repository).
+    """
+    if asks:
+        prompt_if_needed(password_file, twice=asks == 2)
     return {
         "repo": url,
         "password_file": password_file,
@@ -45,9 +54,10 @@ def repo_access(
     }
 
 
-def _open_access(
+def open_access(
     url: str, password_file: str | None, endpoint: str | None, region: str | None
 ) -> RepoAccess:
+    """The access to an existing repository that the flags give (its password asked if need be)."""
     from diskferry.backup.job import RepoAccess
 
     return RepoAccess(**repo_access(url, password_file, endpoint, region))
@@ -77,7 +87,7 @@ def init_command(
         chunk_size=size_option(chunk_size) or 0,
         max_incrementals=max_incrementals,
         encrypted=not no_encryption,
-        **repo_access(repo, password_file, s3_endpoint, s3_region),
+        **repo_access(repo, password_file, s3_endpoint, s3_region, asks=0 if no_encryption else 2),
     )
     with cancellable():
         result = init_repository(job, Progress())
@@ -138,7 +148,7 @@ def stats_command(
     from diskferry.backup.prune import unused_space
     from diskferry.disk.sizes import format_size
 
-    with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
         unused = unused_space(opened)
     stats |= {"unusedBytes": unused.bytes, "packsWithUnused": unused.packs}
@@ -176,7 +186,7 @@ def snapshots_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """List the snapshots, oldest first."""
-    with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         found = [_snapshot_json(s) for s in opened.list_snapshots(vm)]
     if json_out:
         print_json(found)
@@ -266,13 +276,16 @@ def prune_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `repo` (init, check, stats), `snapshots`, `forget` and `prune`."""
+    """Add `repo` (init, check, stats, key), `snapshots`, `forget` and `prune`."""
     repo_app = typer.Typer(
         name="repo", help="Make, check and measure backup repositories.", no_args_is_help=True
     )
     repo_app.command("init")(init_command)
     repo_app.command("check")(check_command)
     repo_app.command("stats")(stats_command)
+    from diskferry.cli.key_cmd import key_app  # it takes its options from this module
+
+    repo_app.add_typer(key_app, name="key")
     app.add_typer(repo_app, name="repo")
     app.command("snapshots")(snapshots_command)
     app.command("forget")(forget_command)
