@@ -114,10 +114,12 @@ def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None
     if json_out:
         print_json(result.to_json())
     else:
+        from diskferry.disk.sizes import format_size
+
         note(
             f"imported {result.source_format}"
             f"{'+' + result.compression if result.compression else ''} into {result.target} "
-            f"({result.format}, {result.virtual_size} bytes) in {result.seconds:.1f} s"
+            f"({result.format}, {format_size(result.virtual_size)}) in {result.seconds:.1f} s"
             f"{' from ' + result.digest if result.digest else ''}"
         )
 

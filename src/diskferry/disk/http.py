@@ -191,6 +191,8 @@ class HttpSource:
             if not said and method == "HEAD":
                 said = self._said_to_get(headers)
             status = f"HTTP {resp.status} {resp.reason or ''}".strip()
+            if said.lower() in (f"{resp.status}: {resp.reason}".lower(), status.lower()):
+                said = ""  # a body that only repeats the status line
             fault = f"server answered {status}" + (f": {said}" if said else "")
             raise HttpError(f"{self.shown_url}: {fault}", resp.status, fault=fault, said=said)
         return resp
