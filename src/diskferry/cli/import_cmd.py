@@ -154,8 +154,11 @@ def info_command(
     if json_out:
         print_json(found)
         return
+    from diskferry.disk.sizes import format_size
+
     for key, value in found.items():
-        print(f"{key}: {value if value is not None else '-'}")
+        shown = format_size(value) if key.endswith("Size") and isinstance(value, int) else value
+        print(f"{key}: {shown if shown is not None else '-'}")
 
 
 def register(app: typer.Typer) -> None:
