@@ -126,7 +126,9 @@ def export_download(
     connections: Annotated[int, typer.Option(help="Parallel connections (raw).")] = 4,
     retries: Retries = 5,
     timeout: Timeout = "30s",
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Download a volume into a raw file: only allocated ranges, resuming after breaks."""

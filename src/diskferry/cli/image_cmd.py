@@ -19,7 +19,7 @@ Ref = Annotated[
     str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST] or oci:DIR[:TAG]")
 ]
 CaBundle = Annotated[str | None, typer.Option(help="CA certificates (PEM).")]
-NoProgress = Annotated[bool, typer.Option("--no-progress")]
+NoProgress = Annotated[bool, typer.Option("--no-progress", help="Draw no progress bar.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 

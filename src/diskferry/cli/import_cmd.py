@@ -34,7 +34,9 @@ def import_command(
     checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the source stream.")] = None,
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
     insecure: Insecure = False,
     creds: Creds = None,

@@ -13,6 +13,7 @@ from diskferry.cli.common import fail_line
 from diskferry.cli.crd_cmd import register as register_crds
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
+from diskferry.cli.help_text import use_plain_help
 from diskferry.cli.image_cmd import register as register_image
 from diskferry.cli.import_cmd import register as register_import
 from diskferry.cli.network_options import say_retries
@@ -43,6 +44,7 @@ register_crds(app)
 register_upload(app)
 register_resources(app)
 register_volume(app)
+use_plain_help(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -105,7 +105,9 @@ def check_command(
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:

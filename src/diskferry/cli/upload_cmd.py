@@ -58,7 +58,9 @@ def upload_send(
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     retries: Retries = 5,
     timeout: Timeout = "30s",
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Upload FILE to the upload server at URL; done once the server has imported it."""
