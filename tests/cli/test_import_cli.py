@@ -151,7 +151,7 @@ def test_info_as_text(diskferry, images):
     assert result.code == 0
     lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
     assert lines["format"] == "qcow2"
-    assert lines["virtualSize"] == str(images.disk_size)
+    assert lines["virtualSize"] == format_size(images.disk_size)
     assert lines["backingFile"] == "-"
 
 
