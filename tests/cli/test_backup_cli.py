@@ -113,3 +113,29 @@ def test_usage_errors_and_missing_disks(env, repo, tmp_path):
     assert missing.code == 1 and "does not exist" in missing.error
     fmt = env("restore", "x", tmp_path / "t", "--repo", repo, "--format", "vmdk")
     assert fmt.code == 2
+
+
+def test_snapshots_by_the_backup_id_printed_and_by_tag(env, repo, tmp_path):
+    volumes = [_volume(tmp_path / f"disk{n}.raw") for n in (1, 2)]
+    disks = [f"--disk=root={volumes[0]}", f"--disk=data-with-a-long-name={volumes[1]}"]
+    backup = ("backup", "--repo", repo, "--vm", "a-virtual-machine-with-a-long-name", *disks)
+    first = env(*backup, "--tag", "nightly", "--tag", "keep")
+    assert first.code == 0, first.stderr
+    printed = first.stderr.strip().splitlines()[-1]
+    assert printed.startswith("diskferry: backup ") and printed.endswith(" done")
+    backup_id = printed.split()[2]
+    assert "read 2.0 MiB, 2.0 MiB new" in first.stderr
+    assert env(*backup).code == 0
+
+    by_backup = json.loads(env("snapshots", "--repo", repo, "--backup", backup_id, "--json").stdout)
+    assert len(by_backup) == 2 and {s["backup"] for s in by_backup} == {backup_id}
+    tagged = json.loads(env("snapshots", "--repo", repo, "--tag", "nightly", "--json").stdout)
+    assert [s["id"] for s in tagged] == [s["id"] for s in by_backup]
+    both = ("snapshots", "--repo", repo, "--tag", "nightly", "--tag", "other", "--json")
+    assert json.loads(env(*both).stdout) == []
+
+    table = env("snapshots", "--repo", repo).stdout.splitlines()
+    assert len(table) == 5
+    assert all(len(line) <= 80 for line in table), table
+    assert all("32.0 MiB" in line for line in table[1:])
+    assert table[1].endswith(" nightly,…") and "a-virtual-machine-w…" in table[1]

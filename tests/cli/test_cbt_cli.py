@@ -51,8 +51,12 @@ def test_enable_status_disable(volume: str) -> None:
         assert [(c["name"], c["enabled"], c["granularity"]) for c in state["checkpoints"]] == [
             ("diskferry-base", True, 65536)
         ]
-    text = run("cbt", "status", volume)
-    assert "diskferry-base  no repository  granularity 64.0 KiB  recording" in text.stdout
+        assert state["checkpoints"][0]["dirtyBytes"] == 64 * 1024
+        assert not [k for k in [*state, *state["checkpoints"][0]] if "_" in k]
+    text = run("cbt", "status", volume).stdout
+    assert "size: 16.0 MiB\n" in text
+    assert "  diskferry-base  64.0 KiB dirty  recording\n" in text
+    assert all(len(line) <= 80 for line in text.splitlines() if volume not in line)
 
     disabled = run("cbt", "disable", volume + ".cbt.qcow2", "--json")
     assert disabled.returncode == 0, disabled.stderr

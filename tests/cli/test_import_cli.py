@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from diskferry.disk.sizes import format_size
+
 
 def one_json(stdout: str) -> dict:
     lines = stdout.splitlines()
@@ -52,7 +54,7 @@ def test_import_replaces_an_existing_file_and_says_what_it_did(diskferry, images
     result = diskferry("import", images.get("vmdk", "xz"), target, "--no-progress")
     assert result.code == 0, result.stderr
     assert result.stdout == ""
-    said = f"diskferry: imported vmdk+xz into {target} (raw, {images.disk_size} bytes) in "
+    said = f"diskferry: imported vmdk+xz into {target} (raw, {format_size(images.disk_size)}) in "
     assert result.stderr.startswith(said)
     assert result.stderr.endswith(" s\n")
     assert images.same(images.reference, target)
@@ -149,7 +151,7 @@ def test_info_as_text(diskferry, images):
     assert result.code == 0
     lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
     assert lines["format"] == "qcow2"
-    assert lines["virtualSize"] == str(images.disk_size)
+    assert lines["virtualSize"] == format_size(images.disk_size)
     assert lines["backingFile"] == "-"
 
 

@@ -212,3 +212,62 @@ def test_prune_refuses_or_waits_for_a_lock(tmp_path, env):
     finally:
         holder.kill()
         holder.wait()
+
+
+def _two_snapshots_in_one_pack(url):
+    """Two snapshots whose chunks (10 000 and 50 000 random bytes) share one pack."""
+    small, large = os.urandom(10_000), os.urandom(50_000)
+    with Repository.open(url, PASSWORD) as repo:
+        with repo.pack_writer() as writer:
+            ids = [writer.add(small), writer.add(large)]
+        infos = []
+        for n, (cid, data) in enumerate(zip(ids, (small, large), strict=True)):
+            when = f"2026-01-0{n + 1}T00:00:00Z"
+            info = SnapshotInfo(
+                id=new_snapshot_id(),
+                vm="vm1",
+                disk="root",
+                backup=f"b{n}",
+                disk_size=len(data),
+                chunk_size=repo.config.chunk_size,
+                type="full",
+                reason="no tracker",
+                started=when,
+                finished=when,
+            )
+            with repo.new_snapshot(info.path) as manifest:
+                manifest.write(full_entries([Entry(0, len(data), cid, 0)], info.disk_size))
+                repo.save_snapshot(manifest, info)
+            infos.append(info)
+        assert repo.index.locate(ids[0]).pack == repo.index.locate(ids[1]).pack
+        return infos
+
+
+def test_unused_bytes_are_reported_and_repack_all_reclaims_them(tmp_path, env):
+    url = tmp_path / "repo"
+    assert run(env, "repo", "init", "--repo", url).returncode == 0
+    first, _ = _two_snapshots_in_one_pack(str(url))
+    assert run(env, "forget", "--repo", url, first.id).returncode == 0
+
+    pruned = run(env, "prune", "--repo", url)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "repacked 0" in pruned.stderr
+    assert "unused in 1 pack (--repack-all reclaims it)" in pruned.stderr
+    stats = json.loads(run(env, "repo", "stats", "--repo", url, "--json").stdout)
+    assert stats["packsWithUnused"] == 1 and stats["unusedBytes"] >= 10_000
+    human = run(env, "repo", "stats", "--repo", url).stdout
+    assert "packsWithUnused: 1" in human and "unusedBytes: " in human and "KiB" in human
+    checked = run(env, "repo", "check", "--repo", url, "--json")
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["packsWithUnused"] == 1 and report["unusedBytes"] == stats["unusedBytes"]
+    assert "unused in 1 pack" in run(env, "repo", "check", "--repo", url).stderr
+
+    reclaimed = run(env, "prune", "--repo", url, "--repack-all", "--json")
+    assert reclaimed.returncode == 0, reclaimed.stderr
+    result = json.loads(reclaimed.stdout)
+    assert result["packsRepacked"] == 1 and result["chunksRemoved"] == 1
+    assert result["unusedBytes"] == 0 and result["bytesFreed"] > 0
+    stats = json.loads(run(env, "repo", "stats", "--repo", url, "--json").stdout)
+    assert stats["unusedBytes"] == 0 and stats["packsWithUnused"] == 0
+    assert run(env, "repo", "check", "--repo", url, "--read-data").returncode == 0

@@ -110,7 +110,7 @@ def test_slow_trickle_still_imports_exactly(diskferry, images, faulty, tmp_path)
 @pytest.mark.parametrize(("status", "text"), [(404, "Not Found"), (500, "Internal Server Error")])
 def test_http_error_status_is_refused_with_the_status(refuse, faulty, status, text):
     url = faulty.add("disk", status=status)
-    assert refuse(url) == f"{url}: server answered HTTP {status} {text}"
+    assert refuse(url) == f"{url}: server answered HTTP {status} {text}: broken on purpose"
 
 
 def test_redirect_loop_is_refused(refuse, faulty):
@@ -122,7 +122,7 @@ def test_query_string_stays_out_of_messages(refuse, faulty):
     url = faulty.add("secret", status=403)
     error = refuse(f"{url}?token=hunter2")
     assert "hunter2" not in error
-    assert error == f"{url}: server answered HTTP 403 Forbidden"
+    assert error == f"{url}: server answered HTTP 403 Forbidden: broken on purpose"
 
 
 def test_https_with_the_ca_bundle(diskferry, images, faulty_tls, tls, tmp_path):

@@ -10,6 +10,7 @@ from typing import Any
 from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.packs import pack_path, read_trailer
+from diskferry.backup.prune import Unused, unused_space, unused_text
 from diskferry.backup.repository import Repository
 
 _READERS = 4
@@ -34,6 +35,7 @@ class CheckReport:
     packs: int = 0
     chunks: int = 0
     unused_packs: list[str] = field(default_factory=list)
+    unused: Unused = field(default_factory=Unused)
 
     @property
     def ok(self) -> bool:
@@ -48,7 +50,8 @@ class CheckReport:
         """One line saying what is damaged and which snapshots it affects."""
         if self.ok:
             return (
-                f"no errors: {self.snapshots} snapshots, {self.packs} packs, {self.chunks} chunks"
+                f"no errors: {self.snapshots} snapshots, {self.packs} packs, {self.chunks} chunks; "
+                f"{unused_text(self.unused)}"
             )
         damaged = ", ".join(sorted({p.object for p in self.problems}))
         snaps = ", ".join(sorted(self.affected)) or "none"
@@ -65,6 +68,8 @@ class CheckReport:
             "problems": [{"object": p.object, "message": p.message} for p in self.problems],
             "affectedSnapshots": {k: sorted(v) for k, v in sorted(self.affected.items())},
             "unusedPacks": self.unused_packs,
+            "unusedBytes": self.unused.bytes,
+            "packsWithUnused": self.unused.packs,
         }
 
 
@@ -117,6 +122,8 @@ def check(
             repo.load_tracker(info.path.split("/", 1)[1])
         except CorruptObjectError as e:
             report.add(info.path, e.message)
+    if report.ok:
+        report.unused = unused_space(repo)
     return report
 
 

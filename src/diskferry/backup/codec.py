@@ -30,6 +30,11 @@ class Codec:
         self._local = threading.local()
 
     @property
+    def keys(self) -> Keys:
+        """The repository's keys."""
+        return self._keys
+
+    @property
     def encrypted(self) -> bool:
         """Whether stored bytes are sealed."""
         return self._keys.data is not None

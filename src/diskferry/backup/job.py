@@ -165,6 +165,9 @@ class PruneJob(RepoAccess):
     """What `diskferry prune` and the worker run: data no snapshot names deleted."""
 
     kind: Literal["prune"] = "prune"
+    repack_all: bool = Field(
+        default=False, alias="repackAll", description="repack every pack with an unused chunk"
+    )
 
 
 class ChainResetJob(RepoAccess):
@@ -250,6 +253,8 @@ class PruneResult(_Result):
     packs_written: int = Field(alias="packsWritten")
     chunks_removed: int = Field(alias="chunksRemoved")
     bytes_freed: int = Field(alias="bytesFreed")
+    unused_bytes: int = Field(alias="unusedBytes")
+    packs_with_unused: int = Field(alias="packsWithUnused")
 
 
 class ChainResetResult(_Result):

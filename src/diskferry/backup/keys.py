@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import getpass
 import os
+import socket
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
@@ -29,6 +32,9 @@ class KeyFile(BaseModel):
     salt: str = ""
     wrapped: str = ""
     id_key: str = ""
+    created: str = ""  # when, on which host and by whom the key was made (empty in old keys)
+    host: str = ""
+    user: str = ""
 
 
 def new_keys(encrypted: bool) -> Keys:
@@ -45,7 +51,15 @@ def wrap_keys(keys: Keys, password: str | None, kdf: KdfParams) -> bytes:
     salt = os.urandom(32)
     wrapping = derive_key(password, salt, kdf.n, kdf.r, kdf.p)
     wrapped = seal(wrapping, keys.data + keys.ids, _WRAP_AD)
-    return KeyFile(kdf=kdf, salt=_b64(salt), wrapped=_b64(wrapped)).model_dump_json().encode()
+    made = KeyFile(
+        kdf=kdf,
+        salt=_b64(salt),
+        wrapped=_b64(wrapped),
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        host=socket.gethostname(),
+        user=getpass.getuser(),
+    )
+    return made.model_dump_json().encode()
 
 
 def unwrap_keys(blob: bytes, password: str | None) -> Keys | None:

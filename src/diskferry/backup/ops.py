@@ -26,7 +26,7 @@ from diskferry.backup.job import (
 )
 from diskferry.backup.phases import RepoPhase
 from diskferry.backup.policy import to_forget
-from diskferry.backup.prune import prune
+from diskferry.backup.prune import REPACK_UNUSED_SHARE, prune
 from diskferry.backup.repository import Repository
 from diskferry.disk.errors import CancelledError
 from diskferry.disk.progress import Progress
@@ -115,7 +115,13 @@ def prune_repository(
     """Delete data no snapshot names and repack mostly unused packs, under an exclusive lock."""
     progress.set_phase(RepoPhase.PRUNING)
     with job.open_repository() as repo:
-        stats = prune(repo, wait=job.lock_wait, notify=reporter.note, cancel=cancel)
+        stats = prune(
+            repo,
+            repack_share=0.0 if job.repack_all else REPACK_UNUSED_SHARE,
+            wait=job.lock_wait,
+            notify=reporter.note,
+            cancel=cancel,
+        )
     return PruneResult(**asdict(stats))
 
 

@@ -1,4 +1,5 @@
-"""Prune: mark the chunks that manifests name, sweep the rest, repack mostly unused packs."""
+"""Prune: mark the chunks that manifests name, sweep the rest, repack mostly unused packs;
+and the unused bytes that packs still hold."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from dataclasses import dataclass
 from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
+from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.pack_writer import INDEX_BATCH
 from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
 from diskferry.backup.repository import Repository
+from diskferry.disk.sizes import format_size
 
 REPACK_UNUSED_SHARE = 0.5
 
@@ -26,6 +29,36 @@ class PruneStats:
     packs_written: int = 0
     chunks_removed: int = 0
     bytes_freed: int = 0
+    unused_bytes: int = 0  # left in packs kept because their unused share is under the threshold
+    packs_with_unused: int = 0
+
+
+@dataclass
+class Unused:
+    """Stored bytes of chunks no snapshot names, and how many packs hold them."""
+
+    bytes: int = 0
+    packs: int = 0
+
+
+def unused_text(unused: Unused) -> str:
+    """`1.5 MiB unused in 2 packs`, as check, stats and prune say it."""
+    if not unused.bytes:
+        return "no unused data in packs"
+    packs = "pack" if unused.packs == 1 else "packs"
+    return f"{format_size(unused.bytes)} unused in {unused.packs} {packs}"
+
+
+def unused_space(repo: Repository) -> Unused:
+    """The unused bytes the repository's packs hold (what `prune --repack-all` reclaims)."""
+    with used_chunks(repo, "count unused space") as used:
+        unused = Unused()
+        for pack in repo.index.named_packs():
+            dead = _dead(repo.index, used, pack)
+            if dead:
+                unused.bytes += dead
+                unused.packs += 1
+        return unused
 
 
 def prune(
@@ -37,7 +70,8 @@ def prune(
     notify: Callable[[str], None] = lambda message: None,
     cancel: threading.Event | None = None,
 ) -> PruneStats:
-    """Drop chunks no manifest names; repack packs whose unused share reaches `repack_share`.
+    """Drop chunks no manifest names; repack packs whose unused share reaches `repack_share`
+    (0: every pack with an unused chunk).
 
     New packs and index objects are written first, old index objects deleted next and
     old packs last, so a prune stopped at any moment leaves a repository that checks.
@@ -46,7 +80,7 @@ def prune(
         problems = repo.refresh_index()
         if problems:
             raise RepositoryError(f"cannot prune: {problems[0].message}", reason="CorruptObject")
-        with _used_chunks(repo) as used:
+        with used_chunks(repo, "prune") as used:
             return _sweep(repo, used, repack_share, pack_size)
 
 
@@ -74,8 +108,11 @@ def _sweep(repo: Repository, used: ChunkUse, repack_share: float, pack_size: int
             rewrite = True
             continue
         dead = sum(e.length for e in entries) - sum(e.length for e in live)
-        if live and dead < repack_share * sum(e.length for e in entries):
+        if live and (dead == 0 or dead < repack_share * sum(e.length for e in entries)):
             keep.append(pack)
+            if dead:
+                stats.unused_bytes += dead
+                stats.packs_with_unused += 1
             continue
         obsolete.append(path)
         stats.chunks_removed += len(entries) - len(live)
@@ -113,8 +150,15 @@ def _live(used: ChunkUse, entries: list[IndexEntry]) -> list[IndexEntry]:
     return [e for e in entries if e.chunk_id in named]
 
 
-def _used_chunks(repo: Repository) -> ChunkUse:
-    """The chunks some manifest names; RepositoryError if one of them is in no index."""
+def _dead(index: IndexCache, used: ChunkUse, pack: str) -> int:
+    """Stored bytes of the pack's chunks that no manifest names."""
+    entries = index.in_pack(pack)
+    return sum(e.length for e in entries) - sum(e.length for e in _live(used, entries))
+
+
+def used_chunks(repo: Repository, doing: str) -> ChunkUse:
+    """The chunks some manifest names; RepositoryError (`cannot DOING: ...`) if one of them is
+    in no index."""
     used = ChunkUse(repo.cache_folder)
     try:
         for path in repo.snapshot_paths():
@@ -124,7 +168,7 @@ def _used_chunks(repo: Repository) -> ChunkUse:
             missing = [chunk for chunk, _ in batch if chunk not in found]
             if missing:
                 raise RepositoryError(
-                    f"cannot prune: a snapshot names chunk {missing[0].hex()[:16]}, which is in "
+                    f"cannot {doing}: a snapshot names chunk {missing[0].hex()[:16]}, which is in "
                     "no index; run 'diskferry repo check' to see which",
                     reason="CorruptObject",
                 )

@@ -64,8 +64,10 @@ class Repository:
         cache_root: Path | None = None,
         *,
         lease: float = LEASE_SECONDS,
+        key_path: str | None = None,
     ) -> None:
         self.lease = lease
+        self.key_path = key_path  # the key file the password opened
         self._locks = LockGuard()
         self._lock_store = store
         self.store = store.guarded(self._locks.check)
@@ -119,9 +121,10 @@ class Repository:
             max_incrementals=max_incrementals,
         )
         keys = new_keys(encrypted)
-        store.put(f"keys/{os.urandom(16).hex()}", wrap_keys(keys, password, config.kdf))
+        key_path = f"keys/{os.urandom(16).hex()}"
+        store.put(key_path, wrap_keys(keys, password, config.kdf))
         store.put("config", config.model_dump_json(indent=2).encode())
-        return cls(store, config, Codec(keys), cache_root)
+        return cls(store, config, Codec(keys), cache_root, key_path=key_path)
 
     @classmethod
     def open(
@@ -158,7 +161,7 @@ class Repository:
         for info in store.list("keys/"):
             keys = unwrap_keys(store.get(info.path), password)
             if keys is not None:
-                return cls(store, config, Codec(keys), cache_root, lease=lease)
+                return cls(store, config, Codec(keys), cache_root, lease=lease, key_path=info.path)
         raise PasswordError(f"wrong password for repository {url}")
 
     def close(self) -> None:

@@ -88,10 +88,13 @@ def backup_command(
     if json_out:
         print_json(result.to_json())
         return
+    from diskferry.disk.sizes import format_size
+
     for d in result.disks:
         note(
-            f"disk {d.disk}: snapshot {d.snapshot} ({d.type}), read {d.bytes_read} bytes, "
-            f"{d.bytes_new} new, uploaded {d.bytes_uploaded} in {d.seconds:.1f} s"
+            f"disk {d.disk}: snapshot {d.snapshot} ({d.type}), read {format_size(d.bytes_read)}, "
+            f"{format_size(d.bytes_new)} new, uploaded {format_size(d.bytes_uploaded)} "
+            f"in {d.seconds:.1f} s"
         )
     note(f"backup {result.backup} of VM {vm} done")
 

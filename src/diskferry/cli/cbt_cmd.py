@@ -58,14 +58,14 @@ def status_command(volume: Volume, json_out: JsonOut = False) -> None:
         note(f"enable it with: diskferry cbt enable {state.disk.volume}")
         return
     print(f"overlay: {state.disk.overlay}")
-    print(f"size: {state.size} ({format_size(state.size)})")
+    print(f"size: {format_size(state.size)}")
     print(f"checkpoints: {len(state.checkpoints)}")
     for c in state.checkpoints:
-        flags = ["recording" if c.enabled else "stopped"]
-        if c.in_use:
-            flags.append("in use (open in a QEMU, or left inconsistent by a killed one)")
-        owner = f"repository {c.repo_id}" if c.repo_id else "no repository"
-        print(f"  {c.name}  {owner}  granularity {format_size(c.granularity)}  {', '.join(flags)}")
+        dirty = "?" if c.dirty_bytes is None else format_size(c.dirty_bytes)
+        flags = ["recording" if c.enabled else "stopped"] + (["in use"] if c.in_use else [])
+        print(f"  {c.name}  {dirty} dirty  {', '.join(flags)}")
+    if any(c.in_use for c in state.checkpoints):
+        note("in use: open in a QEMU, or left inconsistent by a killed one; dirty bytes unknown")
 
 
 @cbt_app.command("disable")

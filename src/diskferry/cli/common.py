@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -77,9 +78,18 @@ def parse_headers(values: list[str] | None) -> dict[str, str]:
     return headers
 
 
+def bar_label(label: str, phase: str) -> str:
+    """The bar's label: `label`, with the phase after it when it names another step
+    (`import: converting`, never `import Importing`)."""
+    step = re.sub(r"(?<!^)(?=[A-Z])", " ", phase).lower()
+    if not step or step.startswith(label.split()[0].lower()[:4]):
+        return label
+    return f"{label}: {step}"
+
+
 @contextlib.contextmanager
 def progress_bar(progress: Progress, label: str, enabled: bool) -> Iterator[None]:
-    """Draw `progress` with rich on a terminal while the block runs."""
+    """Draw `progress` with rich on a terminal while the block runs, in 80 columns."""
     if not enabled or not sys.stderr.isatty():
         yield
         return
@@ -98,27 +108,22 @@ def progress_bar(progress: Progress, label: str, enabled: bool) -> Iterator[None
     stop = threading.Event()
     columns = (
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=20),
         TaskProgressColumn(),
         DownloadColumn(binary_units=True),
-        TextColumn("{task.fields[speeds]}"),
+        TextColumn("{task.fields[speed]}"),
         TimeRemainingColumn(),
     )
     with RichProgress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(label, total=progress.total or None, speeds="")
+        task = bar.add_task(label, total=progress.total or None, speed="")
 
         def refresh() -> None:
-            speeds = (
-                f"avg {format_size(progress.average_speed)}/s "
-                f"now {format_size(progress.current_speed)}/s"
-            )
-            desc = f"{label} {progress.phase}".strip()
             bar.update(
                 task,
                 completed=progress.done,
                 total=progress.total or None,
-                speeds=speeds,
-                description=desc,
+                speed=f"{format_size(progress.current_speed)}/s",
+                description=bar_label(label, progress.phase),
             )
 
         def loop() -> None:

@@ -16,6 +16,7 @@ from diskferry.cli.common import (
     print_json,
     progress_bar,
 )
+from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.server_options import (
     Address,
     CertDir,
@@ -123,7 +124,11 @@ def export_download(
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
     encoding: Annotated[str, typer.Option(help="raw, gzip or zstd.")] = "raw",
     connections: Annotated[int, typer.Option(help="Parallel connections (raw).")] = 4,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Download a volume into a raw file: only allocated ranges, resuming after breaks."""
@@ -154,6 +159,8 @@ def export_download(
         headers=parse_headers(header),
         encoding=encoding,  # type: ignore[arg-type]
         connections=connections,
+        retries=retries,
+        timeout=timeout_seconds(timeout),
     )
     if is_block_device(target):
         note(f"overwriting block device {target}; on failure it is left partly written")

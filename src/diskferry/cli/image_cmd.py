@@ -10,6 +10,7 @@ import typer
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import NOTES, note, print_json, progress_bar
 from diskferry.cli.import_cmd import import_job, run_and_report
+from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
 
 image_app = typer.Typer(help="containerDisk images in an OCI registry.")
@@ -18,7 +19,7 @@ Ref = Annotated[
     str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST] or oci:DIR[:TAG]")
 ]
 CaBundle = Annotated[str | None, typer.Option(help="CA certificates (PEM).")]
-NoProgress = Annotated[bool, typer.Option("--no-progress")]
+NoProgress = Annotated[bool, typer.Option("--no-progress", help="Draw no progress bar.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -36,7 +37,15 @@ def _reference(text: str, *, layout: bool = False):
         raise typer.BadParameter(e.message, param_hint="REF") from e
 
 
-def _client(ref: str, insecure: bool, creds: str | None, authfile: str | None, ca: str | None):
+def _client(
+    ref: str,
+    insecure: bool,
+    creds: str | None,
+    authfile: str | None,
+    ca: str | None,
+    retries: int,
+    timeout: str,
+):
     from diskferry.registry.auth import parse_creds
     from diskferry.registry.client import RegistryClient, RegistryOptions
 
@@ -47,6 +56,8 @@ def _client(ref: str, insecure: bool, creds: str | None, authfile: str | None, c
         authfile=authfile,
         ca_bundle=ca,
         insecure=insecure,
+        retries=retries,
+        timeout=timeout_seconds(timeout),
     )
     return RegistryClient.for_reference(parsed, options), parsed
 
@@ -63,6 +74,8 @@ def push_command(
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -80,6 +93,8 @@ def push_command(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        retries=retries,
+        timeout=timeout,
     )
     job = job.model_copy(update={"format": stored_format(job, format)})
     progress = Progress()
@@ -104,6 +119,8 @@ def pull_command(
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -118,6 +135,8 @@ def pull_command(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        retries=retries,
+        timeout=timeout,
     )
     run_and_report(job, no_progress=no_progress, json_out=json_out)
 
@@ -129,6 +148,8 @@ def inspect_command(
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
     json_out: JsonOut = False,
 ) -> None:
     """Show an image's digest, platform, layers and annotations."""
@@ -139,7 +160,7 @@ def inspect_command(
         folder, tag = _reference(ref, layout=True)
         found = describe(Layout(folder).image(tag))
     else:
-        client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+        client, parsed = _client(ref, insecure, creds, authfile, ca_bundle, retries, timeout)
         found = describe(resolve(client, parsed))
     if json_out:
         print_json(found)
@@ -155,12 +176,14 @@ def list_command(
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
     json_out: JsonOut = False,
 ) -> None:
     """List the tags of a repository."""
     from diskferry.registry.images import list_tags
 
-    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle, retries, timeout)
     tags = list_tags(client, parsed.repository)
     if json_out:
         print_json({"repository": parsed.repository, "tags": tags})
@@ -176,11 +199,13 @@ def delete_command(
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
 ) -> None:
     """Delete an image (its manifest, and so every tag naming it)."""
     from diskferry.registry.images import delete_manifest, get_manifest
 
-    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle)
+    client, parsed = _client(ref, insecure, creds, authfile, ca_bundle, retries, timeout)
     digest = get_manifest(client, parsed.repository, parsed.reference).digest
     delete_manifest(client, parsed.repository, digest)
     note(f"deleted {parsed.registry}/{parsed.repository}@{digest}")

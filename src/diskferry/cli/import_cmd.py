@@ -16,6 +16,7 @@ from diskferry.cli.common import (
     progress_bar,
     size_option,
 )
+from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
 
 if TYPE_CHECKING:
@@ -33,11 +34,15 @@ def import_command(
     checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the source stream.")] = None,
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
 ) -> None:
     """Import a disk image (file, URL, containerDisk, NBD export) into a file or block device."""
     job = import_job(
@@ -51,6 +56,8 @@ def import_command(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        retries=retries,
+        timeout=timeout,
     )
     run_and_report(job, no_progress=no_progress, json_out=json_out)
 
@@ -67,6 +74,8 @@ def import_job(
     insecure: bool = False,
     creds: str | None = None,
     authfile: str | None = None,
+    retries: int = 5,
+    timeout: str = "30s",
 ) -> ImportJob:
     """The import job of a command's flags, checked."""
     from diskferry.importer.job import ImportJob
@@ -88,6 +97,8 @@ def import_job(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        retries=retries,
+        timeout=timeout_seconds(timeout),
     )
 
 
@@ -105,10 +116,12 @@ def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None
     if json_out:
         print_json(result.to_json())
     else:
+        from diskferry.disk.sizes import format_size
+
         note(
             f"imported {result.source_format}"
             f"{'+' + result.compression if result.compression else ''} into {result.target} "
-            f"({result.format}, {result.virtual_size} bytes) in {result.seconds:.1f} s"
+            f"({result.format}, {format_size(result.virtual_size)}) in {result.seconds:.1f} s"
             f"{' from ' + result.digest if result.digest else ''}"
         )
 
@@ -126,17 +139,28 @@ def info_command(
     image: Annotated[str, typer.Argument(help="A local path or an http(s):// URL.")],
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show an image's format, compression, virtual and allocated size, backing file."""
     from diskferry.importer.probe import probe_image
 
-    found = probe_image(image, ca_bundle=ca_bundle, headers=parse_headers(header))
+    found = probe_image(
+        image,
+        ca_bundle=ca_bundle,
+        headers=parse_headers(header),
+        retries=retries,
+        timeout=timeout_seconds(timeout),
+    )
     if json_out:
         print_json(found)
         return
+    from diskferry.disk.sizes import format_size
+
     for key, value in found.items():
-        print(f"{key}: {value if value is not None else '-'}")
+        shown = format_size(value) if key.endswith("Size") and isinstance(value, int) else value
+        print(f"{key}: {shown if shown is not None else '-'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,8 +13,10 @@ from diskferry.cli.common import fail_line
 from diskferry.cli.crd_cmd import register as register_crds
 from diskferry.cli.demo_cmd import register as register_demo
 from diskferry.cli.export_cmd import register as register_export
+from diskferry.cli.help_text import use_plain_help
 from diskferry.cli.image_cmd import register as register_image
 from diskferry.cli.import_cmd import register as register_import
+from diskferry.cli.network_options import say_retries
 from diskferry.cli.repo_cmd import register as register_repo
 from diskferry.cli.resource_cmd import register as register_resources
 from diskferry.cli.serve_cmd import register as register_serve
@@ -42,6 +44,7 @@ register_crds(app)
 register_upload(app)
 register_resources(app)
 register_volume(app)
+use_plain_help(app)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     A command stopped by SIGINT or SIGTERM prints `diskferry: cancelled` and exits 130 or 143.
     """
     stop_on_signals()
+    say_retries()
     try:
         # not standalone: typer returns the exit code and raises what the CLI prints itself
         code = app(args=argv, standalone_mode=False)

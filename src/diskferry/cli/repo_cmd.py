@@ -8,6 +8,7 @@ import typer
 
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.password_prompt import prompt_if_needed
 
 if TYPE_CHECKING:
     from diskferry.backup.job import RepoAccess
@@ -34,8 +35,16 @@ def repo_access(
     endpoint: str | None,
     region: str | None,
     wait: bool = False,
+    *,
+    asks: int = 1,
 ) -> dict[str, Any]:
-    """The fields every repository job has: where it is, its password file, its S3 settings."""
+    """The fields every repository job has: where it is, its password file, its S3 settings.
+
+    On a terminal, a password that nothing gives is asked `asks` times (0, 1, or 2: typed
+    again to confirm it, for a new repository).
+    """
+    if asks:
+        prompt_if_needed(password_file, twice=asks == 2)
     return {
         "repo": url,
         "password_file": password_file,
@@ -45,9 +54,10 @@ def repo_access(
     }
 
 
-def _open_access(
+def open_access(
     url: str, password_file: str | None, endpoint: str | None, region: str | None
 ) -> RepoAccess:
+    """The access to an existing repository that the flags give (its password asked if need be)."""
     from diskferry.backup.job import RepoAccess
 
     return RepoAccess(**repo_access(url, password_file, endpoint, region))
@@ -77,7 +87,7 @@ def init_command(
         chunk_size=size_option(chunk_size) or 0,
         max_incrementals=max_incrementals,
         encrypted=not no_encryption,
-        **repo_access(repo, password_file, s3_endpoint, s3_region),
+        **repo_access(repo, password_file, s3_endpoint, s3_region, asks=0 if no_encryption else 2),
     )
     with cancellable():
         result = init_repository(job, Progress())
@@ -95,7 +105,9 @@ def check_command(
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -134,16 +146,19 @@ def stats_command(
     s3_region: RegionOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show what the repository holds: snapshots, chunks, packs and their sizes."""
+    """Show what the repository holds: snapshots, chunks, packs, their sizes, unused bytes."""
+    from diskferry.backup.prune import unused_space
     from diskferry.disk.sizes import format_size
 
-    with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+    with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
+        unused = unused_space(opened)
+    stats |= {"unusedBytes": unused.bytes, "packsWithUnused": unused.packs}
     if json_out:
         print_json(stats)
         return
     for key, value in stats.items():
-        shown = format_size(value) if key.endswith("Bytes") else value
+        shown = format_size(value) if key.endswith(("Bytes", "Size")) else value
         print(f"{key}: {shown}")
 
 
@@ -167,23 +182,48 @@ def _snapshot_json(info: SnapshotInfo) -> dict[str, object]:
 def snapshots_command(
     repo: RepoOpt,
     vm: Annotated[str | None, typer.Option("--vm", help="Only this VM's snapshots.")] = None,
+    backup: Annotated[
+        str | None,
+        typer.Option("--backup", help="Only the snapshots of this backup (the id backup prints)."),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Only snapshots with this tag; repeated: with every one."),
+    ] = None,
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """List the snapshots, oldest first."""
-    with _open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
-        found = [_snapshot_json(s) for s in opened.list_snapshots(vm)]
+    with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
+        found = [
+            _snapshot_json(s)
+            for s in opened.list_snapshots(vm)
+            if (backup is None or s.backup == backup) and set(tag or []) <= set(s.tags)
+        ]
     if json_out:
         print_json(found)
         return
-    print(f"{'ID':18} {'TIME':21} {'VM/DISK':24} {'TYPE':12} {'SIZE':>14}  REASON")
+    _print_snapshots(found)
+
+
+def _print_snapshots(found: list[dict[str, Any]]) -> None:
+    """The snapshots as a table of 80 columns (--json has every field)."""
+    from diskferry.disk.sizes import format_size
+
+    print(f"{'ID':16} {'TIME':16} {'VM/DISK':20} {'TYPE':4} {'SIZE':>9} TAGS")
     for s in found:
-        where = f"{s['vm']}/{s['disk']}"
-        print(
-            f"{s['id']:18} {s['time']:21} {where:24} {s['type']:12} {s['size']:>14}  {s['reason']}"
-        )
+        when = str(s["time"])[:16].replace("T", " ")
+        kind = "full" if s["type"] == "full" else "incr"
+        where = _fit(f"{s['vm']}/{s['disk']}", 20)
+        tags = _fit(",".join(s["tags"]), 9)
+        print(f"{s['id']:16} {when:16} {where:20} {kind:4} {format_size(s['size']):>9} {tags}")
+
+
+def _fit(text: str, width: int) -> str:
+    """`text`, cut to `width` columns with `…` where it was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def forget_command(
@@ -227,6 +267,10 @@ def forget_command(
 
 def prune_command(
     repo: RepoOpt,
+    repack_all: Annotated[
+        bool,
+        typer.Option("--repack-all", help="Repack every pack holding unused data, however little."),
+    ] = False,
     password_file: PasswordFileOpt = None,
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
@@ -236,9 +280,15 @@ def prune_command(
     """Delete data no snapshot names; repack packs that are mostly unused."""
     from diskferry.backup.job import PruneJob
     from diskferry.backup.ops import prune_repository
+    from diskferry.backup.prune import Unused, unused_text
     from diskferry.disk.progress import Progress
+    from diskferry.disk.sizes import format_size
 
-    job = build_job(PruneJob, **repo_access(repo, password_file, s3_endpoint, s3_region, wait))
+    job = build_job(
+        PruneJob,
+        repack_all=repack_all,
+        **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
+    )
     with cancellable() as cancel:
         result = prune_repository(job, Progress(), cancel, NOTES)
     if json_out:
@@ -246,18 +296,23 @@ def prune_command(
     else:
         note(
             f"removed {result.chunks_removed} chunks, deleted {result.packs_deleted} packs, "
-            f"repacked {result.packs_repacked}; freed {result.bytes_freed} bytes"
+            f"repacked {result.packs_repacked}; freed {format_size(result.bytes_freed)}; "
+            f"{unused_text(Unused(result.unused_bytes, result.packs_with_unused))}"
+            + (" (--repack-all reclaims it)" if result.unused_bytes else "")
         )
 
 
 def register(app: typer.Typer) -> None:
-    """Add `repo` (init, check, stats), `snapshots`, `forget` and `prune`."""
+    """Add `repo` (init, check, stats, key), `snapshots`, `forget` and `prune`."""
     repo_app = typer.Typer(
         name="repo", help="Make, check and measure backup repositories.", no_args_is_help=True
     )
     repo_app.command("init")(init_command)
     repo_app.command("check")(check_command)
     repo_app.command("stats")(stats_command)
+    from diskferry.cli.key_cmd import key_app  # it takes its options from this module
+
+    repo_app.add_typer(key_app, name="key")
     app.add_typer(repo_app, name="repo")
     app.command("snapshots")(snapshots_command)
     app.command("forget")(forget_command)

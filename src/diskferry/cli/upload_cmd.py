@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from diskferry.cli.cancel import cancellable, signals_set
 from diskferry.cli.common import build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.server_options import (
     Address,
     CertDir,
@@ -55,7 +56,11 @@ def upload_send(
         Path | None, typer.Option(help="The bearer token (CDI's paths); first line.")
     ] = None,
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    retries: Retries = 5,
+    timeout: Timeout = "30s",
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Draw no progress bar.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Upload FILE to the upload server at URL; done once the server has imported it."""
@@ -74,6 +79,8 @@ def upload_send(
             ca_bundle=ca_bundle,
             progress=progress,
             cancel=cancel,
+            retries=retries,
+            connect_timeout=timeout_seconds(timeout),
         )
     if json_out:
         print_json({"uploaded": str(file), "bytes": progress.done, "answer": answer})

@@ -22,7 +22,7 @@ volume_app = typer.Typer(
 )
 
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-NoProgress = Annotated[bool, typer.Option("--no-progress")]
+NoProgress = Annotated[bool, typer.Option("--no-progress", help="Draw no progress bar.")]
 _ADDRESS = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d{1,5}))?")
 Force = Annotated[bool, typer.Option("--force", help="Replace a file that exists.")]
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
+import json
 import ssl
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +15,11 @@ from urllib3.exceptions import (
 from urllib3.exceptions import MaxRetryError, ProtocolError, SSLError
 
 from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.disk.retry import fault_text, log, pause
 from diskferry.disk.urls import http_url_for_message
 
-log = logging.getLogger(__name__)
 _RETRY_STATUSES = {429, 502, 503, 504}
-# how much of an error answer `explain` reads
+# how much of an error answer is read for what the server said
 _EXPLAIN_BYTES = 200
 
 
@@ -29,10 +28,20 @@ class HttpError(DiskferryError):
 
     reason = "HttpError"
 
-    def __init__(self, message: str, status: int | None = None, *, transient: bool = True) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        *,
+        transient: bool = True,
+        fault: str | None = None,
+        said: str = "",
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.transient = transient and (status is None or status in _RETRY_STATUSES)
+        self.fault = fault or message  # the message without the URL, as a retry says it
+        self.said = said  # the server's own reason, when its answer gave one
 
 
 class TlsError(DiskferryError):
@@ -59,9 +68,25 @@ class SourceChangedError(RangeNotSupportedError):
     reason = "SourceChanged"
 
 
-def _first_line(data: bytes) -> str:
-    line = data[:_EXPLAIN_BYTES].decode(errors="replace").strip().splitlines()
-    return f": {line[0][:_EXPLAIN_BYTES]}" if line else ""
+def _said(data: bytes) -> str:
+    """What an error answer says: `reason: message` of a JSON body, or its first line."""
+    text = data[:_EXPLAIN_BYTES].decode(errors="replace").strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and (doc.get("reason") or doc.get("message")):
+        return ": ".join(str(doc[k]) for k in ("reason", "message") if doc.get(k))
+    lines = text.splitlines()
+    return lines[0][:_EXPLAIN_BYTES] if lines else ""
+
+
+def _resendable(body: Any, e: HttpError) -> bool:
+    """Whether a request that failed with `e` can be sent again with the same `body`."""
+    if body is None:
+        return True
+    tell = getattr(body, "tell", None)
+    return e.status is None and tell is not None and tell() == 0
 
 
 def _validator(headers) -> str | None:
@@ -72,8 +97,13 @@ def _validator(headers) -> str | None:
     return headers.get("Last-Modified")
 
 
-def http_pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
-    """A verifying connection pool (the system CAs, or `ca_bundle`); redirects followed."""
+def http_pool(
+    ca_bundle: str | None, timeout: float, connect_timeout: float | None = None
+) -> urllib3.PoolManager:
+    """A verifying connection pool (the system CAs, or `ca_bundle`); redirects followed.
+
+    `timeout` bounds each wait for an answer, `connect_timeout` (default: `timeout`) the
+    wait for a connection."""
     try:
         ctx = ssl.create_default_context(cafile=ca_bundle)
     except (OSError, ssl.SSLError) as e:
@@ -85,7 +115,7 @@ def http_pool(ca_bundle: str | None, timeout: float) -> urllib3.PoolManager:
         num_pools=4,
         maxsize=16,
         ssl_context=ctx,
-        timeout=urllib3.Timeout(connect=10.0, read=timeout),
+        timeout=urllib3.Timeout(connect=connect_timeout or timeout, read=timeout),
         retries=urllib3.Retry(total=None, connect=0, read=0, other=0, redirect=5, status=0),
     )
 
@@ -101,9 +131,10 @@ class HttpSource:
     backoff: float = 0.5
     timeout: float = 30.0
     shown: str | None = None  # how messages show the URL, when its path holds a secret
+    connect_timeout: float | None = None  # None: `timeout`
 
     def __post_init__(self) -> None:
-        self._pool = http_pool(self.ca_bundle, self.timeout)
+        self._pool = http_pool(self.ca_bundle, self.timeout, self.connect_timeout)
         self._head: tuple[int | None, bool] | None = None
 
     @property
@@ -118,17 +149,33 @@ class HttpSource:
         *,
         stream: bool = True,
         body: Any = None,
-        explain: bool = False,
+        cancel: threading.Event | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """Send one request (with `body`, bytes or a file-like object); errors become
-        HttpError or TlsError, statuses >= 400 included (`explain`: with the first line the
-        server wrote)."""
-        all_headers = {**self.headers, **(headers or {})}
+        HttpError, with what the server said, or TlsError, statuses >= 400 included.
+
+        A request is sent again after a transient fault (no connection, 429, 502, 503, 504),
+        up to `retries` times, each retry said on the retry log; one with a body only when
+        no connection was made and the body, which says where it is with `tell`, is unread.
+        """
+        attempt = 0
+        while True:
+            try:
+                return self._send(method, {**self.headers, **(headers or {})}, stream, body)
+            except HttpError as e:
+                if not e.transient or attempt >= self.retries or not _resendable(body, e):
+                    raise
+                attempt += 1
+                pause(attempt, self.backoff, e.fault, cancel)
+
+    def _send(
+        self, method: str, headers: dict[str, str], stream: bool, body: Any
+    ) -> urllib3.BaseHTTPResponse:
         try:
             resp = self._pool.request(
                 method,
                 self.url,
-                headers=all_headers,
+                headers=headers,
                 body=body,
                 preload_content=not stream,
                 decode_content=False,
@@ -138,14 +185,33 @@ class HttpSource:
         except Urllib3Error as e:
             raise self._translate(e) from e
         if resp.status >= 400:
-            said = ""
-            if explain:
-                said = _first_line(resp.read(_EXPLAIN_BYTES) if stream else resp.data)
+            said = _said(resp.read(_EXPLAIN_BYTES) if stream else resp.data)
             resp.drain_conn()
             resp.release_conn()
+            if not said and method == "HEAD":
+                said = self._said_to_get(headers)
             status = f"HTTP {resp.status} {resp.reason or ''}".strip()
-            raise HttpError(f"{self.shown_url}: server answered {status}{said}", resp.status)
+            if said.lower() in (f"{resp.status}: {resp.reason}".lower(), status.lower()):
+                said = ""  # a body that only repeats the status line
+            fault = f"server answered {status}" + (f": {said}" if said else "")
+            raise HttpError(f"{self.shown_url}: {fault}", resp.status, fault=fault, said=said)
         return resp
+
+    def _said_to_get(self, headers: dict[str, str]) -> str:
+        """What the server says to a GET of one byte: the reason a HEAD answer cannot carry."""
+        try:
+            resp = self._pool.request(
+                "GET",
+                self.url,
+                headers={**headers, "Range": "bytes=0-0"},
+                preload_content=False,
+                decode_content=False,
+            )
+        except Urllib3Error:
+            return ""
+        said = _said(resp.read(_EXPLAIN_BYTES)) if resp.status >= 400 else ""
+        resp.close()
+        return said
 
     def _translate(self, e: BaseException) -> DiskferryError:
         where = self.shown_url
@@ -154,7 +220,8 @@ class HttpSource:
         text = str(e)
         if "too many redirects" in text.lower() or "ResponseError" in type(e).__name__:
             return HttpError(f"{where}: too many redirects", transient=False)
-        return HttpError(f"{where}: cannot connect: {text}")
+        fault = f"cannot connect: {fault_text(e)}"
+        return HttpError(f"{where}: {fault}", fault=fault)
 
     def head(self) -> tuple[int | None, bool]:
         """(Content-Length or None, whether Range is accepted), asked once."""
@@ -198,21 +265,15 @@ class ResumingReader:
         self._open()
 
     def _open(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                self._resp = self._request()
-                return
-            except HttpError as e:
-                if e.status == 416 and self.position > self.start:
-                    raise TruncatedError(
-                        f"{self.source.shown_url}: the body ended at byte {self.position}, "
-                        f"short of its declared length {self.length} (truncated)"
-                    ) from e
-                if not e.transient or attempt >= self.source.retries:
-                    raise
-            attempt += 1
-            self._sleep(attempt)
+        try:
+            self._resp = self._request()
+        except HttpError as e:
+            if e.status == 416 and self.position > self.start:
+                raise TruncatedError(
+                    f"{self.source.shown_url}: the body ended at byte {self.position}, "
+                    f"short of its declared length {self.length} (truncated)"
+                ) from e
+            raise
 
     def _request(self) -> urllib3.BaseHTTPResponse:
         ranged = bool(self.position) or self.end is not None
@@ -222,7 +283,7 @@ class ResumingReader:
             headers["Range"] = f"bytes={self.position}-{last}"
             if self._validator:
                 headers["If-Range"] = self._validator
-        resp = self.source.request("GET", headers)
+        resp = self.source.request("GET", headers, cancel=self._cancel)
         where = self.source.shown_url
         if ranged and resp.status != 206:
             resp.close()
@@ -252,14 +313,6 @@ class ResumingReader:
             self.length = self.position + int(length)
         return resp
 
-    def _sleep(self, attempt: int) -> None:
-        delay = self.source.backoff * (2 ** (attempt - 1))
-        if self._cancel is not None:
-            if self._cancel.wait(delay):
-                raise CancelledError("cancelled")
-        else:
-            time.sleep(delay)
-
     def readinto(self, buf: bytearray | memoryview) -> int:
         """Read up to len(buf) bytes; 0 only at the true end of the body."""
         attempt = 0
@@ -281,11 +334,12 @@ class ResumingReader:
                         f"{self.source.shown_url}: transfer broke at byte {self.position} "
                         f"and did not resume after {self.source.retries} retries: {e}"
                     ) from e
-                log.info("transfer broke at byte %d (%s); resuming", self.position, e)
                 self._release()
-                self._sleep(attempt)
+                broke = f"the transfer broke at byte {self.position} ({fault_text(e)})"
+                pause(attempt, self.source.backoff, broke, self._cancel)
                 self.resumes += 1
                 self._open()
+                log.warning("resumed %s at byte %d", self.source.shown_url, self.position)
 
     def read(self, n: int = 1 << 20) -> bytes:
         """Read up to `n` bytes."""

@@ -42,6 +42,7 @@ _ADVICE = {
     403: "the token or headers given do not allow this download",
     404: "check the URL: it should end in /volumes/<volume>/disk.img",
     410: "the export has expired",
+    503: "the export is not ready yet",
 }
 
 
@@ -58,6 +59,7 @@ class DownloadRequest:
     connections: int = 4
     retries: int = 5
     backoff: float = 0.5
+    timeout: float = 30.0
 
 
 @dataclass
@@ -95,7 +97,12 @@ def _source(req: DownloadRequest, url: str) -> HttpSource:
     if req.token is not None:
         headers[TOKEN_HEADER] = req.token
     return HttpSource(
-        url, ca_bundle=req.ca_bundle, headers=headers, retries=req.retries, backoff=req.backoff
+        url,
+        ca_bundle=req.ca_bundle,
+        headers=headers,
+        retries=req.retries,
+        backoff=req.backoff,
+        timeout=req.timeout,
     )
 
 
@@ -231,9 +238,12 @@ def download(
     try:
         size, used_map, fetched = _fetch(req, progress, cancel)
     except HttpError as e:
-        if e.status in _ADVICE:
-            raise DownloadError(f"{e}: {_ADVICE[e.status]}", reason=e.reason) from e
-        raise
+        if e.said or e.status not in _ADVICE:
+            raise
+        advice = _ADVICE[e.status]
+        if e.status == 401 and req.token is not None:
+            advice = "the token given was refused"
+        raise DownloadError(f"{e}: {advice}", reason=e.reason) from e
     progress.finish()
     return DownloadResult(
         target=str(req.target),

@@ -16,8 +16,10 @@ from diskferry.export.server import problem_response
 
 log = logging.getLogger(__name__)
 
+# the versions of export.kubevirt.io whose paths the proxy routes
+VERSIONS = ("v1", "v1beta1")
 _PATH = re.compile(
-    r"/api/export\.kubevirt\.io/(?:v1|v1beta1)/namespaces/([^/]+)"
+    rf"/api/export\.kubevirt\.io/(?:{'|'.join(VERSIONS)})/namespaces/([^/]+)"
     r"/virtualmachineexports/([^/]+)/(.*)",
     re.DOTALL,
 )
@@ -106,7 +108,8 @@ class ExportProxy:
             return problem_response(
                 400,
                 "BadPath",
-                "use /api/export.kubevirt.io/v1beta1/namespaces/NS/virtualmachineexports/NAME/...",
+                "use /api/export.kubevirt.io/VERSION/namespaces/NS/virtualmachineexports/NAME/..."
+                f" with VERSION one of {', '.join(VERSIONS)}",
             )
         namespace, name, rest = match.groups()
         route = self.routes.get(namespace, name)

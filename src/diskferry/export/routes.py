@@ -50,6 +50,8 @@ class RoutesFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        if not self.path.is_file():
+            raise RoutesError(f"the routes file {self.path} does not exist")
         self._watch = FileWatch([self.path])
         self._watch.changed()
         self._routes = load_routes(self.path)

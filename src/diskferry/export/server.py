@@ -132,10 +132,13 @@ class ExportServer:
                 log.warning("%s", e)
                 accepted = False
             if not accepted:
-                reason = "MissingToken" if offered is None else "BadToken"
-                return problem_response(
-                    401, reason, f"give the export token in the {TOKEN_HEADER} header or query"
-                )
+                if offered is None:
+                    return problem_response(
+                        401,
+                        "MissingToken",
+                        f"give the export token in the {TOKEN_HEADER} header or query",
+                    )
+                return problem_response(401, "BadToken", "the token given is not this export's")
         self.in_flight += 1
         self._quiet.clear()
         try:

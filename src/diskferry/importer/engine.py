@@ -110,6 +110,7 @@ def _open_source(
             ca_bundle=job.ca_bundle,
             headers=headers,
             retries=job.retries,
+            timeout=job.timeout,
             checksum=checksum,
             progress=progress,
             cancel=cancel,

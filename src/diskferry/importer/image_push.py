@@ -55,7 +55,12 @@ def stored_format(job: ImportJob, wanted: Literal["raw", "qcow2"] | None) -> str
     if wanted:
         return wanted
     found = probe_image(
-        job.source, ca_bundle=job.ca_bundle, headers=job.headers, registry=registry_options(job)
+        job.source,
+        ca_bundle=job.ca_bundle,
+        headers=job.headers,
+        registry=registry_options(job),
+        retries=job.retries,
+        timeout=job.timeout,
     )["format"]
     return found if found in _KEPT_FORMATS else "qcow2"
 

@@ -39,6 +39,7 @@ class ImportJob(WorkerJob):
         default=None, alias="headersFile", description="'Name: value' lines, for secret headers"
     )
     retries: int = Field(default=5, ge=0)
+    timeout: float = Field(default=30.0, gt=0, description="seconds to wait for an answer")
     insecure: bool = Field(default=False, description="plain HTTP, for a registry on loopback")
     authfile: str | None = Field(default=None, description="a Docker config with `auths`")
     creds: str | None = Field(default=None, description="USER:PASS for the registry")
@@ -87,4 +88,5 @@ def registry_options(job: ImportJob) -> RegistryOptions:
         ca_bundle=job.ca_bundle,
         insecure=job.insecure,
         retries=job.retries,
+        timeout=job.timeout,
     )

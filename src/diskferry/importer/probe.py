@@ -26,9 +26,18 @@ def probe_image(
     ca_bundle: str | None = None,
     headers: dict[str, str] | None = None,
     registry: RegistryOptions | None = None,
+    retries: int = 5,
+    timeout: float = 30.0,
 ) -> dict[str, Any]:
     """Format, compression, virtual size, allocated size and backing file of `image`."""
-    stream = SourceStream(image, ca_bundle=ca_bundle, headers=headers, registry=registry)
+    stream = SourceStream(
+        image,
+        ca_bundle=ca_bundle,
+        headers=headers,
+        registry=registry,
+        retries=retries,
+        timeout=timeout,
+    )
     try:
         raw = PeekReader(stream)
         compression = probe_compression(raw.peek(8))

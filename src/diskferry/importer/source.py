@@ -65,6 +65,7 @@ class SourceStream:
         ca_bundle: str | None = None,
         headers: dict[str, str] | None = None,
         retries: int = 5,
+        timeout: float = 30.0,
         checksum: Checksum | None = None,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
@@ -90,7 +91,9 @@ class SourceStream:
         elif is_layout_reference(source):
             self._open_layout(source)
         elif is_url(source):
-            http = HttpSource(source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries)
+            http = HttpSource(
+                source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries, timeout=timeout
+            )
             self._reader = http.open_stream(0, cancel)
             self.size = self._reader.length
         else:

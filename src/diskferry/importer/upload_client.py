@@ -43,6 +43,10 @@ class _CountingFile:
         self._progress.add(len(data))
         return data
 
+    def tell(self) -> int:
+        """How much of the file has been read."""
+        return self._file.tell()
+
     def close(self) -> None:
         """Close the file."""
         self._file.close()
@@ -61,8 +65,14 @@ def upload_file(
     ca_bundle: str | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    retries: int = 5,
+    connect_timeout: float = 30.0,
 ) -> str:
     """Send `path` as the raw body of a POST to `url`; the server's answer on success.
+
+    A connection that cannot be made is tried again `retries` times, each waiting up to
+    `connect_timeout`; the answer, which comes once the server has imported the file, may
+    take long.
 
     A bearer token is sent when `token_file` is given (CDI's paths); Deckhouse's paths,
     `/upload/<secret>`, carry their secret in the URL, which messages never show.
@@ -80,9 +90,16 @@ def upload_file(
     body = _CountingFile(path, progress, cancel)
     headers["Content-Length"] = str(body.size)
     progress.set_total(body.size)
-    server = HttpSource(full, ca_bundle=ca_bundle, timeout=_ANSWER_TIMEOUT, shown=shown)
+    server = HttpSource(
+        full,
+        ca_bundle=ca_bundle,
+        timeout=_ANSWER_TIMEOUT,
+        shown=shown,
+        retries=retries,
+        connect_timeout=connect_timeout,
+    )
     try:
-        resp = server.request("POST", headers, stream=False, body=body, explain=True)
+        resp = server.request("POST", headers, stream=False, body=body, cancel=cancel)
     finally:
         body.close()
         server.close()

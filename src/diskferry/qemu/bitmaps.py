@@ -93,9 +93,9 @@ class Checkpoint:
             "seq": self.seq,
             "granularity": self.granularity,
             "enabled": self.enabled,
-            "in_use": self.in_use,
+            "inUse": self.in_use,
             "inconsistent": self.inconsistent,
-            "dirty_bytes": self.dirty_bytes,
+            "dirtyBytes": self.dirty_bytes,
         }
 
 

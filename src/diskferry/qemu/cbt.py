@@ -9,6 +9,7 @@ each repository's checkpoints are named `diskferry-<repo-id>-<n>`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.qemu import img
 from diskferry.qemu.bitmaps import BASE, PREFIX, Checkpoint
+from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
 
 SUFFIX = ".cbt.qcow2"
 
@@ -110,7 +112,28 @@ def status(path: str) -> CbtStatus:
             return CbtStatus(disk, volume.size, [])
     info = img.info(disk.overlay, "qcow2", untrusted=False)
     entries = info.raw.get("format-specific", {}).get("data", {}).get("bitmaps", [])
-    return CbtStatus(disk, info.virtual_size, [Checkpoint.from_image(e) for e in entries])
+    checkpoints = [Checkpoint.from_image(e) for e in entries]
+    if checkpoints and not any(c.in_use for c in checkpoints):
+        checkpoints = _counted(disk.overlay, checkpoints)
+    return CbtStatus(disk, info.virtual_size, checkpoints)
+
+
+def _counted(overlay: str, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+    """The checkpoints with the bytes each bitmap marks dirty, read by a read-only storage
+    daemon; as they were when it cannot open the overlay."""
+    try:
+        with StorageDaemon([DaemonDisk("cbt", overlay, read_only=True)]) as daemon:
+            assert daemon.qmp is not None
+            nodes = daemon.qmp.command("query-named-block-nodes", flat=True)
+    except DiskferryError:
+        return checkpoints
+    counts = {
+        b["name"]: int(b.get("count", 0))
+        for node in nodes
+        if node.get("node-name") == "cbt"
+        for b in node.get("dirty-bitmaps", [])
+    }
+    return [dataclasses.replace(c, dirty_bytes=counts.get(c.name)) for c in checkpoints]
 
 
 def enable(path: str) -> CbtDisk:

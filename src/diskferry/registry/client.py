@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import MaxRetryError, SSLError
 
 from diskferry.disk.http import TlsError, http_pool
+from diskferry.disk.retry import fault_text, pause
 from diskferry.registry.auth import (
     Challenge,
     Credentials,
@@ -33,7 +33,6 @@ from diskferry.registry.errors import (
 )
 from diskferry.registry.reference import Reference
 
-log = logging.getLogger(__name__)
 _TOKEN_LIFETIME = 60  # seconds, when the token server does not say
 _TOKEN_MARGIN = 5
 _RETRY = frozenset({429, 500, 502, 503, 504})
@@ -185,9 +184,8 @@ class RegistryClient:
                     raise TlsError(f"{where}: TLS verification failed: {reason}") from e
                 attempt += 1
                 if attempt > self.options.retries:
-                    raise RegistryError(f"{where}: cannot connect: {reason}") from e
-                log.info("%s: %s; retrying", where, reason)
-                time.sleep(self.options.backoff * 2 ** (attempt - 1))
+                    raise RegistryError(f"{where}: cannot connect: {fault_text(reason)}") from e
+                pause(attempt, self.options.backoff, f"{where}: {fault_text(reason)}")
 
     def request(
         self,
@@ -220,8 +218,7 @@ class RegistryClient:
             if resp.status in _RETRY and attempt < self.options.retries:
                 resp.drain_conn()
                 attempt += 1
-                log.info("%s: HTTP %d; retrying", what, resp.status)
-                time.sleep(self.options.backoff * 2 ** (attempt - 1))
+                pause(attempt, self.options.backoff, f"{what}: HTTP {resp.status}")
                 continue
             raise self._error(resp, what, url)
 
