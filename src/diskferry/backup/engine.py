@@ -33,7 +33,7 @@ from diskferry.backup.snapshots import (
     snapshot_path,
 )
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
-from diskferry.disk.errors import CancelledError
+from diskferry.disk.errors import BAD_USAGE, CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 from diskferry.nbd.open import open_volume
@@ -71,7 +71,7 @@ def _source(path: str) -> Source:
 
 def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]:
     if len({d.name for d in job.disks}) != len(job.disks):
-        raise BackupError("each --disk needs its own name", reason="BadUsage")
+        raise BackupError("each --disk needs its own name", reason=BAD_USAGE)
     plans = []
     for disk in job.disks:
         check_name("disk", disk.name)

@@ -123,6 +123,7 @@ def export_download(
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
     encoding: Annotated[str, typer.Option(help="raw, gzip or zstd.")] = "raw",
     connections: Annotated[int, typer.Option(help="Parallel connections (raw).")] = 4,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
@@ -149,6 +150,7 @@ def export_download(
     req = DownloadRequest(
         url=url,
         target=target,
+        force=force,
         token=token,
         ca_bundle=ca_bundle,
         headers=parse_headers(header),

@@ -104,6 +104,7 @@ def pull_command(
     insecure: Insecure = False,
     creds: Creds = None,
     authfile: Authfile = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -118,6 +119,7 @@ def pull_command(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        force=force,
     )
     run_and_report(job, no_progress=no_progress, json_out=json_out)
 

@@ -33,6 +33,14 @@ def import_command(
     checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the source stream.")] = None,
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
+    no_content_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-content-check",
+            help="Import an HTML page, or a raw image that is not whole 512-byte sectors.",
+        ),
+    ] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
     insecure: Insecure = False,
@@ -51,6 +59,8 @@ def import_command(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        force=force,
+        content_check=not no_content_check,
     )
     run_and_report(job, no_progress=no_progress, json_out=json_out)
 
@@ -67,6 +77,8 @@ def import_job(
     insecure: bool = False,
     creds: str | None = None,
     authfile: str | None = None,
+    force: bool = False,
+    content_check: bool = True,
 ) -> ImportJob:
     """The import job of a command's flags, checked."""
     from diskferry.importer.job import ImportJob
@@ -88,6 +100,8 @@ def import_job(
         insecure=insecure,
         creds=creds,
         authfile=authfile,
+        force=force,
+        contentCheck=content_check,
     )
 
 

@@ -99,7 +99,13 @@ class Imports:
         return Outcome(False, reason=reason, message=message)
 
     def _start(self, job_id: str, claim: Claim, source: Source, size: int | None) -> None:
-        job: dict[str, Any] = {"source": source.location, "target": claim.path, "format": "raw"}
+        # the claim's volume is this object's own: the import fills it, made or left before
+        job: dict[str, Any] = {
+            "source": source.location,
+            "target": claim.path,
+            "format": "raw",
+            "force": True,
+        }
         files: dict[str, bytes] = {}
         if size is not None:
             job["size"] = size
