@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from diskferry.cli.cancel import cancellable, signals_set
+from diskferry.cli.cancel import cancellable, signals_set, target_left
 from diskferry.cli.common import (
     build_job,
     note,
@@ -161,7 +161,7 @@ def export_download(
         note(f"overwriting block device {target}; on failure it is left partly written")
     progress = Progress()
     with (
-        cancellable() as cancel,
+        cancellable(target_left(str(target))) as cancel,
         progress_bar(progress, "download", enabled=not no_progress and not json_out),
     ):
         result = download(req, progress, cancel)

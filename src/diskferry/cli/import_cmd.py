@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from diskferry.cli.cancel import cancellable
+from diskferry.cli.cancel import cancellable, target_left
 from diskferry.cli.common import (
     NOTES,
     build_job,
@@ -112,7 +112,7 @@ def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None
 
     progress = Progress()
     with (
-        cancellable() as cancel,
+        cancellable(target_left(job.target)) as cancel,
         progress_bar(progress, "import", enabled=not no_progress and not json_out),
     ):
         result = run_import(job, progress, cancel, NOTES)
