@@ -200,7 +200,7 @@ class Refusal:
         self.directory.mkdir(exist_ok=True)
         target = self.directory / "target.raw"
         target.write_bytes(self.original)
-        result = self.cli("import", source, target, "--no-progress", *options)
+        result = self.cli("import", source, target, "--no-progress", "--force", *options)
         assert result.code == code, result.stderr
         assert target.read_bytes() == self.original
         assert leftovers(self.directory) == []

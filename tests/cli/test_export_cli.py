@@ -80,7 +80,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert not (tmp_path / "o").exists()
 
 
-def test_bad_volume_and_unreachable_server_exit_1(tmp_path: Path) -> None:
+def test_bad_volume_exits_2_and_unreachable_server_1(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("t")
     p = _run(
@@ -95,7 +95,7 @@ def test_bad_volume_and_unreachable_server_exit_1(tmp_path: Path) -> None:
         "--cert-dir",
         str(tmp_path),
     )
-    assert p.returncode == 1 and "NAME=VALUE" in p.stderr
+    assert p.returncode == 2 and "NAME=VALUE" in p.stderr
     url = "https://127.0.0.1:1/volumes/d/disk.img"
     p = _run("export", "download", url, str(tmp_path / "o"), "--retries", "0")
     assert p.returncode == 1 and p.stderr.count("\n") == 1

@@ -48,10 +48,12 @@ def test_import_json_result(diskferry, images, tmp_path):
     assert images.same(images.reference, target)
 
 
-def test_import_replaces_an_existing_file_and_says_what_it_did(diskferry, images, tmp_path):
+def test_import_with_force_replaces_an_existing_file_and_says_what_it_did(
+    diskferry, images, tmp_path
+):
     target = tmp_path / "disk.raw"
     target.write_bytes(b"old" * 1000)
-    result = diskferry("import", images.get("vmdk", "xz"), target, "--no-progress")
+    result = diskferry("import", images.get("vmdk", "xz"), target, "--no-progress", "--force")
     assert result.code == 0, result.stderr
     assert result.stdout == ""
     said = f"diskferry: imported vmdk+xz into {target} (raw, {format_size(images.disk_size)}) in "

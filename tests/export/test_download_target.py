@@ -34,9 +34,11 @@ class OnFirstBytes(Progress):
             action()
 
 
-def _request(export: Running, target: Path) -> DownloadRequest:
+def _request(export: Running, target: Path, force: bool = False) -> DownloadRequest:
     url = f"{export.url}/volumes/disk/disk.img"
-    return DownloadRequest(url=url, target=target, token=TOKEN, ca_bundle=str(export.ca))
+    return DownloadRequest(
+        url=url, target=target, force=force, token=TOKEN, ca_bundle=str(export.ca)
+    )
 
 
 @pytest.fixture
@@ -67,7 +69,7 @@ def test_a_cancelled_download_leaves_the_old_target_and_nothing_else(
     out.write_bytes(b"old disk")
     cancel = threading.Event()
     with pytest.raises(CancelledError):
-        download(_request(export, out), OnFirstBytes(cancel.set), cancel)
+        download(_request(export, out, force=True), OnFirstBytes(cancel.set), cancel)
     assert out.read_bytes() == b"old disk"
     assert os.listdir(out.parent) == ["out.img"]
 
@@ -81,7 +83,7 @@ def test_a_failed_download_leaves_the_old_target_and_nothing_else(
     try:
         # the first 8 MiB arrive and are written, the second request breaks
         with pytest.raises(TruncatedError):
-            download(server.request(out, retries=0))
+            download(server.request(out, retries=0, force=True))
     finally:
         server.stop()
     assert out.read_bytes() == b"old disk"

@@ -66,7 +66,7 @@ def test_a_broken_download_resumes_or_fails_then_succeeds(
         assert r.address in first.error
         assert not target.exists()
     r.arm(None)
-    again = _download(diskferry, r.address, server.ca, target, "--encoding", encoding)
+    again = _download(diskferry, r.address, server.ca, target, "--encoding", encoding, "--force")
     assert again.code == 0, again.stderr
     assert target.read_bytes() == disk.read_bytes()
     assert [p.name for p in tmp_path.iterdir() if ".part" in p.name] == []

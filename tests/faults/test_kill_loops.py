@@ -308,18 +308,18 @@ def test_imports_killed(loop: Loop, images, nginx) -> None:
     write_random(str(other), 7 * MiB, 2 * MiB)
     sources.append(nginx.publish(other, "other.qcow2"))
     expected.append(other)
-    span = loop.timed("import", sources[0], volume, "--no-progress")
+    span = loop.timed("import", sources[0], volume, "--no-progress", "--force")
 
     def one(moment: int) -> None:
         before = loop.root / "before.raw"
         shutil.copyfile(volume, before)
         pick = moment % len(sources)
-        loop.kill(span, "import", sources[pick], volume, "--no-progress")
+        loop.kill(span, "import", sources[pick], volume, "--no-progress", "--force")
         assert _same(volume, before) or _same(volume, expected[pick])
         loop.check()
         _scribble(loop, volume, writes=2)
         loop.restores_exactly({loop.backup(volume)})
-        loop.run("import", sources[pick], volume, "--no-progress")
+        loop.run("import", sources[pick], volume, "--no-progress", "--force")
         assert _same(volume, expected[pick])
         loop.assert_nothing_left()
 

@@ -28,7 +28,7 @@ def content(device: str) -> bytes:
 def test_import_into_a_block_device(diskferry, images, loop_device, fmt, compression):
     device = loop_device(images.disk_size)
     fill(device, b"\xa5" * 4096)
-    result = diskferry("import", images.get(fmt, compression), device, "--json")
+    result = diskferry("import", images.get(fmt, compression), device, "--json", "--force")
     assert result.code == 0, result.stderr
     assert f"diskferry: this import overwrites the block device {device}" in result.stderr
     assert content(device) == images.reference.read_bytes()
@@ -43,7 +43,9 @@ def test_device_larger_than_the_image_reads_zeros_past_it(
 ):
     device = loop_device(images.disk_size + (16 << 20))
     fill(device, b"\x5a" * 4096)
-    result = diskferry("import", images.get(fmt, compression), device, "--size", "40M", "--json")
+    result = diskferry(
+        "import", images.get(fmt, compression), device, "--size", "40M", "--json", "--force"
+    )
     assert result.code == 0, result.stderr
     assert json.loads(result.stdout)["virtualSize"] == 40 << 20
     data = content(device)
@@ -55,7 +57,7 @@ def test_device_larger_than_the_image_reads_zeros_past_it(
 def test_too_small_device_is_refused_before_any_write(diskferry, images, loop_device, fmt):
     device = loop_device(images.disk_size // 2)
     before = fill(device, b"keep")
-    result = diskferry("import", images.get(fmt), device)
+    result = diskferry("import", images.get(fmt), device, "--force")
     assert result.code == 1
     assert result.error == (
         f"the image's virtual size ({images.disk_size} bytes) is larger than the size of "
@@ -67,7 +69,7 @@ def test_too_small_device_is_refused_before_any_write(diskferry, images, loop_de
 
 def test_stream_larger_than_the_device_is_refused(diskferry, images, loop_device):
     device = loop_device(images.disk_size // 2)
-    result = diskferry("import", images.get("raw", "xz"), device)
+    result = diskferry("import", images.get("raw", "xz"), device, "--force")
     assert result.code == 1
     assert result.error == (
         f"the decompressed image grows past the size of the block device {device}, "
@@ -81,7 +83,7 @@ def test_failure_reports_the_device_partly_written(diskferry, images, loop_devic
     whole = images.get("raw", "gzip").read_bytes()
     cut = tmp_path / "cut.gz"
     cut.write_bytes(whole[: len(whole) // 2])
-    result = diskferry("import", cut, device)
+    result = diskferry("import", cut, device, "--force")
     assert result.code == 1
     assert result.error == (
         f"the gzip stream ends in the middle (truncated); the block device {device} is partly "
@@ -92,7 +94,7 @@ def test_failure_reports_the_device_partly_written(diskferry, images, loop_devic
 def test_block_device_takes_only_raw(diskferry, images, loop_device):
     device = loop_device(images.disk_size)
     before = fill(device, b"same")
-    result = diskferry("import", images.get("raw"), device, "--format", "qcow2")
+    result = diskferry("import", images.get("raw"), device, "--format", "qcow2", "--force")
     assert result.code == 1
     assert result.error == f"{device} is a block device: it can only hold a raw image"
     assert content(device) == before

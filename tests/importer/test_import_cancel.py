@@ -35,7 +35,7 @@ def test_cancel_while_streaming(images, faulty, tmp_path):
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     with pytest.raises(CancelledError):
-        run_import(ImportJob(source=url, target=str(target)), Progress(), cancel)
+        run_import(ImportJob(source=url, target=str(target), force=True), Progress(), cancel)
     assert target.read_bytes() == OLD
     assert images.leftovers(tmp_path) == []
 
@@ -45,7 +45,7 @@ def test_cancel_while_converting(images, tmp_path, compression):
     target = tmp_path / "disk.raw"
     target.write_bytes(OLD)
     cancel = threading.Event()
-    job = ImportJob(source=str(images.get("vhdx", compression)), target=str(target))
+    job = ImportJob(source=str(images.get("vhdx", compression)), target=str(target), force=True)
     with pytest.raises(CancelledError):
         run_import(job, CancelOnPhase(ImportPhase.CONVERTING, cancel), cancel)
     assert target.read_bytes() == OLD

@@ -33,7 +33,7 @@ def _tracked_volume(directory: Path, size: int) -> Path:
 def test_import_over_a_tracked_volume_resets_its_chain(diskferry, images, tmp_path: Path) -> None:
     volume = _tracked_volume(tmp_path / "v", images.disk_size)
     assert CHECKPOINT in _bitmaps(volume)
-    result = diskferry("import", images.get("qcow2"), volume, "--no-progress")
+    result = diskferry("import", images.get("qcow2"), volume, "--no-progress", "--force")
     assert result.code == 0, result.stderr
     assert "chain was reset" in result.stderr
     assert _bitmaps(volume) == [BASE]
@@ -43,7 +43,7 @@ def test_import_over_a_tracked_volume_resets_its_chain(diskferry, images, tmp_pa
 def test_import_aimed_at_the_overlay_writes_its_volume(diskferry, images, tmp_path: Path) -> None:
     volume = _tracked_volume(tmp_path / "v", images.disk_size)
     overlay = cbt.overlay_path(str(volume))
-    result = diskferry("import", images.get("raw", "gzip"), overlay, "--no-progress")
+    result = diskferry("import", images.get("raw", "gzip"), overlay, "--no-progress", "--force")
     assert result.code == 0, result.stderr
     assert images.same(images.reference, volume)
     assert cbt.find(overlay).volume == str(volume)

@@ -117,7 +117,7 @@ def test_clone_into_a_block_device_zeroes_what_the_source_has_not(
     with open(device, "r+b", buffering=0) as f:
         f.write(b"\xa5" * (DISK + 8 * MiB))
     _, url = volume_serve(disk)
-    result = diskferry("import", url, device, "--no-progress")
+    result = diskferry("import", url, device, "--no-progress", "--force")
     assert result.code == 0, result.stderr
     assert f"this import overwrites the block device {device}" in result.stderr
     with open(device, "rb") as f:
@@ -142,7 +142,14 @@ def test_clone_stopped_midway_leaves_the_target_as_it_was(disk, tmp_path, stoppe
         target.write_bytes(b"the disk that was here\n" * 1000)
         exe = Path(sys.executable).with_name("diskferry")
         importing = subprocess.Popen(
-            [str(exe), "import", f"nbd+unix:///?socket={sock}", str(target), "--no-progress"],
+            [
+                str(exe),
+                "import",
+                f"nbd+unix:///?socket={sock}",
+                str(target),
+                "--no-progress",
+                "--force",
+            ],
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,

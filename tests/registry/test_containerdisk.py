@@ -252,8 +252,8 @@ def test_push_into_an_oci_layout_that_skopeo_reads(diskferry, registry, images, 
     ]
     ref = registry.ref("disks/from-layout:v1")
     registry.skopeo("copy", f"oci:{layout}:fedora", ref)
-    for source in (f"oci:{layout}:fedora", ref):
-        target = tmp_path / "disk.raw"
+    for n, source in enumerate((f"oci:{layout}:fedora", ref)):
+        target = tmp_path / f"disk-{n}.raw"
         result = diskferry("import", source, target, "--insecure", "--no-progress")
         assert result.code == 0, result.stderr
         assert images.same(images.reference, target)

@@ -50,7 +50,9 @@ def test_sigterm_cancels_and_leaves_nothing(trickling, images, tmp_path: Path) -
     url, _ = trickling
     target = tmp_path / "out.img"
     target.write_bytes(b"the old contents")
-    job = job_file(tmp_path, {"jobId": "import-2", "source": url, "target": str(target)})
+    job = job_file(
+        tmp_path, {"jobId": "import-2", "source": url, "target": str(target), "force": True}
+    )
     worker = start("import", job)
     worker.wait_for(lambda s: s["bytesDone"] > 0)
     finished = worker.finish(signal.SIGTERM)

@@ -32,7 +32,9 @@ def refused_by_worker(images, tmp_path: Path):
         target = out / "target.raw"
         target.write_bytes(OLD)
         job = job_file(
-            tmp_path, {"jobId": "hostile", "source": str(source), "target": str(target), **options}
+            tmp_path,
+            {"jobId": "hostile", "source": str(source), "target": str(target), "force": True}
+            | options,
         )
         finished = run("import", job, env={**os.environ, "TMPDIR": str(tmp_path)})
         assert finished.code == 1, finished.stderr

@@ -33,7 +33,9 @@ from diskferry.backup.snapshots import (
     snapshot_path,
 )
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
-from diskferry.disk.errors import CancelledError
+from diskferry.disk.errors import BAD_USAGE, CancelledError
+from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 from diskferry.nbd.open import open_volume
@@ -69,13 +71,27 @@ def _source(path: str) -> Source:
     return "cbt" if cbt.find(path).enabled else "raw"
 
 
+def _check_raw(path: str) -> None:
+    """Refuse a volume without CBT that holds an image format: its container is not the disk."""
+    with FileVolume(path) as volume:
+        fmt = volume_format(volume)
+    if fmt not in RAW_DATA:
+        raise BackupError(
+            f"{path} is a {fmt} image, not a raw volume: back up a raw volume or its "
+            f"CBT overlay (convert it first: qemu-img convert -O raw)",
+            reason="UnsupportedFormat",
+        )
+
+
 def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]:
     if len({d.name for d in job.disks}) != len(job.disks):
-        raise BackupError("each --disk needs its own name", reason="BadUsage")
+        raise BackupError("each --disk needs its own name", reason=BAD_USAGE)
     plans = []
     for disk in job.disks:
         check_name("disk", disk.name)
         source = _source(disk.path)
+        if source == "raw":
+            _check_raw(disk.path)
         if source == "raw" and job.qmp:
             raise BackupError(
                 f"CBT is off on {disk.path}, which the running VM holds: stop the VM and run "
@@ -270,10 +286,23 @@ def _update_tracker(tracker: Tracker, readings: list[_Reading], results: list[Di
 
 
 def reset_chain(repo: Repository, vm: str, disks: list[str] | None = None) -> list[str]:
-    """Forget the tracked checkpoints of a VM's disks (all, or those named): next backup is full."""
+    """Forget the tracked checkpoints of a VM's disks (all, or those named): next backup is full.
+
+    A VM, or a named disk, that nothing was tracked for is an error: nothing is reset then.
+    """
     tracker = repo.load_tracker(vm)
     if tracker is None:
-        return []
+        raise BackupError(
+            f"nothing is tracked for VM {vm} in this repository: no chain to reset",
+            reason="NothingTracked",
+        )
+    unknown = [d for d in disks or [] if d not in tracker.disks]
+    if unknown:
+        raise BackupError(
+            f"nothing is tracked for disk {', '.join(unknown)} of VM {vm} "
+            f"(tracked: {', '.join(tracker.disks) or 'none'}): no chain to reset",
+            reason="NothingTracked",
+        )
     names = [d for d in tracker.disks if disks is None or d in disks]
     for name in names:
         tracker.disks[name] = DiskChain()

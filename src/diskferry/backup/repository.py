@@ -99,9 +99,12 @@ class Repository:
         s3: S3Options | None = None,
         cache_root: Path | None = None,
     ) -> Repository:
-        """Make a new repository at `url`; keys first, `config` last marks it complete."""
-        store = ObjectStore(url, s3)
-        if store.exists("config"):
+        """Make a new repository at `url`; keys first, `config` last marks it complete.
+
+        What can fail before a write (a bad option, a missing password, the key's derivation
+        stopped) fails before the folder is made: a failed init leaves nothing behind.
+        """
+        if _has_config(url, s3):
             raise RepositoryExistsError(f"a repository already exists at {url}")
         if encrypted and not password:
             raise PasswordError(
@@ -121,8 +124,10 @@ class Repository:
             max_incrementals=max_incrementals,
         )
         keys = new_keys(encrypted)
+        wrapped = wrap_keys(keys, password, config.kdf)
+        store = ObjectStore(url, s3)
         key_path = f"keys/{os.urandom(16).hex()}"
-        store.put(key_path, wrap_keys(keys, password, config.kdf))
+        store.put(key_path, wrapped)
         store.put("config", config.model_dump_json(indent=2).encode())
         return cls(store, config, Codec(keys), cache_root, key_path=key_path)
 
@@ -356,3 +361,11 @@ class Repository:
             "packBytes": sum(packs),
             "indexObjects": len(self.index.index_names()),
         }
+
+
+def _has_config(url: str, s3: S3Options | None) -> bool:
+    """Whether a repository's `config` is at `url`; a folder that is not there is not made."""
+    try:
+        return ObjectStore(url, s3, create=False).exists("config")
+    except ObjectNotFoundError:
+        return False

@@ -24,7 +24,7 @@ from diskferry.backup.phases import RestorePhase
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import Manifest
 from diskferry.disk.blocks import write_block, zero_range
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk.errors import BAD_USAGE, DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.parallel import parallel_map
 from diskferry.disk.prime import Target, TargetError
@@ -46,7 +46,7 @@ def find_restore_point(repo: Repository, snapshot: str, vm: str | None, disk: st
         return repo.find_snapshot(snapshot)
     if not vm or not disk:
         raise SnapshotNotFoundError(
-            "'latest' needs --vm and --disk to say whose snapshot", reason="BadUsage"
+            "'latest' needs --vm and --disk to say whose snapshot", reason=BAD_USAGE
         )
     found = [s for s in repo.list_snapshots(vm) if s.disk == disk]
     if not found:

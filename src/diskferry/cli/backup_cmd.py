@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from diskferry.cli.cancel import cancellable
+from diskferry.cli.cancel import cancellable, target_left
 from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
 from diskferry.cli.repo_cmd import (
     EndpointOpt,
@@ -78,7 +78,11 @@ def backup_command(
         **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
     progress = Progress()
-    with cancellable() as cancel, progress_bar(progress, f"backup {vm}", enabled=not no_progress):
+    left = "removed what it wrote: the repository is as it was"
+    with (
+        cancellable(left) as cancel,
+        progress_bar(progress, f"backup {vm}", enabled=not no_progress),
+    ):
         result = run_backup(job, progress, cancel, NOTES)
     for d in result.disks:
         if not d.cbt:
@@ -134,7 +138,8 @@ def restore_command(
         **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
     progress = Progress()
-    with cancellable() as cancel, progress_bar(progress, "restore", enabled=not no_progress):
+    left = target_left(target)
+    with cancellable(left) as cancel, progress_bar(progress, "restore", enabled=not no_progress):
         result = run_restore(job, progress, cancel, NOTES)
     if result.chain_reset:
         note(f"reset the CBT chain of {result.target}: its next backup is full")

@@ -9,10 +9,13 @@ up what it made, and only then does the command end with Interrupted. The CLI pr
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+
+from diskferry.cli.common import note
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -58,16 +61,29 @@ def signals_set(event: threading.Event) -> Iterator[list[int]]:
             signal.signal(sig, handler_before)
 
 
+def target_left(target: str) -> str:
+    """What a cancelled write of `target` leaves, said before it starts: a file as it was (or
+    not made), a block device partly written."""
+    from diskferry.disk.file_volume import is_block_device
+
+    if is_block_device(target):
+        return f"the block device {target} is partly written"
+    state = "as it was" if os.path.exists(target) else "not made"
+    return f"removed what it wrote: {target} is {state}"
+
+
 @contextlib.contextmanager
-def cancellable() -> Iterator[threading.Event]:
+def cancellable(left: str | None = None) -> Iterator[threading.Event]:
     """The cancel event of an engine run in the block; an engine stopped by a signal raises
-    Interrupted in place of its own error (CancelledError, mostly). An engine that finished
-    all the same has done its job: the command goes on."""
+    Interrupted in place of its own error (CancelledError, mostly), after noting what it
+    `left`. An engine that finished all the same has done its job: the command goes on."""
     cancel = threading.Event()
     with signals_set(cancel) as seen:
         try:
             yield cancel
         except Exception:
             if seen:
+                if left is not None:
+                    note(left)
                 raise Interrupted(seen[0]) from None
             raise

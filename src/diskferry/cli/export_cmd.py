@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from diskferry.cli.cancel import cancellable, signals_set
+from diskferry.cli.cancel import cancellable, signals_set, target_left
 from diskferry.cli.common import (
     build_job,
     note,
@@ -124,6 +124,7 @@ def export_download(
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
     encoding: Annotated[str, typer.Option(help="raw, gzip or zstd.")] = "raw",
     connections: Annotated[int, typer.Option(help="Parallel connections (raw).")] = 4,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
     retries: Retries = 5,
     timeout: Timeout = "30s",
     no_progress: Annotated[
@@ -154,6 +155,7 @@ def export_download(
     req = DownloadRequest(
         url=url,
         target=target,
+        force=force,
         token=token,
         ca_bundle=ca_bundle,
         headers=parse_headers(header),
@@ -166,7 +168,7 @@ def export_download(
         note(f"overwriting block device {target}; on failure it is left partly written")
     progress = Progress()
     with (
-        cancellable() as cancel,
+        cancellable(target_left(str(target))) as cancel,
         progress_bar(progress, "download", enabled=not no_progress and not json_out),
     ):
         result = download(req, progress, cancel)

@@ -121,6 +121,7 @@ def pull_command(
     authfile: Authfile = None,
     retries: Retries = 5,
     timeout: Timeout = "30s",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -137,6 +138,7 @@ def pull_command(
         authfile=authfile,
         retries=retries,
         timeout=timeout,
+        force=force,
     )
     run_and_report(job, no_progress=no_progress, json_out=json_out)
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from diskferry.cli.cancel import cancellable
+from diskferry.cli.cancel import cancellable, target_left
 from diskferry.cli.common import (
     NOTES,
     build_job,
@@ -34,6 +34,14 @@ def import_command(
     checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the source stream.")] = None,
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value', repeatable.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing target.")] = False,
+    no_content_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-content-check",
+            help="Import an HTML page, or a raw image that is not whole 512-byte sectors.",
+        ),
+    ] = False,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Draw no progress bar.")
     ] = False,
@@ -58,6 +66,8 @@ def import_command(
         authfile=authfile,
         retries=retries,
         timeout=timeout,
+        force=force,
+        content_check=not no_content_check,
     )
     run_and_report(job, no_progress=no_progress, json_out=json_out)
 
@@ -76,6 +86,8 @@ def import_job(
     authfile: str | None = None,
     retries: int = 5,
     timeout: str = "30s",
+    force: bool = False,
+    content_check: bool = True,
 ) -> ImportJob:
     """The import job of a command's flags, checked."""
     from diskferry.importer.job import ImportJob
@@ -99,6 +111,8 @@ def import_job(
         authfile=authfile,
         retries=retries,
         timeout=timeout_seconds(timeout),
+        force=force,
+        contentCheck=content_check,
     )
 
 
@@ -109,7 +123,7 @@ def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None
 
     progress = Progress()
     with (
-        cancellable() as cancel,
+        cancellable(target_left(job.target)) as cancel,
         progress_bar(progress, "import", enabled=not no_progress and not json_out),
     ):
         result = run_import(job, progress, cancel, NOTES)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
+from diskferry import __version__
 from diskferry.cli.backup_cmd import register as register_backup
 from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.cbt_cmd import register as register_cbt
@@ -22,16 +24,36 @@ from diskferry.cli.resource_cmd import register as register_resources
 from diskferry.cli.serve_cmd import register as register_serve
 from diskferry.cli.upload_cmd import register as register_upload
 from diskferry.cli.volume_cmd import register as register_volume
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk.errors import BAD_USAGE, DiskferryError
 
 app = typer.Typer(
     name="diskferry",
     help="Move virtual-machine disks: import, export, back up and restore.",
     no_args_is_help=True,
-    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"diskferry {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Move virtual-machine disks: import, export, back up and restore."""
+
+
 register_import(app)
 register_image(app)
 register_demo(app)
@@ -69,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except DiskferryError as e:
         fail_line(e.message)
-        sys.exit(1)
+        sys.exit(2 if e.reason == BAD_USAGE else 1)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+# the reason of an error in what the user asked for: the CLI exits 2 on it, as on a bad flag
+BAD_USAGE = "BadUsage"
+
 
 class DiskferryError(Exception):
     """An error the user can act on: a one-line message and a CamelCase reason."""

@@ -11,6 +11,8 @@ from diskferry.disk.volume import Volume
 PROBE_BYTES = 64 * 1024
 COMPRESSIONS = ("gzip", "xz", "zstd", "bzip2")
 FORMATS = ("raw", "qcow2", "vmdk", "vhd", "vhdx", "vdi", "iso")
+# formats whose bytes are the disk itself, as a VM reads a raw volume
+RAW_DATA = ("raw", "iso")
 
 VHD_FOOTER = 512
 _VHD_FIXED = 2
@@ -85,6 +87,14 @@ def read_fixed_vhd_size(volume: Volume, length: int) -> int | None:
     if length < 2 * VHD_FOOTER:
         return None
     return fixed_vhd_size(volume.read(length - VHD_FOOTER, VHD_FOOTER), length)
+
+
+def volume_format(volume: Volume) -> str:
+    """The image format `volume` holds: from its first bytes, a fixed VHD from its end."""
+    fmt = probe_format(volume.read(0, min(PROBE_BYTES, volume.size)))
+    if fmt == "raw" and read_fixed_vhd_size(volume, volume.size) is not None:
+        return "vhd"
+    return fmt
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,7 @@ class ResumingReader:
         self.position = offset
         self.end = end
         self.length: int | None = end
+        self.content_type: str | None = None
         self.resumes = 0
         self._cancel = cancel
         self._resp: urllib3.BaseHTTPResponse | None = None
@@ -308,6 +309,8 @@ class ResumingReader:
                 )
         if self._validator is None:
             self._validator = _validator(resp.headers)
+        if self.content_type is None:
+            self.content_type = resp.headers.get("Content-Type")
         length = resp.headers.get("Content-Length")
         if length is not None and self.length is None:
             self.length = self.position + int(length)

@@ -52,6 +52,7 @@ class DownloadRequest:
 
     url: str
     target: Path
+    force: bool = False  # replace a target that exists
     token: str | None = None
     ca_bundle: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -136,14 +137,19 @@ def fetch_extents(req: DownloadRequest, size: int) -> list[Extent] | None:
 
 
 @contextlib.contextmanager
-def _target(path: Path, size: int) -> Iterator[tuple[FileVolume, bool]]:
-    """The volume to write and whether it reads as zeros already.
+def _target(path: Path, size: int, force: bool) -> Iterator[tuple[FileVolume, bool]]:
+    """The volume to write and whether it reads as zeros already; one that exists is
+    replaced only with `force`.
 
     A file is written as a prime file beside it, renamed over it at the end (see `Target`),
     so a failed or cancelled download leaves the old file as it was; a block device is
     written in place.
     """
     target = Target(str(path))
+    if os.path.exists(target.path) and not force:
+        raise DownloadError(
+            f"{target.path} exists: give --force to replace it", reason="TargetExists"
+        )
     try:
         with target.open_prime(size) as vol:
             if vol.size < size:
@@ -174,7 +180,7 @@ def _raw(
         extents = fetch_extents(req, size)
         progress.set_total(size)
         before = progress.done
-        with _target(req.target, size) as (dst, zeroed):
+        with _target(req.target, size, req.force) as (dst, zeroed):
             result = copy(
                 volume,
                 dst,
@@ -209,7 +215,7 @@ def _stream(
     fetched = 0
     try:
         body = DecompressingReader(reader, kind) if kind else reader
-        with _target(req.target, size) as (dst, zeroed):
+        with _target(req.target, size, req.force) as (dst, zeroed):
             writer = SparseWriter(
                 dst,
                 dst_zeroed=zeroed,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from diskferry.disk.errors import BAD_USAGE
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.volume import Volume
 from diskferry.export.errors import ExportError
@@ -33,7 +34,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
     """Split `NAME=VALUE` (a volume's path, or its bitmap)."""
     name, sep, path = spec.partition("=")
     if not sep or not name or not path or "/" in name:
-        raise ExportError(f"{spec!r} is not NAME=VALUE (a name without '/')")
+        raise ExportError(f"{spec!r} is not NAME=VALUE (a name without '/')", reason=BAD_USAGE)
     return name, path
 
 

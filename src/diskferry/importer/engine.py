@@ -38,6 +38,8 @@ from diskferry.worker.reporter import QUIET, Reporter
 # qcow2 metadata on top of the data it describes, at most: tables and refcounts
 _QCOW2_SLACK_DIVISOR = 64
 _QCOW2_SLACK_FIXED = 16 << 20
+# a raw disk is whole sectors
+SECTOR = 512
 
 
 class ImageRefusedError(DiskferryError):
@@ -78,6 +80,29 @@ def _sniff(stream: SourceStream) -> _Sniffed:
                 if read_fixed_vhd_size(image, image.size) is not None:
                     fmt, declared = "vhd", None
     return _Sniffed(compression, fmt, declared, body)
+
+
+def _check_content(stream: SourceStream, sniffed: _Sniffed) -> None:
+    """Refuse an HTML page, and a raw image whose size is not whole 512-byte sectors."""
+    kind = (stream.content_type or "").partition(";")[0].strip().lower()
+    if kind == "text/html":
+        raise ImageRefusedError(
+            f"{stream.name} is an HTML page (Content-Type: text/html), not a disk image; "
+            "refusing it (give --no-content-check to import it all the same)",
+            reason="NotADiskImage",
+        )
+    if sniffed.format == "raw" and sniffed.declared_size is not None:
+        _check_raw_size(stream.name, sniffed.declared_size)
+
+
+def _check_raw_size(name: str, size: int) -> None:
+    """Refuse a raw image of `size` bytes that is not whole 512-byte sectors."""
+    if size % SECTOR:
+        raise ImageRefusedError(
+            f"{name} is {size} bytes, not a multiple of {SECTOR}: not a raw disk image; "
+            "refusing it (give --no-content-check to import it all the same)",
+            reason="NotADiskImage",
+        )
 
 
 def _refuse_untrusted(backing: str | None, data_file: str | None, encrypted: bool) -> None:
@@ -148,11 +173,18 @@ def run_import(
         return import_from_nbd(job, progress, cancel, reporter)
     started = time.monotonic()
     progress.set_phase(ImportPhase.OPENING)
-    target, tracked = open_target(job, reporter)
     headers = dict(job.headers)
     if job.headers_file:
         headers.update(read_headers_file(job.headers_file))
+    # the source first: a bad one is reported as such, whatever the target is
     stream, checksum, sniffed = _open_source(job, headers, progress, cancel, body, body_size)
+    try:
+        if job.content_check:
+            _check_content(stream, sniffed)
+        target, tracked = open_target(job, reporter, stream.local_path)
+    except BaseException:
+        stream.close()
+        raise
     writing = False
     try:
         target.claim()
@@ -239,6 +271,8 @@ def _raw_to_raw(
             if disk is not None:
                 dst.zero(disk, length - disk)
                 length, sniffed.format = disk, "vhd"
+            elif job.content_check:
+                _check_raw_size(stream.name, length)
         final = max(length, job.size or 0)
         if target.block_device:
             dst.zero(length, dst.size - length)
@@ -290,6 +324,8 @@ def _through_qemu_img(
             f"{stream.name} is not a readable {sniffed.format} image ({e.detail}); refusing it"
         ) from e
     _refuse_untrusted(info.backing_file, info.data_file, info.encrypted)
+    if sniffed.format == "raw" and job.content_check:
+        _check_raw_size(stream.name, info.virtual_size)
     damage = img.check(image, sniffed.format)
     if damage:
         raise ImageRefusedError(f"the image is damaged or truncated ({damage}); refusing it")

@@ -29,10 +29,15 @@ def import_from_nbd(
     _refuse_stream_options(job)
     started = time.monotonic()
     progress.set_phase(ImportPhase.OPENING)
-    target, tracked = open_target(job, reporter)
+    src = open_volume(job.source, cancel=cancel)
+    try:
+        target, tracked = open_target(job, reporter)
+    except BaseException:
+        src.close()
+        raise
     writing = False
     try:
-        with open_volume(job.source, cancel=cancel) as src:
+        with src:
             virtual = src.size
             check_size(job, target, virtual)
             final = max(virtual, job.size or 0)

@@ -43,6 +43,12 @@ class ImportJob(WorkerJob):
     insecure: bool = Field(default=False, description="plain HTTP, for a registry on loopback")
     authfile: str | None = Field(default=None, description="a Docker config with `auths`")
     creds: str | None = Field(default=None, description="USER:PASS for the registry")
+    force: bool = Field(default=False, description="replace a target that exists")
+    content_check: bool = Field(
+        default=True,
+        alias="contentCheck",
+        description="refuse an HTML page, and a raw image whose size is not a multiple of 512",
+    )
 
     @field_validator("creds")
     @classmethod

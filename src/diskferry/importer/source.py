@@ -4,6 +4,7 @@ handed in) as a counted stream."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from diskferry.registry.digests import BlobOpener
 from diskferry.registry.images import Image, resolve
 from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
 from diskferry.registry.reference import is_reference, parse_reference
+
+# a URL's scheme: what `scheme://` a source that no opener takes starts with
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 class SourceError(DiskferryError):
@@ -84,6 +88,7 @@ class SourceStream:
         self._file = None
         self._disk: ContainerDiskStream | None = None
         self.digest: str | None = None
+        self.content_type: str | None = None
         if body is not None:
             self.size: int | None = body_size
         elif is_reference(source):
@@ -96,6 +101,13 @@ class SourceStream:
             )
             self._reader = http.open_stream(0, cancel)
             self.size = self._reader.length
+            self.content_type = self._reader.content_type
+        elif _SCHEME.match(source):
+            raise SourceError(
+                f"unsupported source scheme {_SCHEME.match(source)[1]}: give a local path, "
+                "an http(s):// URL, a docker:// reference or an nbd[s]:// URL",
+                reason="UnsupportedScheme",
+            )
         else:
             try:
                 self._file = open(source, "rb", buffering=0)  # noqa: SIM115

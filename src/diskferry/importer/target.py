@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import Target, TargetError
 from diskferry.importer.job import ImportJob
@@ -9,10 +11,25 @@ from diskferry.qemu import cbt
 from diskferry.worker.reporter import EventType, Reporter
 
 
-def open_target(job: ImportJob, reporter: Reporter) -> tuple[Target, bool]:
-    """The target `job` writes, and whether it has CBT; a block device to overwrite is told."""
+def open_target(
+    job: ImportJob, reporter: Reporter, source_path: str | None = None
+) -> tuple[Target, bool]:
+    """The target `job` writes, and whether it has CBT; a block device to overwrite is told.
+
+    A target that is the source (`source_path`: the same file, through links, or the source's
+    CBT overlay) is refused; one that exists is replaced only with `force`.
+    """
     path, tracked = cbt.overwrite_target(job.target, job.format)
     target = Target(path)
+    if source_path is not None and _is_source(source_path, target.path):
+        raise TargetError(
+            f"the target {job.target} is the source {source_path}: refusing to overwrite it",
+            reason="TargetIsSource",
+        )
+    if os.path.exists(target.path) and not job.force:
+        raise TargetError(
+            f"{target.path} exists: give --force to replace it", reason="TargetExists"
+        )
     if target.block_device and job.format != "raw":
         raise TargetError(f"{target.path} is a block device: it can only hold a raw image")
     if target.block_device:
@@ -20,6 +37,12 @@ def open_target(job: ImportJob, reporter: Reporter) -> tuple[Target, bool]:
             "BlockDeviceInPlace", f"this import overwrites the block device {target.path}"
         )
     return target, tracked
+
+
+def _is_source(source: str, volume: str) -> bool:
+    """Whether `source` is the file of `volume` or of its CBT overlay."""
+    names = (volume, cbt.overlay_path(volume))
+    return any(os.path.exists(n) and os.path.samefile(source, n) for n in names)
 
 
 def commit_target(job: ImportJob, target: Target, tracked: bool, reporter: Reporter) -> None:

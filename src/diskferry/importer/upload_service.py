@@ -41,6 +41,7 @@ def serve_upload(
         size=job.size,
         checksum=job.checksum,
         job_id=job.job_id,
+        force=True,
     )
 
     def importer(body: Readable, size: int | None) -> ImportResult:

@@ -16,6 +16,7 @@ from typing import Any
 
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.qemu import img
 from diskferry.qemu.bitmaps import BASE, PREFIX, Checkpoint
 from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
@@ -143,6 +144,13 @@ def enable(path: str) -> CbtDisk:
         raise CbtError(f"CBT is already enabled on {disk.volume} ({disk.overlay})")
     with FileVolume(disk.volume) as volume:
         size = volume.size
+        fmt = volume_format(volume)
+    if fmt not in RAW_DATA:
+        raise CbtError(
+            f"{disk.volume} is a {fmt} image, not a raw volume: CBT tracks raw volumes "
+            f"(convert it first: qemu-img convert -O raw)",
+            reason="UnsupportedFormat",
+        )
     if size % 512:
         raise CbtError(f"{disk.volume} is {size} bytes, not a multiple of 512: it cannot get CBT")
     overlay = overlay_path(disk.volume)

@@ -158,7 +158,13 @@ class Imports:
                 raise SourceUnavailableError("this daemon has no CA to serve uploads with")
             start_upload(self.runner, self.certs, job_id, claim.path, size)
             return
-        job: dict[str, Any] = {"source": source.location, "target": claim.path, "format": "raw"}
+        # the claim's volume is this object's own: the import fills it, made or left before
+        job: dict[str, Any] = {
+            "source": source.location,
+            "target": claim.path,
+            "format": "raw",
+            "force": True,
+        }
         files: dict[str, bytes] = {}
         if size is not None:
             job["size"] = size
