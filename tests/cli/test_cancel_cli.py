@@ -208,7 +208,7 @@ def test_ctrl_c_on_a_terminal_cancels_an_import(
         str(exe), ["import", trickling, str(target)], env=diskferry.env, dimensions=(24, 80)
     )
     try:
-        child.expect("Importing", timeout=60)  # the progress bar drawn on the terminal
+        child.expect("B/s", timeout=60)  # the progress bar drawn on the terminal
         child.sendintr()
         child.expect(pexpect.EOF, timeout=60)
     finally:
