@@ -21,6 +21,8 @@ KINDS = {
     "VirtualImage",
     "VirtualDiskSnapshot",
     "VirtualMachineExport",
+    "VirtualMachine",
+    "DataMoverConfig",
     "StorageClass",
     "Secret",
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from diskferry.control.kinds import KindInfo
+from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
@@ -21,7 +22,9 @@ from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
+from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
 from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
+from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.runner.base import LOG_LINES
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
@@ -48,6 +51,7 @@ class Controllers:
         self.client = EmbeddedClient(objects, objects.registry)
         self.runner = LocalRunner(data_dir)
         self.volumes = Volumes(data_dir)
+        self.machines = Machines(data_dir)
         self.certs = certs or ServerCerts(Path(data_dir) / PKI_DIR)
         self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
         parts = (self.client, self.runner, self.volumes)
@@ -60,7 +64,8 @@ class Controllers:
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]
         self.job_owners = {r.info.kind: r for r in owners}
-        self.reconcilers: list[Reconciler] = [*owners, *extra]
+        machines = VirtualMachineReconciler(self.client, self.volumes, self.machines)
+        self.reconcilers: list[Reconciler] = [*owners, machines, *extra]
         self.manager = Manager(
             objects, self.client, self.reconcilers, workers=workers, resync=resync
         )
@@ -74,7 +79,9 @@ class Controllers:
     def log_tail(
         self, kind: str, namespace: str | None, name: str, lines: int = LOG_LINES
     ) -> list[str]:
-        """The last lines the object's worker logged ([] when it has no worker's files)."""
+        """The last lines the object's worker (a VM's QEMU) logged ([] when it has none)."""
+        if kind == VIRTUAL_MACHINES.kind:
+            return self.machines.log_tail(namespace or "", name, lines)
         owner = self.job_owners.get(kind)
         obj = None if owner is None else self.client.get(owner.info.model, namespace, name)
         if owner is None or obj is None:

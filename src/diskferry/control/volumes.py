@@ -20,6 +20,7 @@ from pathlib import Path
 
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import Target
+from diskferry.qemu import cbt
 
 LOOP_CONTROL = "/dev/loop-control"
 FILE = "file"
@@ -160,13 +161,15 @@ class Volumes:
             _losetup("--set-capacity", claim.path)
 
     def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
-        """Remove the claim, its loop devices and any prime or scratch file left beside it."""
+        """Remove the claim, its loop devices, its CBT overlay and any prime or scratch file
+        left beside it."""
         file = self._file(volume_class, namespace, name)
         if volume_class.block and file.exists() and block_unavailable() is None:
             for device in _loops_of(file):
                 _losetup("--detach", device)
-        with contextlib.suppress(FileNotFoundError):
-            file.unlink()
+        for made in (file, Path(cbt.overlay_path(str(file)))):
+            with contextlib.suppress(FileNotFoundError):
+                made.unlink()
         if file.parent.is_dir():
             for left in file.parent.glob(f"{file.name}.*-*"):
                 with contextlib.suppress(FileNotFoundError):

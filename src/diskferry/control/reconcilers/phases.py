@@ -12,6 +12,7 @@ from diskferry.control.runtime.conditions import set_condition
 M = TypeVar("M", bound=Resource)
 READY = "Ready"
 FAILED = "Failed"
+DEGRADED = "Degraded"
 
 
 def status_of(obj: Resource) -> dict[str, Any]:
@@ -26,12 +27,14 @@ def transition(
     reason: str,
     message: str,
     fields: dict[str, Any] | None = None,
+    ready: bool | None = None,
 ) -> M:
-    """Set `phase` and `fields` in the status, the `Ready` condition after them, and record
-    an Event when the phase changes (a Warning for Failed); nothing when all is so already."""
+    """Set `phase` and `fields` in the status, the `Ready` condition after them (True when
+    `ready`, which is by default whether the phase is Ready), and record an Event when the
+    phase changes (a Warning for Failed and Degraded); nothing when all is so already."""
     status = status_of(obj)
     wanted = {"phase": phase, **(fields or {}), "observedGeneration": obj.metadata.generation}
-    ready = phase == READY
+    ready = phase == READY if ready is None else ready
     before = next((c for c in status.get("conditions") or [] if c.get("type") == READY), None)
     if unchanged(status, wanted) and before and before.get("reason") == reason:
         return obj
@@ -40,7 +43,7 @@ def transition(
     )
     updated = client.patch_status(obj, {**wanted, "conditions": conditions})
     if status.get("phase") != phase:
-        client.event(obj, "Warning" if phase == FAILED else "Normal", reason, message)
+        client.event(obj, "Warning" if phase in (FAILED, DEGRADED) else "Normal", reason, message)
     return updated
 
 

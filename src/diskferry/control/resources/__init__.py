@@ -2,10 +2,12 @@
 
 from diskferry.control.kinds import Registry
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
+from diskferry.control.resources.datamoverconfig import DATA_MOVER_CONFIGS
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
+from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.resources.vmexport import VIRTUAL_MACHINE_EXPORTS
 
 REGISTRY = Registry(
@@ -19,5 +21,7 @@ REGISTRY = Registry(
         CLUSTER_VIRTUAL_IMAGES,
         VIRTUAL_DISK_SNAPSHOTS,
         VIRTUAL_MACHINE_EXPORTS,
+        VIRTUAL_MACHINES,
+        DATA_MOVER_CONFIGS,
     ]
 )

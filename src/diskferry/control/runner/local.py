@@ -46,7 +46,8 @@ class JobStartError(DiskferryError):
     reason = "JobNotStarted"
 
 
-def _write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` at once: written beside it, fsynced, renamed over it."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
@@ -112,8 +113,8 @@ class LocalRunner:
             shutil.rmtree(directory, ignore_errors=True)
             (directory / "scratch").mkdir(parents=True, mode=0o700)
             for name, data in (files or {}).items():
-                _write_atomically(directory / name, data)
-            _write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
+                write_atomically(directory / name, data)
+            write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
             self._children[job_id] = self._spawn(directory, module)
             child = self._children[job_id]
             stat = procstat.read(child.pid)  # a zombie's too: the child is not reaped yet
@@ -153,7 +154,7 @@ class LocalRunner:
             os.close(err)
 
     def _save(self, directory: Path, record: dict[str, Any]) -> None:
-        _write_atomically(directory / "state.json", json.dumps(record).encode())
+        write_atomically(directory / "state.json", json.dumps(record).encode())
 
     def _alive(self, job_id: str, record: dict[str, Any]) -> tuple[bool, int | None]:
         """Whether the job's worker still runs, and its exit code when this runner knows it."""
@@ -235,7 +236,7 @@ class LocalRunner:
             directory = self._dir(job_id)
             if directory is None:
                 raise JobStartError(f"no job {job_id} to write {name} for")
-            _write_atomically(directory / name, data)
+            write_atomically(directory / name, data)
 
     def purge(self, job_id: str, keep_scratch: bool) -> bool:
         """Move an ended job's directory to jobs/failed/ (`keep_scratch`) or remove it; a job
@@ -252,7 +253,7 @@ class LocalRunner:
                 return True
             if not keep_scratch:
                 tail = "".join(f"{line}\n" for line in tail_lines(directory / "stderr", LOG_LINES))
-                _write_atomically(self.logs_root / f"{job_id}.log", tail.encode())
+                write_atomically(self.logs_root / f"{job_id}.log", tail.encode())
                 shutil.rmtree(directory)
             elif directory.parent != self.failed_root:
                 os.replace(directory, self.failed_root / job_id)

@@ -1,0 +1,183 @@
+"""Machines: the QEMU processes of the VMs diskferry runs, found again by files after a restart.
+
+Each VM lives in DATA_DIR/vms/<ns>/<name>/: `qmp.sock` (the QMP monitor others use: a backup
+of the running VM, a user), `control.sock` (a second monitor only the controller uses, so
+a long session on `qmp.sock` never blocks it), `agent.sock` (the guest agent, when asked),
+`qemu.log` (QEMU's stdout and stderr), `serial.log` and `state.json` (pid, start time, boot id,
+and what the VM was launched with). QEMU runs in a session of its own, as engine workers do
+(see `runner.local`): a daemon that stops or is killed leaves its VMs running, as a
+hypervisor's management daemon does, and the next one re-attaches to them by pid and start
+time; only deleting the VM, or its run policy, stops one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from diskferry.control.runner.local import write_atomically
+from diskferry.control.runner.tail import tail_lines
+from diskferry.disk import procstat
+from diskferry.disk.errors import DiskferryError
+from diskferry.qemu.qmp import Qmp
+
+SOCKET_PATH_MAX = 107
+STOP_SECONDS = 10.0
+MONITOR_TIMEOUT = 5.0
+
+
+class MachineError(DiskferryError):
+    """A VM's QEMU could not be started or stopped."""
+
+    reason = "MachineFailed"
+
+
+class Machines:
+    """Starts, finds and stops VMs' QEMU processes under DATA_DIR/vms."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = Path(data_dir) / "vms"
+        self._lock = threading.Lock()
+        self._children: dict[Path, subprocess.Popen[bytes]] = {}
+
+    def directory(self, namespace: str, name: str) -> Path:
+        """Where the VM's sockets, logs and state live."""
+        return self.root / namespace / name
+
+    def qmp_socket(self, namespace: str, name: str) -> Path:
+        """The QMP socket of a VM diskferry runs, for others (backups, users) to use."""
+        return self.directory(namespace, name) / "qmp.sock"
+
+    def control_socket(self, namespace: str, name: str) -> Path:
+        """The QMP socket only the controller uses."""
+        return self.directory(namespace, name) / "control.sock"
+
+    def agent_socket(self, namespace: str, name: str) -> Path:
+        """The guest agent's socket of a VM diskferry runs."""
+        return self.directory(namespace, name) / "agent.sock"
+
+    def serial_log(self, namespace: str, name: str) -> Path:
+        """Where the VM's serial console is written."""
+        return self.directory(namespace, name) / "serial.log"
+
+    def check_paths(self, namespace: str, name: str) -> None:
+        """Refuse a VM whose socket paths are longer than a Unix socket address holds."""
+        for path in (self.qmp_socket(namespace, name), self.control_socket(namespace, name)):
+            if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+                raise MachineError(
+                    f"the socket path {path} is longer than {SOCKET_PATH_MAX} bytes: "
+                    "use a shorter data directory, namespace or name"
+                )
+
+    def _record(self, directory: Path) -> dict[str, Any]:
+        try:
+            data = json.loads((directory / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def start(self, namespace: str, name: str, argv: list[str], launch: dict[str, Any]) -> None:
+        """Run `argv` as the VM's QEMU, unless it runs already; `launch` is kept with it."""
+        self.check_paths(namespace, name)
+        directory = self.directory(namespace, name)
+        with self._lock:
+            if self._alive(directory):
+                return
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for stale in ("qmp.sock", "control.sock", "agent.sock"):
+                (directory / stale).unlink(missing_ok=True)
+            log = os.open(directory / "qemu.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                child = subprocess.Popen(
+                    argv,
+                    cwd=directory,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                raise MachineError(f"cannot start {argv[0]}: {e.strerror or e}") from e
+            finally:
+                os.close(log)
+            self._children[directory] = child
+            stat = procstat.read(child.pid)
+            record = {
+                "pid": child.pid,
+                "startTime": stat.start_time if stat else None,
+                "bootId": procstat.boot_id(),
+                "startedAt": time.time(),
+                "argv": argv,
+                "launch": launch,
+            }
+            write_atomically(directory / "state.json", json.dumps(record).encode())
+
+    def _alive(self, directory: Path) -> bool:
+        child = self._children.get(directory)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            del self._children[directory]
+            return False
+        record = self._record(directory)
+        pid, started = record.get("pid"), record.get("startTime")
+        if record.get("bootId") != procstat.boot_id():
+            return False
+        return isinstance(pid, int) and isinstance(started, int) and procstat.is_same(pid, started)
+
+    def running(self, namespace: str, name: str) -> bool:
+        """Whether the VM's QEMU process runs."""
+        with self._lock:
+            return self._alive(self.directory(namespace, name))
+
+    def launch(self, namespace: str, name: str) -> dict[str, Any]:
+        """What the VM's QEMU was last launched with ({} when never)."""
+        return self._record(self.directory(namespace, name)).get("launch") or {}
+
+    def since_start(self, namespace: str, name: str) -> float | None:
+        """Seconds since the VM's QEMU was last started, None when it never was."""
+        started = self._record(self.directory(namespace, name)).get("startedAt")
+        return time.time() - started if isinstance(started, float) else None
+
+    def monitor(self, namespace: str, name: str) -> Qmp:
+        """A connection to the controller's own QMP monitor of the VM."""
+        return Qmp(str(self.control_socket(namespace, name)), timeout=MONITOR_TIMEOUT)
+
+    def log_tail(self, namespace: str, name: str, lines: int = 20) -> list[str]:
+        """The last lines QEMU wrote to its stdout and stderr."""
+        return tail_lines(self.directory(namespace, name) / "qemu.log", lines)
+
+    def _wait_gone(self, namespace: str, name: str, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self.running(namespace, name):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, namespace: str, name: str) -> None:
+        """End the VM's QEMU: SIGTERM, on which QEMU quits cleanly and stores its persistent
+        bitmaps, then SIGKILL if it has not ended in time."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pid = self._record(self.directory(namespace, name)).get("pid")
+            if isinstance(pid, int) and self.running(namespace, name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if self._wait_gone(namespace, name, STOP_SECONDS):
+                return
+        raise MachineError(f"the QEMU of {namespace}/{name} would not end")
+
+    def remove(self, namespace: str, name: str) -> None:
+        """Remove a stopped VM's directory (sockets, logs, state)."""
+        directory = self.directory(namespace, name)
+        shutil.rmtree(directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            directory.parent.rmdir()

@@ -1,0 +1,321 @@
+"""VirtualMachine: a QEMU process per VM, kept to its run policy; Deckhouse's phases.
+
+AlwaysOn starts the VM and starts it again when it ends (crash, guest power-off);
+AlwaysOnUnlessStoppedManually does so too unless the guest powered itself off; AlwaysOff
+stops it; Manual leaves it as it is. A VM waits in Pending until every disk and image it
+names is Ready. Stopping ends QEMU with SIGTERM, on which it quits cleanly at once (the
+guest gets no ACPI shutdown). Deleting the VM stops it, then removes its directory. A VM
+with `spec.qmpSocket` runs elsewhere: diskferry only watches it (its phase, its disks'
+targets, its CBT state) and never starts or stops it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from diskferry.control.machines import MachineError, Machines
+from diskferry.control.model import Resource
+from diskferry.control.reconcilers import vmcbt
+from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.phases import READY, status_of, transition
+from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
+from diskferry.control.resources.virtualmachine import (
+    VIRTUAL_MACHINES,
+    BlockDeviceKind,
+    BlockDeviceSpecRef,
+    MachinePhase,
+    RunPolicy,
+    VirtualMachine,
+)
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Volumes
+from diskferry.qemu import cbt
+from diskferry.qemu.qmp import Qmp, QmpError
+from diskferry.qemu.system import VmConfig, VmDisk, command
+
+WATCH_SECONDS = 2.0
+STEP_SECONDS = 0.2
+RETRY_SECONDS = 10.0
+GUEST_SHUTDOWN = "GuestShutdown"
+LAUNCHED = "QemuLaunched"
+_KINDS: dict[BlockDeviceKind, type[Resource]] = {
+    BlockDeviceKind.VIRTUAL_DISK: VirtualDisk,
+    BlockDeviceKind.VIRTUAL_IMAGE: VirtualImage,
+    BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE: ClusterVirtualImage,
+}
+_PREFIX = {
+    BlockDeviceKind.VIRTUAL_DISK: "vd",
+    BlockDeviceKind.VIRTUAL_IMAGE: "vi",
+    BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE: "cvi",
+}
+_NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,30}$")
+
+
+@dataclass(frozen=True)
+class Attached:
+    """A block device of the VM and the raw file behind it."""
+
+    ref: BlockDeviceSpecRef
+    file: str
+
+    @property
+    def target(self) -> str:
+        """Its QEMU node name and device id (at most 31 characters, as QEMU allows)."""
+        wanted = f"{_PREFIX[self.ref.kind]}-{self.ref.name}"
+        if _NODE_NAME.match(wanted):
+            return wanted
+        digest = hashlib.sha256(self.ref.name.encode()).hexdigest()[:16]
+        return f"{_PREFIX[self.ref.kind]}-{digest}"
+
+    def status(self) -> dict[str, Any]:
+        """The device as `status.blockDevices` lists it."""
+        ref = self.ref
+        return {
+            "kind": str(ref.kind),
+            "name": ref.name,
+            "target": self.target,
+            "readOnly": ref.read_only,
+        }
+
+
+def _phase(obj: Resource) -> str | None:
+    return status_of(obj).get("phase")
+
+
+def _reason(obj: Resource) -> str | None:
+    ready = [c for c in status_of(obj).get("conditions") or [] if c.get("type") == READY]
+    return ready[0].get("reason") if ready else None
+
+
+class VirtualMachineReconciler:
+    """Runs each VirtualMachine's QEMU as its run policy says."""
+
+    info = VIRTUAL_MACHINES
+
+    def __init__(self, client: Client, volumes: Volumes, machines: Machines) -> None:
+        self.client = client
+        self.volumes = volumes
+        self.machines = machines
+
+    def reconcile(self, obj: VirtualMachine) -> Result:
+        """One step towards the run policy."""
+        if deleting(obj):
+            return self._delete(obj)
+        obj = held(self.client, obj)
+        if obj.spec.qmp_socket:
+            return self._watch_external(obj)
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        if self.machines.running(namespace, name):
+            if obj.spec.run_policy is RunPolicy.ALWAYS_OFF:
+                return self._stop(obj, "Stopped", "the run policy is AlwaysOff")
+            return self._observe(obj)
+        if _reason(obj) == LAUNCHED:
+            return self._failed_start(obj)
+        since = self.machines.since_start(namespace, name)
+        if _phase(obj) == MachinePhase.DEGRADED and since is not None and since < RETRY_SECONDS:
+            return Result.requeue(RETRY_SECONDS - since)
+        if self._should_start(obj):
+            return self._start(obj)
+        return self._stopped(obj)
+
+    def _failed_start(self, obj: VirtualMachine) -> Result:
+        """QEMU ended before it answered: Degraded with its last words, tried again later."""
+        message = self._exit_message(obj)
+        transition(self.client, obj, MachinePhase.DEGRADED, "QemuFailed", message, _gone_fields())
+        return Result.requeue(RETRY_SECONDS)
+
+    def _should_start(self, obj: VirtualMachine) -> bool:
+        policy = obj.spec.run_policy
+        if policy is RunPolicy.ALWAYS_ON:
+            return True
+        if policy is RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY:
+            return _reason(obj) != GUEST_SHUTDOWN
+        return False
+
+    def _attached(self, obj: VirtualMachine) -> list[Attached] | str:
+        """The VM's block devices, or why it must wait for one."""
+        found = []
+        for ref in obj.spec.block_device_refs:
+            cluster_wide = ref.kind is BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE
+            namespace = None if cluster_wide else obj.metadata.namespace
+            device = self.client.get(_KINDS[ref.kind], namespace, ref.name)
+            if device is None:
+                return f"waiting for the {ref.kind} {ref.name}: it does not exist"
+            phase = _phase(device)
+            if phase != READY:
+                return f"waiting for the {ref.kind} {ref.name} to be Ready (it is {phase or 'new'})"
+            claim = claim_of(self.client, self.volumes, device)
+            if claim is None or not claim.ready:
+                return f"waiting for the {ref.kind} {ref.name}: its claim is missing"
+            found.append(Attached(ref, str(claim.file)))
+        return found
+
+    def _cbt_fields(self, on_overlays: bool, track: bool) -> dict[str, Any]:
+        return {"changedBlockTracking": {"state": str(vmcbt.state(track, on_overlays))}}
+
+    def _start(self, obj: VirtualMachine) -> Result:
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        attached = self._attached(obj)
+        if isinstance(attached, str):
+            transition(self.client, obj, MachinePhase.PENDING, "BlockDevicesNotReady", attached)
+            return Result.requeue(WATCH_SECONDS)
+        track = vmcbt.wanted(self.client, obj)
+        writable = [a for a in attached if not a.ref.read_only]
+        if track and not all(vmcbt.tracked(a.file) for a in writable):
+            obj = transition(
+                self.client,
+                obj,
+                MachinePhase.STARTING,
+                "Starting",
+                "moving the disks onto their CBT overlays",
+                {"changedBlockTracking": {"state": "Initializing"}},
+            )
+        disks = []
+        for a in attached:
+            path, fmt = (a.file, "raw") if a.ref.read_only else vmcbt.prepare(a.file, track)
+            disks.append(VmDisk(a.target, path, fmt, a.ref.read_only))
+        agent = self.machines.agent_socket(namespace, name) if obj.spec.enable_guest_agent else None
+        config = VmConfig(
+            name=f"{namespace}.{name}",
+            cores=obj.spec.cpu.cores,
+            memory_bytes=obj.spec.memory.size_bytes,
+            disks=disks,
+            monitors=[
+                self.machines.control_socket(namespace, name),
+                self.machines.qmp_socket(namespace, name),
+            ],
+            serial_log=self.machines.serial_log(namespace, name),
+            agent_socket=agent,
+        )
+        launch = {"blockDevices": [a.status() for a in attached], "cbt": track and bool(writable)}
+        try:
+            self.machines.start(namespace, name, command(config), launch)
+        except MachineError as e:
+            transition(self.client, obj, MachinePhase.DEGRADED, e.reason, e.message)
+            return Result.requeue(RETRY_SECONDS)
+        transition(
+            self.client,
+            obj,
+            MachinePhase.STARTING,
+            LAUNCHED,
+            "QEMU is starting",
+            {"blockDevices": launch["blockDevices"], **self._cbt_fields(launch["cbt"], track)},
+        )
+        return Result.requeue(STEP_SECONDS)
+
+    def _observe(self, obj: VirtualMachine) -> Result:
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        if not self.machines.control_socket(namespace, name).exists():
+            return Result.requeue(STEP_SECONDS)  # QEMU has not opened its monitors yet
+        try:
+            with self.machines.monitor(namespace, name) as qmp:
+                run_state = qmp.command("query-status")["status"]
+        except QmpError:
+            return Result.requeue(STEP_SECONDS)
+        if run_state == "shutdown":
+            return self._stop(obj, GUEST_SHUTDOWN, "the guest powered itself off")
+        launch = self.machines.launch(namespace, name)
+        phase = MachinePhase.RUNNING if run_state == "running" else MachinePhase.PAUSE
+        agent = self.machines.agent_socket(namespace, name) if obj.spec.enable_guest_agent else None
+        fields = {
+            "qmpSocket": str(self.machines.qmp_socket(namespace, name)),
+            "guestAgentSocket": None if agent is None else str(agent),
+            "blockDevices": launch.get("blockDevices", []),
+            **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
+        }
+        message = f"QEMU is {run_state}"
+        transition(self.client, obj, phase, str(phase), message, fields, ready=True)
+        return Result.requeue(WATCH_SECONDS)
+
+    def _stop(self, obj: VirtualMachine, reason: str, message: str) -> Result:
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        obj = transition(self.client, obj, MachinePhase.STOPPING, "Stopping", message)
+        self.machines.stop(namespace, name)
+        transition(self.client, obj, MachinePhase.STOPPED, reason, message, _gone_fields())
+        return Result.requeue(STEP_SECONDS)
+
+    def _stopped(self, obj: VirtualMachine) -> Result:
+        """A VM that is not to run: its disks put on or off CBT as wanted, and Stopped."""
+        attached = self._attached(obj)
+        track = vmcbt.wanted(self.client, obj)
+        on_overlays = False
+        if not isinstance(attached, str):
+            writable = [a for a in attached if not a.ref.read_only]
+            for a in writable:
+                vmcbt.prepare(a.file, track)
+            on_overlays = track and bool(writable)
+        reason = _reason(obj) if _phase(obj) == MachinePhase.STOPPED else "Stopped"
+        message = "the VM is stopped"
+        if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
+            reason, message = "QemuExited", self._exit_message(obj)
+            self.client.event(obj, "Warning", reason, message)
+        fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}
+        transition(self.client, obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
+        return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
+
+    def _exit_message(self, obj: VirtualMachine) -> str:
+        lines = self.machines.log_tail(obj.metadata.namespace or "", obj.metadata.name or "", 3)
+        return "QEMU ended" + (f": {' | '.join(lines)}" if lines else "")
+
+    def _watch_external(self, obj: VirtualMachine) -> Result:
+        socket = obj.spec.qmp_socket or ""
+        try:
+            with Qmp(socket, timeout=WATCH_SECONDS) as qmp:
+                run_state = qmp.command("query-status")["status"]
+                nodes = qmp.command("query-named-block-nodes", flat=True)
+        except QmpError as e:
+            fields = _gone_fields()
+            transition(self.client, obj, MachinePhase.STOPPED, "QmpUnreachable", e.message, fields)
+            return Result.requeue(WATCH_SECONDS)
+        attached = self._attached(obj)
+        devices, on_overlays = [], False
+        if not isinstance(attached, str):
+            devices, on_overlays = _external_devices(attached, nodes)
+        phase = MachinePhase.RUNNING if run_state == "running" else MachinePhase.PAUSE
+        fields = {
+            "qmpSocket": socket,
+            "blockDevices": devices,
+            **self._cbt_fields(on_overlays, vmcbt.wanted(self.client, obj)),
+        }
+        transition(self.client, obj, phase, str(phase), f"QEMU is {run_state}", fields, ready=True)
+        return Result.requeue(WATCH_SECONDS)
+
+    def _delete(self, obj: VirtualMachine) -> Result:
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        if _phase(obj) != MachinePhase.TERMINATING:
+            terminating = MachinePhase.TERMINATING
+            obj = transition(self.client, obj, terminating, "Terminating", "being deleted")
+        if not obj.spec.qmp_socket:
+            try:
+                self.machines.stop(namespace, name)
+            except MachineError:
+                return Result.requeue(RETRY_SECONDS)
+            self.machines.remove(namespace, name)
+        release(self.client, obj)
+        return Result.done()
+
+
+def _gone_fields() -> dict[str, Any]:
+    return {"qmpSocket": None, "guestAgentSocket": None, "blockDevices": None}
+
+
+def _external_devices(
+    attached: list[Attached], nodes: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], bool]:
+    """The targets an external QEMU gives the VM's devices, and whether its disks have CBT."""
+    devices, overlays = [], []
+    for a in attached:
+        names = {a.file, a.file + cbt.SUFFIX}
+        node = next((n for n in nodes if n.get("file") in names), None)
+        if node is None:
+            continue
+        devices.append({**a.status(), "target": node["node-name"]})
+        if not a.ref.read_only:
+            overlays.append(node.get("drv") == "qcow2")
+    return devices, bool(overlays) and all(overlays)

@@ -1,0 +1,51 @@
+"""Changed-block tracking of a VM's disks: whether it is wanted, and each disk made ready for it.
+
+A VM gets CBT when the DataMoverConfig's `changedBlockTrackingLabelSelectors` select it (by
+its labels or its namespace's) or when it carries the label `diskferry.io/changed-block-
+tracking: "true"`. A disk is moved onto its CBT overlay (`diskferry.qemu.cbt`) only while no
+QEMU has it open: at the VM's next start, or at once when the VM is stopped. CBT no longer
+wanted removes the overlays at that moment too, so that no write ever bypasses a bitmap
+that would later claim to have seen every write.
+"""
+
+from __future__ import annotations
+
+from diskferry.control.resources.core import Namespace
+from diskferry.control.resources.datamoverconfig import load_config
+from diskferry.control.resources.virtualmachine import CBT_LABEL, CbtState, VirtualMachine
+from diskferry.control.runtime.client import Client
+from diskferry.qemu import cbt
+
+
+def wanted(client: Client, vm: VirtualMachine) -> bool:
+    """Whether the VM's disks should be tracked."""
+    if vm.metadata.labels.get(CBT_LABEL) == "true":
+        return True
+    selectors = load_config(client).changed_block_tracking_label_selectors
+    if selectors is None:
+        return False
+    namespace = client.get(Namespace, None, vm.metadata.namespace or "")
+    namespace_labels = namespace.metadata.labels if namespace is not None else {}
+    return selectors.selects(vm.metadata.labels, namespace_labels)
+
+
+def tracked(volume: str) -> bool:
+    """Whether the raw volume has its CBT overlay."""
+    return cbt.find(volume).enabled
+
+
+def prepare(volume: str, track: bool) -> tuple[str, str]:
+    """Put CBT on or off the raw volume as `track` says; the path and format QEMU opens."""
+    disk = cbt.find(volume)
+    if track and disk.overlay is None:
+        disk = cbt.enable(volume)
+    elif not track and disk.overlay is not None:
+        disk = cbt.disable(volume)
+    return (disk.overlay, "qcow2") if disk.overlay else (disk.volume, "raw")
+
+
+def state(track: bool, on_overlays: bool) -> CbtState:
+    """The state shown: Enabled on overlays, PendingRestart while they wait for a start."""
+    if on_overlays:
+        return CbtState.ENABLED
+    return CbtState.PENDING_RESTART if track else CbtState.DISABLED

@@ -1,0 +1,95 @@
+"""DataMoverConfig: the one cluster-wide `default` object with the data movers' limits.
+
+`spec.maxConcurrentDataMovers` caps uploads and, apart, downloads; `maxIncrementalBackups`
+(0 = unlimited) bounds a chain; `staleDataUploadThreshold` is when an active upload stops
+blocking the next of its VM; `operationTimeout` bounds one upload or download;
+`workerLogLines` is how much of a worker's log is kept; `bandwidthLimit` caps each mover
+(bytes per second, unlimited when unset); `changedBlockTrackingLabelSelectors` turns CBT on
+for the VMs it selects, as KubeVirt's field of that name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from diskferry.control.kinds import AGE, Column, KindInfo
+from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.resources.common import ApiVersion, Duration, Quantity, invalid
+from diskferry.control.resources.labelselector import LabelSelector
+from diskferry.control.runtime.client import Client
+
+DEFAULT_NAME = "default"
+
+
+class ChangedBlockTrackingLabelSelectors(ApiModel):
+    """The VMs that get CBT: those whose labels, or whose namespace's labels, match."""
+
+    virtual_machine_label_selector: LabelSelector | None = Field(
+        default=None, alias="virtualMachineLabelSelector"
+    )
+    namespace_label_selector: LabelSelector | None = Field(
+        default=None, alias="namespaceLabelSelector"
+    )
+
+    def selects(self, vm_labels: dict[str, str], namespace_labels: dict[str, str]) -> bool:
+        """Whether a VM with `vm_labels`, in a namespace with `namespace_labels`, gets CBT."""
+        by_vm = self.virtual_machine_label_selector
+        by_namespace = self.namespace_label_selector
+        return bool(
+            (by_vm is not None and by_vm.matches(vm_labels))
+            or (by_namespace is not None and by_namespace.matches(namespace_labels))
+        )
+
+
+class DataMoverConfigSpec(ApiModel):
+    """The limits every DataUpload and DataDownload runs under."""
+
+    max_concurrent_data_movers: int = Field(default=3, ge=1, alias="maxConcurrentDataMovers")
+    max_incremental_backups: int = Field(default=0, ge=0, alias="maxIncrementalBackups")
+    stale_data_upload_threshold: Duration = Field(default="2h", alias="staleDataUploadThreshold")
+    operation_timeout: Duration = Field(default="4h", alias="operationTimeout")
+    worker_log_lines: int = Field(default=200, ge=1, le=100_000, alias="workerLogLines")
+    changed_block_tracking_label_selectors: ChangedBlockTrackingLabelSelectors | None = Field(
+        default=None, alias="changedBlockTrackingLabelSelectors"
+    )
+    bandwidth_limit: Quantity | None = Field(default=None, alias="bandwidthLimit")
+
+
+class DataMoverConfig(Resource):
+    """The data movers' configuration; only the one named `default` is allowed."""
+
+    api_version: ApiVersion = API_VERSION
+    kind: Literal["DataMoverConfig"] = "DataMoverConfig"
+    spec: DataMoverConfigSpec
+    status: Status = Field(default_factory=Status)
+
+    @model_validator(mode="after")
+    def _named_default(self) -> DataMoverConfig:
+        if self.metadata.name not in (None, DEFAULT_NAME):
+            raise invalid(f"a DataMoverConfig must be named {DEFAULT_NAME!r}")
+        return self
+
+
+def load_config(client: Client) -> DataMoverConfigSpec:
+    """The spec of the `default` DataMoverConfig; every default when there is none."""
+    found = client.get(DataMoverConfig, None, DEFAULT_NAME)
+    return DataMoverConfigSpec() if found is None else found.spec
+
+
+DATA_MOVER_CONFIGS = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="DataMoverConfig",
+    plural="datamoverconfigs",
+    model=DataMoverConfig,
+    namespaced=False,
+    categories=("diskferry",),
+    columns=(
+        Column("MaxConcurrent", ".spec.maxConcurrentDataMovers", "integer"),
+        Column("MaxIncrementals", ".spec.maxIncrementalBackups", "integer"),
+        Column("BandwidthLimit", ".spec.bandwidthLimit", priority=1),
+        AGE,
+    ),
+)

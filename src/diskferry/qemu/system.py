@@ -1,0 +1,91 @@
+"""The `qemu-system-x86_64` command line of a VM: its disks on virtio-scsi, its monitors, its agent.
+
+Each disk is one `-blockdev` whose node name is also the id of its `scsi-hd` (or, read-only,
+`scsi-cd`) device, so QMP block commands and `human-monitor-command` `qemu-io -d TARGET`
+both reach it by that one name. A raw volume opens as `raw`; a CBT overlay opens as `qcow2`
+and brings its raw data file and its persistent dirty bitmaps with it. `-no-shutdown` keeps
+QEMU up when the guest powers off, so a monitor can tell a guest shutdown from a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QEMU_SYSTEM = "qemu-system-x86_64"
+KVM_DEVICE = "/dev/kvm"
+AGENT_CHANNEL = "org.qemu.guest_agent.0"
+
+
+@dataclass(frozen=True)
+class VmDisk:
+    """One disk: its node name (and device id), the file QEMU opens and how."""
+
+    target: str
+    path: str
+    format: str = "raw"
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class VmConfig:
+    """What a VM's QEMU is started with."""
+
+    name: str
+    cores: int
+    memory_bytes: int
+    disks: list[VmDisk]
+    monitors: list[Path]
+    serial_log: Path
+    agent_socket: Path | None = None
+    kvm: bool = field(default_factory=lambda: kvm_usable())
+
+
+def kvm_usable() -> bool:
+    """Whether this process may open /dev/kvm for reading and writing."""
+    try:
+        fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _blockdev(disk: VmDisk) -> str:
+    node = {
+        "driver": disk.format,
+        "node-name": disk.target,
+        "read-only": disk.read_only,
+        "file": {"driver": "file", "filename": disk.path, "read-only": disk.read_only},
+    }
+    return json.dumps(node, separators=(",", ":"))
+
+
+def command(config: VmConfig) -> list[str]:
+    """The argv that runs `config`'s VM: no display, no default devices."""
+    accel = ["-accel", "kvm", "-cpu", "host"] if config.kvm else ["-accel", "tcg"]
+    argv = [
+        QEMU_SYSTEM,
+        "-name", f"guest={config.name}",
+        "-machine", "pc", *accel,
+        "-smp", str(config.cores),
+        "-m", f"{max(config.memory_bytes >> 20, 16)}M",
+        "-nodefaults", "-nographic", "-no-shutdown",
+        "-serial", f"file:{config.serial_log}",
+    ]  # fmt: skip
+    for i, monitor in enumerate(config.monitors):
+        argv += ["-chardev", f"socket,id=mon{i},path={monitor},server=on,wait=off"]
+        argv += ["-mon", f"chardev=mon{i},mode=control"]
+    if config.agent_socket is not None:
+        argv += ["-chardev", f"socket,id=agent,path={config.agent_socket},server=on,wait=off"]
+        argv += ["-device", "virtio-serial-pci,id=serial0"]
+        argv += ["-device", f"virtserialport,chardev=agent,name={AGENT_CHANNEL}"]
+    if config.disks:
+        argv += ["-device", "virtio-scsi-pci,id=scsi0"]
+    for disk in config.disks:
+        device = "scsi-cd" if disk.read_only else "scsi-hd"
+        argv += ["-blockdev", _blockdev(disk)]
+        argv += ["-device", f"{device},bus=scsi0.0,drive={disk.target},id={disk.target}"]
+    return argv

@@ -1,0 +1,92 @@
+"""kubectl drives VirtualMachines on a real `diskferry serve`; a killed daemon's VMs keep running
+and the next daemon takes them over."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from control_support import wait_until
+from daemon_support import Served, free_port, start_daemon
+
+from diskferry.disk import procstat
+
+MANIFESTS = """\
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {name: vd-k, namespace: default}
+spec:
+  persistentVolumeClaim: {size: 16Mi}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualMachine
+metadata: {name: vm-k, namespace: default}
+spec:
+  runPolicy: AlwaysOn
+  blockDeviceRefs: [{kind: VirtualDisk, name: vd-k}]
+  memory: {size: 64Mi}
+"""
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A directory short enough for the VMs' Unix socket paths under it."""
+    path = Path(tempfile.mkdtemp(prefix="dfk", dir="/tmp"))
+    yield path
+    for state in path.glob("data/vms/*/*/state.json"):
+        pid = json.loads(state.read_text())["pid"]
+        if procstat.start_time(pid) is not None:
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def kubectl(daemon: Served, *args: str, stdin: str | None = None) -> str:
+    """Run kubectl against the daemon; its stdout."""
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), *args]
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def qemu_pid(base: Path) -> int:
+    """The pid of vm-k's QEMU."""
+    return json.loads((base / "data/vms/default/vm-k/state.json").read_text())["pid"]
+
+
+def test_kubectl_runs_a_vm_that_outlives_a_killed_daemon(base: Path) -> None:
+    options = ("--proxy-port", str(free_port()))
+    first = start_daemon(base / "data", base / "daemon.log", options=options)
+    try:
+        out = kubectl(first, "apply", "-f", "-", stdin=MANIFESTS)
+        assert "virtualmachine.diskferry.io/vm-k created" in out
+        kubectl(first, "wait", "vm", "vm-k", "--for=jsonpath={.status.phase}=Running")
+        lines = kubectl(first, "get", "vm").splitlines()
+        assert lines[0].split() == ["NAME", "PHASE", "CORES", "MEMORY", "CBT", "AGE"]
+        assert lines[1].split()[:5] == ["vm-k", "Running", "1", "64Mi", "Disabled"]
+        wide = kubectl(first, "get", "virtualmachines", "-o", "wide").splitlines()[0].split()
+        assert "RUNPOLICY" in wide and "QMP" in wide
+        pid = qemu_pid(base)
+    finally:
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait()
+    assert procstat.start_time(pid) is not None  # the VM did not go down with the daemon
+
+    second = start_daemon(base / "data", base / "daemon.log", port=first.port, options=options)
+    try:
+        kubectl(second, "wait", "vm", "vm-k", "--for=jsonpath={.status.phase}=Running")
+        assert qemu_pid(base) == pid  # taken over, not started twice
+        off = '{"spec":{"runPolicy":"AlwaysOff"}}'
+        kubectl(second, "patch", "vm", "vm-k", "--type=merge", "-p", off)
+        kubectl(second, "wait", "vm", "vm-k", "--for=jsonpath={.status.phase}=Stopped")
+        assert procstat.start_time(pid) is None
+        kubectl(second, "delete", "vm", "vm-k")
+        wait_until(lambda: not (base / "data/vms/default/vm-k").exists(), 30)
+    finally:
+        assert second.stop() == 0

@@ -1,0 +1,140 @@
+"""CBT of a VirtualMachine's disks: chosen by the DataMoverConfig's selectors or a label,
+PendingRestart on a running VM until its next start moves the disks onto their overlays."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from control_support import wait_until
+from reconcile_support import Daemon
+from vm_support import cbt_state, create_vm, daemon, hmp, patch_vm, ready_disk
+
+from diskferry.control.resources import REGISTRY
+from diskferry.qemu.bitmaps import BASE
+from diskferry.qemu.qmp import Qmp
+
+__all__ = ["daemon"]
+
+SPEC = {
+    "runPolicy": "AlwaysOn",
+    "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "vd-e"}],
+    "memory": {"size": "64Mi"},
+}
+
+
+def select_app_web(daemon: Daemon) -> None:
+    """The default DataMoverConfig, selecting the VMs labelled app=web for CBT."""
+    selectors = {"virtualMachineLabelSelector": {"matchLabels": {"app": "web"}}}
+    body = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "DataMoverConfig",
+        "metadata": {"name": "default"},
+        "spec": {"changedBlockTrackingLabelSelectors": selectors},
+    }
+    daemon.objects.create(REGISTRY.by_kind("DataMoverConfig"), None, body)
+
+
+def test_selector_on_a_running_vm_waits_for_the_restart(daemon: Daemon) -> None:
+    disk = ready_disk(daemon, "vd-e")
+    create_vm(daemon, "vm-e", SPEC, {"app": "web"})
+    daemon.wait_phase("VirtualMachine", "vm-e", "Running", timeout=30)
+    assert cbt_state(daemon, "vm-e") == "Disabled"
+
+    select_app_web(daemon)
+    wait_until(lambda: cbt_state(daemon, "vm-e") == "PendingRestart", 30)
+    assert not os.path.exists(f"{disk}.cbt.qcow2")
+
+    patch_vm(daemon, "vm-e", {"spec": {"runPolicy": "AlwaysOff"}})
+    daemon.wait_phase("VirtualMachine", "vm-e", "Stopped", timeout=30)
+    patch_vm(daemon, "vm-e", {"spec": {"runPolicy": "AlwaysOn"}})
+    vm = daemon.wait_phase("VirtualMachine", "vm-e", "Running", timeout=30)
+    assert vm["status"]["changedBlockTracking"] == {"state": "Enabled"}
+    socket = vm["status"]["qmpSocket"]
+    target = vm["status"]["blockDevices"][0]["target"]
+    hmp(socket, f'qemu-io -d {target} "write -P 0x33 2M 64k"')
+    with Qmp(socket) as qmp:
+        nodes = {n["node-name"]: n for n in qmp.command("query-named-block-nodes", flat=True)}
+    node = nodes[target]
+    assert node["drv"] == "qcow2"
+    assert node["file"] == f"{disk}.cbt.qcow2"
+    base = next(b for b in node["dirty-bitmaps"] if b["name"] == BASE)
+    assert base["persistent"] and base["count"] == 65536
+    with disk.open("rb") as f:
+        f.seek(2 << 20)
+        assert f.read(65536) == b"\x33" * 65536
+
+
+def test_label_on_a_stopped_vm_enables_cbt_at_once(daemon: Daemon) -> None:
+    """A stopped VM labelled for CBT gets its overlays without being started."""
+    disk = ready_disk(daemon, "vd-e")
+    stopped = {**SPEC, "runPolicy": "AlwaysOff"}
+    create_vm(daemon, "vm-f", stopped, {"diskferry.io/changed-block-tracking": "true"})
+    daemon.wait_phase("VirtualMachine", "vm-f", "Stopped", timeout=30)
+    wait_until(lambda: cbt_state(daemon, "vm-f") == "Enabled", 30)
+    assert os.path.exists(f"{disk}.cbt.qcow2")
+    vms, disks = REGISTRY.by_kind("VirtualMachine"), REGISTRY.by_kind("VirtualDisk")
+    daemon.objects.delete(vms, "default", "vm-f")
+    daemon.objects.delete(disks, "default", "vd-e")
+    wait_until(lambda: daemon.get("VirtualDisk", "vd-e") is None, 30)
+    assert not os.path.exists(f"{disk}.cbt.qcow2")  # the disk's overlay goes with it
+    assert not disk.parent.exists()
+
+
+def test_cbt_no_longer_wanted_removes_the_overlays_at_the_next_start(daemon: Daemon) -> None:
+    """Dropping the label leaves the running VM tracked; its next start runs it on raw."""
+    disk = ready_disk(daemon, "vd-e")
+    create_vm(daemon, "vm-g", SPEC, {"diskferry.io/changed-block-tracking": "true"})
+    daemon.wait_phase("VirtualMachine", "vm-g", "Running", timeout=30)
+    wait_until(lambda: cbt_state(daemon, "vm-g") == "Enabled", 30)
+    patch_vm(daemon, "vm-g", {"metadata": {"labels": None}})
+    patch_vm(daemon, "vm-g", {"spec": {"runPolicy": "AlwaysOff"}})
+    wait_until(lambda: cbt_state(daemon, "vm-g") == "Disabled", 30)
+    assert not os.path.exists(f"{disk}.cbt.qcow2")
+
+
+def diskferry(*args: str) -> dict:
+    """Run a diskferry command with --json; its result."""
+    env = {**os.environ, "DISKFERRY_PASSWORD": "vm-test-pass"}
+    command = [sys.executable, "-m", "diskferry.cli.main", *args, "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_running_vm_is_backed_up_live_through_its_status(daemon: Daemon) -> None:
+    """status.qmpSocket and the disk's overlay are all `backup --qmp` needs: a full backup,
+    then, after a guest write, an incremental."""
+    disk = ready_disk(daemon, "vd-e")
+    create_vm(daemon, "vm-h", SPEC, {"diskferry.io/changed-block-tracking": "true"})
+    vm = daemon.wait_phase("VirtualMachine", "vm-h", "Running", timeout=30)
+    wait_until(lambda: cbt_state(daemon, "vm-h") == "Enabled", 30)
+    socket, target = vm["status"]["qmpSocket"], vm["status"]["blockDevices"][0]["target"]
+    repo = str(daemon.data_dir / "repo")
+    diskferry("repo", "init", "--repo", repo)
+    backup = ["backup", "--repo", repo, "--vm", "vm-h", "--qmp", socket, "--no-progress"]
+    backup += ["--disk", f"root={disk}.cbt.qcow2"]
+    assert diskferry(*backup)["disks"][0]["type"] == "full"
+    hmp(socket, f'qemu-io -d {target} "write -P 0x44 4M 64k"')
+    incremental = diskferry(*backup)["disks"][0]
+    assert incremental["type"] == "incremental"
+    assert incremental["bytesRead"] == 65536
+
+
+def test_a_namespace_selector_selects_the_vms_in_labelled_namespaces(daemon: Daemon) -> None:
+    disk = ready_disk(daemon, "vd-e")
+    namespaces = REGISTRY.by_kind("Namespace")
+    daemon.objects.patch(namespaces, None, "default", {"metadata": {"labels": {"t": "p"}}}, "merge")
+    selector = {"matchExpressions": [{"key": "t", "operator": "In", "values": ["p", "q"]}]}
+    body = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "DataMoverConfig",
+        "metadata": {"name": "default"},
+        "spec": {"changedBlockTrackingLabelSelectors": {"namespaceLabelSelector": selector}},
+    }
+    daemon.objects.create(REGISTRY.by_kind("DataMoverConfig"), None, body)
+    create_vm(daemon, "vm-n", {**SPEC, "runPolicy": "AlwaysOff"}, {})
+    wait_until(lambda: cbt_state(daemon, "vm-n") == "Enabled", 30)
+    assert os.path.exists(f"{disk}.cbt.qcow2")

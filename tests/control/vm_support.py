@@ -1,0 +1,104 @@
+"""What the VirtualMachine tests share: a daemon on a short data directory, disks, VMs, QMP."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reconcile_support import Daemon
+
+from diskferry.control.resources import REGISTRY
+from diskferry.disk import procstat
+from diskferry.qemu.qmp import Qmp
+
+DISK_SIZE = "16Mi"
+
+
+@pytest.fixture
+def daemon() -> Iterator[Daemon]:
+    """A daemon over a data directory short enough for Unix socket paths under it."""
+    base = Path(tempfile.mkdtemp(prefix="dfvm", dir="/tmp"))
+    served = Daemon(base)
+    try:
+        yield served
+    finally:
+        for vm in served.objects.list(REGISTRY.by_kind("VirtualMachine"), "default").items:
+            qemu_pid = pid_of(served, vm["metadata"]["name"])
+            if qemu_pid:
+                procstat_kill(qemu_pid)
+        served.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def procstat_kill(pid: int) -> None:
+    """End a QEMU a failed test left running."""
+    if procstat.start_time(pid) is not None:
+        os.kill(pid, signal.SIGKILL)
+
+
+def pid_of(daemon: Daemon, name: str) -> int | None:
+    """The pid the daemon recorded for the VM's QEMU, None when it has none."""
+    state = daemon.data_dir / "vms" / "default" / name / "state.json"
+    try:
+        return json.loads(state.read_text())["pid"]
+    except (OSError, ValueError):
+        return None
+
+
+def ready_disk(daemon: Daemon, name: str) -> Path:
+    """A blank VirtualDisk, Ready; its file."""
+    daemon.apply("VirtualDisk", name, {"persistentVolumeClaim": {"size": DISK_SIZE}})
+    return daemon.claim(daemon.wait_phase("VirtualDisk", name, "Ready", timeout=30))
+
+
+def apply_vm(daemon: Daemon, name: str, policy: str, disks: list[str], **spec: Any) -> None:
+    """A VirtualMachine on the VirtualDisks `disks`, small."""
+    refs = [{"kind": "VirtualDisk", "name": d} for d in disks]
+    body = {"runPolicy": policy, "blockDeviceRefs": refs, "memory": {"size": "64Mi"}, **spec}
+    daemon.apply("VirtualMachine", name, body)
+
+
+def patch_vm(daemon: Daemon, name: str, patch: dict[str, Any]) -> None:
+    """Merge `patch` into the VirtualMachine."""
+    daemon.objects.patch(REGISTRY.by_kind("VirtualMachine"), "default", name, patch, "merge")
+
+
+def hmp(socket: str, line: str) -> str:
+    """Run an HMP command through QMP's human-monitor-command."""
+    with Qmp(socket) as qmp:
+        return qmp.command("human-monitor-command", command_line=line)
+
+
+def create_vm(daemon: Daemon, name: str, spec: dict[str, Any], labels: dict[str, str]) -> None:
+    """A VirtualMachine with `labels`."""
+    body = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+    daemon.objects.create(REGISTRY.by_kind("VirtualMachine"), "default", body)
+
+
+def cbt_state(daemon: Daemon, name: str) -> str | None:
+    """The VM's `status.changedBlockTracking.state`."""
+    vm = daemon.get("VirtualMachine", name) or {}
+    return vm.get("status", {}).get("changedBlockTracking", {}).get("state")
+
+
+POWER_OFF = bytes.fromhex("BA0406B80020EFF4EBFE")
+"""A boot sector's code that powers the PC off: `out 0x604, 0x2000` (PIIX4 ACPI S5), `hlt`."""
+
+
+def write_power_off_boot_sector(disk: Path) -> None:
+    """Make `disk` boot a guest that powers itself off at once."""
+    sector = POWER_OFF + bytes(510 - len(POWER_OFF)) + b"\x55\xaa"
+    with disk.open("r+b") as f:
+        f.write(sector)
