@@ -10,6 +10,7 @@ from control_support import wait_until
 
 from diskferry.control.controllers import Controllers
 from diskferry.control.errors import NotFoundError
+from diskferry.control.kinds import Registry
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
@@ -19,9 +20,10 @@ from diskferry.control.resources.core import EVENTS
 class Daemon:
     """The store and the controllers over one data directory, as `diskferry serve` runs them."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, registry: Registry = REGISTRY) -> None:
         self.data_dir = data_dir
-        self.objects = ObjectService(data_dir / "state.db", REGISTRY)
+        self.registry = registry
+        self.objects = ObjectService(data_dir / "state.db", registry)
         self.controllers = Controllers(data_dir, self.objects, workers=2, resync=5)
         self.controllers.start()
 
@@ -43,13 +45,13 @@ class Daemon:
                 subprocess.run(["losetup", "--detach", name], check=False)
 
     def apply(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        info = REGISTRY.by_kind(kind)
+        info = self.registry.by_kind(kind)
         body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
         return self.objects.create(info, "default", body)[0]
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.objects.get(REGISTRY.by_kind(kind), "default", name)
+            return self.objects.get(self.registry.by_kind(kind), "default", name)
         except NotFoundError:
             return None
 

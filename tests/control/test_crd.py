@@ -85,6 +85,9 @@ def test_a_crd_for_every_custom_kind() -> None:
             "VirtualMachineExport",
             "VirtualMachine",
             "DataMoverConfig",
+            "BackupStorageLocation",
+            "DataUpload",
+            "DataDownload",
         }
     )
     assert [c for c in yaml.safe_load_all(crds_yaml(made))] == made

@@ -32,6 +32,11 @@ class RepoAccess(WorkerJob):
     )
     s3_endpoint: str | None = Field(default=None, alias="s3Endpoint")
     s3_region: str | None = Field(default=None, alias="s3Region")
+    s3_credentials_file: str | None = Field(
+        default=None,
+        alias="s3CredentialsFile",
+        description="an AWS credentials file whose [default] profile holds the keys",
+    )
     wait: bool = Field(default=False, description="wait for conflicting locks instead of refusing")
 
     def password(self) -> str | None:
@@ -45,9 +50,18 @@ class RepoAccess(WorkerJob):
 
     def s3_options(self) -> S3Options:
         """The S3 settings given, over those of the environment."""
+        from diskferry.objstore.credentials import read_credentials
         from diskferry.objstore.store import S3Options
 
-        return S3Options(endpoint=self.s3_endpoint, region=self.s3_region)
+        key = secret = None
+        if self.s3_credentials_file:
+            key, secret = read_credentials(self.s3_credentials_file)
+        return S3Options(
+            endpoint=self.s3_endpoint,
+            region=self.s3_region,
+            access_key_id=key,
+            secret_access_key=secret,
+        )
 
     def open_repository(self) -> Repository:
         """Open the repository with the job's password and S3 settings."""

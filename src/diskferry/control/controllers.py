@@ -15,9 +15,13 @@ from typing import Any
 from diskferry.control.kinds import KindInfo
 from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
+from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
 from diskferry.control.reconcilers.claimed import ClaimedKind
+from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
+from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
+from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
@@ -63,9 +67,20 @@ class Controllers:
             VirtualDiskSnapshotReconciler(*parts),
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy),
         ]
-        self.job_owners = {r.info.kind: r for r in owners}
+        self.scheduler = Scheduler()
+        movers = [
+            DataUploadReconciler(*parts, self.scheduler),
+            DataDownloadReconciler(*parts, self.scheduler),
+        ]
+        self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
         machines = VirtualMachineReconciler(self.client, self.volumes, self.machines)
-        self.reconcilers: list[Reconciler] = [*owners, machines, *extra]
+        self.reconcilers: list[Reconciler] = [
+            *owners,
+            machines,
+            *movers,
+            BackupStorageLocationReconciler(self.client),
+            *extra,
+        ]
         self.manager = Manager(
             objects, self.client, self.reconcilers, workers=workers, resync=resync
         )

@@ -102,7 +102,7 @@ class StorageDaemon:
         except BaseException:
             self._lock.release()
             raise
-        self.dir = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX))
+        self.dir = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX, dir=runtime_dir()))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.qmp_socket)
         listener.listen()

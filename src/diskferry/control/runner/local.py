@@ -2,13 +2,13 @@
 
 Each job lives in DATA_DIR/jobs/<job-id>/: `job.json`, the files it was given, `stdout` and
 `stderr` (files, not pipes, so a daemon that dies leaves its workers nothing to break on),
-`scratch/` (the worker's TMPDIR) and `state.json` (pid, start time and boot id, port). A
-worker runs in a session and process group of its own, so neither a terminal's signals nor
+`scratch/` (the worker's TMPDIR; fixed-name sockets and pid files stay in the daemon's runtime
+directory, where later workers find them) and `state.json` (pid, start time and boot id, port).
+A worker runs in a session and process group of its own, so neither a terminal's signals nor
 the daemon's death reach it. A runner made afresh (after a daemon restart) reads the same
-files: it re-attaches to workers still running and reads the results of those that ended;
-a pid reused by another process is told apart by its start time and the boot id. A job
-purged without its scratch leaves the tail of its log in DATA_DIR/jobs/logs/<job-id>.log,
-until `forget`.
+files: it re-attaches to workers still running and reads the results of those that ended; a pid
+reused by another process is told apart by its start time and the boot id. A job purged without
+its scratch leaves the tail of its log in DATA_DIR/jobs/logs/<job-id>.log, until `forget`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,7 +145,7 @@ class LocalRunner:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                env={**os.environ, "TMPDIR": str(directory / "scratch")},
+                env=self._env(directory),
                 start_new_session=True,
             )
         except OSError as e:
@@ -152,6 +153,14 @@ class LocalRunner:
         finally:
             os.close(out)
             os.close(err)
+
+    def _env(self, directory: Path) -> dict[str, str]:
+        """The worker's environment: TMPDIR its scratch; the runtime directory (fixed-name
+        sockets and pid files that later workers must find, with paths short enough for a
+        socket) stays the daemon's."""
+        env = {**os.environ, "TMPDIR": str(directory / "scratch")}
+        env.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+        return env
 
     def _save(self, directory: Path, record: dict[str, Any]) -> None:
         write_atomically(directory / "state.json", json.dumps(record).encode())

@@ -1,0 +1,94 @@
+"""BackupStorageLocation: its repository opened now and then (Velero's validation), made at
+first use when absent, the phase Available or Unavailable with the reason and an Event."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.duration import parse_duration
+from diskferry.control.reconcilers.claimed import tag
+from diskferry.control.reconcilers.location import location_of, open_or_create
+from diskferry.control.reconcilers.phases import status_of
+from diskferry.control.resources.backupstoragelocation import (
+    BACKUP_STORAGE_LOCATIONS,
+    BackupStorageLocation,
+    BSLPhase,
+)
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.disk.errors import DiskferryError
+
+log = logging.getLogger("diskferry.control")
+VALIDATION_SECONDS = 60.0
+"""How often a location is looked at when its spec does not say (Velero's default, 1m)."""
+
+
+def frequency(bsl: BackupStorageLocation) -> float:
+    """Seconds between validations; 0 validates only when the spec changes."""
+    given = bsl.spec.validation_frequency
+    return VALIDATION_SECONDS if given is None else parse_duration(given).total_seconds()
+
+
+def available(bsl: BackupStorageLocation | None) -> bool:
+    """Whether the location was Available when last looked at."""
+    return bsl is not None and bsl.status.phase == BSLPhase.AVAILABLE
+
+
+class BackupStorageLocationReconciler:
+    """Validates each location's repository, creating it when absent."""
+
+    info = BACKUP_STORAGE_LOCATIONS
+
+    def __init__(self, client: Client, clock: Clock | None = None) -> None:
+        self.client = client
+        self.clock = clock or Clock()
+
+    def reconcile(self, obj: BackupStorageLocation) -> Result:
+        """Validate the location when due; look again at the next validation."""
+        if obj.metadata.deletion_timestamp is not None:
+            return Result.done()
+        every = frequency(obj)
+        status = status_of(obj)
+        last = obj.status.last_validation_time
+        now = self.clock.now()
+        if status.get("observedGeneration") == obj.metadata.generation and last is not None:
+            if not every:
+                return Result.done()
+            left = every - (now - last).total_seconds()
+            if left > 0:
+                return Result.requeue(left)
+        self._validate(obj, now)
+        return Result.requeue(every) if every else Result.done()
+
+    def _validate(self, obj: BackupStorageLocation, now: datetime) -> None:
+        fields: dict[str, Any]
+        try:
+            location = location_of(self.client, obj)
+            repo_id, made = open_or_create(location, obj.spec.access_mode == "ReadWrite")
+        except DiskferryError as e:
+            phase, reason = BSLPhase.UNAVAILABLE, e.reason
+            message = f"the repository cannot be opened: {e.message}"
+            fields = {"message": message}
+        else:
+            phase, reason = BSLPhase.AVAILABLE, "RepositoryCreated" if made else "Available"
+            said = "created the repository" if made else "the repository opens"
+            message = f"{said} {repo_id} at {location.url}"
+            fields = {"message": message, "repositoryID": repo_id}
+        before = obj.status.phase
+        self.client.patch_status(
+            obj,
+            {
+                **fields,
+                "phase": phase.value,
+                "lastValidationTime": rfc3339(now),
+                "observedGeneration": obj.metadata.generation,
+            },
+        )
+        if before != phase or reason == "RepositoryCreated":
+            warning = phase == BSLPhase.UNAVAILABLE
+            self.client.event(obj, "Warning" if warning else "Normal", reason, message)
+            if warning:
+                log.warning("%s is Unavailable: %s", tag(obj), message)

@@ -1,0 +1,130 @@
+"""DataDownload: one disk snapshot restored into a new VirtualDisk (`spec.targetVolume`).
+
+The disk is made blank of the snapshot's size, or of the annotation
+`diskferry.io/backup-pvc-size` when that is larger (a smaller one is refused), labelled with
+the download's uid; once it is Ready the restore worker writes the snapshot into its claim
+(replaced whole only on success). A download that fails or is cancelled deletes the disk
+it made; a disk of that name that it did not make is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diskferry.control.model import API_VERSION, ObjectMeta
+from diskferry.control.quantity import format_bytes, parse_quantity
+from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
+from diskferry.control.reconcilers.location import Location, snapshot_size
+from diskferry.control.reconcilers.moverconfig import MoverConfig
+from diskferry.control.reconcilers.phases import READY
+from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.resources.datadownload import BACKUP_PVC_SIZE, DATA_DOWNLOADS, DataDownload
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.disk.errors import DiskferryError
+
+MADE_BY = "diskferry.io/data-download-uid"
+
+
+class DataDownloadReconciler(MoverReconciler):
+    """Restores each DataDownload's snapshot into the disk it makes."""
+
+    info = DATA_DOWNLOADS
+    prefix = "dd"
+    log_words = "downloader log"
+    running = "the downloader is restoring the disk"
+
+    def who(self, obj: DataDownload) -> str:
+        """The target disk, as `VirtualDisk namespace/name`."""
+        namespace, name = self._target(obj)
+        return f"VirtualDisk {namespace}/{name}"
+
+    def _target(self, obj: DataDownload) -> tuple[str, str]:
+        volume = obj.spec.target_volume
+        return volume.namespace or obj.metadata.namespace or "default", volume.pvc
+
+    def blocker(self, obj: DataDownload, config: MoverConfig) -> str | None:
+        """Nothing: downloads wait only for their location and the cap."""
+        return None
+
+    def size(self, obj: DataDownload, location: Location) -> int:
+        """The disk's size: the snapshot's, or the annotation's when larger."""
+        try:
+            size = snapshot_size(location, obj.spec.snapshot_id)
+        except DiskferryError as e:
+            raise MoverFailure(e.message, reason=e.reason) from e
+        asked = obj.metadata.annotations.get(BACKUP_PVC_SIZE)
+        if asked is None:
+            return size
+        try:
+            wanted = parse_quantity(asked)
+        except DiskferryError as e:
+            raise MoverFailure(f"{BACKUP_PVC_SIZE}: {e.message}", reason="BadSize") from e
+        if wanted < size:
+            raise MoverFailure(
+                f"{BACKUP_PVC_SIZE} {asked} is smaller than the backed-up disk, "
+                f"{format_bytes(size)} ({size} bytes)",
+                reason="SizeTooSmall",
+            )
+        return wanted
+
+    def prepare(self, obj: DataDownload, location: Location, config: MoverConfig) -> Job | Waiting:
+        """The restore job, once the disk it made is Ready."""
+        namespace, name = self._target(obj)
+        disk = self.client.get(VirtualDisk, namespace, name)
+        if disk is None:
+            size = self.size(obj, location)
+            self.client.create(
+                VirtualDisk.model_validate(
+                    {
+                        "apiVersion": API_VERSION,
+                        "kind": "VirtualDisk",
+                        "metadata": ObjectMeta(
+                            name=name, namespace=namespace, labels={MADE_BY: obj.metadata.uid}
+                        ).to_json(),
+                        "spec": {"persistentVolumeClaim": {"size": str(size)}},
+                    }
+                )
+            )
+            return Waiting(f"waiting for the VirtualDisk {name} to be made")
+        if disk.metadata.labels.get(MADE_BY) != obj.metadata.uid:
+            raise MoverFailure(
+                f"the VirtualDisk {namespace}/{name} exists already: restore into a new disk",
+                reason="TargetExists",
+            )
+        if disk.status.phase != READY:
+            return Waiting(f"waiting for the VirtualDisk {name} to be Ready")
+        claim = claim_of(self.client, self.volumes, disk)
+        if claim is None or not claim.ready:
+            raise MoverFailure(
+                f"the claim of the VirtualDisk {name} is gone", reason="DiskClaimLost"
+            )
+        fields, files = location.job()
+        job: dict[str, Any] = {
+            **fields,
+            "kind": "restore",
+            "snapshot": obj.spec.snapshot_id,
+            "target": claim.path,
+            "format": "raw",
+            "size": claim.size(),
+            "force": True,
+            "wait": True,
+        }
+        return Job(job, files, f"the VirtualDisk {name} is ready to be written")
+
+    def completed(self, obj: DataDownload, result: dict[str, Any]) -> dict[str, Any]:
+        """The bytes written."""
+        size = int(result.get("size") or 0)
+        return {
+            "progress": {"totalBytes": size, "bytesDone": size},
+            "message": f"restored snapshot {result.get('snapshot')} "
+            f"({result.get('bytesWritten', 0)} bytes written)",
+        }
+
+    def cleanup(self, obj: DataDownload, succeeded: bool) -> None:
+        """Delete the disk the download made, unless it succeeded."""
+        if succeeded:
+            return
+        namespace, name = self._target(obj)
+        disk = self.client.get(VirtualDisk, namespace, name)
+        if disk is not None and disk.metadata.labels.get(MADE_BY) == obj.metadata.uid:
+            self.client.delete(VirtualDisk, namespace, name)

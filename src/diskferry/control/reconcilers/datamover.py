@@ -1,0 +1,327 @@
+"""The life every DataUpload and DataDownload shares: New -> Accepted -> Prepared ->
+InProgress -> Completed | Failed, and Canceling -> Canceled from any phase on `spec.cancel`.
+
+Accepted needs the storage location Available (and what the kind adds: one upload per VM);
+Prepared is the kind's own preparation; the scheduler admits InProgress under the cap; the
+worker's /progress is copied into `status.progress`. `operationTimeout` runs from Accepted:
+on expiry the worker's log is captured and the worker stopped, and the resource Failed. A
+worker's last lines go to the daemon's log tagged with the kind's words ("data mover log",
+"downloader log"), the resource and its VM; a failed worker's scratch stays until the
+resource is deleted, at most FAILED_KEPT of each kind; a succeeded or cancelled one's goes.
+Every phase change is an Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.duration import format_duration, parse_duration
+from diskferry.control.kinds import KindInfo
+from diskferry.control.reconcilers.bsl import available
+from diskferry.control.reconcilers.claimed import tag
+from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.location import Location, location_of
+from diskferry.control.reconcilers.moverconfig import MoverConfig, load_mover_config
+from diskferry.control.reconcilers.scheduler import Scheduler
+from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
+from diskferry.control.resources.datamover import ENDED, MoverPhase
+from diskferry.control.runner.base import BACKUP, JobState, Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Volumes
+from diskferry.disk.errors import DiskferryError
+
+log = logging.getLogger("diskferry.control")
+POLL_SECONDS = 1.0
+STOP_POLL = 0.3
+WAIT_SECONDS = 2.0
+FAILED_KEPT = 10
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Failed workers' scratch kept for debugging, per kind; older ones are removed."""
+
+
+class MoverFailure(DiskferryError):
+    """The mover cannot go on: its reason and message go into status."""
+
+    reason = "DataMoverFailed"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Not yet: the message says what the mover waits for."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """The worker job the mover runs, its files, and the status fields it brings."""
+
+    job: dict[str, Any]
+    files: dict[str, bytes] = field(default_factory=dict)
+    message: str = ""
+
+
+class MoverReconciler(ABC):
+    """Reconciles one data mover kind; the kind gives what differs."""
+
+    info: KindInfo
+    prefix = ""
+    log_words = ""
+    running = ""
+
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        scheduler: Scheduler,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.volumes = volumes
+        self.scheduler = scheduler
+        self.clock = clock or Clock()
+        self.node = socket.gethostname()
+
+    @abstractmethod
+    def blocker(self, obj: Any, config: MoverConfig) -> str | None:
+        """What the mover waits for before it may be accepted, None when nothing."""
+
+    @abstractmethod
+    def prepare(self, obj: Any, location: Location, config: MoverConfig) -> Job | Waiting:
+        """The job to run once admitted, or what the mover still waits for (MoverFailure
+        when it never can)."""
+
+    @abstractmethod
+    def completed(self, obj: Any, result: dict[str, Any]) -> dict[str, Any]:
+        """The status fields of a succeeded job (MoverFailure when it must not count)."""
+
+    @abstractmethod
+    def who(self, obj: Any) -> str:
+        """How the log names what the mover moves (its VM, its disk)."""
+
+    def cleanup(self, obj: Any, succeeded: bool) -> None:
+        """Remove what the mover made besides its job, once it ended without success."""
+
+    def job_id(self, obj: Any) -> str:
+        """The id of the mover's worker job."""
+        return f"{self.prefix}-{obj.metadata.uid}"
+
+    def reconcile(self, obj: Any) -> Result:
+        """One step of the mover's life."""
+        if deleting(obj):
+            if not self.runner.forget(self.job_id(obj)):
+                return Result.requeue(STOP_POLL)
+            if obj.status.phase not in ENDED:
+                self.cleanup(obj, succeeded=False)
+            release(self.client, obj)
+            return Result.done()
+        obj = held(self.client, obj)
+        phase = obj.status.phase
+        if phase in ENDED:
+            return Result.done()
+        if obj.spec.cancel:
+            return self._cancel(obj)
+        if phase is None:
+            obj = self._move(obj, MoverPhase.NEW, "New", "waiting to be accepted")
+            phase = MoverPhase.NEW
+        config = load_mover_config(self.client)
+        try:
+            if phase != MoverPhase.NEW and self._timed_out(obj, config):
+                return self._time_out(obj, config)
+            if phase == MoverPhase.NEW:
+                return self._accept(obj, config)
+            if phase in (MoverPhase.ACCEPTED, MoverPhase.PREPARED):
+                return self._prepare(obj, config)
+            if phase == MoverPhase.IN_PROGRESS:
+                return self._poll(obj, config)
+        except MoverFailure as e:
+            return self._fail(obj, e.reason, e.message, config)
+        return Result.requeue(POLL_SECONDS)
+
+    def _location(self, obj: Any) -> BackupStorageLocation | None:
+        name = obj.spec.backup_storage_location
+        return self.client.get(BackupStorageLocation, obj.metadata.namespace, name)
+
+    def _accept(self, obj: Any, config: MoverConfig) -> Result:
+        bsl = self._location(obj)
+        name = obj.spec.backup_storage_location
+        if not available(bsl):
+            said = "does not exist" if bsl is None else f"is {bsl.status.phase or 'not validated'}"
+            why = f": {bsl.status.message}" if bsl is not None and bsl.status.message else ""
+            message = f"waiting for the BackupStorageLocation {name} to be Available: it {said}"
+            self._note(obj, message + why)
+            return Result.requeue(WAIT_SECONDS)
+        blocked = self.blocker(obj, config)
+        if blocked:
+            self._note(obj, blocked)
+            return Result.requeue(WAIT_SECONDS)
+        now = rfc3339(self.clock.now())
+        fields = {"acceptedTimestamp": now, "acceptedByNode": self.node, "node": self.node}
+        self._move(obj, MoverPhase.ACCEPTED, "Accepted", f"accepted by {self.node}", fields)
+        return Result.requeue(0)
+
+    def _prepare(self, obj: Any, config: MoverConfig) -> Result:
+        bsl = self._location(obj)
+        if bsl is None:
+            raise MoverFailure(
+                f"the BackupStorageLocation {obj.spec.backup_storage_location} is gone",
+                reason="StorageLocationLost",
+            )
+        try:
+            location = location_of(self.client, bsl)
+        except DiskferryError as e:
+            raise MoverFailure(e.message, reason=e.reason) from e
+        prepared = self.prepare(obj, location, config)
+        if isinstance(prepared, Waiting):
+            self._note(obj, prepared.message)
+            return Result.requeue(WAIT_SECONDS)
+        if obj.status.phase != MoverPhase.PREPARED:
+            obj = self._move(obj, MoverPhase.PREPARED, "Prepared", prepared.message)
+
+        def start() -> None:
+            # the job first: a daemon killed in between finds it Prepared, and the start of
+            # a job already started starts nothing
+            self.runner.start(self.job_id(obj), BACKUP, prepared.job, prepared.files)
+            fields = {"startTimestamp": rfc3339(self.clock.now())}
+            self._move(obj, MoverPhase.IN_PROGRESS, "InProgress", self.running, fields)
+
+        waits = self.scheduler.admit(
+            self.client, self.info.model, obj, config.max_concurrent, start
+        )
+        if waits:
+            self._note(obj, waits)
+        return Result.requeue(POLL_SECONDS)
+
+    def _poll(self, obj: Any, config: MoverConfig) -> Result:
+        job_id = self.job_id(obj)
+        state = self.runner.state(job_id)
+        if state is None:
+            raise MoverFailure("the worker's job is gone", reason="WorkerLost")
+        if state.running:
+            self._progress(obj, state)
+            return Result.requeue(POLL_SECONDS)
+        self._emit_log(obj, config)
+        if not state.succeeded:
+            reason, message = self._failure(state)
+            return self._fail(obj, reason, message, config, logged=True)
+        fields = self.completed(obj, state.result or {})
+        fields["completionTimestamp"] = rfc3339(self.clock.now())
+        self._move(obj, MoverPhase.COMPLETED, "Completed", fields.pop("message", "done"), fields)
+        self.runner.purge(job_id, keep_scratch=False)
+        self.cleanup(obj, succeeded=True)
+        return Result.done()
+
+    def _progress(self, obj: Any, state: JobState) -> None:
+        progress = state.progress or {}
+        wanted = {
+            "totalBytes": int(progress.get("bytesTotal") or 0),
+            "bytesDone": int(progress.get("bytesDone") or 0),
+        }
+        if obj.status.progress.to_json() != wanted:
+            self.client.patch_status(obj, {"progress": wanted})
+
+    def _failure(self, state: JobState) -> tuple[str, str]:
+        if state.result is not None:
+            reason = str(state.result.get("reason") or "DataMoverFailed")
+            return reason, str(state.result.get("message") or "the worker failed")
+        tail = self.runner.log_tail(state.job_id, 1)
+        last = f": {tail[-1]}" if tail else ""
+        return "WorkerLost", f"the worker ended without a result (exit {state.exit_code}){last}"
+
+    def _timed_out(self, obj: Any, config: MoverConfig) -> bool:
+        accepted = obj.status.accepted_timestamp
+        if accepted is None:
+            return False
+        elapsed = (self.clock.now() - accepted).total_seconds()
+        return elapsed >= self._timeout(obj, config)
+
+    def _timeout(self, obj: Any, config: MoverConfig) -> float:
+        given = obj.spec.operation_timeout
+        return parse_duration(given).total_seconds() if given else config.timeout_seconds
+
+    def _time_out(self, obj: Any, config: MoverConfig) -> Result:
+        job_id = self.job_id(obj)
+        state = self.runner.state(job_id)
+        if state is not None and state.running:
+            self.runner.cancel(job_id)
+            return Result.requeue(STOP_POLL)
+        self._emit_log(obj, config)
+        timeout = format_duration(timedelta(seconds=round(self._timeout(obj, config))))
+        tail = self.runner.log_tail(job_id, 1) if state is not None else []
+        last = f"; the worker's last line: {tail[-1]}" if tail else ""
+        message = f"the operation did not end within {timeout} of being accepted{last}"
+        return self._fail(obj, "OperationTimeout", message, config, logged=True)
+
+    def _cancel(self, obj: Any) -> Result:
+        if obj.status.phase != MoverPhase.CANCELING:
+            obj = self._move(obj, MoverPhase.CANCELING, "Canceling", "canceling as asked")
+        job_id = self.job_id(obj)
+        self.runner.cancel(job_id)
+        if not self.runner.purge(job_id, keep_scratch=False):
+            return Result.requeue(STOP_POLL)
+        self.cleanup(obj, succeeded=False)
+        fields = {"completionTimestamp": rfc3339(self.clock.now())}
+        self._move(obj, MoverPhase.CANCELED, "Canceled", "canceled as asked", fields)
+        return Result.done()
+
+    def _fail(
+        self, obj: Any, reason: str, message: str, config: MoverConfig, logged: bool = False
+    ) -> Result:
+        job_id = self.job_id(obj)
+        if not logged and self.runner.state(job_id) is not None:
+            if not self.runner.purge(job_id, keep_scratch=True):
+                return Result.requeue(STOP_POLL)
+            self._emit_log(obj, config)
+        log.warning("%s of %s failed: %s: %s", tag(obj), self.who(obj), reason, message)
+        fields = {"completionTimestamp": rfc3339(self.clock.now())}
+        self._move(obj, MoverPhase.FAILED, reason, message, fields)
+        self.runner.purge(job_id, keep_scratch=True)
+        self.cleanup(obj, succeeded=False)
+        self._bound_failed()
+        return Result.done()
+
+    def _bound_failed(self) -> None:
+        """Remove the scratch of the failed movers of this kind beyond the FAILED_KEPT newest."""
+        failed = [o for o in self.client.list(self.info.model) if o.status.phase == "Failed"]
+        failed.sort(key=lambda o: o.status.completion_timestamp or _EPOCH, reverse=True)
+        for old in failed[FAILED_KEPT:]:
+            self.runner.purge(self.job_id(old), keep_scratch=False)
+
+    def _emit_log(self, obj: Any, config: MoverConfig) -> None:
+        for line in self.runner.log_tail(self.job_id(obj), config.log_lines):
+            log.info("%s %s (%s): %s", self.log_words, tag(obj), self.who(obj), line)
+
+    def _note(self, obj: Any, message: str) -> None:
+        """Say in status what the mover waits for (written only when it changes)."""
+        if obj.status.message != message:
+            self.client.patch_status(obj, {"message": message})
+
+    def _move(
+        self,
+        obj: Any,
+        phase: MoverPhase,
+        reason: str,
+        message: str,
+        fields: dict[str, Any] | None = None,
+    ) -> Any:
+        """Set the phase, message and fields; an Event (a Warning for Failed)."""
+        status = {
+            **(fields or {}),
+            "phase": phase.value,
+            "message": message,
+            "observedGeneration": obj.metadata.generation,
+        }
+        updated = self.client.patch_status(obj, status)
+        if obj.status.phase != phase:
+            kind = "Warning" if phase == MoverPhase.FAILED else "Normal"
+            self.client.event(obj, kind, reason, message)
+        return updated

@@ -1,0 +1,219 @@
+"""DataUpload: all the disks of one VirtualMachine backed up at one consistent point.
+
+One active DataUpload per VM: the oldest wins (the uid breaks a tie), and one older than
+`staleDataUploadThreshold` no longer blocks; a waiting one names the one it waits for. The
+engine decides full or incremental per disk from the repository's chain and the disk's
+checkpoints (full when asked by `diskferry.io/force-full-backup`, or when the incrementals
+reached `maxIncrementalBackups` or the VM's `diskferry.io/max-incremental-backups`); each
+disk's decision and reason go into `status.disks` and an Event. A running VM is frozen
+through its guest agent unless `diskferry.io/skip-quiesce`; an agent that does not answer is
+a warning (the backup is crash-consistent) unless `diskferry.io/require-quiesce` makes it a
+failure. A full backup that read nothing from a disk holding data fails (the zero-data case).
+
+The VM is read as plain values: `spec.blockDeviceRefs`, `status.phase`, and while Running
+`status.qmpSocket` (and `status.guestAgentSocket` when it has an agent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
+from diskferry.control.reconcilers.location import Location
+from diskferry.control.reconcilers.moverconfig import MoverConfig
+from diskferry.control.reconcilers.phases import READY
+from diskferry.control.reconcilers.plain import get_plain
+from diskferry.control.reconcilers.quiesce import agent_silence
+from diskferry.control.reconcilers.scheduler import age_order
+from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.reconcilers.space import DiskRoom, shortfall
+from diskferry.control.resources.datamover import ENDED, MoverPhase
+from diskferry.control.resources.dataupload import (
+    DATA_UPLOADS,
+    FORCE_FULL,
+    MAX_INCREMENTALS,
+    REQUIRE_QUIESCE,
+    SKIP_QUIESCE,
+    VM_NAME,
+    DataUpload,
+)
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.volumes import Claim
+
+RUNNING = "Running"
+
+
+def vm_of(obj: DataUpload) -> tuple[str, str]:
+    """The namespace and name of the upload's VM (MoverFailure without the annotation)."""
+    name = obj.metadata.annotations.get(VM_NAME)
+    if not name:
+        raise MoverFailure(
+            f"the annotation {VM_NAME} does not name a VM", reason="NoVirtualMachine"
+        )
+    return obj.spec.source_namespace or obj.metadata.namespace or "default", name
+
+
+def repository_vm(namespace: str, name: str) -> str:
+    """The VM's name in the repository: namespace and name, so that namespaces do not mix."""
+    return f"{namespace}.{name}"
+
+
+def _yes(obj: Any, annotation: str) -> bool:
+    return obj.metadata.annotations.get(annotation, "").lower() == "true"
+
+
+class DataUploadReconciler(MoverReconciler):
+    """Backs up each DataUpload's VM."""
+
+    info = DATA_UPLOADS
+    prefix = "du"
+    log_words = "data mover log"
+    running = "the data mover is backing up the disks"
+
+    def who(self, obj: DataUpload) -> str:
+        """The VM, as `VirtualMachine namespace/name`."""
+        namespace = obj.spec.source_namespace or obj.metadata.namespace
+        return f"VirtualMachine {namespace}/{obj.metadata.annotations.get(VM_NAME, '?')}"
+
+    def blocker(self, obj: DataUpload, config: MoverConfig) -> str | None:
+        """The older active upload of the same VM, unless it is stale."""
+        vm = vm_of(obj)
+        now = self.clock.now()
+        mine = age_order(obj)
+        for other in self.client.list(DataUpload):
+            if other.metadata.uid == obj.metadata.uid or other.status.phase in ENDED:
+                continue
+            if other.metadata.annotations.get(VM_NAME) is None or vm_of(other) != vm:
+                continue
+            created = other.metadata.creation_timestamp
+            if created is not None and (now - created).total_seconds() > config.stale_seconds:
+                continue
+            active = other.status.phase not in (None, MoverPhase.NEW)
+            if active or age_order(other) < mine:
+                where = other.metadata.namespace
+                return (
+                    f"waiting for DataUpload {where}/{other.metadata.name}: one upload of "
+                    f"VirtualMachine {vm[0]}/{vm[1]} at a time"
+                )
+        return None
+
+    def prepare(self, obj: DataUpload, location: Location, config: MoverConfig) -> Job | Waiting:
+        """The backup job of the VM's disks, once each is Ready and there is room."""
+        namespace, name = vm_of(obj)
+        vm = get_plain(self.client, "VirtualMachine", namespace, name)
+        if vm is None:
+            raise MoverFailure(
+                f"the VirtualMachine {namespace}/{name} does not exist",
+                reason="VirtualMachineNotFound",
+            )
+        claims = self._claims(namespace, vm)
+        if isinstance(claims, Waiting):
+            return claims
+        status = vm.get("status") or {}
+        running = status.get("phase") == RUNNING
+        rooms = [DiskRoom(str(c.file), c.size()) for c in claims.values()]
+        short = shortfall(rooms, running)
+        if short:
+            raise MoverFailure(short, reason="InsufficientSpace")
+        fields, files = location.job()
+        job: dict[str, Any] = {
+            **fields,
+            "kind": "backup",
+            "vm": repository_vm(namespace, name),
+            "disks": [{"name": disk, "path": str(c.file)} for disk, c in claims.items()],
+            "full": _yes(obj, FORCE_FULL),
+            "wait": True,
+        }
+        limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or (
+            vm.get("metadata", {}).get("annotations", {}).get(MAX_INCREMENTALS)
+        )
+        if limit is not None or config.max_incrementals:
+            job["maxIncrementals"] = int(limit) if limit is not None else config.max_incrementals
+        if running:
+            if not status.get("qmpSocket"):
+                return Waiting(
+                    f"waiting for the running VirtualMachine {name} to name its QMP socket"
+                )
+            job["qmp"] = status["qmpSocket"]
+            self._quiesce(obj, vm, job)
+        return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
+
+    def _claims(self, namespace: str, vm: dict[str, Any]) -> dict[str, Claim] | Waiting:
+        refs = [r for r in (vm.get("spec") or {}).get("blockDeviceRefs") or []]
+        disks = [r.get("name", "") for r in refs if r.get("kind") == "VirtualDisk"]
+        if not disks:
+            raise MoverFailure("the VirtualMachine has no VirtualDisk to back up", reason="NoDisks")
+        claims = {}
+        for disk_name in disks:
+            disk = self.client.get(VirtualDisk, namespace, disk_name)
+            phase = None if disk is None else disk.status.phase
+            if disk is None or phase != READY:
+                said = "does not exist" if disk is None else f"is {phase or 'new'}"
+                return Waiting(f"waiting for the VirtualDisk {disk_name} to be Ready: it {said}")
+            claim = claim_of(self.client, self.volumes, disk)
+            if claim is None or not claim.ready:
+                raise MoverFailure(
+                    f"the claim of the VirtualDisk {disk_name} is gone", reason="DiskClaimLost"
+                )
+            claims[disk_name] = claim
+        return claims
+
+    def _quiesce(self, obj: DataUpload, vm: dict[str, Any], job: dict[str, Any]) -> None:
+        """Freeze through the agent when it answers; otherwise warn, or fail when required."""
+        vm_meta = vm.get("metadata", {}).get("annotations", {})
+        wanted = {**vm_meta, **obj.metadata.annotations}
+        if wanted.get(SKIP_QUIESCE, "").lower() == "true":
+            return
+        socket_path = (vm.get("status") or {}).get("guestAgentSocket")
+        silence = agent_silence(socket_path)
+        if silence is None:
+            job["qga"] = socket_path
+            return
+        if wanted.get(REQUIRE_QUIESCE, "").lower() == "true":
+            raise MoverFailure(
+                f"{silence}, and {REQUIRE_QUIESCE} asks for a frozen guest", reason="QuiesceFailed"
+            )
+        message = f"{silence}: the backup is crash-consistent"
+        self.client.event(obj, "Warning", "QuiesceUnavailable", message)
+
+    def completed(self, obj: DataUpload, result: dict[str, Any]) -> dict[str, Any]:
+        """The backup id, each disk, and the bytes; a full backup that read nothing from a
+        disk with data fails."""
+        namespace, _ = vm_of(obj)
+        disks = result.get("disks") or []
+        for disk in disks:
+            if disk.get("type") == "full" and not disk.get("bytesRead"):
+                vd = self.client.get(VirtualDisk, namespace, disk.get("disk", ""))
+                claim = None if vd is None else claim_of(self.client, self.volumes, vd)
+                if claim is not None and claim.allocated() > 0:
+                    raise MoverFailure(
+                        f"the backup of disk {disk['disk']} read no data although the disk holds "
+                        f"{claim.allocated()} bytes: the disk was not seen as it is",
+                        reason="ZeroData",
+                    )
+        listed = []
+        for disk in disks:
+            listed.append(
+                {
+                    "name": disk["disk"],
+                    "snapshotID": disk["snapshot"],
+                    "type": disk["type"],
+                    "reason": disk["reason"],
+                    "bytesRead": disk["bytesRead"],
+                    "bytesUploaded": disk["bytesUploaded"],
+                }
+            )
+            reason = "IncrementalBackup" if disk["type"] == "incremental" else "FullBackup"
+            self.client.event(
+                obj, "Normal", reason, f"disk {disk['disk']}: {disk['type']} ({disk['reason']})"
+            )
+        read = sum(d["bytesRead"] for d in disks)
+        kinds = sorted({d["type"] for d in disks})
+        return {
+            "snapshotID": result.get("backup"),
+            "disks": listed,
+            "consistency": result.get("consistency"),
+            "incrementalBytes": sum(d["bytesUploaded"] for d in disks),
+            "progress": {"totalBytes": read, "bytesDone": read},
+            "message": f"backup {result.get('backup')} done ({' and '.join(kinds)})",
+        }

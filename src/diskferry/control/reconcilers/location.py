@@ -1,0 +1,112 @@
+"""A BackupStorageLocation made usable: its repository's URL, S3 settings and password, for the
+daemon's own look at it and as the files and fields of a backup worker's job."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from diskferry.backup.errors import RepositoryNotFoundError
+from diskferry.backup.repository import Repository
+from diskferry.control.resources.backupstoragelocation import BackupStorageLocation, SecretKeyRef
+from diskferry.control.resources.core import Secret
+from diskferry.control.runtime.client import Client
+from diskferry.disk.errors import DiskferryError
+from diskferry.objstore.credentials import parse_credentials
+from diskferry.objstore.store import S3Options
+
+PASSWORD_FILE = "repo-password"
+CREDENTIALS_FILE = "s3-credentials"
+
+
+class LocationError(DiskferryError):
+    """A storage location cannot be used: a Secret or a key of it is missing."""
+
+    reason = "LocationUnusable"
+
+
+def secret_value(client: Client, namespace: str | None, ref: SecretKeyRef, what: str) -> bytes:
+    """The value of `ref` in `namespace`, or LocationError saying which is missing."""
+    secret = client.get(Secret, namespace, ref.name)
+    if secret is None:
+        raise LocationError(f"the Secret {ref.name} with the {what} does not exist")
+    value = secret.value(ref.key)
+    if value is None:
+        raise LocationError(f"the Secret {ref.name} has no key {ref.key} (the {what})")
+    return value
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a repository is, and what opens it."""
+
+    url: str
+    password: str | None
+    endpoint: str | None = None
+    region: str | None = None
+    credentials: bytes | None = None
+
+    def s3(self) -> S3Options:
+        """The S3 settings, keys included, for the daemon's own use."""
+        key = secret = None
+        if self.credentials is not None:
+            key, secret = parse_credentials(self.credentials.decode(errors="replace"))
+        return S3Options(
+            endpoint=self.endpoint, region=self.region, access_key_id=key, secret_access_key=secret
+        )
+
+    def job(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The repository fields of a backup worker's job, and the files they name."""
+        fields: dict[str, Any] = {"repo": self.url}
+        files: dict[str, bytes] = {}
+        if self.password is not None:
+            fields["passwordFile"] = PASSWORD_FILE
+            files[PASSWORD_FILE] = self.password.encode()
+        if self.endpoint:
+            fields["s3Endpoint"] = self.endpoint
+        if self.region:
+            fields["s3Region"] = self.region
+        if self.credentials is not None:
+            fields["s3CredentialsFile"] = CREDENTIALS_FILE
+            files[CREDENTIALS_FILE] = self.credentials
+        return fields, files
+
+
+def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
+    """The repository of `bsl`, its Secrets read."""
+    spec, namespace = bsl.spec, bsl.metadata.namespace
+    prefix = (spec.object_storage.prefix or "").strip("/")
+    password = None
+    if spec.encryption_secret_ref is not None:
+        raw = secret_value(client, namespace, spec.encryption_secret_ref, "repository password")
+        password = raw.decode(errors="replace").rstrip("\n")
+    if spec.provider == "filesystem":
+        return Location(os.path.join(spec.object_storage.bucket, prefix), password)
+    credentials = None
+    if spec.credential is not None:
+        credentials = secret_value(client, namespace, spec.credential, "S3 credentials")
+    url = f"s3://{spec.object_storage.bucket}/{prefix}".rstrip("/")
+    return Location(url, password, spec.config.s3_url, spec.config.region, credentials)
+
+
+def snapshot_size(location: Location, snapshot_id: str) -> int:
+    """The size of the disk the snapshot `snapshot_id` holds (SnapshotNotFoundError if none)."""
+    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
+        return repo.load_snapshot_info(repo.find_snapshot(snapshot_id)).disk_size
+
+
+def open_or_create(location: Location, create: bool) -> tuple[str, bool]:
+    """Open the location's repository (made when absent and `create`); its id, and whether it
+    was made now."""
+    try:
+        with Repository.open(location.url, location.password, s3=location.s3()) as repo:
+            return repo.id, False
+    except RepositoryNotFoundError:
+        if not create:
+            raise
+    made = Repository.init(
+        location.url, location.password, s3=location.s3(), encrypted=location.password is not None
+    )
+    with made:
+        return made.id, True

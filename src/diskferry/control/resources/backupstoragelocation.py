@@ -1,0 +1,115 @@
+"""BackupStorageLocation (`bsl`): where a backup repository lives, in Velero's shape.
+
+`spec.provider` is `filesystem` (the bucket is an absolute directory) or `aws` (an S3 bucket,
+`spec.config.s3Url` for another endpoint than AWS's, `spec.credential` a Secret holding an AWS
+credentials file); `spec.encryptionSecretRef` names the Secret key holding the repository's
+password. Status: `phase` Available or Unavailable, `lastValidationTime`, `message`.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from diskferry.control.kinds import AGE, Column, KindInfo
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    NAME_PATTERN,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
+from diskferry.control.resources.common import ApiVersion, Duration, invalid
+
+
+class BSLPhase(StrEnum):
+    """Whether the location's repository can be used."""
+
+    AVAILABLE = "Available"
+    UNAVAILABLE = "Unavailable"
+
+
+class ObjectStorageLocation(ApiModel):
+    """The bucket (for `filesystem`, an absolute directory) and a prefix inside it."""
+
+    bucket: str = Field(min_length=1)
+    prefix: str | None = None
+
+
+class LocationConfig(ApiModel):
+    """The provider's settings, as Velero's AWS plugin names them."""
+
+    region: str | None = None
+    s3_url: str | None = Field(default=None, alias="s3Url", pattern=r"^https?://\S+$")
+    s3_force_path_style: str | None = Field(default=None, alias="s3ForcePathStyle")
+    profile: str | None = None
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the location's namespace."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    key: str = Field(min_length=1)
+
+
+class BackupStorageLocationSpec(ApiModel):
+    """Where the repository is, how to reach it, and its password."""
+
+    provider: Literal["filesystem", "aws"]
+    object_storage: ObjectStorageLocation = Field(alias="objectStorage")
+    config: LocationConfig = Field(default_factory=LocationConfig)
+    credential: SecretKeyRef | None = None
+    default: bool = False
+    encryption_secret_ref: SecretKeyRef | None = Field(default=None, alias="encryptionSecretRef")
+    validation_frequency: Duration | None = Field(default=None, alias="validationFrequency")
+    access_mode: Literal["ReadWrite", "ReadOnly"] = Field(default="ReadWrite", alias="accessMode")
+
+    @model_validator(mode="after")
+    def _bucket_fits_provider(self) -> BackupStorageLocationSpec:
+        bucket = self.object_storage.bucket
+        if self.provider == "filesystem" and not os.path.isabs(bucket):
+            raise invalid(f"objectStorage.bucket: {bucket!r} is not an absolute directory")
+        if self.provider == "aws" and "/" in bucket:
+            raise invalid(f"objectStorage.bucket: {bucket!r} is not a bucket name")
+        return self
+
+
+class BackupStorageLocationStatus(Status):
+    """Whether the repository could be opened when last looked at, and why not."""
+
+    phase: BSLPhase | None = None
+    last_validation_time: datetime | None = Field(default=None, alias="lastValidationTime")
+    message: str | None = None
+    repository_id: str | None = Field(default=None, alias="repositoryID")
+
+
+class BackupStorageLocation(Resource):
+    """A backup repository's location."""
+
+    api_version: ApiVersion = API_VERSION
+    kind: Literal["BackupStorageLocation"] = "BackupStorageLocation"
+    spec: BackupStorageLocationSpec
+    status: BackupStorageLocationStatus = Field(default_factory=BackupStorageLocationStatus)
+
+
+BACKUP_STORAGE_LOCATIONS = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="BackupStorageLocation",
+    plural="backupstoragelocations",
+    model=BackupStorageLocation,
+    short_names=("bsl",),
+    categories=("diskferry",),
+    columns=(
+        Column("Phase", ".status.phase", description="Backup storage location status"),
+        Column("Last Validated", ".status.lastValidationTime", "date"),
+        AGE,
+        Column("Default", ".spec.default", "boolean"),
+    ),
+)

@@ -1,0 +1,57 @@
+"""DataDownload: one disk snapshot of a repository restored into a new VirtualDisk
+(`spec.targetVolume`), at least the snapshot's size or the annotation
+`diskferry.io/backup-pvc-size` when that is larger."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from diskferry.control.kinds import KindInfo
+from diskferry.control.model import API_VERSION, GROUP, NAME_PATTERN, VERSION, ApiModel, Resource
+from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.datamover import MoverSpec, MoverStatus, mover_columns
+
+BACKUP_PVC_SIZE = "diskferry.io/backup-pvc-size"
+
+
+class TargetVolume(ApiModel):
+    """The VirtualDisk the download creates, and its namespace."""
+
+    pvc: str = Field(pattern=NAME_PATTERN)
+    pv: str | None = None
+    namespace: str | None = Field(default=None, pattern=NAME_PATTERN)
+
+
+class DataDownloadSpec(MoverSpec):
+    """Which snapshot, into which new disk."""
+
+    snapshot_id: str = Field(alias="snapshotID", min_length=1)
+    target_volume: TargetVolume = Field(alias="targetVolume")
+    snapshot_size: int | None = Field(default=None, alias="snapshotSize", ge=0)
+    node_os: str | None = Field(default=None, alias="nodeOS")
+
+
+class DataDownloadStatus(MoverStatus):
+    """Velero's DataDownload status."""
+
+
+class DataDownload(Resource):
+    """A disk snapshot restored into a new VirtualDisk."""
+
+    api_version: ApiVersion = API_VERSION
+    kind: Literal["DataDownload"] = "DataDownload"
+    spec: DataDownloadSpec
+    status: DataDownloadStatus = Field(default_factory=DataDownloadStatus)
+
+
+DATA_DOWNLOADS = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="DataDownload",
+    plural="datadownloads",
+    model=DataDownload,
+    categories=("diskferry",),
+    columns=mover_columns(),
+)

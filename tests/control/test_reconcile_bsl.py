@@ -1,0 +1,115 @@
+"""BackupStorageLocation: Available with its repository made at first use, on a directory and
+on S3; Unavailable saying why when a Secret, the password or the bucket is wrong."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from control_support import stop_workers_under
+from datamover_support import (
+    CREDENTIALS,
+    PASSWORD,
+    filesystem_bsl,
+    make_bucket,
+    running_moto,
+    s3_bsl,
+    secret,
+)
+from reconcile_support import Daemon
+
+from diskferry.backup.config import KdfParams
+from diskferry.backup.repository import Repository
+
+BUCKET = "diskferry-bsl"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with running_moto() as endpoint:
+        make_bucket(endpoint, BUCKET)
+        yield endpoint
+
+
+@pytest.fixture
+def daemon(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    d = Daemon(tmp_path / "data")
+    yield d
+    d.stop()
+    stop_workers_under(tmp_path)
+
+
+def test_filesystem_location_is_made_at_first_use_and_opens_after(daemon, tmp_path):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    daemon.apply("BackupStorageLocation", "repo", filesystem_bsl(tmp_path / "backups"))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    status = bsl["status"]
+    assert status["phase"] == "Available", status
+    assert status["message"].startswith("created the repository")
+    assert status["lastValidationTime"]
+    with Repository.open(str(tmp_path / "backups"), PASSWORD) as repo:
+        assert repo.id == status["repositoryID"]
+    assert "RepositoryCreated" in [e["reason"] for e in daemon.events("repo")]
+
+
+def test_missing_secret_is_unavailable_and_then_available_once_it_exists(daemon, tmp_path):
+    spec = filesystem_bsl(tmp_path / "backups", validationFrequency="1s")
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert (
+        "the Secret repo-pass with the repository password does not exist"
+        in (bsl["status"]["message"])
+    )
+    assert not (tmp_path / "backups").exists()
+    secret(daemon, "repo-pass", password=PASSWORD)
+    daemon.wait_phase("BackupStorageLocation", "repo", "Available", timeout=30)
+
+
+def test_wrong_password_is_unavailable(daemon, tmp_path):
+    Repository.init(str(tmp_path / "backups"), "another", kdf=KdfParams(n=1 << 10)).close()
+    secret(daemon, "repo-pass", password=PASSWORD)
+    daemon.apply("BackupStorageLocation", "repo", filesystem_bsl(tmp_path / "backups"))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert "wrong password" in bsl["status"]["message"]
+    warnings = [e for e in daemon.events("repo") if e["type"] == "Warning"]
+    assert warnings and warnings[0]["reason"] == "WrongPassword"
+
+
+def test_relative_bucket_of_a_filesystem_location_is_refused(daemon):
+    with pytest.raises(Exception, match="not an absolute directory"):
+        daemon.apply(
+            "BackupStorageLocation",
+            "repo",
+            {"provider": "filesystem", "objectStorage": {"bucket": "relative/dir"}},
+        )
+
+
+def test_s3_location_with_credentials_file(daemon, s3_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud=CREDENTIALS)
+    prefix = uuid.uuid4().hex
+    daemon.apply("BackupStorageLocation", "repo", s3_bsl(s3_endpoint, BUCKET, prefix))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Available", bsl["status"]
+    assert f"s3://{BUCKET}/{prefix}" in bsl["status"]["message"]
+
+
+def test_s3_location_without_its_bucket_is_unavailable(daemon, s3_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud=CREDENTIALS)
+    daemon.apply("BackupStorageLocation", "repo", s3_bsl(s3_endpoint, "no-such-bucket", "p"))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert "no-such-bucket" in bsl["status"]["message"]
+
+
+def test_bad_credentials_file_is_unavailable(daemon, s3_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud="not a credentials file")
+    daemon.apply("BackupStorageLocation", "repo", s3_bsl(s3_endpoint, BUCKET, "p"))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert "not an AWS credentials file" in bsl["status"]["message"]

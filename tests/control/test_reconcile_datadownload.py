@@ -1,0 +1,86 @@
+"""DataDownload with the real engines: a disk backed up by a DataUpload restored byte-exact
+into a new VirtualDisk, larger when the annotation asks; a smaller size and an existing disk
+refused."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from control_support import stop_workers_under, wait_until
+from datamover_support import MoverDaemon, download, repository_held
+
+ENDED = ("Completed", "Failed", "Canceled")
+MiB = 1 << 20
+
+
+@pytest.fixture
+def backed_up(tmp_path, monkeypatch):
+    """A daemon whose VM vm-a's disk vd-a (8 MiB) is backed up; the daemon and the snapshot."""
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    daemon = MoverDaemon(tmp_path / "data")
+    daemon.location(tmp_path / "backups")
+    claim = daemon.disk("vd-a", data=os.urandom(200_000), offset=3 * MiB + 123)
+    with open(claim, "r+b") as f:
+        f.write(os.urandom(5000))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up", "vm-a")
+    status = daemon.wait_phase("DataUpload", "up", *ENDED)["status"]
+    assert status["phase"] == "Completed", status
+    yield daemon, status["disks"][0]["snapshotID"], claim
+    daemon.stop()
+    stop_workers_under(tmp_path)
+
+
+def test_restores_byte_exact_into_a_new_disk(backed_up):
+    daemon, snapshot, claim = backed_up
+    download(daemon, "dd", snapshot, "vd-restored")
+    status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+    assert status["phase"] == "Completed", status
+    assert status["progress"]["bytesDone"] == status["progress"]["totalBytes"] == 8 * MiB
+    restored = daemon.claim(daemon.wait_phase("VirtualDisk", "vd-restored", "Ready"))
+    assert restored.read_bytes() == claim.read_bytes()
+
+
+def test_a_larger_size_asked_grows_the_disk(backed_up):
+    daemon, snapshot, claim = backed_up
+    download(daemon, "dd", snapshot, "vd-big", {"diskferry.io/backup-pvc-size": "12Mi"})
+    assert daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]["phase"] == "Completed"
+    data = daemon.claim(daemon.wait_phase("VirtualDisk", "vd-big", "Ready")).read_bytes()
+    assert len(data) == 12 * MiB
+    assert data[: 8 * MiB] == claim.read_bytes() and not any(data[8 * MiB :])
+
+
+def test_a_smaller_size_is_refused(backed_up):
+    daemon, snapshot, _ = backed_up
+    download(daemon, "dd", snapshot, "vd-small", {"diskferry.io/backup-pvc-size": "4Mi"})
+    status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+    assert status["phase"] == "Failed"
+    assert "smaller than the backed-up disk" in status["message"]
+    assert daemon.get("VirtualDisk", "vd-small") is None
+
+
+def test_an_existing_disk_is_not_overwritten(backed_up):
+    daemon, snapshot, _ = backed_up
+    other = daemon.disk("vd-other", data=b"keep me" * 100)
+    before = other.read_bytes()
+    download(daemon, "dd", snapshot, "vd-other")
+    status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+    assert status["phase"] == "Failed" and "exists already" in status["message"]
+    assert other.read_bytes() == before
+
+
+def test_downloads_are_counted_apart_and_cancel_removes_the_disk(backed_up, tmp_path):
+    daemon, snapshot, _ = backed_up
+    daemon.mover_config(maxConcurrentDataMovers=1)
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up-2", "vm-a")
+        daemon.wait_phase("DataUpload", "up-2", "InProgress")
+        download(daemon, "dd", snapshot, "vd-restored")
+        daemon.wait_phase("DataDownload", "dd", "InProgress")
+        assert daemon.get("VirtualDisk", "vd-restored") is not None
+        daemon.patch_spec("DataDownload", "dd", {"cancel": True})
+        status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+        assert status["phase"] == "Canceled"
+        wait_until(lambda: daemon.get("VirtualDisk", "vd-restored") is None)
+    assert daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]["phase"] == "Completed"

@@ -1,0 +1,214 @@
+"""DataUpload through the controllers with the real backup engine: a stopped VM's disks backed
+up, then incrementally; forced full; cancel; the operation timeout; one upload per VM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+from control_support import stop_workers_under, wait_until
+from datamover_support import PASSWORD, MoverDaemon, repository_held
+
+from diskferry.backup.repository import Repository
+from diskferry.control.reconcilers.datamover import MoverFailure
+from diskferry.control.resources.dataupload import DataUpload
+from diskferry.qemu import cbt
+
+KiB = 1024
+ENDED = ("Completed", "Failed", "Canceled")
+
+
+@pytest.fixture
+def daemon(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    d = MoverDaemon(tmp_path / "data")
+    d.location(tmp_path / "backups")
+    yield d
+    d.stop()
+    stop_workers_under(tmp_path)
+
+
+def write_through_overlay(claim, offset: int, length: int) -> None:
+    """Write through the CBT overlay, as a running guest would, so the bitmap sees it."""
+    overlay = cbt.overlay_path(str(claim))
+    command = f"write -P 0x5a {offset} {length}"
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", command, overlay], check=True, capture_output=True
+    )
+
+
+def test_stopped_vm_full_then_incremental(daemon, tmp_path):
+    tracked = daemon.disk("vd-a", data=os.urandom(300 * KiB), offset=1 << 20)
+    daemon.disk("vd-b", data=os.urandom(100 * KiB))
+    cbt.enable(str(tracked))
+    daemon.vm("vm-a", ["vd-a", "vd-b"])
+    daemon.upload("up-1", "vm-a")
+    first = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert first["phase"] == "Completed", first
+    assert first["snapshotID"] and first["acceptedTimestamp"] and first["completionTimestamp"]
+    assert first["progress"]["bytesDone"] == first["progress"]["totalBytes"] >= 400 * KiB
+    assert {d["name"]: d["type"] for d in first["disks"]} == {"vd-a": "full", "vd-b": "full"}
+    assert first["node"]
+
+    write_through_overlay(tracked, 64 * KiB, 64 * KiB)
+    daemon.upload("up-2", "vm-a")
+    second = daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]
+    assert second["phase"] == "Completed", second
+    by_disk = {d["name"]: d for d in second["disks"]}
+    assert by_disk["vd-a"]["type"] == "incremental"
+    assert by_disk["vd-a"]["bytesRead"] == 64 * KiB
+    assert by_disk["vd-b"]["type"] == "full" and "CBT is off" in by_disk["vd-b"]["reason"]
+    reasons = [e["reason"] for e in daemon.events("up-2")]
+    assert "IncrementalBackup" in reasons and "FullBackup" in reasons
+    with Repository.open(str(tmp_path / "backups"), PASSWORD) as repo:
+        ids = {s.id for s in repo.list_snapshots()}
+    assert {d["snapshotID"] for d in first["disks"] + second["disks"]} <= ids
+    assert not list((tmp_path / "data" / "jobs").glob("du-*"))
+
+
+def test_forced_full_leaves_the_chain_usable(daemon):
+    tracked = daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    cbt.enable(str(tracked))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up-1", "vm-a")
+    assert daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]["phase"] == "Completed"
+    daemon.upload_with("up-2", "vm-a", {"diskferry.io/force-full-backup": "true"})
+    forced = daemon.wait_phase("DataUpload", "up-2", *ENDED)["status"]
+    assert forced["disks"][0]["type"] == "full"
+    assert "asked" in forced["disks"][0]["reason"]
+    daemon.upload("up-3", "vm-a")
+    after = daemon.wait_phase("DataUpload", "up-3", *ENDED)["status"]
+    assert after["disks"][0]["type"] == "incremental", after
+
+
+def test_waits_for_its_location(daemon):
+    daemon.disk("vd-a", data=b"x" * 4096)
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up-1", "vm-a", backupStorageLocation="elsewhere")
+    wait_until(
+        lambda: (
+            "BackupStorageLocation elsewhere"
+            in ((daemon.get("DataUpload", "up-1") or {}).get("status", {}).get("message", ""))
+        )
+    )
+    assert daemon.get("DataUpload", "up-1")["status"]["phase"] == "New"
+
+
+def test_missing_vm_fails_saying_so(daemon):
+    daemon.upload("up-1", "nowhere")
+    status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert status["phase"] == "Failed"
+    assert "VirtualMachine default/nowhere does not exist" in status["message"]
+
+
+@pytest.fixture
+def running_vm(daemon):
+    """VM vm-a Running on a CBT disk vd-a that a QEMU (a storage daemon) holds, its QMP free."""
+    claim = daemon.disk("vd-a", data=os.urandom(128 * KiB))
+    cbt.enable(str(claim))
+    daemon.vm("vm-a", ["vd-a"])
+    sockets = tempfile.mkdtemp(dir="/tmp")
+    monitor = os.path.join(sockets, "qmp.sock")
+    overlay = cbt.overlay_path(str(claim))
+    qemu = subprocess.Popen(
+        [
+            "qemu-storage-daemon",
+            "--blockdev", f"driver=file,filename={overlay},node-name=file0",
+            "--blockdev", "driver=qcow2,file=file0,node-name=vd-a",
+            "--chardev", f"socket,id=mon,path={monitor},server=on,wait=off",
+            "--monitor", "chardev=mon",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_until(lambda: os.path.exists(monitor), 10)
+    info = daemon.registry.by_kind("VirtualMachine")
+    status = {"phase": "Running", "qmpSocket": monitor}
+    daemon.objects.patch(info, "default", "vm-a", {"status": status}, "merge", subresource="status")
+    yield claim
+    qemu.terminate()
+    qemu.wait(10)
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_running_vm_without_agent_is_crash_consistent_with_a_warning(daemon, running_vm, caplog):
+    caplog.set_level(logging.INFO, "diskferry.control")
+    daemon.upload("up-1", "vm-a")
+    status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert status["phase"] == "Completed", status
+    assert status["consistency"] == "crash-consistent"
+    warnings = [e for e in daemon.events("up-1") if e["reason"] == "QuiesceUnavailable"]
+    assert warnings and warnings[0]["type"] == "Warning"
+    assert "crash-consistent" in warnings[0]["message"]
+    logged = [r.getMessage() for r in caplog.records if "data mover log" in r.getMessage()]
+    assert logged and "DataUpload default/up-1 (VirtualMachine default/vm-a)" in logged[0]
+
+
+def test_required_quiesce_without_agent_fails(daemon, running_vm):
+    daemon.upload_with("up-1", "vm-a", {"diskferry.io/require-quiesce": "true"})
+    status = daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]
+    assert status["phase"] == "Failed"
+    assert "require-quiesce" in status["message"]
+
+
+def test_skipped_quiesce_gives_no_warning(daemon, running_vm):
+    daemon.upload_with("up-1", "vm-a", {"diskferry.io/skip-quiesce": "true"})
+    assert daemon.wait_phase("DataUpload", "up-1", *ENDED)["status"]["phase"] == "Completed"
+    assert "QuiesceUnavailable" not in {e["reason"] for e in daemon.events("up-1")}
+
+
+def test_a_full_backup_that_read_nothing_from_a_disk_with_data_fails(daemon):
+    daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload("up-1", "vm-a", backupStorageLocation="missing")
+    upload = DataUpload.model_validate(daemon.get("DataUpload", "up-1"))
+    reconciler = daemon.controllers.job_owners["DataUpload"]
+    read_nothing = {
+        "backup": "b",
+        "disks": [
+            {
+                "disk": "vd-a",
+                "snapshot": "s",
+                "type": "full",
+                "reason": "no earlier backup of this disk",
+                "bytesRead": 0,
+                "bytesUploaded": 0,
+            }
+        ],
+    }
+    with pytest.raises(MoverFailure, match="read no data although the disk holds") as failed:
+        reconciler.completed(upload, read_nothing)
+    assert failed.value.reason == "ZeroData"
+
+
+def test_max_incremental_backups_makes_the_next_one_full(daemon):
+    tracked = daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    cbt.enable(str(tracked))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.mover_config(maxIncrementalBackups=1)
+    types = []
+    for i in range(3):
+        daemon.upload(f"up-{i}", "vm-a")
+        status = daemon.wait_phase("DataUpload", f"up-{i}", *ENDED)["status"]
+        types.append(status["disks"][0]["type"])
+    assert types == ["full", "incremental", "full"]
+    assert "reached the limit of 1" in status["disks"][0]["reason"]
+
+
+def test_an_upload_survives_a_daemon_restart(daemon, tmp_path, monkeypatch):
+    daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    daemon.vm("vm-a", ["vd-a"])
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up", "vm-a")
+        daemon.wait_phase("DataUpload", "up", "InProgress")
+        daemon.stop()
+    again = MoverDaemon(tmp_path / "data")
+    try:
+        status = again.wait_phase("DataUpload", "up", *ENDED)["status"]
+    finally:
+        again.stop()
+    assert status["phase"] == "Completed", status
