@@ -88,6 +88,8 @@ def test_a_crd_for_every_custom_kind() -> None:
             "BackupStorageLocation",
             "DataUpload",
             "DataDownload",
+            "Backup",
+            "Restore",
         }
     )
     assert [c for c in yaml.safe_load_all(crds_yaml(made))] == made

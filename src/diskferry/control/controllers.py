@@ -16,6 +16,7 @@ from typing import Any
 from diskferry.control.kinds import KindInfo
 from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
+from diskferry.control.reconcilers.backup import BackupReconciler
 from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
 from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.clustervirtualimage import ClusterVirtualImageReconciler
@@ -23,6 +24,7 @@ from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
+from diskferry.control.reconcilers.restore import RestoreReconciler
 from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
@@ -85,6 +87,8 @@ class Controllers:
             machines,
             *movers,
             BackupStorageLocationReconciler(self.client),
+            BackupReconciler(self.client),
+            RestoreReconciler(self.client),
             *extra,
         ]
         self.manager = Manager(

@@ -30,6 +30,7 @@ from diskferry.control.reconcilers.space import DiskRoom, shortfall
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.dataupload import (
     DATA_UPLOADS,
+    DISKS,
     FORCE_FULL,
     MAX_INCREMENTALS,
     REQUIRE_QUIESCE,
@@ -111,7 +112,7 @@ class DataUploadReconciler(MoverReconciler):
                 f"the VirtualMachine {namespace}/{name} does not exist",
                 reason="VirtualMachineNotFound",
             )
-        claims = self._claims(namespace, vm)
+        claims = self._claims(namespace, vm, obj.metadata.annotations.get(DISKS))
         if isinstance(claims, Waiting):
             return claims
         status = vm.get("status") or {}
@@ -143,9 +144,13 @@ class DataUploadReconciler(MoverReconciler):
             self._quiesce(obj, vm, job)
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
 
-    def _claims(self, namespace: str, vm: dict[str, Any]) -> dict[str, Claim] | Waiting:
+    def _claims(
+        self, namespace: str, vm: dict[str, Any], only: str | None
+    ) -> dict[str, Claim] | Waiting:
         refs = [r for r in (vm.get("spec") or {}).get("blockDeviceRefs") or []]
         disks = [r.get("name", "") for r in refs if r.get("kind") == "VirtualDisk"]
+        if only is not None:
+            disks = [d for d in disks if d in only.split(",")]
         if not disks:
             raise MoverFailure("the VirtualMachine has no VirtualDisk to back up", reason="NoDisks")
         claims = {}

@@ -1,11 +1,13 @@
 """Every kind the daemon serves, in one registry."""
 
 from diskferry.control.kinds import Registry
+from diskferry.control.resources.backup import BACKUPS
 from diskferry.control.resources.backupstoragelocation import BACKUP_STORAGE_LOCATIONS
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
 from diskferry.control.resources.datadownload import DATA_DOWNLOADS
 from diskferry.control.resources.datamoverconfig import DATA_MOVER_CONFIGS
 from diskferry.control.resources.dataupload import DATA_UPLOADS
+from diskferry.control.resources.restore import RESTORES
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
@@ -29,5 +31,7 @@ REGISTRY = Registry(
         BACKUP_STORAGE_LOCATIONS,
         DATA_UPLOADS,
         DATA_DOWNLOADS,
+        BACKUPS,
+        RESTORES,
     ]
 )

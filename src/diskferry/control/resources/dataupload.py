@@ -17,6 +17,8 @@ FORCE_FULL = "diskferry.io/force-full-backup"
 MAX_INCREMENTALS = "diskferry.io/max-incremental-backups"
 REQUIRE_QUIESCE = "diskferry.io/require-quiesce"
 SKIP_QUIESCE = "diskferry.io/skip-quiesce"
+DISKS = "diskferry.io/disks"
+"""When given: the comma-separated VirtualDisks of the VM to back up (a Backup's volume policy)."""
 
 
 class DataUploadSpec(MoverSpec):

@@ -1,0 +1,298 @@
+"""Backup: the VMs of the included namespaces that the label selector picks, one DataUpload
+each (in the Backup's namespace, labelled `diskferry.io/backup-name`, owned by the Backup);
+the volume policy says which of each VM's block devices go, and `status.volumes` lists every
+one with what happened to it. Once every upload ended, the manifests of the VMs backed up,
+their VirtualDisks and the repository's tracker of each go into the repository as the
+Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
+A stopped VM is backed up as a running one is (the engine opens its disks itself)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.duration import parse_duration
+from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.reconcilers.backupmeta import (
+    clean_manifest,
+    metadata_name,
+    store_document,
+    tracker_state,
+)
+from diskferry.control.reconcilers.bsl import available
+from diskferry.control.reconcilers.dataupload import repository_vm
+from diskferry.control.reconcilers.location import location_of
+from diskferry.control.reconcilers.plain import get_plain
+from diskferry.control.reconcilers.volumepolicy import decide
+from diskferry.control.resources.backup import BACKUP_NAME, BACKUPS, Backup, BackupPhase
+from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
+from diskferry.control.resources.datamover import ENDED
+from diskferry.control.resources.dataupload import DISKS, VM_NAME, DataUpload
+from diskferry.control.resources.virtualmachine import VirtualMachine
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.disk.errors import DiskferryError
+
+POLL_SECONDS = 1.0
+
+
+def upload_name(backup: Backup, namespace: str, vm: str) -> str:
+    """The DataUpload of `vm`: the backup's name and the VM's (its namespace when another)."""
+    if namespace == backup.metadata.namespace:
+        return f"{backup.metadata.name}-{vm}"
+    return f"{backup.metadata.name}-{namespace}-{vm}"
+
+
+class BackupReconciler:
+    """Runs each Backup through its DataUploads."""
+
+    info = BACKUPS
+
+    def __init__(self, client: Client, clock: Clock | None = None) -> None:
+        self.client = client
+        self.clock = clock or Clock()
+
+    def reconcile(self, obj: Backup) -> Result:
+        """One step of the backup."""
+        phase = obj.status.phase
+        if obj.metadata.deletion_timestamp is not None or phase in (
+            BackupPhase.COMPLETED,
+            BackupPhase.PARTIALLY_FAILED,
+            BackupPhase.FAILED,
+        ):
+            return Result.done()
+        if phase is None or phase == BackupPhase.NEW:
+            return self._start(obj)
+        return self._follow(obj)
+
+    def _selected(self, obj: Backup) -> list[VirtualMachine]:
+        wanted = [n for n in obj.spec.included_namespaces if n != "*"]
+        selector = obj.spec.label_selector
+        chosen = []
+        for vm in self.client.list(VirtualMachine):
+            if wanted and vm.metadata.namespace not in wanted:
+                continue
+            if selector is not None and not selector.matches(vm.metadata.labels):
+                continue
+            chosen.append(vm)
+        return sorted(chosen, key=lambda v: (v.metadata.namespace or "", v.metadata.name or ""))
+
+    def _start(self, obj: Backup) -> Result:
+        bsl = self.client.get(
+            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location
+        )
+        if not available(bsl):
+            message = (
+                f"waiting for the BackupStorageLocation {obj.spec.storage_location} to be Available"
+            )
+            if obj.status.message != message:
+                self.client.patch_status(obj, {"phase": BackupPhase.NEW.value, "message": message})
+            return Result.requeue(2.0)
+        volumes: list[dict[str, Any]] = []
+        vms = self._selected(obj)
+        for vm in vms:
+            namespace, name = vm.metadata.namespace or "default", vm.metadata.name or ""
+            moved = []
+            for ref in vm.spec.block_device_refs:
+                kind = ref.kind.value
+                target_ns = None if kind == "ClusterVirtualImage" else namespace
+                found = get_plain(self.client, kind, target_ns, ref.name)
+                decision = decide(obj.spec.volume_policy, kind, found)
+                entry = {
+                    "virtualMachine": name,
+                    "namespace": namespace,
+                    "kind": kind,
+                    "name": ref.name,
+                    "action": decision.action,
+                    "phase": "Pending" if decision.action == "backup" else "Skipped",
+                    "reason": decision.reason,
+                }
+                if decision.action == "backup":
+                    entry["dataUpload"] = upload_name(obj, namespace, name)
+                    moved.append(ref.name)
+                volumes.append(entry)
+            if moved:
+                self._upload(obj, namespace, name, moved)
+        now = self.clock.now()
+        status: dict[str, Any] = {
+            "phase": BackupPhase.IN_PROGRESS.value,
+            "message": f"backing up {len(vms)} VirtualMachines",
+            "startTimestamp": rfc3339(now),
+            "volumes": volumes,
+            "progress": {"totalItems": len(vms), "itemsBackedUp": 0, "itemsFailed": 0},
+            "observedGeneration": obj.metadata.generation,
+        }
+        if obj.spec.ttl:
+            status["expiration"] = rfc3339(
+                now + timedelta(seconds=parse_duration(obj.spec.ttl).total_seconds())
+            )
+        obj = self.client.patch_status(obj, status)
+        for entry in volumes:
+            if entry["action"] == "skip":
+                vm = f"{entry['namespace']}/{entry['virtualMachine']}"
+                where = f"{entry['kind']} {entry['name']} of VirtualMachine {vm}"
+                self.client.event(obj, "Normal", "VolumeSkipped", f"{where}: {entry['reason']}")
+        self.client.event(obj, "Normal", "InProgress", status["message"])
+        return Result.requeue(POLL_SECONDS)
+
+    def _upload(self, obj: Backup, namespace: str, vm: str, disks: list[str]) -> None:
+        name = upload_name(obj, namespace, vm)
+        if self.client.get(DataUpload, obj.metadata.namespace, name) is not None:
+            return
+        owner = OwnerReference(
+            apiVersion=API_VERSION,
+            kind="Backup",
+            name=obj.metadata.name or "",
+            uid=obj.metadata.uid or "",
+            controller=True,
+        )
+        meta = ObjectMeta(
+            name=name,
+            namespace=obj.metadata.namespace,
+            labels={BACKUP_NAME: obj.metadata.name or ""},
+            annotations={VM_NAME: vm, DISKS: ",".join(disks)},
+            ownerReferences=[owner],
+        )
+        self.client.create(
+            DataUpload.model_validate(
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "DataUpload",
+                    "metadata": meta.to_json(),
+                    "spec": {
+                        "backupStorageLocation": obj.spec.storage_location,
+                        "sourceNamespace": namespace,
+                    },
+                }
+            )
+        )
+
+    def _follow(self, obj: Backup) -> Result:
+        uploads = {
+            u.metadata.name: u
+            for u in self.client.list(DataUpload, obj.metadata.namespace)
+            if u.metadata.labels.get(BACKUP_NAME) == obj.metadata.name
+        }
+        volumes = [v.to_json() for v in obj.status.volumes]
+        vms: dict[tuple[str, str], bool] = {}
+        done = True
+        for entry in volumes:
+            key = (entry["namespace"], entry["virtualMachine"])
+            vms.setdefault(key, True)
+            if entry["action"] != "backup":
+                continue
+            upload = uploads.get(entry.get("dataUpload"))
+            phase = None if upload is None else upload.status.phase
+            if upload is None or phase not in ENDED:
+                done = False
+                entry["phase"] = "InProgress" if upload is not None else "Pending"
+                continue
+            entry["phase"] = "Completed" if phase == "Completed" else "Failed"
+            if phase == "Completed":
+                snaps = {d.name: d.snapshot_id for d in upload.status.disks}
+                entry["snapshotID"] = snaps.get(entry["name"])
+            else:
+                entry["reason"] = (
+                    f"DataUpload {upload.metadata.name} {phase}: {upload.status.message}"
+                )
+                vms[key] = False
+        ok = sum(1 for good in vms.values() if good)
+        progress = {
+            "totalItems": len(vms),
+            "itemsBackedUp": ok if done else 0,
+            "itemsFailed": len(vms) - ok,
+        }
+        if not done:
+            if [v.to_json() for v in obj.status.volumes] != volumes:
+                self.client.patch_status(obj, {"volumes": volumes, "progress": progress})
+            return Result.requeue(POLL_SECONDS)
+        try:
+            self._keep_manifests(obj, volumes, vms)
+        except DiskferryError as e:
+            return self._end(
+                obj,
+                BackupPhase.FAILED,
+                f"the manifests could not be stored: {e.message}",
+                volumes,
+                progress,
+            )
+        if vms and ok == 0:
+            phase, message = BackupPhase.FAILED, "no VirtualMachine was backed up"
+        elif ok < len(vms):
+            phase, message = (
+                BackupPhase.PARTIALLY_FAILED,
+                f"{len(vms) - ok} of {len(vms)} VirtualMachines failed",
+            )
+        else:
+            phase, message = BackupPhase.COMPLETED, f"{ok} VirtualMachines backed up"
+        return self._end(obj, phase, message, volumes, progress)
+
+    def _keep_manifests(
+        self, obj: Backup, volumes: list[dict[str, Any]], vms: dict[tuple[str, str], bool]
+    ) -> None:
+        bsl = self.client.get(
+            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location
+        )
+        if bsl is None:
+            raise DiskferryError(f"the BackupStorageLocation {obj.spec.storage_location} is gone")
+        location = location_of(self.client, bsl)
+        machines = []
+        for (namespace, name), good in vms.items():
+            vm = get_plain(self.client, "VirtualMachine", namespace, name)
+            if not good or vm is None:
+                continue
+            disks = []
+            for entry in volumes:
+                if (entry["namespace"], entry["virtualMachine"]) != (namespace, name):
+                    continue
+                if entry["kind"] != "VirtualDisk" or entry["phase"] != "Completed":
+                    continue
+                disk = get_plain(self.client, "VirtualDisk", namespace, entry["name"]) or {}
+                disks.append(
+                    {
+                        "name": entry["name"],
+                        "snapshotID": entry["snapshotID"],
+                        "manifest": clean_manifest(disk),
+                    }
+                )
+            machines.append(
+                {
+                    "manifest": clean_manifest(vm),
+                    "disks": disks,
+                    "tracker": tracker_state(location, repository_vm(namespace, name)),
+                }
+            )
+        document = {
+            "apiVersion": API_VERSION,
+            "kind": "BackupMetadata",
+            "backup": clean_manifest(obj.to_json()),
+            "storageLocation": obj.spec.storage_location,
+            "virtualMachines": machines,
+        }
+        store_document(
+            location,
+            metadata_name(obj.metadata.namespace or "default", obj.metadata.name or ""),
+            document,
+        )
+
+    def _end(
+        self,
+        obj: Backup,
+        phase: BackupPhase,
+        message: str,
+        volumes: list[dict[str, Any]],
+        progress: dict[str, int],
+    ) -> Result:
+        status = {
+            "phase": phase.value,
+            "message": message,
+            "volumes": volumes,
+            "progress": progress,
+            "completionTimestamp": rfc3339(self.clock.now()),
+        }
+        obj = self.client.patch_status(obj, status)
+        self.client.event(
+            obj, "Normal" if phase == BackupPhase.COMPLETED else "Warning", phase.value, message
+        )
+        return Result.done()
