@@ -3,7 +3,7 @@ it stands, a volume policy skipping a cdrom, a Restore from the repository alone
 
 from __future__ import annotations
 
-from backup_support import apply, base, disk, disk_file, documents, get, wait_for
+from backup_restore_support import apply, base, disk, disk_file, documents, get, wait_for
 from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon
 

@@ -41,8 +41,15 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _workers_of(data_dir: Path) -> list[str]:
-    """Processes working in a job directory of `data_dir`."""
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _workers_of(data_dir: Path, module: str = "") -> list[str]:
+    """Processes working in a job directory of `data_dir` (running `module`, when given)."""
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -50,7 +57,7 @@ def _workers_of(data_dir: Path) -> list[str]:
                 cwd = Path(f"/proc/{pid}/cwd").resolve()
             except OSError:
                 continue
-            if str(data_dir / "jobs") in str(cwd):
+            if str(data_dir / "jobs") in str(cwd) and module.encode() in _cmdline(pid):
                 found.append(pid)
     return found
 
@@ -430,7 +437,7 @@ def test_a_worker_killed_outright_fails_the_disk(daemon, faulty, tmp_path) -> No
     url = faulty.add("killed.raw", source, piece=64 * 1024, trickle=0.1)
     daemon.apply("VirtualDisk", "killed", {"dataSource": _http(url)})
     daemon.wait_phase("VirtualDisk", "killed", "Provisioning")
-    [pid] = wait_until(lambda: _workers_of(daemon.data_dir))
+    [pid] = wait_until(lambda: _workers_of(daemon.data_dir, "diskferry.importer.worker"))
     os.kill(int(pid), signal.SIGKILL)
     disk = daemon.wait_phase("VirtualDisk", "killed", "Failed", "Ready")
     ready = next(c for c in disk["status"]["conditions"] if c["type"] == "Ready")

@@ -58,13 +58,13 @@ def test_a_flipped_body_byte_fails_the_checksum_and_a_retry_succeeds(
     target = tmp_path / "disk.raw"
     target.write_bytes(b"kept\n")
     r.arm(Fault("flip", at=9 * MiB))
-    failed = diskferry("import", url, target, "--checksum", checksum, "--no-progress")
+    failed = diskferry("import", url, target, "--checksum", checksum, "--no-progress", "--force")
     assert failed.code == 1, failed.stderr
     assert r.fired == 1
     assert failed.error.startswith(f"{url}: sha256 checksum mismatch")
     assert target.read_bytes() == b"kept\n"
     assert images.leftovers(tmp_path) == []
-    again = diskferry("import", url, target, "--checksum", checksum, "--no-progress")
+    again = diskferry("import", url, target, "--checksum", checksum, "--no-progress", "--force")
     assert again.code == 0, again.stderr
     assert _sha256(target) == _sha256(images.reference)
 
