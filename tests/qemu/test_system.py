@@ -49,9 +49,26 @@ def config_of(directory: Path, disks: list[VmDisk], kvm: bool) -> VmConfig:
     )
 
 
-@pytest.mark.parametrize("kvm", [False, True], ids=["tcg", "kvm"])
+def test_kvm_is_found_unusable_exactly_when_a_vm_under_it_does_not_start(short_dir: Path) -> None:
+    qemu = subprocess.Popen(
+        command(config_of(short_dir, [], True)),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        qemu.wait(10)
+    except subprocess.TimeoutExpired:
+        assert kvm_usable(), "a VM runs under KVM, yet KVM was found unusable"
+    else:
+        assert not kvm_usable(), f"KVM was found usable, yet QEMU ended with {qemu.returncode}"
+    finally:
+        qemu.kill()
+        qemu.wait()
+
+
+@pytest.mark.parametrize("kvm", [False, True], ids=["tcg", "kvm-where-usable"])
 def test_both_monitors_answer_under_the_accelerator_asked(short_dir: Path, kvm: bool) -> None:
-    assert kvm_usable() or not kvm, "the KVM case needs a usable /dev/kvm"
+    kvm = kvm and kvm_usable()  # where KVM is unusable the test above checks it is found so
     qemu = run(config_of(short_dir, [], kvm))
     try:
         for monitor in (short_dir / "a.sock", short_dir / "b.sock"):

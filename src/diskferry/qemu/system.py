@@ -9,14 +9,20 @@ QEMU up when the guest powers off, so a monitor can tell a guest shutdown from a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 QEMU_SYSTEM = "qemu-system-x86_64"
 KVM_DEVICE = "/dev/kvm"
 AGENT_CHANNEL = "org.qemu.guest_agent.0"
+KVM_ACCEL = ["-accel", "kvm", "-cpu", "host"]
+TCG_ACCEL = ["-accel", "tcg"]
+_PROBE_SECONDS = 30
+_PROBE_QMP = b'{"execute": "qmp_capabilities"}\n{"execute": "quit"}\n'
 
 
 @dataclass(frozen=True)
@@ -43,14 +49,27 @@ class VmConfig:
     kvm: bool = field(default_factory=lambda: kvm_usable())
 
 
+@functools.cache
 def kvm_usable() -> bool:
-    """Whether this process may open /dev/kvm for reading and writing."""
+    """Whether a VM starts under KVM here: /dev/kvm opens for reading and writing, and a paused
+    QEMU with KVM comes up and quits (on some hosts KVM refuses the vCPU's MSRs and QEMU
+    aborts as it starts)."""
     try:
         fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
         return False
     os.close(fd)
-    return True
+    probe = [QEMU_SYSTEM, "-machine", "pc", *KVM_ACCEL, "-S", "-nodefaults", "-display", "none"]
+    try:
+        done = subprocess.run(
+            [*probe, "-qmp", "stdio"],
+            input=_PROBE_QMP,
+            capture_output=True,
+            timeout=_PROBE_SECONDS,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _blockdev(disk: VmDisk) -> str:
@@ -65,7 +84,7 @@ def _blockdev(disk: VmDisk) -> str:
 
 def command(config: VmConfig) -> list[str]:
     """The argv that runs `config`'s VM: no display, no default devices."""
-    accel = ["-accel", "kvm", "-cpu", "host"] if config.kvm else ["-accel", "tcg"]
+    accel = KVM_ACCEL if config.kvm else TCG_ACCEL
     argv = [
         QEMU_SYSTEM,
         "-name", f"guest={config.name}",
