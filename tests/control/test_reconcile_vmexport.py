@@ -165,15 +165,52 @@ def test_a_snapshot_is_exported(daemon, nginx, images) -> None:
     assert get_when_up(raw_url(external), external["cert"], token) == (200, claim)
 
 
-def test_a_virtual_machine_is_skipped(daemon) -> None:
+def _volume_urls(link: dict[str, Any]) -> dict[str, str]:
+    """Each volume's raw URL, by volume name."""
+    return {
+        v["name"]: next(f["url"] for f in v["formats"] if f["format"] == "raw")
+        for v in link["volumes"]
+    }
+
+
+def test_a_stopped_vm_has_its_disks_served_and_a_running_one_waits(daemon, nginx, images) -> None:
+    daemon.ready_disk(nginx, images.reference)
+    daemon.apply("VirtualDisk", "vd2", {"persistentVolumeClaim": {"size": "4Mi"}})
+    blank = daemon.wait_phase("VirtualDisk", "vd2", "Ready", "Failed", timeout=30)
+    refs = [{"kind": "VirtualDisk", "name": name} for name in ("vd1", "vd2")]
+    vm_spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": refs, "memory": {"size": "64Mi"}}
+    daemon.apply("VirtualMachine", "vm1", vm_spec)
+    daemon.wait_phase("VirtualMachine", "vm1", "Stopped", timeout=30)
     _export(daemon, "vm", "VirtualMachine", "vm1")
-    export = daemon.wait_phase(EXPORT, "vm", "Skipped")
-    condition = _condition(export)
-    assert condition["reason"] == "UnsupportedSource"
-    assert "VirtualMachine cannot be exported" in condition["message"]
-    assert daemon.export_jobs() == []
+    export = _ready(daemon, "vm")
+    token = daemon.token("export-token-vm")
+    claims = {
+        "vd1": daemon.claim(daemon.get("VirtualDisk", "vd1")).read_bytes(),
+        "vd2": daemon.claim(blank).read_bytes(),
+    }
+    for link in export["status"]["links"].values():
+        urls = _volume_urls(link)
+        assert sorted(urls) == ["vd1", "vd2"]
+        for name, url in urls.items():
+            assert get_when_up(url, link["cert"], token) == (200, claims[name])
+
+    daemon.objects.patch(
+        daemon.registry.by_kind("VirtualMachine"),
+        "default",
+        "vm1",
+        {"spec": {"runPolicy": "AlwaysOn"}},
+        "merge",
+    )
+    wait_until(lambda: _condition(daemon.get(EXPORT, "vm"))["reason"] == "InUse", 90)
+    pending = daemon.get(EXPORT, "vm")
+    assert pending["status"]["phase"] == "Pending"
+    assert "VirtualMachine vm1 is" in _condition(pending)["message"]
+    assert not pending["status"].get("links")
+    job = f"vmexport-{export['metadata']['uid']}"
+    wait_until(lambda: not daemon.workers(job), 30)
     daemon.delete(EXPORT, "vm")
-    wait_until(lambda: daemon.get(EXPORT, "vm") is None)
+    daemon.delete("VirtualMachine", "vm1")
+    wait_until(lambda: daemon.get("VirtualMachine", "vm1") is None, 60)
 
 
 def test_an_export_whose_disk_goes_stops_serving(daemon, nginx, images) -> None:
@@ -183,6 +220,7 @@ def test_an_export_whose_disk_goes_stops_serving(daemon, nginx, images) -> None:
     daemon.delete("VirtualDisk", "vd1")
     wait_until(lambda: _condition(daemon.get(EXPORT, "ex5"))["reason"] == "SourceNotReady", 60)
     assert daemon.get(EXPORT, "ex5")["status"]["phase"] == "Pending"
+    assert not daemon.get(EXPORT, "ex5")["status"].get("links")
     job = f"vmexport-{export['metadata']['uid']}"
     wait_until(lambda: not daemon.workers(job) and not daemon.export_jobs(), 30)
     assert ("default", "ex5") not in daemon.controllers.proxy.routes()

@@ -48,9 +48,10 @@ class SourceRefusedError(DiskferryError):
 
 @dataclass(frozen=True)
 class Waiting:
-    """The source is not there or not Ready yet."""
+    """The source is not there or not Ready yet, or in use, as `reason` says."""
 
     message: str
+    reason: str = "SourceNotReady"
 
 
 def http_source(http: DataSourceHTTP) -> Source:

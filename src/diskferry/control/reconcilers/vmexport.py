@@ -7,9 +7,10 @@ annotation so that a server started again (it is, when it ends unexpectedly) kee
 The worker gets its certificate (the daemon's CA, short-lived, renewed at half its life), its
 token and where to write its links as files; the links it writes become `status.links`.
 Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
-(the server answers), Skipped (a kind that cannot be exported yet), Terminated (the TTL is
-reached or the export is being deleted: its server stopped, its links removed). Time is the
-reconciler's clock, the store's in the daemon.
+(the server answers), Terminated (the TTL is reached or the export is being deleted: its
+server stopped, its links removed). A VirtualMachine's VirtualDisks are served together while
+the VM is stopped; a VM that runs keeps its export Pending, as KubeVirt does, since its disks
+change under the readers. Time is the reconciler's clock, the store's in the daemon.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from diskferry.control.reconcilers.phases import status_of, transition
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
 from diskferry.control.reconcilers.teardown import STOP_POLL
 from diskferry.control.resources.common import DataSource, DataSourceType, ObjectRef
+from diskferry.control.resources.virtualmachine import (
+    BlockDeviceKind,
+    MachinePhase,
+    VirtualMachine,
+)
 from diskferry.control.resources.vmexport import (
     VIRTUAL_MACHINE_EXPORTS,
     ExportLinks,
@@ -59,7 +65,7 @@ CHECK_SECONDS = 5.0
 PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
 UNLINKED = {"links": None}
-SERVED = (ExportSourceKind.VIRTUAL_DISK, ExportSourceKind.VIRTUAL_DISK_SNAPSHOT)
+STOPPED_PHASES = (MachinePhase.STOPPED, MachinePhase.PENDING)
 
 
 class ExportServerError(DiskferryError):
@@ -136,23 +142,49 @@ class VirtualMachineExportReconciler:
             "ttlExpirationTime": rfc3339(self.expires(obj)),
             "serviceName": f"virt-export-{obj.metadata.name}",
         }
-        kind = obj.spec.source.kind
-        if kind not in SERVED:
-            if not self._unserve(obj):
-                return Result.requeue(STOP_POLL)
-            message = f"a {kind} cannot be exported yet: export its disks (kind VirtualDisk)"
-            transition(self.client, obj, ExportPhase.SKIPPED, "UnsupportedSource", message, fields)
-            return Result.done()
-        ref = ObjectRef(kind=str(kind), name=obj.spec.source.name)
-        data_source = DataSource(type=DataSourceType.OBJECT_REF, objectRef=ref)
-        source = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
-        if isinstance(source, Waiting):
-            return self._idle(obj, "SourceNotReady", source.message, fields)
+        served = self._served(obj)
+        if isinstance(served, Waiting):
+            return self._idle(obj, served.reason, served.message, fields)
         token = export_token(self.client, obj)
         if isinstance(token, str):
             return self._idle(obj, "TokenNotReady", token, fields)
         fields["tokenSecretRef"] = token.secret_name
-        return self._serve(obj, source, token, fields, left)
+        return self._serve(obj, served, token, fields, left)
+
+    def _served(self, obj: VirtualMachineExport) -> list[tuple[str, Source]] | Waiting:
+        """Each volume to serve, by name, or why the export waits."""
+        namespace, source = obj.metadata.namespace, obj.spec.source
+        if source.kind is not ExportSourceKind.VIRTUAL_MACHINE:
+            return self._volume(namespace, str(source.kind), source.name)
+        vm = self.client.get(VirtualMachine, namespace, source.name)
+        if vm is None:
+            return Waiting(f"waiting for the VirtualMachine {source.name}: it does not exist")
+        if vm.status.phase not in STOPPED_PHASES and vm.status.phase is not None:
+            message = f"the VirtualMachine {source.name} is {vm.status.phase}: stop it to export"
+            return Waiting(message, "InUse")
+        disks = [
+            ref.name
+            for ref in vm.spec.block_device_refs
+            if ref.kind is BlockDeviceKind.VIRTUAL_DISK
+        ]
+        if not disks:
+            return Waiting(f"the VirtualMachine {source.name} has no VirtualDisk to export")
+        served = []
+        for disk in disks:
+            volume = self._volume(namespace, BlockDeviceKind.VIRTUAL_DISK.value, disk)
+            if isinstance(volume, Waiting):
+                return volume
+            served.extend(volume)
+        return served
+
+    def _volume(
+        self, namespace: str | None, kind: str, name: str
+    ) -> list[tuple[str, Source]] | Waiting:
+        """One disk or snapshot as a served volume, or why it waits."""
+        ref = ObjectRef(kind=kind, name=name)
+        data_source = DataSource(type=DataSourceType.OBJECT_REF, objectRef=ref)
+        source = resolve_source(self.client, self.volumes, namespace, data_source)
+        return source if isinstance(source, Waiting) else [(name, source)]
 
     def _pending(
         self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
@@ -163,14 +195,14 @@ class VirtualMachineExportReconciler:
     def _idle(
         self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
     ) -> Result:
-        """Pending with nothing served: the route dropped and the server stopped."""
+        """Pending with nothing served: the route dropped, the server stopped, no links."""
         self._unserve(obj)
-        return self._pending(obj, reason, message, fields)
+        return self._pending(obj, reason, message, {**fields, **UNLINKED})
 
     def _serve(
         self,
         obj: VirtualMachineExport,
-        source: Source,
+        served: list[tuple[str, Source]],
         token: Token,
         fields: dict[str, Any],
         left: float,
@@ -190,7 +222,7 @@ class VirtualMachineExportReconciler:
             state = None
         if state is None:
             obj, port = self._port(obj)
-            self._start(obj, source, token, port, left)
+            self._start(obj, served, token, port, left)
             self.proxy.set_route(export_route(*self._key(obj), port, ready=False))
             return self._pending(obj, "Starting", STARTING, fields)
         recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
@@ -226,14 +258,18 @@ class VirtualMachineExportReconciler:
         return self.client.update(obj.model_copy(update={"metadata": meta})), port
 
     def _start(
-        self, obj: VirtualMachineExport, source: Source, token: Token, port: int, left: float
+        self,
+        obj: VirtualMachineExport,
+        served: list[tuple[str, Source]],
+        token: Token,
+        port: int,
+        left: float,
     ) -> None:
         namespace, name = self._key(obj)
-        volume = obj.spec.source.name
         job = {
             "kind": "export",
             "name": name,
-            "volumes": [{"name": volume, "path": source.location}],
+            "volumes": [{"name": volume, "path": source.location} for volume, source in served],
             "tokenFile": TOKEN_FILE,
             "ttl": left,
             "grace": DRAIN_SECONDS,

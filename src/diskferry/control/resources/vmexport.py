@@ -36,8 +36,7 @@ class ExportPhase(StrEnum):
 
 
 class ExportSourceKind(StrEnum):
-    """The kinds an export names: a disk or a snapshot is served; a machine is accepted and
-    skipped until machines can be exported."""
+    """The kinds an export names: a disk, a snapshot, or a machine's disks."""
 
     VIRTUAL_DISK = "VirtualDisk"
     VIRTUAL_DISK_SNAPSHOT = "VirtualDiskSnapshot"
