@@ -12,7 +12,7 @@ import zstandard
 from diskferry.disk.cpus import usable_cpus
 from diskferry.disk.extent import Extent
 from diskferry.disk.volume import Volume
-from diskferry.export.blocks import blocks, ordered_map, pieces, read_piece
+from diskferry.export.blocks import BlockPool, blocks, ordered_map, pieces, read_piece
 
 GZIP_LEVEL = 6
 ZSTD_LEVEL = 3
@@ -46,7 +46,7 @@ def gzip_stream(volume: Volume, offset: int = 0, length: int | None = None) -> A
 
 
 async def zstd_stream(
-    volume: Volume, offset: int = 0, length: int | None = None
+    volume: Volume, pool: BlockPool, offset: int = 0, length: int | None = None
 ) -> AsyncIterator[bytes]:
     """The range as one zstd frame, compressed by zstd's own threads, one per usable CPU."""
     if length is None:
@@ -54,7 +54,7 @@ async def zstd_stream(
     loop = asyncio.get_running_loop()
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=usable_cpus())
     cobj = cctx.compressobj(size=length)
-    async for block in blocks(volume, offset, length):
+    async for block in blocks(volume, offset, length, pool):
         out = await loop.run_in_executor(None, cobj.compress, block)
         if out:
             yield out

@@ -14,7 +14,7 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.volume import Volume
 from diskferry.export.archive import listing, resolve_inside, tar_gz_stream
-from diskferry.export.blocks import blocks
+from diskferry.export.blocks import BlockPool, blocks
 from diskferry.export.compress import gzip_stream, zstd_stream
 from diskferry.export.extent_pages import PAGE_SIZE, extent_page
 from diskferry.export.manifests import secret_manifest
@@ -25,6 +25,7 @@ from diskferry.export.volumes import ExportedVolume
 log = logging.getLogger(__name__)
 
 READY_PATH = "/exportready"
+WRITE_SLICE = 256 << 10
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -87,6 +88,7 @@ class ExportServer:
         self.token = token
         self.manifest = manifest
         self.expired = False
+        self.pool = BlockPool()
         self.in_flight = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -190,7 +192,9 @@ class ExportServer:
                 await resp.prepare(request)
                 if request.method != "HEAD":
                     async for block in body:
-                        await resp.write(block)
+                        # Slices keep what waits in each client's transport small.
+                        for at in range(0, len(block), WRITE_SLICE):
+                            await resp.write(block[at : at + WRITE_SLICE])
                 await resp.write_eof()
             except ConnectionError:
                 # A client that went away is the access log's line (bytes sent short of the
@@ -212,7 +216,7 @@ class ExportServer:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
         return await self._stream(
             request,
-            blocks(volume, start, end - start),
+            blocks(volume, start, end - start, self.pool),
             status=206 if rng else 200,
             length=end - start,
             headers=headers,
@@ -231,7 +235,7 @@ class ExportServer:
 
     async def _zstd(self, request: web.Request) -> web.StreamResponse:
         return await self._stream(
-            request, zstd_stream(self._disk(request)), content_type="application/zstd"
+            request, zstd_stream(self._disk(request), self.pool), content_type="application/zstd"
         )
 
     async def _tar(self, request: web.Request) -> web.StreamResponse:
@@ -290,7 +294,7 @@ class ExportServer:
             raise HttpProblem(
                 416, "OutOfRange", f"offset+length {offset + length} is past the end {disk.size}"
             )
-        return await self._stream(request, blocks(disk, offset, length), length=length)
+        return await self._stream(request, blocks(disk, offset, length, self.pool), length=length)
 
     async def _manifests(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["what"] == "secret":
