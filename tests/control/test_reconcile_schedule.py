@@ -262,3 +262,17 @@ def test_a_backup_past_its_ttl_goes_with_its_snapshots_only(base, daemon, clock)
         assert load_metadata(repo, "default.short") is None
         assert load_metadata(repo, "default.kept") is not None
         assert check(repo).ok
+
+
+def test_a_backup_with_a_ttl_deleted_while_it_runs_leaves_no_snapshot(base, daemon) -> None:
+    disk(daemon, "vd-a", b"interrupted" * 4000)
+    apply(daemon, [*location(base), backup_doc("doomed", ttl="720h")])
+    running = wait_for(daemon, "Backup", "default", "doomed", "InProgress", "Completed")
+    assert "diskferry.io/cleanup" in running["metadata"]["finalizers"]
+    daemon.objects.delete(REGISTRY.by_kind("Backup"), "default", "doomed")
+    wait_until(lambda: get(daemon, "Backup", "default", "doomed") is None, 60)
+    wait_until(lambda: get(daemon, "DataUpload", "default", "doomed-vm-a") is None, 60)
+    assert snapshot_ids(base) == set()
+    with Repository.open(str(base / "backups"), PASSWORD) as repo:
+        assert load_metadata(repo, "default.doomed") is None
+        assert check(repo).ok

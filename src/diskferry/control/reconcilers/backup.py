@@ -168,7 +168,8 @@ class BackupReconciler:
         return Result.done()
 
     def _drop_data(self, obj: Backup) -> Result:
-        """Forget the deleted Backup's snapshots and metadata, prune, then let it go."""
+        """Stop the deleted Backup's running DataUploads, forget its snapshots and metadata,
+        prune, then let it go."""
         if FINALIZER not in obj.metadata.finalizers:
             return Result.done()
         namespace, name = obj.metadata.namespace or "default", obj.metadata.name or ""
@@ -183,8 +184,15 @@ class BackupReconciler:
             )
             release(self.client, obj)
             return Result.done()
+        uploads = self._uploads(obj)
+        running = [u for u in uploads if u.status.phase not in ENDED]
+        for upload in running:
+            self.client.delete(DataUpload, upload.metadata.namespace, upload.metadata.name or "")
+        if running:
+            return Result.requeue(POLL_SECONDS)
         location = location_of(self.client, bsl)
-        snapshots = backup_snapshots(obj)
+        made = {d.snapshot_id for u in uploads for d in u.status.disks}
+        snapshots = sorted(made.union(backup_snapshots(obj)))
         try:
             forget(location, snapshots, [metadata_name(namespace, name)])
             freed = f"; {freed_text(prune_location(location))}" if snapshots else ""
@@ -228,12 +236,16 @@ class BackupReconciler:
             )
         )
 
-    def _follow(self, obj: Backup) -> Result:
-        uploads = {
-            u.metadata.name: u
+    def _uploads(self, obj: Backup) -> list[DataUpload]:
+        """The Backup's DataUploads."""
+        return [
+            u
             for u in self.client.list(DataUpload, obj.metadata.namespace)
             if u.metadata.labels.get(BACKUP_NAME) == obj.metadata.name
-        }
+        ]
+
+    def _follow(self, obj: Backup) -> Result:
+        uploads = {u.metadata.name: u for u in self._uploads(obj)}
         volumes = [v.to_json() for v in obj.status.volumes]
         vms: dict[tuple[str, str], bool] = {}
         done = True
