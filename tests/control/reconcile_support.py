@@ -8,6 +8,7 @@ from typing import Any
 
 from control_support import wait_until
 
+from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
 from diskferry.control.errors import NotFoundError
 from diskferry.control.kinds import Registry
@@ -20,10 +21,12 @@ from diskferry.control.resources.core import EVENTS
 class Daemon:
     """The store and the controllers over one data directory, as `diskferry serve` runs them."""
 
-    def __init__(self, data_dir: Path, registry: Registry = REGISTRY) -> None:
+    def __init__(
+        self, data_dir: Path, registry: Registry = REGISTRY, clock: Clock | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.registry = registry
-        self.objects = ObjectService(data_dir / "state.db", registry)
+        self.objects = ObjectService(data_dir / "state.db", registry, clock)
         self.controllers = Controllers(data_dir, self.objects, workers=2, resync=5)
         self.controllers.start()
 

@@ -90,6 +90,7 @@ def test_a_crd_for_every_custom_kind() -> None:
             "DataDownload",
             "Backup",
             "Restore",
+            "Schedule",
         }
     )
     assert [c for c in yaml.safe_load_all(crds_yaml(made))] == made

@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 
 from diskferry.backup.errors import PasswordError
 from diskferry.backup.password import read_password
+from diskferry.backup.policy import KeepPolicy
 from diskferry.worker.job import JobModel, WorkerJob
 
 if TYPE_CHECKING:
@@ -136,20 +137,12 @@ class CheckJob(RepoAccess):
     read_data: bool = Field(default=False, alias="readData")
 
 
-class ForgetJob(RepoAccess):
+class ForgetJob(RepoAccess, KeepPolicy):
     """What `diskferry forget` and the worker run: snapshots dropped by id or by a keep policy."""
 
     kind: Literal["forget"] = "forget"
     snapshots: list[str] = Field(default_factory=list)
-    keep_last: int = Field(default=0, ge=0, alias="keepLast")
-    keep_daily: int = Field(default=0, ge=0, alias="keepDaily")
-    keep_weekly: int = Field(default=0, ge=0, alias="keepWeekly")
     vm: str | None = Field(default=None, description="apply the policy to this VM only")
-
-    @property
-    def has_policy(self) -> bool:
-        """Whether a keep policy is given."""
-        return bool(self.keep_last or self.keep_daily or self.keep_weekly)
 
     @model_validator(mode="after")
     def _something_to_forget(self) -> ForgetJob:

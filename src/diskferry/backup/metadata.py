@@ -37,3 +37,8 @@ def load_metadata(repo: Repository, name: str) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         raise CorruptObjectError(f"{path} is not an object", objects=(path,))
     return document
+
+
+def delete_metadata(repo: Repository, name: str) -> None:
+    """Remove the metadata `name`; nothing when the repository has none of that name."""
+    repo.store.delete(metadata_path(name))

@@ -25,7 +25,6 @@ from diskferry.backup.job import (
     PruneResult,
 )
 from diskferry.backup.phases import RepoPhase
-from diskferry.backup.policy import to_forget
 from diskferry.backup.prune import REPACK_UNUSED_SHARE, prune
 from diskferry.backup.repository import Repository
 from diskferry.disk.errors import CancelledError
@@ -97,9 +96,7 @@ def forget_snapshots(
         progress.set_phase(RepoPhase.FORGETTING)
         ids = list(job.snapshots)
         if job.has_policy:
-            chosen = to_forget(
-                repo.list_snapshots(job.vm), job.keep_last, job.keep_daily, job.keep_weekly
-            )
+            chosen = job.to_forget(repo.list_snapshots(job.vm))
             ids.extend(s.id for s in chosen if s.id not in ids)
         _stop_if(cancel)
         paths = repo.forget(ids)

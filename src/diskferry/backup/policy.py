@@ -5,7 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from diskferry.backup.snapshots import SnapshotInfo
+
+
+class KeepPolicy(BaseModel):
+    """Which snapshots of each disk are kept: the newest N, and the newest of N days and weeks."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    keep_last: int = Field(default=0, ge=0, alias="keepLast")
+    keep_daily: int = Field(default=0, ge=0, alias="keepDaily")
+    keep_weekly: int = Field(default=0, ge=0, alias="keepWeekly")
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether any rule is given (a policy of all zeros keeps everything)."""
+        return bool(self.keep_last or self.keep_daily or self.keep_weekly)
+
+    def to_forget(self, snapshots: list[SnapshotInfo]) -> list[SnapshotInfo]:
+        """The snapshots of `snapshots` this policy lets go."""
+        return to_forget(snapshots, self.keep_last, self.keep_daily, self.keep_weekly)
 
 
 def _day(s: SnapshotInfo) -> str:

@@ -25,6 +25,7 @@ from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.reconcilers.restore import RestoreReconciler
+from diskferry.control.reconcilers.schedule import ScheduleReconciler
 from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.storage import ensure_default_classes
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
@@ -87,8 +88,9 @@ class Controllers:
             machines,
             *movers,
             BackupStorageLocationReconciler(self.client),
-            BackupReconciler(self.client),
+            BackupReconciler(self.client, objects.clock),
             RestoreReconciler(self.client),
+            ScheduleReconciler(self.client, objects.clock),
             *extra,
         ]
         self.manager = Manager(

@@ -4,16 +4,27 @@ the volume policy says which of each VM's block devices go, and `status.volumes`
 one with what happened to it. Once every upload ended, the manifests of the VMs backed up,
 their VirtualDisks and the repository's tracker of each go into the repository as the
 Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
-A stopped VM is backed up as a running one is (the engine opens its disks itself)."""
+A stopped VM is backed up as a running one is (the engine opens its disks itself).
+
+A Backup with a `ttl` is deleted once it ended and its expiration passed; such a Backup is
+held by a finalizer until its snapshots are forgotten, its metadata removed and the
+repository pruned, so that deleting it leaves none of its data and touches no other's."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from diskferry.backup.errors import LockedError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.reconcilers.backupdata import (
+    backup_snapshots,
+    forget,
+    freed_text,
+    prune_location,
+)
 from diskferry.control.reconcilers.backupmeta import (
     clean_manifest,
     metadata_name,
@@ -22,6 +33,7 @@ from diskferry.control.reconcilers.backupmeta import (
 )
 from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.dataupload import repository_vm
+from diskferry.control.reconcilers.lifecycle import FINALIZER, deleting, held, release
 from diskferry.control.reconcilers.location import location_of
 from diskferry.control.reconcilers.plain import get_plain
 from diskferry.control.reconcilers.volumepolicy import decide
@@ -35,6 +47,9 @@ from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 1.0
+EXPIRY_POLL_SECONDS = 300.0
+LOCKED_RETRY_SECONDS = 5.0
+ENDED_PHASES = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED, BackupPhase.FAILED)
 
 
 def upload_name(backup: Backup, namespace: str, vm: str) -> str:
@@ -56,12 +71,10 @@ class BackupReconciler:
     def reconcile(self, obj: Backup) -> Result:
         """One step of the backup."""
         phase = obj.status.phase
-        if obj.metadata.deletion_timestamp is not None or phase in (
-            BackupPhase.COMPLETED,
-            BackupPhase.PARTIALLY_FAILED,
-            BackupPhase.FAILED,
-        ):
-            return Result.done()
+        if deleting(obj):
+            return self._drop_data(obj)
+        if phase in ENDED_PHASES:
+            return self._expire(obj)
         if phase is None or phase == BackupPhase.NEW:
             return self._start(obj)
         return self._follow(obj)
@@ -127,6 +140,7 @@ class BackupReconciler:
             status["expiration"] = rfc3339(
                 now + timedelta(seconds=parse_duration(obj.spec.ttl).total_seconds())
             )
+            obj = held(self.client, obj)
         obj = self.client.patch_status(obj, status)
         for entry in volumes:
             if entry["action"] == "skip":
@@ -135,6 +149,60 @@ class BackupReconciler:
                 self.client.event(obj, "Normal", "VolumeSkipped", f"{where}: {entry['reason']}")
         self.client.event(obj, "Normal", "InProgress", status["message"])
         return Result.requeue(POLL_SECONDS)
+
+    def _expire(self, obj: Backup) -> Result:
+        """Delete the ended Backup once its expiration passed; else look again by then."""
+        if obj.status.expiration is None:
+            return Result.done()
+        expires = datetime.fromisoformat(obj.status.expiration)
+        left = (expires - self.clock.now()).total_seconds()
+        if left > 0:
+            return Result.requeue(min(left, EXPIRY_POLL_SECONDS))
+        self.client.event(
+            obj,
+            "Normal",
+            "Expired",
+            f"the ttl {obj.spec.ttl} ran out at {obj.status.expiration}: deleting the Backup",
+        )
+        self.client.delete(Backup, obj.metadata.namespace, obj.metadata.name or "")
+        return Result.done()
+
+    def _drop_data(self, obj: Backup) -> Result:
+        """Stop the deleted Backup's running DataUploads, forget its snapshots and metadata,
+        prune, then let it go."""
+        if FINALIZER not in obj.metadata.finalizers:
+            return Result.done()
+        namespace, name = obj.metadata.namespace or "default", obj.metadata.name or ""
+        bsl = self.client.get(BackupStorageLocation, namespace, obj.spec.storage_location)
+        if bsl is None:
+            self.client.event(
+                obj,
+                "Warning",
+                "DataKept",
+                f"the BackupStorageLocation {obj.spec.storage_location} is gone:"
+                " the Backup's snapshots stay in its repository",
+            )
+            release(self.client, obj)
+            return Result.done()
+        uploads = self._uploads(obj)
+        running = [u for u in uploads if u.status.phase not in ENDED]
+        for upload in running:
+            self.client.delete(DataUpload, upload.metadata.namespace, upload.metadata.name or "")
+        if running:
+            return Result.requeue(POLL_SECONDS)
+        location = location_of(self.client, bsl)
+        made = {d.snapshot_id for u in uploads for d in u.status.disks}
+        snapshots = sorted(made.union(backup_snapshots(obj)))
+        try:
+            forget(location, snapshots, [metadata_name(namespace, name)])
+            freed = f"; {freed_text(prune_location(location))}" if snapshots else ""
+        except LockedError:
+            return Result.requeue(LOCKED_RETRY_SECONDS)
+        self.client.event(
+            obj, "Normal", "DataDeleted", f"{len(snapshots)} snapshots forgotten{freed}"
+        )
+        release(self.client, obj)
+        return Result.done()
 
     def _upload(self, obj: Backup, namespace: str, vm: str, disks: list[str]) -> None:
         name = upload_name(obj, namespace, vm)
@@ -168,12 +236,16 @@ class BackupReconciler:
             )
         )
 
-    def _follow(self, obj: Backup) -> Result:
-        uploads = {
-            u.metadata.name: u
+    def _uploads(self, obj: Backup) -> list[DataUpload]:
+        """The Backup's DataUploads."""
+        return [
+            u
             for u in self.client.list(DataUpload, obj.metadata.namespace)
             if u.metadata.labels.get(BACKUP_NAME) == obj.metadata.name
-        }
+        ]
+
+    def _follow(self, obj: Backup) -> Result:
+        uploads = {u.metadata.name: u for u in self._uploads(obj)}
         volumes = [v.to_json() for v in obj.status.volumes]
         vms: dict[tuple[str, str], bool] = {}
         done = True

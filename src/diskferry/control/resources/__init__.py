@@ -8,6 +8,7 @@ from diskferry.control.resources.datadownload import DATA_DOWNLOADS
 from diskferry.control.resources.datamoverconfig import DATA_MOVER_CONFIGS
 from diskferry.control.resources.dataupload import DATA_UPLOADS
 from diskferry.control.resources.restore import RESTORES
+from diskferry.control.resources.schedule import SCHEDULES
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
@@ -33,5 +34,6 @@ REGISTRY = Registry(
         DATA_DOWNLOADS,
         BACKUPS,
         RESTORES,
+        SCHEDULES,
     ]
 )

@@ -1,0 +1,309 @@
+"""Schedule: at each time its cron expression names (UTC, on the store's clock) a Backup
+`<schedule>-<YYYYMMDDhhmmss>` made from the template, labelled `diskferry.io/schedule-name`.
+
+Times that passed while the daemon was down get one catch-up run, not one each, and are
+reported (`status.missedRuns`, the MissedRuns condition and an Event). A paused Schedule
+makes no Backup; the times it passes are recorded as `lastSkipped`. A bad cron expression
+is FailedValidation. After the newest of its Backups ended, the keep policy picks the
+snapshots of its Backups that go: they are forgotten, the Backups all of whose snapshots
+went are deleted, and the repository is pruned; `status.retention` and Events say what went
+and what was freed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from croniter import CroniterError, croniter
+
+from diskferry.backup.errors import LockedError
+from diskferry.backup.policy import KeepPolicy
+from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.reconcilers.backup import ENDED_PHASES
+from diskferry.control.reconcilers.backupdata import (
+    backup_snapshots,
+    forget,
+    freed_text,
+    let_go,
+    prune_location,
+)
+from diskferry.control.reconcilers.backupmeta import metadata_name
+from diskferry.control.reconcilers.lifecycle import deleting
+from diskferry.control.reconcilers.location import Location, location_of
+from diskferry.control.resources.backup import Backup, BackupPhase
+from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
+from diskferry.control.resources.schedule import (
+    SCHEDULE_NAME,
+    SCHEDULES,
+    Retention,
+    Schedule,
+    SchedulePhase,
+)
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.conditions import set_condition
+from diskferry.control.runtime.reconciler import Result
+
+POLL_SECONDS = 2.0
+"""How often a Schedule looks at a Backup of its own that has not ended."""
+MAX_WAIT_SECONDS = 300.0
+LATE_SECONDS = 60.0
+"""A time whose run comes later than this was missed."""
+MAX_COUNTED = 100_000
+RETRY_SECONDS = 5.0
+KEPT_PHASES = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED)
+MISSED_RUNS = "MissedRuns"
+SCHEDULED = "Scheduled"
+
+
+def cron_error(expression: str) -> str | None:
+    """Why `expression` is not a cron expression, None when it is one."""
+    try:
+        croniter(expression)
+    except (CroniterError, ValueError) as e:
+        return f"spec.schedule: invalid cron expression {expression!r}: {e}"
+    return None
+
+
+def due_times(expression: str, after: datetime, now: datetime) -> list[datetime]:
+    """The times `expression` names after `after`, up to `now` (at most MAX_COUNTED)."""
+    times = croniter(expression, after)
+    due: list[datetime] = []
+    while len(due) < MAX_COUNTED:
+        moment = times.get_next(datetime)
+        if moment > now:
+            break
+        due.append(moment)
+    return due
+
+
+def next_time(expression: str, after: datetime) -> datetime:
+    """The first time `expression` names after `after`."""
+    return croniter(expression, after).get_next(datetime)
+
+
+def backup_name(schedule: str, moment: datetime) -> str:
+    """Velero's name of a scheduled Backup: `<schedule>-<YYYYMMDDhhmmss>`."""
+    return f"{schedule}-{moment:%Y%m%d%H%M%S}"
+
+
+class ScheduleReconciler:
+    """Makes each Schedule's Backups at their times, and lets the old ones go."""
+
+    info = SCHEDULES
+
+    def __init__(self, client: Client, clock: Clock | None = None) -> None:
+        self.client = client
+        self.clock = clock or Clock()
+
+    def reconcile(self, obj: Schedule) -> Result:
+        """One step: validate, run when due, apply the keep policy; look again when next due."""
+        if deleting(obj):
+            return Result.done()
+        error = cron_error(obj.spec.schedule)
+        if error is not None:
+            return self._invalid(obj, error)
+        now = self.clock.now()
+        made = self._made(obj)
+        obj, made = self._run(obj, now, made)
+        wait = (datetime.fromisoformat(obj.status.next_run or rfc3339(now)) - now).total_seconds()
+        waits = [max(wait, 0.0), MAX_WAIT_SECONDS]
+        if any(b.status.phase not in ENDED_PHASES for b in made):
+            waits.append(POLL_SECONDS)
+        retry = self._retain(obj, made)
+        if retry is not None:
+            waits.append(retry)
+        return Result.requeue(min(waits))
+
+    def _made(self, obj: Schedule) -> list[Backup]:
+        """The Backups this Schedule made, oldest first."""
+        found = self.client.list(
+            Backup, obj.metadata.namespace, labels={SCHEDULE_NAME: obj.metadata.name or ""}
+        )
+        return sorted(found, key=lambda b: (b.metadata.creation_timestamp, b.metadata.name))
+
+    def _invalid(self, obj: Schedule, error: str) -> Result:
+        if obj.status.phase == SchedulePhase.FAILED_VALIDATION and obj.status.validation_errors == [
+            error
+        ]:
+            return Result.done()
+        conditions = set_condition(
+            [c.to_json() for c in obj.status.conditions],
+            SCHEDULED,
+            False,
+            "FailedValidation",
+            error,
+            obj.metadata.generation,
+        )
+        obj = self.client.patch_status(
+            obj,
+            {
+                "phase": SchedulePhase.FAILED_VALIDATION.value,
+                "validationErrors": [error],
+                "nextRun": None,
+                "conditions": conditions,
+                "observedGeneration": obj.metadata.generation,
+            },
+        )
+        self.client.event(obj, "Warning", "FailedValidation", error)
+        return Result.done()
+
+    def _handled_through(self, obj: Schedule) -> datetime:
+        """The last moment whose due times were run or skipped (the creation at first)."""
+        marks = [m for m in (obj.status.last_backup, obj.status.last_skipped) if m]
+        if marks:
+            return max(datetime.fromisoformat(m) for m in marks)
+        created = obj.metadata.creation_timestamp
+        return created if created is not None else self.clock.now()
+
+    def _run(
+        self, obj: Schedule, now: datetime, made: list[Backup]
+    ) -> tuple[Schedule, list[Backup]]:
+        """Make the Backup when a time is due (skip it when paused); the status brought up."""
+        expression = obj.spec.schedule
+        since = self._handled_through(obj)
+        due = due_times(expression, since, now)
+        conditions = [c.to_json() for c in obj.status.conditions]
+        status: dict[str, Any] = {
+            "phase": SchedulePhase.ENABLED.value,
+            "validationErrors": [],
+            "observedGeneration": obj.metadata.generation,
+        }
+        mark = since
+        if due and obj.spec.paused:
+            status["lastSkipped"] = rfc3339(now)
+            mark = now
+            self.client.event(
+                obj, "Normal", "Skipped", f"paused: the run due at {rfc3339(due[-1])} is skipped"
+            )
+        elif due:
+            backup, created = self._backup(obj, now, due[0], made)
+            if created:
+                made = [*made, backup]
+            mark = backup.metadata.creation_timestamp or now
+            status["lastBackup"] = rfc3339(mark)
+            late = [t for t in due if (now - t).total_seconds() > LATE_SECONDS]
+            if late:
+                message = (
+                    f"{len(late)} scheduled runs missed since {rfc3339(late[0])}:"
+                    f" one catch-up run made, the Backup {backup.metadata.name}"
+                )
+                status["missedRuns"] = {
+                    "count": len(late),
+                    "since": rfc3339(late[0]),
+                    "caughtUp": rfc3339(mark),
+                }
+                conditions = set_condition(conditions, MISSED_RUNS, True, "CaughtUp", message)
+                if created:
+                    self.client.event(obj, "Warning", MISSED_RUNS, message)
+            elif any(c["type"] == MISSED_RUNS for c in conditions):
+                conditions = set_condition(
+                    conditions, MISSED_RUNS, False, "OnTime", f"{rfc3339(due[-1])} run on time"
+                )
+            if created:
+                self.client.event(
+                    obj, "Normal", "BackupCreated", f"made the Backup {backup.metadata.name}"
+                )
+        upcoming = rfc3339(next_time(expression, mark))
+        status["nextRun"] = upcoming
+        if obj.spec.paused:
+            conditions = set_condition(conditions, SCHEDULED, False, "Paused", "spec.paused is set")
+        else:
+            conditions = set_condition(conditions, SCHEDULED, True, "Enabled", f"next {upcoming}")
+        status["conditions"] = conditions
+        current = obj.status.to_json()
+        if any(current.get(key) != value for key, value in status.items()):
+            obj = self.client.patch_status(obj, status)
+        return obj, made
+
+    def _backup(
+        self, obj: Schedule, now: datetime, first_due: datetime, made: list[Backup]
+    ) -> tuple[Backup, bool]:
+        """The Backup of the due times: one made already (a status not written), or a new one."""
+        for backup in reversed(made):
+            created = backup.metadata.creation_timestamp
+            if created is not None and created >= first_due:
+                return backup, False
+        name = obj.metadata.name or ""
+        owners = []
+        if obj.spec.use_owner_references_in_backup:
+            owners.append(
+                OwnerReference(
+                    apiVersion=API_VERSION,
+                    kind=SCHEDULES.kind,
+                    name=name,
+                    uid=obj.metadata.uid or "",
+                    controller=True,
+                )
+            )
+        meta = ObjectMeta(
+            name=backup_name(name, now),
+            namespace=obj.metadata.namespace,
+            labels={**obj.metadata.labels, SCHEDULE_NAME: name},
+            ownerReferences=owners,
+        )
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "Backup",
+            "metadata": meta.to_json(),
+            "spec": obj.spec.template.to_json(),
+        }
+        return self.client.create(Backup.model_validate(body)), True
+
+    def _retain(self, obj: Schedule, made: list[Backup]) -> float | None:
+        """Apply the keep policy once the newest Backup ended; seconds to a retry, if one."""
+        keep = obj.spec.keep
+        kept = [b for b in made if b.status.phase in KEPT_PHASES and not deleting(b)]
+        if keep is None or not keep.has_policy or not kept:
+            return None
+        newest = kept[-1].metadata.name or ""
+        retention = obj.status.retention
+        if retention is not None and retention.judged == newest and retention.pruned:
+            return None
+        namespace = obj.metadata.namespace or "default"
+        bsl = self.client.get(BackupStorageLocation, namespace, obj.spec.template.storage_location)
+        if bsl is None:
+            return RETRY_SECONDS
+        location = location_of(self.client, bsl)
+        try:
+            if retention is None or retention.judged != newest:
+                retention = self._forget(obj, location, keep, kept)
+            if retention.forgotten_snapshots:
+                stats = prune_location(location)
+                freed = stats.bytes_freed
+                self.client.event(obj, "Normal", "Pruned", freed_text(stats))
+            else:
+                freed = 0
+        except LockedError:
+            return RETRY_SECONDS
+        done = retention.model_copy(update={"pruned": True, "bytes_freed": freed})
+        self.client.patch_status(obj, {"retention": done.to_json()})
+        return None
+
+    def _forget(
+        self, obj: Schedule, location: Location, keep: KeepPolicy, kept: list[Backup]
+    ) -> Retention:
+        """Forget the snapshots `keep` lets go of `kept`'s, delete the Backups left with none."""
+        namespace = obj.metadata.namespace or "default"
+        snapshots = {b.metadata.name or "": backup_snapshots(b) for b in kept}
+        named = {i for ids in snapshots.values() for i in ids}
+        chosen = set(let_go(location, named, keep))
+        doomed = [name for name, ids in snapshots.items() if ids and set(ids) <= chosen]
+        forget(location, sorted(chosen), [metadata_name(namespace, name) for name in doomed])
+        for name in doomed:
+            self.client.delete(Backup, namespace, name)
+        retention = Retention(
+            judged=kept[-1].metadata.name or "",
+            forgottenSnapshots=sorted(chosen),
+            deletedBackups=doomed,
+        )
+        self.client.patch_status(obj, {"retention": retention.to_json()})
+        if chosen:
+            self.client.event(
+                obj,
+                "Normal",
+                "Forgotten",
+                f"the keep policy let {len(chosen)} snapshots go;"
+                f" Backups deleted: {', '.join(doomed) or 'none'}",
+            )
+        return retention

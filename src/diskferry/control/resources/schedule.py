@@ -1,0 +1,98 @@
+"""Schedule: Velero's shape — a Backup made from a template at each time a cron expression
+names, with the backup engine's keep policy saying which of the Schedule's Backups stay."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from diskferry.backup.policy import KeepPolicy
+from diskferry.control.kinds import AGE, Column, KindInfo
+from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.resources.backup import BackupSpec
+from diskferry.control.resources.common import ApiVersion
+
+SCHEDULE_NAME = "diskferry.io/schedule-name"
+"""The label of the Backups a Schedule made."""
+
+
+class ScheduleSpec(ApiModel):
+    """When (a cron expression, UTC), what (a Backup spec), and how many of them stay."""
+
+    schedule: str
+    template: BackupSpec
+    paused: bool = False
+    keep: KeepPolicy | None = Field(
+        default=None,
+        description="the Backups whose snapshots this policy lets go are forgotten, then pruned",
+    )
+    use_owner_references_in_backup: bool | None = Field(
+        default=None, alias="useOwnerReferencesInBackup"
+    )
+
+
+class SchedulePhase(StrEnum):
+    """Velero's Schedule phases."""
+
+    NEW = "New"
+    ENABLED = "Enabled"
+    FAILED_VALIDATION = "FailedValidation"
+
+
+class MissedRuns(ApiModel):
+    """The times that passed without a run (the daemon was down), and the one run made for them."""
+
+    count: int
+    since: str
+    caught_up: str = Field(alias="caughtUp")
+
+
+class Retention(ApiModel):
+    """What the keep policy did after the newest of the Schedule's Backups ended."""
+
+    judged: str = Field(description="the newest ended Backup when the policy was applied")
+    forgotten_snapshots: list[str] = Field(default_factory=list, alias="forgottenSnapshots")
+    deleted_backups: list[str] = Field(default_factory=list, alias="deletedBackups")
+    pruned: bool = False
+    bytes_freed: int | None = Field(default=None, alias="bytesFreed")
+
+
+class ScheduleStatus(Status):
+    """The phase, the last run and skip, the next run, and what retention did last."""
+
+    phase: SchedulePhase | None = None
+    last_backup: str | None = Field(default=None, alias="lastBackup")
+    last_skipped: str | None = Field(default=None, alias="lastSkipped")
+    next_run: str | None = Field(default=None, alias="nextRun")
+    validation_errors: list[str] = Field(default_factory=list, alias="validationErrors")
+    missed_runs: MissedRuns | None = Field(default=None, alias="missedRuns")
+    retention: Retention | None = None
+
+
+class Schedule(Resource):
+    """Backups made on a schedule."""
+
+    api_version: ApiVersion = API_VERSION
+    kind: Literal["Schedule"] = "Schedule"
+    spec: ScheduleSpec
+    status: ScheduleStatus = Field(default_factory=ScheduleStatus)
+
+
+SCHEDULES = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="Schedule",
+    plural="schedules",
+    model=Schedule,
+    categories=("diskferry",),
+    columns=(
+        Column("Status", ".status.phase"),
+        Column("Schedule", ".spec.schedule"),
+        Column("Last Backup", ".status.lastBackup", "date"),
+        Column("Next Run", ".status.nextRun", "date", priority=1),
+        Column("Paused", ".spec.paused", "boolean"),
+        AGE,
+    ),
+)
