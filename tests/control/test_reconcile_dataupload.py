@@ -116,7 +116,7 @@ def running_vm(daemon):
     the disk's claim and the QMP socket."""
     claim = daemon.disk("vd-a", data=os.urandom(128 * KiB))
     cbt.enable(str(claim))
-    daemon.vm("vm-a", ["vd-a"])
+    daemon.vm("vm-a", ["vd-a"], labels=TRACKED)
     sockets = tempfile.mkdtemp(dir="/tmp")
     monitor = os.path.join(sockets, "qmp.sock")
     overlay = cbt.overlay_path(str(claim))

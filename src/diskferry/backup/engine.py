@@ -118,8 +118,7 @@ def _open_reading(
     if export is None:
         volume = throttled(open_volume(plan.path, cancel=cancel), bucket, cancel)
         return _Reading(plan, decision, volume, None, lambda: full_pieces(volume, chunk_size))
-    opened = open_volume(export.url, bitmap=export.bitmap, cancel=cancel)
-    volume = throttled(opened, bucket, cancel)
+    volume = throttled(open_volume(export.url, bitmap=export.bitmap, cancel=cancel), bucket, cancel)
     pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
     return _Reading(plan, decision, volume, export.checkpoint, lambda: pieces(volume, chunk_size))
 
@@ -187,9 +186,8 @@ def run_backup(
             readings = []
             for plan, decision in zip(plans, decisions, strict=True):
                 export = by_name.get(plan.name)
-                reading = _open_reading(
-                    plan, decision, export, repo.config.chunk_size, bucket, cancel
-                )
+                chunk_size = repo.config.chunk_size
+                reading = _open_reading(plan, decision, export, chunk_size, bucket, cancel)
                 volumes.callback(reading.volume.close)
                 readings.append(reading)
             progress.set_total(_bytes_to_read(readings, cancel))
