@@ -1,5 +1,5 @@
 """The backup tests' daemon: the controllers with a moto S3 server, Secrets and storage
-locations at hand, and stand-in VirtualMachine and DataMoverConfig kinds until those land."""
+locations at hand, and helpers to make VMs, disks, uploads and downloads."""
 
 from __future__ import annotations
 
@@ -15,13 +15,10 @@ from reconcile_support import Daemon
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "objstore"))
 
-from pydantic import Field
 from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
 
 from diskferry.backup.repository import Repository
-from diskferry.control.kinds import KindInfo, Registry
-from diskferry.control.model import API_VERSION, GROUP, VERSION, Resource
-from diskferry.control.resources import REGISTRY
+from diskferry.control.model import API_VERSION
 from diskferry.control.resources.core import SECRETS
 from diskferry.control.resources.dataupload import VM_NAME
 
@@ -59,50 +56,8 @@ def s3_bsl(endpoint: str, bucket: str, prefix: str) -> dict[str, Any]:
     }
 
 
-class StandIn(Resource):
-    """A kind of free spec and status, standing in for VirtualMachine and DataMoverConfig in
-    these tests until their models land."""
-
-    api_version: str = Field(default=API_VERSION, alias="apiVersion")
-    kind: str
-    spec: dict[str, Any] = Field(default_factory=dict)
-    status: dict[str, Any] = Field(default_factory=dict)
-
-
-class VirtualMachineStandIn(StandIn):
-    """The VirtualMachine's stand-in (a model of its own: the client finds kinds by model)."""
-
-
-class DataMoverConfigStandIn(StandIn):
-    """The DataMoverConfig's stand-in."""
-
-
-STAND_INS = (
-    KindInfo(
-        GROUP,
-        VERSION,
-        "VirtualMachine",
-        "virtualmachines",
-        VirtualMachineStandIn,
-        short_names=("vm",),
-    ),
-    KindInfo(
-        GROUP,
-        VERSION,
-        "DataMoverConfig",
-        "datamoverconfigs",
-        DataMoverConfigStandIn,
-        namespaced=False,
-    ),
-)
-MOVER_REGISTRY = Registry([*REGISTRY.kinds, *STAND_INS])
-
-
 class MoverDaemon(Daemon):
-    """The daemon with the stand-in kinds, and helpers to make VMs with disks."""
-
-    def __init__(self, data_dir: Path) -> None:
-        super().__init__(data_dir, MOVER_REGISTRY)
+    """The daemon, and helpers to make VMs with disks."""
 
     def disk(self, name: str, size: str = "8Mi", data: bytes = b"", offset: int = 0) -> Path:
         """A Ready blank VirtualDisk `name` with `data` written at `offset`; its claim file."""
@@ -125,11 +80,8 @@ class MoverDaemon(Daemon):
                 "blockDeviceRefs": [{"kind": "VirtualDisk", "name": d} for d in disks],
             },
         }
-        created = self.objects.create(self.registry.by_kind("VirtualMachine"), "default", body)
-        patch = {"status": {"phase": "Stopped"}}
-        info = self.registry.by_kind("VirtualMachine")
-        self.objects.patch(info, "default", name, patch, "merge", subresource="status")
-        assert created
+        self.objects.create(self.registry.by_kind("VirtualMachine"), "default", body)
+        self.wait_phase("VirtualMachine", name, "Stopped")
 
     def mover_config(self, **spec: Any) -> None:
         """The DataMoverConfig `default`."""

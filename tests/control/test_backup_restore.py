@@ -3,11 +3,14 @@ it stands, a volume policy skipping a cdrom, a Restore from the repository alone
 
 from __future__ import annotations
 
+import re
+
 from backup_restore_support import apply, base, disk, disk_file, documents, get, wait_for
 from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon
 
 __all__ = ["base"]
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 
 
 def test_the_manifest_set_backs_up_and_restores_into_restored(base):
@@ -129,3 +132,40 @@ def test_a_fresh_data_directory_restores_from_the_repository_alone(base):
     finally:
         fresh.stop()
         stop_workers_under(base / "fresh")
+
+
+def test_long_names_are_cut_to_a_label_with_a_hash(base):
+    vm_name, backup_name, restore_name = "v" * 60, "b" * 60, "r" * 60
+    docs = documents("backup-restore.yaml", base / "backups")
+    backup = {**docs[4], "metadata": {**docs[4]["metadata"], "name": backup_name}}
+    restore = {
+        **docs[5],
+        "metadata": {**docs[5]["metadata"], "name": restore_name},
+        "spec": {**docs[5]["spec"], "backupName": backup_name},
+    }
+    daemon = Daemon(base / "data")
+    try:
+        source = disk(daemon, "vd-a", b"long names" * 100)
+        apply(daemon, [*docs[:3], vm_doc(vm_name, "AlwaysOff", ["vd-a"]), backup])
+        done = wait_for(daemon, "Backup", "default", backup_name, "Completed", "Failed")
+        assert done["status"]["phase"] == "Completed", done["status"]
+        [volume] = done["status"]["volumes"]
+        upload = get(daemon, "DataUpload", "default", volume["dataUpload"])
+        label = upload["metadata"]["labels"]["diskferry.io/backup-name"]
+        for name in (volume["dataUpload"], label):
+            assert len(name) <= 63 and re.fullmatch(DNS_LABEL, name), name
+        assert volume["dataUpload"].startswith(f"{backup_name[:40]}")
+        assert label != volume["dataUpload"]
+        apply(daemon, [restore])
+        restored = wait_for(daemon, "Restore", "default", restore_name, "Completed", "Failed")
+        assert restored["status"]["phase"] == "Completed", restored["status"]
+        [machine] = restored["status"]["virtualMachines"]
+        [restored_disk] = machine["disks"]
+        download = get(daemon, "DataDownload", "default", restored_disk["dataDownload"])
+        label = download["metadata"]["labels"]["diskferry.io/restore-name"]
+        for name in (restored_disk["dataDownload"], label):
+            assert len(name) <= 63 and re.fullmatch(DNS_LABEL, name), name
+        assert disk_file(daemon, "restored", "vd-a").read_bytes() == source.read_bytes()
+    finally:
+        daemon.stop()
+        stop_workers_under(base)

@@ -1,13 +1,14 @@
 """DataDownload with the real engines: a disk backed up by a DataUpload restored byte-exact
 into a new VirtualDisk, larger when the annotation asks; a smaller size and an existing disk
-refused."""
+refused; the bandwidth limit carried to both workers; a download deleted while it writes."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
-from control_support import stop_workers_under, wait_until
+from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, download, repository_held
 
 ENDED = ("Completed", "Failed", "Canceled")
@@ -92,3 +93,38 @@ def test_an_unknown_snapshot_fails_saying_so(backed_up):
     status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
     assert status["phase"] == "Failed" and "no snapshot 0000000000000000" in status["message"]
     assert daemon.get("VirtualDisk", "vd-none") is None
+
+
+def job_file(daemon, kind: str, name: str, prefix: str) -> dict:
+    """The job file of the mover's worker."""
+    uid = daemon.get(kind, name)["metadata"]["uid"]
+    return json.loads((daemon.data_dir / "jobs" / f"{prefix}-{uid}" / "job.json").read_text())
+
+
+def test_the_bandwidth_limit_reaches_both_workers(backed_up, tmp_path):
+    daemon, snapshot, _ = backed_up
+    daemon.mover_config(bandwidthLimit="50Mi")
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up-2", "vm-a")
+        daemon.wait_phase("DataUpload", "up-2", "InProgress")
+        download(daemon, "dd", snapshot, "vd-restored")
+        daemon.wait_phase("DataDownload", "dd", "InProgress")
+        assert job_file(daemon, "DataUpload", "up-2", "du")["bandwidthLimit"] == 50 * MiB
+        assert job_file(daemon, "DataDownload", "dd", "dd")["bandwidthLimit"] == 50 * MiB
+    assert daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]["phase"] == "Completed"
+
+
+def test_deleting_a_download_that_writes_removes_the_half_written_disk(backed_up, tmp_path):
+    daemon, snapshot, _ = backed_up
+    daemon.mover_config(bandwidthLimit="4Ki")  # 200 KB take most of a minute to write
+    download(daemon, "dd", snapshot, "vd-restored")
+    claim = daemon.claim(daemon.wait_phase("VirtualDisk", "vd-restored", "Ready"))
+    dd = daemon.wait_phase("DataDownload", "dd", "InProgress")
+    assert "diskferry.io/data-mover" in dd["metadata"]["finalizers"]
+    wait_until(lambda: [n for n in os.listdir(claim.parent) if ".prime-" in n], 30)
+    daemon.objects.delete(daemon.registry.by_kind("DataDownload"), "default", "dd")
+    wait_until(lambda: daemon.get("DataDownload", "dd") is None, 30)
+    assert daemon.get("VirtualDisk", "vd-restored") is None
+    assert not workers_under(daemon.data_dir)
+    assert not [n for n in os.listdir(claim.parent) if n.startswith(claim.stem)]
+    assert not list((daemon.data_dir / "jobs").glob("dd-*"))

@@ -17,6 +17,8 @@ from diskferry.backup.repository import Repository
 from diskferry.control.reconcilers.datamover import MoverFailure
 from diskferry.control.resources.dataupload import DataUpload
 from diskferry.qemu import cbt
+from diskferry.qemu.qmp import Qmp
+from diskferry.qemu.session import FLEECE_NODE, FLEECE_SUFFIX
 
 KiB = 1024
 ENDED = ("Completed", "Failed", "Canceled")
@@ -110,10 +112,11 @@ def test_missing_vm_fails_saying_so(daemon):
 
 @pytest.fixture
 def running_vm(daemon):
-    """VM vm-a Running on a CBT disk vd-a that a QEMU (a storage daemon) holds, its QMP free."""
+    """VM vm-a Running on a CBT disk vd-a that a QEMU (a storage daemon) holds, its QMP free;
+    the disk's claim and the QMP socket."""
     claim = daemon.disk("vd-a", data=os.urandom(128 * KiB))
     cbt.enable(str(claim))
-    daemon.vm("vm-a", ["vd-a"])
+    daemon.vm("vm-a", ["vd-a"], labels=TRACKED)
     sockets = tempfile.mkdtemp(dir="/tmp")
     monitor = os.path.join(sockets, "qmp.sock")
     overlay = cbt.overlay_path(str(claim))
@@ -132,7 +135,7 @@ def running_vm(daemon):
     info = daemon.registry.by_kind("VirtualMachine")
     status = {"phase": "Running", "qmpSocket": monitor}
     daemon.objects.patch(info, "default", "vm-a", {"status": status}, "merge", subresource="status")
-    yield claim
+    yield claim, monitor
     qemu.terminate()
     qemu.wait(10)
     shutil.rmtree(sockets, ignore_errors=True)
@@ -149,6 +152,24 @@ def test_running_vm_without_agent_is_crash_consistent_with_a_warning(daemon, run
     assert "crash-consistent" in warnings[0]["message"]
     logged = [r.getMessage() for r in caplog.records if "data mover log" in r.getMessage()]
     assert logged and "DataUpload default/up-1 (VirtualMachine default/vm-a)" in logged[0]
+
+
+def test_deleting_an_upload_of_a_running_vm_removes_its_fleecing(daemon, running_vm):
+    claim, monitor = running_vm
+    daemon.mover_config(bandwidthLimit="4Ki")  # 128 KiB take half a minute to read
+    fleece = cbt.overlay_path(str(claim)) + FLEECE_SUFFIX
+    daemon.upload_with("up-1", "vm-a", {"diskferry.io/skip-quiesce": "true"})
+    upload = daemon.wait_phase("DataUpload", "up-1", "InProgress")
+    assert "diskferry.io/data-mover" in upload["metadata"]["finalizers"]
+    wait_until(lambda: os.path.exists(fleece), 30)
+    daemon.objects.delete(daemon.registry.by_kind("DataUpload"), "default", "up-1")
+    wait_until(lambda: daemon.get("DataUpload", "up-1") is None, 30)
+    assert not os.path.exists(fleece)
+    with Qmp(monitor, timeout=10) as qmp:
+        nodes = [n["node-name"] for n in qmp.command("query-named-block-nodes", flat=True)]
+        assert not [n for n in nodes if n.startswith(FLEECE_NODE)], nodes
+        assert qmp.command("query-block-exports") == []
+        assert qmp.command("query-block-jobs") == []
 
 
 def test_required_quiesce_without_agent_fails(daemon, running_vm):

@@ -130,11 +130,25 @@ def test_deleting_an_upload_in_progress_stops_its_worker(daemon, tmp_path):
     vms(daemon, 1)
     with repository_held(tmp_path / "backups"):
         daemon.upload("up", "vm-0")
-        daemon.wait_phase("DataUpload", "up", "InProgress")
+        upload = daemon.wait_phase("DataUpload", "up", "InProgress")
+        assert upload["metadata"]["finalizers"] == ["diskferry.io/data-mover"]
         daemon.objects.delete(daemon.registry.by_kind("DataUpload"), "default", "up")
         wait_until(lambda: daemon.get("DataUpload", "up") is None)
     assert not workers_under(tmp_path / "data")
     assert not list((tmp_path / "data" / "jobs").glob("du-*"))
+
+
+def test_deleting_a_failed_upload_removes_its_kept_scratch(daemon, tmp_path):
+    vms(daemon, 1)
+    failed = tmp_path / "data" / "jobs" / "failed"
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up", "vm-0", operationTimeout="1s")
+        assert daemon.wait_phase("DataUpload", "up", *ENDED)["status"]["phase"] == "Failed"
+    wait_until(lambda: list(failed.glob("du-*")), 10)
+    daemon.objects.delete(daemon.registry.by_kind("DataUpload"), "default", "up")
+    wait_until(lambda: daemon.get("DataUpload", "up") is None)
+    assert not list(failed.glob("du-*"))
+    assert not list((tmp_path / "data" / "logs").glob("du-*"))
 
 
 def test_failed_scratch_is_kept_up_to_a_bound(daemon, tmp_path, monkeypatch):

@@ -95,6 +95,14 @@ def test_only_the_default_data_mover_config_is_taken() -> None:
     assert "spec.operationTimeout" in refusal(dmc(operationTimeout="soon"))
 
 
+def test_the_bandwidth_limit_is_a_quantity_a_second_and_not_zero() -> None:
+    spec = DataMoverConfig.model_validate(dmc(bandwidthLimit="50Mi")).spec
+    assert spec.bandwidth_limit == "50Mi" and spec.bandwidth_bytes == 50 << 20
+    assert DataMoverConfigSpec().bandwidth_bytes is None
+    assert "at least 1 byte a second" in refusal(dmc(bandwidthLimit="0"))
+    assert "spec.bandwidthLimit" in refusal(dmc(bandwidthLimit="fast"))
+
+
 class OneConfig:
     """A client holding at most one DataMoverConfig."""
 

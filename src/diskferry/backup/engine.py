@@ -37,6 +37,7 @@ from diskferry.disk.errors import BAD_USAGE, CancelledError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.disk.progress import Progress
+from diskferry.disk.throttle import TokenBucket, bucket_for, throttled
 from diskferry.disk.volume import Volume
 from diskferry.nbd.open import open_volume
 from diskferry.nbd.url import is_nbd_url
@@ -111,12 +112,13 @@ def _open_reading(
     decision: Decision,
     export: DiskExport | None,
     chunk_size: int,
+    bucket: TokenBucket | None,
     cancel: threading.Event | None,
 ) -> _Reading:
     if export is None:
-        volume = open_volume(plan.path, cancel=cancel)
+        volume = throttled(open_volume(plan.path, cancel=cancel), bucket, cancel)
         return _Reading(plan, decision, volume, None, lambda: full_pieces(volume, chunk_size))
-    volume = open_volume(export.url, bitmap=export.bitmap, cancel=cancel)
+    volume = throttled(open_volume(export.url, bitmap=export.bitmap, cancel=cancel), bucket, cancel)
     pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
     return _Reading(plan, decision, volume, export.checkpoint, lambda: pieces(volume, chunk_size))
 
@@ -180,11 +182,12 @@ def run_backup(
                 since = {p.name: d.since for p, d in zip(plans, decisions, strict=True)}
                 exports = opened.start(since)
             by_name = {e.name: e for e in exports}
+            bucket = bucket_for(job.bandwidth_limit)
             readings = []
             for plan, decision in zip(plans, decisions, strict=True):
-                reading = _open_reading(
-                    plan, decision, by_name.get(plan.name), repo.config.chunk_size, cancel
-                )
+                export = by_name.get(plan.name)
+                chunk_size = repo.config.chunk_size
+                reading = _open_reading(plan, decision, export, chunk_size, bucket, cancel)
                 volumes.callback(reading.volume.close)
                 readings.append(reading)
             progress.set_total(_bytes_to_read(readings, cancel))

@@ -83,7 +83,16 @@ class DiskSource(JobModel):
     path: str
 
 
-class BackupJob(RepoAccess):
+class DiskTransfer(RepoAccess):
+    """A job that moves a disk's bytes (a backup reading them, a restore writing them), at most
+    `bandwidthLimit` bytes a second when given."""
+
+    bandwidth_limit: int | None = Field(
+        default=None, ge=1, alias="bandwidthLimit", description="bytes a second; unset: unlimited"
+    )
+
+
+class BackupJob(DiskTransfer):
     """What `diskferry backup` and the worker run: the disks of one VM into a repository."""
 
     kind: Literal["backup"] = "backup"
@@ -99,7 +108,7 @@ class BackupJob(RepoAccess):
     tags: list[str] = Field(default_factory=list)
 
 
-class RestoreJob(RepoAccess):
+class RestoreJob(DiskTransfer):
     """What `diskferry restore` and the worker run: one disk snapshot into a target."""
 
     kind: Literal["restore"] = "restore"

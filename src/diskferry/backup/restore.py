@@ -29,6 +29,8 @@ from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.parallel import parallel_map
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress
+from diskferry.disk.throttle import bucket_for, throttled
+from diskferry.disk.volume import Volume
 from diskferry.qemu import cbt, img
 from diskferry.worker.reporter import QUIET, Reporter
 
@@ -81,7 +83,7 @@ def _located(
 def write_entries(
     repo: Repository,
     manifest: Manifest,
-    volume: FileVolume,
+    volume: Volume,
     progress: Progress,
     cancel: threading.Event | None = None,
     *,
@@ -175,9 +177,9 @@ def run_restore(
                 volume = FileVolume(target.path, writable=True)
             else:
                 volume = FileVolume.create(raw, size)
-            with volume:
+            with throttled(volume, bucket_for(job.bandwidth_limit), cancel) as limited:
                 written, chunks = write_entries(
-                    repo, manifest, volume, progress, cancel, zero_holes=target.block_device
+                    repo, manifest, limited, progress, cancel, zero_holes=target.block_device
                 )
             if job.format == "qcow2":
                 progress.set_phase(RestorePhase.CONVERTING)

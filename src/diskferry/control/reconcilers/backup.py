@@ -18,7 +18,8 @@ from typing import Any
 from diskferry.backup.errors import LockedError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
-from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
+from diskferry.control.names import short_name
 from diskferry.control.reconcilers.backupdata import (
     backup_snapshots,
     forget,
@@ -35,13 +36,14 @@ from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.dataupload import repository_vm
 from diskferry.control.reconcilers.lifecycle import FINALIZER, deleting, held, release
 from diskferry.control.reconcilers.location import location_of
-from diskferry.control.reconcilers.plain import get_plain
 from diskferry.control.reconcilers.volumepolicy import decide
 from diskferry.control.resources.backup import BACKUP_NAME, BACKUPS, Backup, BackupPhase
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED
 from diskferry.control.resources.dataupload import DISKS, VM_NAME, DataUpload
-from diskferry.control.resources.virtualmachine import VirtualMachine
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
+from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
@@ -50,13 +52,19 @@ POLL_SECONDS = 1.0
 EXPIRY_POLL_SECONDS = 300.0
 LOCKED_RETRY_SECONDS = 5.0
 ENDED_PHASES = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED, BackupPhase.FAILED)
+DEVICE_MODELS: dict[BlockDeviceKind, type[Resource]] = {
+    BlockDeviceKind.VIRTUAL_DISK: VirtualDisk,
+    BlockDeviceKind.VIRTUAL_IMAGE: VirtualImage,
+    BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE: ClusterVirtualImage,
+}
 
 
 def upload_name(backup: Backup, namespace: str, vm: str) -> str:
-    """The DataUpload of `vm`: the backup's name and the VM's (its namespace when another)."""
+    """The DataUpload of `vm`: the backup's name and the VM's (its namespace when another),
+    cut to a label's length."""
     if namespace == backup.metadata.namespace:
-        return f"{backup.metadata.name}-{vm}"
-    return f"{backup.metadata.name}-{namespace}-{vm}"
+        return short_name(backup.metadata.name or "", vm)
+    return short_name(backup.metadata.name or "", namespace, vm)
 
 
 class BackupReconciler:
@@ -109,9 +117,11 @@ class BackupReconciler:
             moved = []
             for ref in vm.spec.block_device_refs:
                 kind = ref.kind.value
-                target_ns = None if kind == "ClusterVirtualImage" else namespace
-                found = get_plain(self.client, kind, target_ns, ref.name)
-                decision = decide(obj.spec.volume_policy, kind, found)
+                cluster_wide = ref.kind is BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE
+                target_ns = None if cluster_wide else namespace
+                found = self.client.get(DEVICE_MODELS[ref.kind], target_ns, ref.name)
+                plain = None if found is None else found.to_json()
+                decision = decide(obj.spec.volume_policy, kind, plain)
                 entry = {
                     "virtualMachine": name,
                     "namespace": namespace,
@@ -218,7 +228,7 @@ class BackupReconciler:
         meta = ObjectMeta(
             name=name,
             namespace=obj.metadata.namespace,
-            labels={BACKUP_NAME: obj.metadata.name or ""},
+            labels={BACKUP_NAME: short_name(obj.metadata.name or "")},
             annotations={VM_NAME: vm, DISKS: ",".join(disks)},
             ownerReferences=[owner],
         )
@@ -241,7 +251,7 @@ class BackupReconciler:
         return [
             u
             for u in self.client.list(DataUpload, obj.metadata.namespace)
-            if u.metadata.labels.get(BACKUP_NAME) == obj.metadata.name
+            if u.metadata.labels.get(BACKUP_NAME) == short_name(obj.metadata.name or "")
         ]
 
     def _follow(self, obj: Backup) -> Result:
@@ -311,7 +321,7 @@ class BackupReconciler:
         location = location_of(self.client, bsl)
         machines = []
         for (namespace, name), good in vms.items():
-            vm = get_plain(self.client, "VirtualMachine", namespace, name)
+            vm = self.client.get(VirtualMachine, namespace, name)
             if not good or vm is None:
                 continue
             disks = []
@@ -320,17 +330,17 @@ class BackupReconciler:
                     continue
                 if entry["kind"] != "VirtualDisk" or entry["phase"] != "Completed":
                     continue
-                disk = get_plain(self.client, "VirtualDisk", namespace, entry["name"]) or {}
+                disk = self.client.get(VirtualDisk, namespace, entry["name"])
                 disks.append(
                     {
                         "name": entry["name"],
                         "snapshotID": entry["snapshotID"],
-                        "manifest": clean_manifest(disk),
+                        "manifest": clean_manifest({} if disk is None else disk.to_json()),
                     }
                 )
             machines.append(
                 {
-                    "manifest": clean_manifest(vm),
+                    "manifest": clean_manifest(vm.to_json()),
                     "disks": disks,
                     "tracker": tracker_state(location, repository_vm(namespace, name)),
                 }

@@ -15,10 +15,10 @@ from diskferry.control.model import API_VERSION, ObjectMeta
 from diskferry.control.quantity import format_bytes, parse_quantity
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
 from diskferry.control.reconcilers.location import Location, snapshot_size
-from diskferry.control.reconcilers.moverconfig import MoverConfig
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.sources import claim_of
 from diskferry.control.resources.datadownload import BACKUP_PVC_SIZE, DATA_DOWNLOADS, DataDownload
+from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.disk.errors import DiskferryError
 
@@ -42,7 +42,7 @@ class DataDownloadReconciler(MoverReconciler):
         volume = obj.spec.target_volume
         return volume.namespace or obj.metadata.namespace or "default", volume.pvc
 
-    def blocker(self, obj: DataDownload, config: MoverConfig) -> str | None:
+    def blocker(self, obj: DataDownload, config: DataMoverConfigSpec) -> str | None:
         """Nothing: downloads wait only for their location and the cap."""
         return None
 
@@ -69,7 +69,9 @@ class DataDownloadReconciler(MoverReconciler):
             )
         return wanted
 
-    def prepare(self, obj: DataDownload, location: Location, config: MoverConfig) -> Job | Waiting:
+    def prepare(
+        self, obj: DataDownload, location: Location, config: DataMoverConfigSpec
+    ) -> Job | Waiting:
         """The restore job, once the disk it made is Ready."""
         namespace, name = self._target(obj)
         disk = self.client.get(VirtualDisk, namespace, name)
@@ -122,11 +124,14 @@ class DataDownloadReconciler(MoverReconciler):
             f"({result.get('bytesWritten', 0)} bytes written)",
         }
 
-    def cleanup(self, obj: DataDownload, succeeded: bool) -> None:
-        """Delete the disk the download made, unless it succeeded."""
+    def cleanup(self, obj: DataDownload, succeeded: bool) -> bool:
+        """Delete the disk the download made, unless it succeeded; whether it is gone."""
         if succeeded:
-            return
+            return True
         namespace, name = self._target(obj)
         disk = self.client.get(VirtualDisk, namespace, name)
-        if disk is not None and disk.metadata.labels.get(MADE_BY) == obj.metadata.uid:
+        if disk is None or disk.metadata.labels.get(MADE_BY) != obj.metadata.uid:
+            return True
+        if disk.metadata.deletion_timestamp is None:
             self.client.delete(VirtualDisk, namespace, name)
+        return False

@@ -3,12 +3,18 @@ InProgress -> Completed | Failed, and Canceling -> Canceled from any phase on `s
 
 Accepted needs the storage location Available (and what the kind adds: one upload per VM);
 Prepared is the kind's own preparation; the scheduler admits InProgress under the cap; the
-worker's /progress is copied into `status.progress`. `operationTimeout` runs from Accepted:
+worker's /progress is copied into `status.progress`; every worker gets the DataMoverConfig's
+`bandwidthLimit` (bytes a second) as its job's. `operationTimeout` runs from Accepted:
 on expiry the worker's log is captured and the worker stopped, and the resource Failed. A
 worker's last lines go to the daemon's log tagged with the kind's words ("data mover log",
 "downloader log"), the resource and its VM; a failed worker's scratch stays until the
 resource is deleted, at most FAILED_KEPT of each kind; a succeeded or cancelled one's goes.
 Every phase change is an Event.
+
+Each mover carries the finalizer `diskferry.io/data-mover`: deleting one stops its worker
+(which removes what it made, a backup's fleecing nodes and files, a restore's prime copy),
+removes the worker's files and what the kind made (a DataDownload's disk, once it is gone),
+and only then lets the object go.
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.location import Location, location_of
-from diskferry.control.reconcilers.moverconfig import MoverConfig, load_mover_config
 from diskferry.control.reconcilers.scheduler import EPOCH, Scheduler
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED, MoverPhase
+from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, load_config
 from diskferry.control.runner.base import BACKUP, JobState, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
@@ -43,6 +49,7 @@ STOP_POLL = 0.3
 WAIT_SECONDS = 2.0
 FAILED_KEPT = 10
 """Failed workers' scratch kept for debugging, per kind; older ones are removed."""
+FINALIZER = "diskferry.io/data-mover"
 
 
 class MoverFailure(DiskferryError):
@@ -91,11 +98,11 @@ class MoverReconciler(ABC):
         self.node = socket.gethostname()
 
     @abstractmethod
-    def blocker(self, obj: Any, config: MoverConfig) -> str | None:
+    def blocker(self, obj: Any, config: DataMoverConfigSpec) -> str | None:
         """What the mover waits for before it may be accepted, None when nothing."""
 
     @abstractmethod
-    def prepare(self, obj: Any, location: Location, config: MoverConfig) -> Job | Waiting:
+    def prepare(self, obj: Any, location: Location, config: DataMoverConfigSpec) -> Job | Waiting:
         """The job to run once admitted, or what the mover still waits for (MoverFailure
         when it never can)."""
 
@@ -107,8 +114,10 @@ class MoverReconciler(ABC):
     def who(self, obj: Any) -> str:
         """How the log names what the mover moves (its VM, its disk)."""
 
-    def cleanup(self, obj: Any, succeeded: bool) -> None:
-        """Remove what the mover made besides its job, once it ended without success."""
+    def cleanup(self, obj: Any, succeeded: bool) -> bool:
+        """Remove what the mover made besides its job, once it ended without success; whether
+        it is all gone."""
+        return True
 
     def job_id(self, obj: Any) -> str:
         """The id of the mover's worker job."""
@@ -119,11 +128,11 @@ class MoverReconciler(ABC):
         if deleting(obj):
             if not self.runner.forget(self.job_id(obj)):
                 return Result.requeue(STOP_POLL)
-            if obj.status.phase not in ENDED:
-                self.cleanup(obj, succeeded=False)
-            release(self.client, obj)
+            if obj.status.phase not in ENDED and not self.cleanup(obj, succeeded=False):
+                return Result.requeue(STOP_POLL)
+            release(self.client, obj, FINALIZER)
             return Result.done()
-        obj = held(self.client, obj)
+        obj = held(self.client, obj, FINALIZER)
         phase = obj.status.phase
         if phase in ENDED:
             return Result.done()
@@ -132,7 +141,7 @@ class MoverReconciler(ABC):
         if phase is None:
             obj = self._move(obj, MoverPhase.NEW, "New", "waiting to be accepted")
             phase = MoverPhase.NEW
-        config = load_mover_config(self.client)
+        config = load_config(self.client)
         try:
             if phase != MoverPhase.NEW and self._timed_out(obj, config):
                 return self._time_out(obj, config)
@@ -150,7 +159,7 @@ class MoverReconciler(ABC):
         name = obj.spec.backup_storage_location
         return self.client.get(BackupStorageLocation, obj.metadata.namespace, name)
 
-    def _accept(self, obj: Any, config: MoverConfig) -> Result:
+    def _accept(self, obj: Any, config: DataMoverConfigSpec) -> Result:
         bsl = self._location(obj)
         name = obj.spec.backup_storage_location
         if not available(bsl):
@@ -168,7 +177,7 @@ class MoverReconciler(ABC):
         self._move(obj, MoverPhase.ACCEPTED, "Accepted", f"accepted by {self.node}", fields)
         return Result.requeue(0)
 
-    def _prepare(self, obj: Any, config: MoverConfig) -> Result:
+    def _prepare(self, obj: Any, config: DataMoverConfigSpec) -> Result:
         bsl = self._location(obj)
         if bsl is None:
             raise MoverFailure(
@@ -189,18 +198,21 @@ class MoverReconciler(ABC):
         def start() -> None:
             # the job first: a daemon killed in between finds it Prepared, and the start of
             # a job already started starts nothing
-            self.runner.start(self.job_id(obj), BACKUP, prepared.job, prepared.files)
+            job = dict(prepared.job)
+            if config.bandwidth_bytes is not None:
+                job["bandwidthLimit"] = config.bandwidth_bytes
+            self.runner.start(self.job_id(obj), BACKUP, job, prepared.files)
             fields = {"startTimestamp": rfc3339(self.clock.now())}
             self._move(obj, MoverPhase.IN_PROGRESS, "InProgress", self.running, fields)
 
         waits = self.scheduler.admit(
-            self.client, self.info.model, obj, config.max_concurrent, start
+            self.client, self.info.model, obj, config.max_concurrent_data_movers, start
         )
         if waits:
             self._note(obj, waits)
         return Result.requeue(POLL_SECONDS)
 
-    def _poll(self, obj: Any, config: MoverConfig) -> Result:
+    def _poll(self, obj: Any, config: DataMoverConfigSpec) -> Result:
         job_id = self.job_id(obj)
         state = self.runner.state(job_id)
         if state is None:
@@ -236,18 +248,18 @@ class MoverReconciler(ABC):
         last = f": {tail[-1]}" if tail else ""
         return "WorkerLost", f"the worker ended without a result (exit {state.exit_code}){last}"
 
-    def _timed_out(self, obj: Any, config: MoverConfig) -> bool:
+    def _timed_out(self, obj: Any, config: DataMoverConfigSpec) -> bool:
         accepted = obj.status.accepted_timestamp
         if accepted is None:
             return False
         elapsed = (self.clock.now() - accepted).total_seconds()
         return elapsed >= self._timeout(obj, config)
 
-    def _timeout(self, obj: Any, config: MoverConfig) -> float:
-        given = obj.spec.operation_timeout
-        return parse_duration(given).total_seconds() if given else config.timeout_seconds
+    def _timeout(self, obj: Any, config: DataMoverConfigSpec) -> float:
+        given = obj.spec.operation_timeout or config.operation_timeout
+        return parse_duration(given).total_seconds()
 
-    def _time_out(self, obj: Any, config: MoverConfig) -> Result:
+    def _time_out(self, obj: Any, config: DataMoverConfigSpec) -> Result:
         job_id = self.job_id(obj)
         state = self.runner.state(job_id)
         if state is not None and state.running:
@@ -273,7 +285,7 @@ class MoverReconciler(ABC):
         return Result.done()
 
     def _fail(
-        self, obj: Any, reason: str, message: str, config: MoverConfig, logged: bool = False
+        self, obj: Any, reason: str, message: str, config: DataMoverConfigSpec, logged: bool = False
     ) -> Result:
         job_id = self.job_id(obj)
         state = self.runner.state(job_id)
@@ -297,8 +309,8 @@ class MoverReconciler(ABC):
         for old in failed[FAILED_KEPT:]:
             self.runner.purge(self.job_id(old), keep_scratch=False)
 
-    def _emit_log(self, obj: Any, config: MoverConfig) -> None:
-        for line in self.runner.log_tail(self.job_id(obj), config.log_lines):
+    def _emit_log(self, obj: Any, config: DataMoverConfigSpec) -> None:
+        for line in self.runner.log_tail(self.job_id(obj), config.worker_log_lines):
             log.info("%s %s (%s): %s", self.log_words, tag(obj), self.who(obj), line)
 
     def _note(self, obj: Any, message: str) -> None:

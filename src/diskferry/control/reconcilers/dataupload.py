@@ -9,25 +9,22 @@ disk's decision and reason go into `status.disks` and an Event. A running VM is 
 through its guest agent unless `diskferry.io/skip-quiesce`; an agent that does not answer is
 a warning (the backup is crash-consistent) unless `diskferry.io/require-quiesce` makes it a
 failure. A full backup that read nothing from a disk holding data fails (the zero-data case).
-
-The VM is read as plain values: `spec.blockDeviceRefs`, `status.phase`, and while Running
-`status.qmpSocket` (and `status.guestAgentSocket` when it has an agent).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from diskferry.control.duration import parse_duration
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
 from diskferry.control.reconcilers.location import Location
-from diskferry.control.reconcilers.moverconfig import MoverConfig
 from diskferry.control.reconcilers.phases import READY
-from diskferry.control.reconcilers.plain import get_plain
 from diskferry.control.reconcilers.quiesce import agent_silence
 from diskferry.control.reconcilers.scheduler import age_order
 from diskferry.control.reconcilers.sources import claim_of
 from diskferry.control.reconcilers.space import DiskRoom, shortfall
 from diskferry.control.resources.datamover import ENDED, MoverPhase
+from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.dataupload import (
     DATA_UPLOADS,
     DISKS,
@@ -39,9 +36,8 @@ from diskferry.control.resources.dataupload import (
     DataUpload,
 )
 from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachinePhase, VirtualMachine
 from diskferry.control.volumes import Claim
-
-RUNNING = "Running"
 
 
 def vm_of(obj: DataUpload) -> tuple[str, str]:
@@ -76,10 +72,11 @@ class DataUploadReconciler(MoverReconciler):
         namespace = obj.spec.source_namespace or obj.metadata.namespace
         return f"VirtualMachine {namespace}/{obj.metadata.annotations.get(VM_NAME, '?')}"
 
-    def blocker(self, obj: DataUpload, config: MoverConfig) -> str | None:
+    def blocker(self, obj: DataUpload, config: DataMoverConfigSpec) -> str | None:
         """The older active upload of the same VM, unless it is stale."""
         vm = vm_of(obj)
         now = self.clock.now()
+        stale = parse_duration(config.stale_data_upload_threshold).total_seconds()
         mine = age_order(obj)
         for other in self.client.list(DataUpload):
             if other.metadata.uid == obj.metadata.uid or other.status.phase in ENDED:
@@ -87,7 +84,7 @@ class DataUploadReconciler(MoverReconciler):
             if other.metadata.annotations.get(VM_NAME) is None or vm_of(other) != vm:
                 continue
             created = other.metadata.creation_timestamp
-            if created is not None and (now - created).total_seconds() > config.stale_seconds:
+            if created is not None and (now - created).total_seconds() > stale:
                 continue
             active = other.status.phase not in (None, MoverPhase.NEW)
             if active or age_order(other) < mine:
@@ -98,7 +95,9 @@ class DataUploadReconciler(MoverReconciler):
                 )
         return None
 
-    def prepare(self, obj: DataUpload, location: Location, config: MoverConfig) -> Job | Waiting:
+    def prepare(
+        self, obj: DataUpload, location: Location, config: DataMoverConfigSpec
+    ) -> Job | Waiting:
         """The backup job of the VM's disks, once each is Ready and there is room."""
         bsl = self._location(obj)
         if bsl is not None and bsl.spec.access_mode == "ReadOnly":
@@ -106,7 +105,7 @@ class DataUploadReconciler(MoverReconciler):
                 f"the BackupStorageLocation {bsl.metadata.name} is ReadOnly", reason="ReadOnly"
             )
         namespace, name = vm_of(obj)
-        vm = get_plain(self.client, "VirtualMachine", namespace, name)
+        vm = self.client.get(VirtualMachine, namespace, name)
         if vm is None:
             raise MoverFailure(
                 f"the VirtualMachine {namespace}/{name} does not exist",
@@ -115,8 +114,7 @@ class DataUploadReconciler(MoverReconciler):
         claims = self._claims(namespace, vm, obj.metadata.annotations.get(DISKS))
         if isinstance(claims, Waiting):
             return claims
-        status = vm.get("status") or {}
-        running = status.get("phase") == RUNNING
+        running = vm.status.phase == MachinePhase.RUNNING
         rooms = [DiskRoom(str(c.file), c.size()) for c in claims.values()]
         short = shortfall(rooms, running)
         if short:
@@ -131,24 +129,26 @@ class DataUploadReconciler(MoverReconciler):
             "wait": True,
         }
         limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or (
-            vm.get("metadata", {}).get("annotations", {}).get(MAX_INCREMENTALS)
+            vm.metadata.annotations.get(MAX_INCREMENTALS)
         )
-        if limit is not None or config.max_incrementals:
-            job["maxIncrementals"] = int(limit) if limit is not None else config.max_incrementals
+        if limit is not None or config.max_incremental_backups:
+            job["maxIncrementals"] = (
+                int(limit) if limit is not None else config.max_incremental_backups
+            )
         if running:
-            if not status.get("qmpSocket"):
+            if not vm.status.qmp_socket:
                 return Waiting(
                     f"waiting for the running VirtualMachine {name} to name its QMP socket"
                 )
-            job["qmp"] = status["qmpSocket"]
+            job["qmp"] = vm.status.qmp_socket
             self._quiesce(obj, vm, job)
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
 
     def _claims(
-        self, namespace: str, vm: dict[str, Any], only: str | None
+        self, namespace: str, vm: VirtualMachine, only: str | None
     ) -> dict[str, Claim] | Waiting:
-        refs = [r for r in (vm.get("spec") or {}).get("blockDeviceRefs") or []]
-        disks = [r.get("name", "") for r in refs if r.get("kind") == "VirtualDisk"]
+        refs = vm.spec.block_device_refs
+        disks = [r.name for r in refs if r.kind is BlockDeviceKind.VIRTUAL_DISK]
         if only is not None:
             disks = [d for d in disks if d in only.split(",")]
         if not disks:
@@ -168,13 +168,12 @@ class DataUploadReconciler(MoverReconciler):
             claims[disk_name] = claim
         return claims
 
-    def _quiesce(self, obj: DataUpload, vm: dict[str, Any], job: dict[str, Any]) -> None:
+    def _quiesce(self, obj: DataUpload, vm: VirtualMachine, job: dict[str, Any]) -> None:
         """Freeze through the agent when it answers; otherwise warn, or fail when required."""
-        vm_meta = vm.get("metadata", {}).get("annotations", {})
-        wanted = {**vm_meta, **obj.metadata.annotations}
+        wanted = {**vm.metadata.annotations, **obj.metadata.annotations}
         if wanted.get(SKIP_QUIESCE, "").lower() == "true":
             return
-        socket_path = (vm.get("status") or {}).get("guestAgentSocket")
+        socket_path = vm.status.guest_agent_socket
         silence = agent_silence(socket_path)
         if silence is None:
             job["qga"] = socket_path

@@ -1,4 +1,5 @@
-"""The finalizer that holds a resource until its claim and its worker's files are removed."""
+"""The finalizer that holds a resource until what it made (its claim, its worker and the
+worker's files) is removed; a kind may hold by a finalizer of its own name."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ M = TypeVar("M", bound=Resource)
 FINALIZER = "diskferry.io/cleanup"
 
 
-def held(client: Client, obj: M) -> M:
-    """The object with the finalizer added (written once)."""
-    if FINALIZER in obj.metadata.finalizers:
+def held(client: Client, obj: M, finalizer: str = FINALIZER) -> M:
+    """The object with `finalizer` added (written once)."""
+    if finalizer in obj.metadata.finalizers:
         return obj
-    meta = obj.metadata.model_copy(update={"finalizers": [*obj.metadata.finalizers, FINALIZER]})
+    meta = obj.metadata.model_copy(update={"finalizers": [*obj.metadata.finalizers, finalizer]})
     return client.update(obj.model_copy(update={"metadata": meta}))
 
 
-def release(client: Client, obj: Resource) -> None:
-    """Remove the finalizer: the store deletes the object once no finalizer is left."""
-    if FINALIZER not in obj.metadata.finalizers:
+def release(client: Client, obj: Resource, finalizer: str = FINALIZER) -> None:
+    """Remove `finalizer`: the store deletes the object once no finalizer is left."""
+    if finalizer not in obj.metadata.finalizers:
         return
-    left = [f for f in obj.metadata.finalizers if f != FINALIZER]
+    left = [f for f in obj.metadata.finalizers if f != finalizer]
     client.update(
         obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"finalizers": left})})
     )

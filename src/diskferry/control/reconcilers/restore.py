@@ -12,6 +12,7 @@ from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.names import short_name
 from diskferry.control.reconcilers.backupmeta import metadata_name, read_document
 from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.location import location_of
@@ -150,7 +151,7 @@ class RestoreReconciler:
     def _download(
         self, obj: Restore, location: str, namespace: str, vm: str, disk: dict[str, Any]
     ) -> str:
-        name = f"{obj.metadata.name}-{vm}-{disk['name']}"
+        name = short_name(obj.metadata.name or "", vm, disk["name"])
         if self.client.get(DataDownload, obj.metadata.namespace, name) is not None:
             return name
         owner = OwnerReference(
@@ -171,7 +172,7 @@ class RestoreReconciler:
         meta = ObjectMeta(
             name=name,
             namespace=obj.metadata.namespace,
-            labels={RESTORE_NAME: obj.metadata.name or ""},
+            labels={RESTORE_NAME: short_name(obj.metadata.name or "")},
             annotations=annotations,
             ownerReferences=[owner],
         )

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
 from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.quantity import parse_quantity
 from diskferry.control.resources.common import ApiVersion, Duration, Quantity, invalid
 from diskferry.control.resources.labelselector import LabelSelector
 from diskferry.control.runtime.client import Client
@@ -55,6 +56,18 @@ class DataMoverConfigSpec(ApiModel):
         default=None, alias="changedBlockTrackingLabelSelectors"
     )
     bandwidth_limit: Quantity | None = Field(default=None, alias="bandwidthLimit")
+
+    @field_validator("bandwidth_limit")
+    @classmethod
+    def _some_bandwidth(cls, value: str | None) -> str | None:
+        if value is not None and parse_quantity(value) == 0:
+            raise invalid("a bandwidth limit must be at least 1 byte a second: unset it for none")
+        return value
+
+    @property
+    def bandwidth_bytes(self) -> int | None:
+        """The limit of each mover in bytes a second, None when unlimited."""
+        return None if self.bandwidth_limit is None else parse_quantity(self.bandwidth_limit)
 
 
 class DataMoverConfig(Resource):
