@@ -27,6 +27,7 @@ from vmexport_support import ExportDaemon, connect, get_when_up
 
 from diskferry.backup.repository import Repository
 from diskferry.export.token import TOKEN_HEADER
+from diskferry.qemu.qmp import Qmp
 
 __all__ = ["daemon"]
 KiB, MiB = 1024, 1 << 20
@@ -52,6 +53,15 @@ def dirty_runs(url: str, ca_pem: str, token: str) -> list[tuple[int, int]]:
     page = json.loads(body)
     assert page["next_offset"] is None
     return [(e["offset"], e["length"]) for e in page["extents"] if e["type"] == "dirty"]
+
+
+def block_node(vm: dict[str, Any]) -> dict[str, Any]:
+    """The VM's disk node as its QEMU reports it."""
+    target = vm["blockDevices"][0]["target"]
+    with Qmp(vm["qmpSocket"]) as qmp:
+        nodes = qmp.command("query-named-block-nodes", flat=True)
+    assert not [n for n in nodes if n["node-name"].startswith("diskferry-fleece")]
+    return next(n for n in nodes if n["node-name"] == target)
 
 
 def ready(daemon: ExportDaemon, name: str) -> dict[str, Any]:
@@ -101,6 +111,13 @@ def test_pull_full_then_incremental_through_the_tracker(daemon: ExportDaemon) ->
     assert latest(daemon, "vmbt-p")["volumes"][0]["volumeName"] == "vd-p"
     with pytest.raises(ConnectionRefusedError):  # the session and its server are gone
         fetch(volume["dataEndpoint"], ca, token)
+    node = block_node(vm)
+    assert [b["name"] for b in node["dirty-bitmaps"] if b["name"].startswith("diskferry-vmbt")] == [
+        first["checkpointName"]
+    ]
+    with Qmp(vm["qmpSocket"]) as qmp:
+        assert qmp.command("query-block-exports") == []
+        assert not qmp.command("query-block-jobs")
 
     guest_write(vm, 0x22, "4M", "64k")
     guest_write(vm, 0x33, "8M", "128k")
