@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from control_support import wait_until
+from vm_support import create_vm, ready_disk
 from vmbackup_support import (
     ENDED,
     PASSWORD,
@@ -177,3 +178,15 @@ def test_a_missing_vm_fails_with_the_reason(daemon: ExportDaemon) -> None:
     assert failed["status"] == "True" and failed["reason"] == "VirtualMachineNotFound"
     assert "nope" in failed["message"]
     wait_until(lambda: "VirtualMachineNotFound" in [e["reason"] for e in daemon.events("gone")], 10)
+
+
+def test_a_pull_of_disks_without_cbt_fails_with_the_sessions_reason(daemon: ExportDaemon) -> None:
+    ready_disk(daemon, "vd-n")
+    spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "vd-n"}]}
+    create_vm(daemon, "vm-n", spec, {})
+    daemon.wait_phase("VirtualMachine", "vm-n", "Stopped", timeout=30)
+    backup(daemon, "no-cbt", {"kind": "VirtualMachine", "name": "vm-n"}, mode="Pull")
+    obj = daemon.wait_phase(BACKUP, "no-cbt", *ENDED, timeout=60)
+    failed = condition(obj, "Failed")
+    assert failed["reason"] == "BackupSessionFailed" and "CBT is off" in failed["message"]
+    assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
 from diskferry.control.reconcilers.dataupload import RUNNING, vm_claims
 from diskferry.control.reconcilers.exportcerts import ServerCerts
@@ -115,6 +116,7 @@ class PullBackup:
             reason = str(result.get("reason") or "BackupPointFailed")
             tail = self.runner.log_tail(state.job_id, 1)
             message = result.get("message") or (tail[-1] if tail else "the worker ended")
+            self.imports.finish(state.job_id, tag(obj), keep=False)  # its log to the daemon's
             raise BackupFailure(str(message), reason=reason)
         return self._follow(obj)
 
