@@ -190,3 +190,21 @@ def test_a_pull_of_disks_without_cbt_fails_with_the_sessions_reason(daemon: Expo
     failed = condition(obj, "Failed")
     assert failed["reason"] == "BackupSessionFailed" and "CBT is off" in failed["message"]
     assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
+
+
+def test_deleting_a_served_backup_ends_its_session(daemon: ExportDaemon) -> None:
+    """A VM named directly is backed up whole; deleted while served, its server and session go."""
+    _, vm = running_vm(daemon, "vm-d", "vd-d")
+    backup(daemon, "pull-d", {"kind": "VirtualMachine", "name": "vm-d"}, mode="Pull")
+    status = ready(daemon, "pull-d")
+    assert status["type"] == "Full"
+    assert condition(daemon.get(BACKUP, "pull-d") or {}, "Quiesced")["reason"] == "QuiesceFailed"
+    (volume,) = status["includedVolumes"]
+    daemon.delete(BACKUP, "pull-d")
+    wait_until(lambda: daemon.get(BACKUP, "pull-d") is None, 30)
+    assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
+    with pytest.raises(ConnectionRefusedError):
+        fetch(volume["dataEndpoint"], daemon.ca_pem, "any")
+    block_node(vm)  # no fleecing node left
+    with Qmp(vm["qmpSocket"]) as qmp:
+        assert qmp.command("query-block-exports") == []
