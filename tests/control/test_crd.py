@@ -91,6 +91,8 @@ def test_a_crd_for_every_custom_kind() -> None:
             "Backup",
             "Restore",
             "Schedule",
+            "VirtualMachineBackupTracker",
+            "VirtualMachineBackup",
         }
     )
     assert [c for c in yaml.safe_load_all(crds_yaml(made))] == made
@@ -135,6 +137,12 @@ def test_print_columns_names_and_scope() -> None:
         ".spec.source.name",
         ".status.phase",
     ]
+    backup = crd(REGISTRY.lookup("vmbackup"))
+    assert backup["spec"]["names"]["kind"] == "VirtualMachineBackup"
+    assert backup["spec"]["scope"] == "Namespaced"
+    tracker = crd(REGISTRY.lookup("vmbackuptracker"))
+    assert tracker["spec"]["names"]["plural"] == "virtualmachinebackuptrackers"
+    assert tracker["spec"]["scope"] == "Namespaced"
     assert crd(REGISTRY.lookup("cvi"))["spec"]["scope"] == "Cluster"
     assert crd(REGISTRY.lookup("vds"))["spec"]["names"]["shortNames"] == ["vdsnapshot", "vds"]
 

@@ -269,6 +269,7 @@ def _back_up_disk(
         bytes_new=stats.bytes_new,
         bytes_uploaded=stats.bytes_uploaded,
         seconds=seconds,
+        checkpoint=reading.checkpoint,
     )
 
 

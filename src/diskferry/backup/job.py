@@ -207,6 +207,7 @@ class DiskResult(_Result):
     bytes_new: int = Field(alias="bytesNew")
     bytes_uploaded: int = Field(alias="bytesUploaded")
     seconds: float
+    checkpoint: str | None = None
 
 
 class BackupResult(_Result):

@@ -32,6 +32,7 @@ from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconcil
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
 from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
+from diskferry.control.reconcilers.vmbackup import VirtualMachineBackupReconciler
 from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.runner.base import LOG_LINES
@@ -69,12 +70,14 @@ class Controllers:
             | ClusterVirtualImageReconciler
             | VirtualDiskSnapshotReconciler
             | VirtualMachineExportReconciler
+            | VirtualMachineBackupReconciler
         ] = [
             VirtualDiskReconciler(*parts, self.certs),
             VirtualImageReconciler(*parts, self.certs),
             ClusterVirtualImageReconciler(*parts, self.certs),
             VirtualDiskSnapshotReconciler(*parts),
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy, objects.clock),
+            VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, objects.clock),
         ]
         self.scheduler = Scheduler()
         movers = [

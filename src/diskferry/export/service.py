@@ -37,7 +37,8 @@ def _read_pem(path: str) -> str:
         raise ExportError(f"cannot read {path}: {e.strerror}") from e
 
 
-def _write_json(path: str, obj: object) -> None:
+def write_json(path: str, obj: object) -> None:
+    """Write `obj` as JSON to `path`, replacing it whole."""
     tmp = f"{path}.tmp"
     try:
         Path(tmp).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
@@ -98,7 +99,7 @@ def serve_export(
                     volumes,
                     manifest is not None,
                 )
-                _write_json(job.links.file, found)
+                write_json(job.links.file, found)
             links = {"internalUrl": job.links.internal_url, "externalUrl": job.links.external_url}
         announce = _Announcer(what, job, progress, reporter, links)
 

@@ -37,7 +37,8 @@ from diskferry.control.resources.dataupload import (
 )
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachinePhase, VirtualMachine
-from diskferry.control.volumes import Claim
+from diskferry.control.runtime.client import Client
+from diskferry.control.volumes import Claim, Volumes
 
 
 def vm_of(obj: DataUpload) -> tuple[str, str]:
@@ -53,6 +54,33 @@ def vm_of(obj: DataUpload) -> tuple[str, str]:
 def repository_vm(namespace: str, name: str) -> str:
     """The VM's name in the repository: namespace and name, so that namespaces do not mix."""
     return f"{namespace}.{name}"
+
+
+def vm_claims(
+    client: Client, volumes: Volumes, namespace: str, vm: VirtualMachine, only: str | None
+) -> dict[str, Claim] | Waiting:
+    """The claim of each VirtualDisk of the VM (those in the comma-separated `only`, when
+    given), once each is Ready; MoverFailure when there is none or a claim is gone."""
+    refs = vm.spec.block_device_refs
+    disks = [r.name for r in refs if r.kind is BlockDeviceKind.VIRTUAL_DISK]
+    if only is not None:
+        disks = [d for d in disks if d in only.split(",")]
+    if not disks:
+        raise MoverFailure("the VirtualMachine has no VirtualDisk to back up", reason="NoDisks")
+    claims = {}
+    for disk_name in disks:
+        disk = client.get(VirtualDisk, namespace, disk_name)
+        phase = None if disk is None else disk.status.phase
+        if disk is None or phase != READY:
+            said = "does not exist" if disk is None else f"is {phase or 'new'}"
+            return Waiting(f"waiting for the VirtualDisk {disk_name} to be Ready: it {said}")
+        claim = claim_of(client, volumes, disk)
+        if claim is None or not claim.ready:
+            raise MoverFailure(
+                f"the claim of the VirtualDisk {disk_name} is gone", reason="DiskClaimLost"
+            )
+        claims[disk_name] = claim
+    return claims
 
 
 def _yes(obj: Any, annotation: str) -> bool:
@@ -111,7 +139,8 @@ class DataUploadReconciler(MoverReconciler):
                 f"the VirtualMachine {namespace}/{name} does not exist",
                 reason="VirtualMachineNotFound",
             )
-        claims = self._claims(namespace, vm, obj.metadata.annotations.get(DISKS))
+        only = obj.metadata.annotations.get(DISKS)
+        claims = vm_claims(self.client, self.volumes, namespace, vm, only)
         if isinstance(claims, Waiting):
             return claims
         running = vm.status.phase == MachinePhase.RUNNING
@@ -143,30 +172,6 @@ class DataUploadReconciler(MoverReconciler):
             job["qmp"] = vm.status.qmp_socket
             self._quiesce(obj, vm, job)
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
-
-    def _claims(
-        self, namespace: str, vm: VirtualMachine, only: str | None
-    ) -> dict[str, Claim] | Waiting:
-        refs = vm.spec.block_device_refs
-        disks = [r.name for r in refs if r.kind is BlockDeviceKind.VIRTUAL_DISK]
-        if only is not None:
-            disks = [d for d in disks if d in only.split(",")]
-        if not disks:
-            raise MoverFailure("the VirtualMachine has no VirtualDisk to back up", reason="NoDisks")
-        claims = {}
-        for disk_name in disks:
-            disk = self.client.get(VirtualDisk, namespace, disk_name)
-            phase = None if disk is None else disk.status.phase
-            if disk is None or phase != READY:
-                said = "does not exist" if disk is None else f"is {phase or 'new'}"
-                return Waiting(f"waiting for the VirtualDisk {disk_name} to be Ready: it {said}")
-            claim = claim_of(self.client, self.volumes, disk)
-            if claim is None or not claim.ready:
-                raise MoverFailure(
-                    f"the claim of the VirtualDisk {disk_name} is gone", reason="DiskClaimLost"
-                )
-            claims[disk_name] = claim
-        return claims
 
     def _quiesce(self, obj: DataUpload, vm: VirtualMachine, job: dict[str, Any]) -> None:
         """Freeze through the agent when it answers; otherwise warn, or fail when required."""
@@ -211,6 +216,7 @@ class DataUploadReconciler(MoverReconciler):
                     "reason": disk["reason"],
                     "bytesRead": disk["bytesRead"],
                     "bytesUploaded": disk["bytesUploaded"],
+                    "checkpoint": disk.get("checkpoint"),
                 }
             )
             reason = "IncrementalBackup" if disk["type"] == "incremental" else "FullBackup"

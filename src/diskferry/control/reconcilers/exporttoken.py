@@ -1,5 +1,6 @@
-"""An export's token: the Secret `spec.tokenSecretRef` names, or one made for it
-(`export-token-<name>`, owned by the export so that it goes with it)."""
+"""An export's token: the Secret `spec.tokenSecretRef` names, or one made for it (the object's
+`token_secret_name`, `export-token-<name>` for an export, owned by the object so that it goes
+with it). A VirtualMachineExport or a pulled VirtualMachineBackup has one."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from dataclasses import dataclass
 from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.model import ObjectMeta, OwnerReference
 from diskferry.control.resources.core import Secret
+from diskferry.control.resources.vmbackup import VirtualMachineBackup
 from diskferry.control.resources.vmexport import VirtualMachineExport
 from diskferry.control.runtime.client import Client
 
 TOKEN_KEY = "token"
 TOKEN_BYTES = 32
+Served = VirtualMachineExport | VirtualMachineBackup
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Token:
     value: bytes
 
 
-def _generated(export: VirtualMachineExport) -> Secret:
+def _generated(export: Served) -> Secret:
     token = secrets.token_urlsafe(TOKEN_BYTES).encode()
     owner = OwnerReference(
         apiVersion=export.api_version,
@@ -45,7 +48,7 @@ def _generated(export: VirtualMachineExport) -> Secret:
     )
 
 
-def export_token(client: Client, export: VirtualMachineExport) -> Token | str:
+def export_token(client: Client, export: Served) -> Token | str:
     """The export's token (its Secret made when the spec names none), or why there is none."""
     name = export.token_secret_name
     namespace = export.metadata.namespace

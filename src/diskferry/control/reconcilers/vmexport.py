@@ -21,9 +21,10 @@ import logging
 import socket
 import ssl
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
@@ -55,6 +56,7 @@ from diskferry.export.server import READY_PATH
 from diskferry.serving.certs import CA_CERT
 
 log = logging.getLogger("diskferry.control")
+M = TypeVar("M", bound=Resource)
 EXPORT_MODULE = "diskferry.export.worker"
 PORT_ANNOTATION = "diskferry.io/export-port"
 HOST = "127.0.0.1"
@@ -97,6 +99,18 @@ def answers(port: int, ca_pem: bytes) -> bool:
         return False
     finally:
         conn.close()
+
+
+def recorded_port(client: Client, obj: M) -> tuple[M, int]:
+    """The server's port: the one recorded in the object's annotation while it is free, else a
+    new one recorded."""
+    recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
+    port = free_port(int(recorded) if recorded else None)
+    if str(port) == recorded:
+        return obj, port
+    annotations = {**obj.metadata.annotations, PORT_ANNOTATION: str(port)}
+    meta = obj.metadata.model_copy(update={"annotations": annotations})
+    return client.update(obj.model_copy(update={"metadata": meta})), port
 
 
 class VirtualMachineExportReconciler:
@@ -221,7 +235,7 @@ class VirtualMachineExportReconciler:
                 return Result.failed(ExportServerError(message))
             state = None
         if state is None:
-            obj, port = self._port(obj)
+            obj, port = recorded_port(self.client, obj)
             self._start(obj, served, token, port, left)
             self.proxy.set_route(export_route(*self._key(obj), port, ready=False))
             return self._pending(obj, "Starting", STARTING, fields)
@@ -246,16 +260,6 @@ class VirtualMachineExportReconciler:
 
     def _key(self, obj: VirtualMachineExport) -> tuple[str, str]:
         return obj.metadata.namespace or "", obj.metadata.name or ""
-
-    def _port(self, obj: VirtualMachineExport) -> tuple[VirtualMachineExport, int]:
-        """The export's port: the one recorded while it is free, else a new one recorded."""
-        recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
-        port = free_port(int(recorded) if recorded else None)
-        if str(port) == recorded:
-            return obj, port
-        annotations = {**obj.metadata.annotations, PORT_ANNOTATION: str(port)}
-        meta = obj.metadata.model_copy(update={"annotations": annotations})
-        return self.client.update(obj.model_copy(update={"metadata": meta})), port
 
     def _start(
         self,

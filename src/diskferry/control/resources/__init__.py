@@ -14,6 +14,8 @@ from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
+from diskferry.control.resources.vmbackup import VIRTUAL_MACHINE_BACKUPS
+from diskferry.control.resources.vmbackuptracker import VIRTUAL_MACHINE_BACKUP_TRACKERS
 from diskferry.control.resources.vmexport import VIRTUAL_MACHINE_EXPORTS
 
 REGISTRY = Registry(
@@ -35,5 +37,7 @@ REGISTRY = Registry(
         BACKUPS,
         RESTORES,
         SCHEDULES,
+        VIRTUAL_MACHINE_BACKUP_TRACKERS,
+        VIRTUAL_MACHINE_BACKUPS,
     ]
 )

@@ -29,7 +29,8 @@ class DataUploadSpec(MoverSpec):
 
 
 class DiskUpload(ApiModel):
-    """What the upload did for one disk: its snapshot, full or incremental and why."""
+    """What the upload did for one disk: its snapshot, full or incremental and why, and the
+    checkpoint the disk has since."""
 
     name: str
     snapshot_id: str = Field(alias="snapshotID")
@@ -37,6 +38,7 @@ class DiskUpload(ApiModel):
     reason: str
     bytes_read: int = Field(alias="bytesRead")
     bytes_uploaded: int = Field(alias="bytesUploaded")
+    checkpoint: str | None = None
 
 
 class DataUploadStatus(MoverStatus):

@@ -1,0 +1,116 @@
+"""VirtualMachineBackup, as KubeVirt's backup API has it: the VM (named, or through its
+VirtualMachineBackupTracker) backed up at one point, pushed into a repository or served to
+be pulled; at the end the tracker's `latestCheckpoint` is the backup's checkpoint.
+
+The backup is Incremental from the tracker's latest checkpoint unless `forceFullBackup`, the
+source is the VM itself, or the tracker has none yet (the disks' chain decides further: a
+disk whose checkpoint is gone is backed up whole). Phases beyond KubeVirt's conditions, to
+print: Pending (waiting for the VM's disks), Progressing, Ready (Pull: the endpoints answer),
+Complete, Failed. The conditions are KubeVirt's: Progressing, Complete, Failed, Quiesced.
+What Push and Pull do apart lives in `vmbackuppush` and `vmbackuppull`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from diskferry.control.clock import Clock
+from diskferry.control.reconcilers.claimed import tag
+from diskferry.control.reconcilers.datamover import MoverFailure
+from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.exportproxy import ProxyKeeper
+from diskferry.control.reconcilers.lifecycle import deleting, held, release
+from diskferry.control.reconcilers.vmbackuppull import PullBackup
+from diskferry.control.reconcilers.vmbackuppush import PushBackup
+from diskferry.control.reconcilers.vmbackupstate import BackupFailure, Source, move
+from diskferry.control.resources.virtualmachine import VirtualMachine
+from diskferry.control.resources.vmbackup import (
+    ENDED,
+    VIRTUAL_MACHINE_BACKUPS,
+    BackupMode,
+    BackupPhase,
+    VirtualMachineBackup,
+)
+from diskferry.control.resources.vmbackuptracker import (
+    BackupSourceKind,
+    VirtualMachineBackupTracker,
+)
+from diskferry.control.runner.base import Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Volumes
+
+log = logging.getLogger("diskferry.control")
+STOP_POLL = 0.3
+
+
+class VirtualMachineBackupReconciler:
+    """Backs up each VirtualMachineBackup's VM, pushed or pulled, and advances its tracker."""
+
+    info = VIRTUAL_MACHINE_BACKUPS
+
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        certs: ServerCerts,
+        proxy: ProxyKeeper,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.clock = clock or Clock()
+        self.push = PushBackup(client, self.clock)
+        self.pull = PullBackup(client, runner, volumes, certs, proxy, self.clock)
+
+    def job_id(self, obj: VirtualMachineBackup) -> str:
+        """The id of the Pull backup's server job."""
+        return self.pull.job_id(obj)
+
+    def reconcile(self, obj: VirtualMachineBackup) -> Result:
+        """One step of the backup's life."""
+        if deleting(obj):
+            if not self.pull.unserve(obj):
+                return Result.requeue(STOP_POLL)
+            release(self.client, obj)
+            return Result.done()
+        obj = held(self.client, obj)
+        if obj.status.phase in ENDED:
+            return Result.done()
+        try:
+            source = self._source(obj)
+            if obj.spec.mode == BackupMode.PUSH:
+                return self.push.step(obj, source)
+            return self.pull.step(obj, source)
+        except (BackupFailure, MoverFailure) as e:
+            return self.fail(obj, e.reason, e.message)
+
+    def fail(self, obj: VirtualMachineBackup, reason: str, message: str) -> Result:
+        """Failed, with the Pull server (if any) stopped."""
+        if not self.pull.unserve(obj):
+            return Result.requeue(STOP_POLL)
+        log.warning("%s failed: %s: %s", tag(obj), reason, message)
+        move(self.client, obj, BackupPhase.FAILED, reason, message, {"links": None})
+        return Result.done()
+
+    def _source(self, obj: VirtualMachineBackup) -> Source:
+        namespace = obj.metadata.namespace
+        name = obj.spec.source.name
+        tracker = None
+        if obj.spec.source.kind == BackupSourceKind.VIRTUAL_MACHINE_BACKUP_TRACKER:
+            tracker = self.client.get(VirtualMachineBackupTracker, namespace, name)
+            if tracker is None:
+                raise BackupFailure(
+                    f"the VirtualMachineBackupTracker {namespace}/{name} does not exist",
+                    reason="TrackerNotFound",
+                )
+            name = tracker.spec.source.name
+        vm = self.client.get(VirtualMachine, namespace, name)
+        if vm is None:
+            raise BackupFailure(
+                f"the VirtualMachine {namespace}/{name} does not exist",
+                reason="VirtualMachineNotFound",
+            )
+        latest = None if tracker is None else tracker.status.latest_checkpoint
+        since = None if latest is None or obj.spec.force_full_backup else latest.name
+        return Source(vm, tracker, since)

@@ -1,0 +1,253 @@
+"""A Pull VirtualMachineBackup: its VM's disks checkpointed in one backup session and served
+(map and data endpoints) by a backup-point worker until `ttlDuration` from its creation; then
+the session ends, the checkpoint goes into the tracker, and the backup is Complete.
+
+The worker is an export server on 127.0.0.1 with a port of its own (kept in an annotation, as a
+VirtualMachineExport's), the daemon's short-lived certificate, the token of
+`spec.tokenSecretRef` (or one made for it, `backup-token-<name>`), and a route through the
+export proxy named `vmbackup-<name>`. The checkpoint it starts from is the tracker's latest;
+a running VM's guest is frozen around the checkpoint through its agent unless `skipQuiesce`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.reconcilers.claimed import tag
+from diskferry.control.reconcilers.datamover import Waiting
+from diskferry.control.reconcilers.dataupload import vm_claims
+from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
+from diskferry.control.reconcilers.exporttoken import Token, export_token
+from diskferry.control.reconcilers.imports import Imports
+from diskferry.control.reconcilers.quiesce import agent_silence
+from diskferry.control.reconcilers.vmbackupstate import (
+    BackupFailure,
+    Source,
+    advance,
+    move,
+    quiesced,
+)
+from diskferry.control.reconcilers.vmexport import (
+    DRAIN_SECONDS,
+    EXPORT_MODULE,
+    HOST,
+    LINKS_FILE,
+    PORT_ANNOTATION,
+    TOKEN_FILE,
+    answers,
+    recorded_port,
+)
+from diskferry.control.resources.virtualmachine import MachinePhase
+from diskferry.control.resources.vmbackup import BackupPhase, VirtualMachineBackup
+from diskferry.control.runner.base import Runner
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+from diskferry.control.volumes import Volumes
+from diskferry.serving.certs import CA_CERT
+
+POINT_FILE = "point.json"
+ROUTE_PREFIX = "vmbackup-"
+POLL_SECONDS = 1.0
+CHECK_SECONDS = 5.0
+WAIT_SECONDS = 2.0
+
+
+def backup_link(side: dict[str, Any]) -> dict[str, Any]:
+    """One side of the export server's links in the backup's shape: the CA and, per volume,
+    its data and map endpoints."""
+    volumes = []
+    for backup in side.get("backups") or []:
+        urls = {e["endpoint"]: e["url"] for e in backup["endpoints"]}
+        volumes.append(
+            {"volumeName": backup["name"], "dataEndpoint": urls["data"], "mapEndpoint": urls["map"]}
+        )
+    return {"cert": side["cert"], "volumes": volumes}
+
+
+class PullBackup:
+    """Serves a Pull backup's point through a backup-point worker until its TTL."""
+
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        certs: ServerCerts,
+        proxy: ProxyKeeper,
+        clock: Clock,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.volumes = volumes
+        self.certs = certs
+        self.proxy = proxy
+        self.clock = clock
+        self.imports = Imports(runner)
+
+    def job_id(self, obj: VirtualMachineBackup) -> str:
+        """The id of the backup's point worker."""
+        return f"vmbackup-{obj.metadata.uid}"
+
+    def _route(self, obj: VirtualMachineBackup) -> tuple[str, str]:
+        return obj.metadata.namespace or "", f"{ROUTE_PREFIX}{obj.metadata.name}"
+
+    def expires(self, obj: VirtualMachineBackup) -> datetime:
+        """When the point stops being served: the backup's creation plus its TTL."""
+        created = obj.metadata.creation_timestamp or self.clock.now()
+        return created + obj.spec.ttl
+
+    def unserve(self, obj: VirtualMachineBackup) -> bool:
+        """Drop the route and stop the worker; False while it still runs."""
+        self.proxy.drop_route(*self._route(obj))
+        return self.imports.stop(self.job_id(obj))
+
+    def step(self, obj: VirtualMachineBackup, source: Source) -> Result:
+        """Start the point, follow it while it is served, and complete it at its end."""
+        state = self.runner.state(self.job_id(obj))
+        if state is None:
+            return self._start(obj, source)
+        if not state.running:
+            result = state.result or {}
+            if state.succeeded and result.get("ended") == "expired":
+                return self._complete(obj, source, result)
+            reason = str(result.get("reason") or "BackupPointFailed")
+            tail = self.runner.log_tail(state.job_id, 1)
+            message = result.get("message") or (tail[-1] if tail else "the worker ended")
+            self.imports.finish(state.job_id, tag(obj), keep=False)  # its log to the daemon's
+            raise BackupFailure(str(message), reason=reason)
+        return self._follow(obj)
+
+    def _waiting(self, obj: VirtualMachineBackup, message: str) -> Result:
+        move(self.client, obj, BackupPhase.PENDING, "Initializing", message)
+        return Result.requeue(WAIT_SECONDS)
+
+    def _start(self, obj: VirtualMachineBackup, source: Source) -> Result:
+        left = (self.expires(obj) - self.clock.now()).total_seconds()
+        if left <= 0:
+            raise BackupFailure(
+                "the TTL ended before the backup point was served", reason="TTLExpired"
+            )
+        namespace = obj.metadata.namespace or ""
+        claims = vm_claims(self.client, self.volumes, namespace, source.vm, None)
+        if isinstance(claims, Waiting):
+            return self._waiting(obj, claims.message)
+        token = export_token(self.client, obj)
+        if isinstance(token, str):
+            return self._waiting(obj, token)
+        status = source.vm.status
+        job: dict[str, Any] = {}
+        if status.phase is MachinePhase.RUNNING:
+            if not status.qmp_socket:
+                message = f"waiting for the running VirtualMachine {source.name} to name its QMP"
+                return self._waiting(obj, message)
+            job["qmp"] = status.qmp_socket
+            agent = status.guest_agent_socket
+            if not obj.spec.skip_quiesce and agent_silence(agent) is None:
+                job["qga"] = agent
+        obj, port = recorded_port(self.client, obj)
+        disks = [{"name": name, "path": str(c.file)} for name, c in claims.items()]
+        self._run(obj, source, token, port, left, disks, job)
+        self.proxy.set_route(export_route(*self._route(obj), port, ready=False))
+        since = f" since checkpoint {source.since}" if source.since else ""
+        message = f"checkpointing VirtualMachine {source.name}{since}"
+        fields = {"tokenSecretRef": token.secret_name}
+        move(self.client, obj, BackupPhase.PROGRESSING, "Initiated", message, fields)
+        return Result.requeue(POLL_SECONDS)
+
+    def _run(
+        self,
+        obj: VirtualMachineBackup,
+        source: Source,
+        token: Token,
+        port: int,
+        left: float,
+        disks: list[dict[str, str]],
+        extra: dict[str, Any],
+    ) -> None:
+        namespace, route = self._route(obj)
+        job = {
+            **extra,
+            "kind": "backupPoint",
+            "name": obj.metadata.name,
+            "volumes": disks,
+            "chain": source.chain,
+            "since": source.since,
+            "pointFile": POINT_FILE,
+            "tokenFile": TOKEN_FILE,
+            "ttl": left,
+            "grace": DRAIN_SECONDS,
+            "certDir": ".",
+            "sans": [HOST],
+            "listenAddress": HOST,
+            "listenPort": port,
+            "links": {
+                "internalUrl": f"https://{HOST}:{port}",
+                "externalUrl": self.proxy.external_url(namespace, route),
+                "externalCa": CA_CERT,
+                "file": LINKS_FILE,
+            },
+        }
+        files = {**self.certs.files([HOST]), TOKEN_FILE: token.value}
+        self.runner.start(self.job_id(obj), EXPORT_MODULE, job, files)
+
+    def _read(self, obj: VirtualMachineBackup, name: str) -> dict[str, Any] | None:
+        text = self.runner.read_file(self.job_id(obj), name)
+        return None if text is None else json.loads(text)
+
+    def _follow(self, obj: VirtualMachineBackup) -> Result:
+        job_id = self.job_id(obj)
+        token = export_token(self.client, obj)
+        if not isinstance(token, str) and self.runner.read_file(job_id, TOKEN_FILE) != token.value:
+            self.runner.write_file(job_id, TOKEN_FILE, token.value)
+        self.certs.renew(self.runner, job_id, [HOST])
+        port = int(obj.metadata.annotations.get(PORT_ANNOTATION, "0"))
+        point, links = self._read(obj, POINT_FILE), self._read(obj, LINKS_FILE)
+        if point is None or links is None or not answers(port, self.certs.ca_pem()):
+            message = "the backup point is being checkpointed and its server started"
+            move(self.client, obj, BackupPhase.PROGRESSING, "PreparingExport", message)
+            return Result.requeue(POLL_SECONDS)
+        self.proxy.set_route(export_route(*self._route(obj), port, ready=True))
+        if not any(c.type == "Quiesced" for c in obj.status.conditions):
+            conditions = quiesced(obj, obj.spec.skip_quiesce, point.get("consistency"))
+            obj = self.client.patch_status(obj, {"conditions": conditions})
+        internal, external = backup_link(links["internal"]), backup_link(links["external"])
+        fields = {
+            "type": point["type"],
+            "checkpointName": point["disks"][0]["checkpoint"],
+            "endpointCert": internal["cert"],
+            "includedVolumes": internal["volumes"],
+            "links": {"internal": internal, "external": external},
+        }
+        until = rfc3339(self.expires(obj))
+        message = f"serving the backup point on https://{HOST}:{port} until {until}"
+        move(self.client, obj, BackupPhase.READY, "ExportReady", message, fields)
+        left = (self.expires(obj) - self.clock.now()).total_seconds()
+        renewal = self.certs.seconds_to_renewal(self.runner, job_id)
+        return Result.requeue(max(min(CHECK_SECONDS, left, renewal), POLL_SECONDS / 10))
+
+    def _complete(
+        self, obj: VirtualMachineBackup, source: Source, result: dict[str, Any]
+    ) -> Result:
+        if not self.unserve(obj):
+            return Result.requeue(POLL_SECONDS / 3)
+        disks = result.get("disks") or []
+        checkpoint = disks[0]["checkpoint"] if disks else None
+        volumes = [d["name"] for d in disks]
+        advance(self.client, obj, source, checkpoint, volumes, self.clock.now())
+        targets = source.targets()
+        fields = {
+            "type": result.get("type"),
+            "checkpointName": checkpoint,
+            "includedVolumes": [
+                {"volumeName": v, **({"diskTarget": targets[v]} if v in targets else {})}
+                for v in volumes
+            ],
+            "links": None,
+        }
+        message = "the TTL ended: the backup point is no longer served"
+        move(self.client, obj, BackupPhase.COMPLETE, "Completed", message, fields)
+        return Result.done()

@@ -1,0 +1,114 @@
+"""A Push VirtualMachineBackup: one DataUpload of its VM into the BackupStorageLocation
+`spec.storageLocation` (named `vmbackup-<name>`, owned by the backup), so that the data
+mover's limits, one upload per VM, quiescing and the engine's full-or-incremental choice all
+apply; its outcome becomes the backup's type, checkpoint, volumes and conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diskferry.control.clock import Clock
+from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.reconcilers.vmbackupstate import (
+    BackupFailure,
+    Source,
+    advance,
+    move,
+    quiesced,
+)
+from diskferry.control.resources.datamover import MoverPhase
+from diskferry.control.resources.dataupload import FORCE_FULL, SKIP_QUIESCE, VM_NAME, DataUpload
+from diskferry.control.resources.vmbackup import BackupPhase, BackupType, VirtualMachineBackup
+from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.reconciler import Result
+
+POLL_SECONDS = 1.0
+UPLOAD_PREFIX = "vmbackup-"
+
+
+def upload_name(obj: VirtualMachineBackup) -> str:
+    """The name of the backup's DataUpload."""
+    return f"{UPLOAD_PREFIX}{obj.metadata.name}"
+
+
+def push_type(disks: list[dict[str, Any]]) -> BackupType:
+    """Incremental when every disk was, Full otherwise."""
+    incremental = bool(disks) and all(d.get("type") == "incremental" for d in disks)
+    return BackupType.INCREMENTAL if incremental else BackupType.FULL
+
+
+class PushBackup:
+    """Moves a Push backup through its DataUpload."""
+
+    def __init__(self, client: Client, clock: Clock) -> None:
+        self.client = client
+        self.clock = clock
+
+    def step(self, obj: VirtualMachineBackup, source: Source) -> Result:
+        """Create the upload, or follow it to its end."""
+        name = upload_name(obj)
+        upload = self.client.get(DataUpload, obj.metadata.namespace, name)
+        if upload is None:
+            self._create(obj, source, name)
+            message = f"backing up VirtualMachine {source.name} through DataUpload {name}"
+            fields = {"dataUploadName": name}
+            move(self.client, obj, BackupPhase.PROGRESSING, "Initiated", message, fields)
+            return Result.requeue(POLL_SECONDS)
+        phase = upload.status.phase
+        if phase in (MoverPhase.FAILED, MoverPhase.CANCELED):
+            said = upload.status.message or f"the DataUpload {name} is {phase}"
+            raise BackupFailure(said, reason="DataUploadFailed")
+        if phase != MoverPhase.COMPLETED:
+            message = upload.status.message or f"DataUpload {name} is {phase or 'new'}"
+            move(self.client, obj, BackupPhase.PROGRESSING, "Initiated", message)
+            return Result.requeue(POLL_SECONDS)
+        return self._complete(obj, source, upload)
+
+    def _create(self, obj: VirtualMachineBackup, source: Source, name: str) -> None:
+        annotations = {VM_NAME: source.name}
+        if source.since is None:
+            annotations[FORCE_FULL] = "true"
+        if obj.spec.skip_quiesce:
+            annotations[SKIP_QUIESCE] = "true"
+        owner = OwnerReference(
+            apiVersion=API_VERSION,
+            kind=obj.kind,
+            name=obj.metadata.name or "",
+            uid=obj.metadata.uid or "",
+            controller=True,
+            blockOwnerDeletion=True,
+        )
+        meta = ObjectMeta(
+            name=name,
+            namespace=obj.metadata.namespace,
+            annotations=annotations,
+            ownerReferences=[owner],
+        )
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "DataUpload",
+            "metadata": meta.to_json(),
+            "spec": {"backupStorageLocation": obj.spec.storage_location},
+        }
+        self.client.create(DataUpload.model_validate(body))
+
+    def _complete(self, obj: VirtualMachineBackup, source: Source, upload: DataUpload) -> Result:
+        disks = [d.to_json() for d in upload.status.disks]
+        checkpoint = next((d.get("checkpoint") for d in disks if d.get("checkpoint")), None)
+        volumes = [d["name"] for d in disks]
+        targets = source.targets()
+        conditions = quiesced(obj, obj.spec.skip_quiesce, upload.status.consistency)
+        obj = self.client.patch_status(obj, {"conditions": conditions})
+        advance(self.client, obj, source, checkpoint, volumes, self.clock.now())
+        fields = {
+            "type": push_type(disks).value,
+            "checkpointName": checkpoint,
+            "snapshotID": upload.status.snapshot_id,
+            "includedVolumes": [
+                {"volumeName": v, **({"diskTarget": targets[v]} if v in targets else {})}
+                for v in volumes
+            ],
+        }
+        message = upload.status.message or "the backup is in the repository"
+        move(self.client, obj, BackupPhase.COMPLETE, "Completed", message, fields)
+        return Result.done()

@@ -1,0 +1,172 @@
+"""VirtualMachineBackup, KubeVirt's backup API shape: one backup point of a VM's disks, pushed
+into a BackupStorageLocation's repository or served for a client to pull until its TTL.
+
+Push writes into the repository `spec.storageLocation` names (where KubeVirt writes into the
+PVC `pvcName`): the diskferry target of a backup is a repository, as a Backup's is. Pull
+serves each disk's map and data endpoints behind the token of `spec.tokenSecretRef`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from diskferry.control.duration import parse_duration
+from diskferry.control.kinds import Column, KindInfo
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    NAME_PATTERN,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
+from diskferry.control.resources.common import ApiVersion, Duration
+from diskferry.control.resources.vmbackuptracker import BackupSourceKind, BackupVolumeInfo
+
+DEFAULT_TTL = timedelta(hours=2)
+TOKEN_SECRET_PREFIX = "backup-token-"
+
+
+class BackupMode(StrEnum):
+    """How the backup's output is received."""
+
+    PUSH = "Push"
+    PULL = "Pull"
+
+
+class BackupType(StrEnum):
+    """Whether the backup holds the whole disks or what changed since the checkpoint."""
+
+    FULL = "Full"
+    INCREMENTAL = "Incremental"
+
+
+class BackupConditionType(StrEnum):
+    """The conditions a backup reports."""
+
+    PROGRESSING = "Progressing"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    QUIESCED = "Quiesced"
+
+
+class BackupPhase(StrEnum):
+    """Where a backup is, beyond KubeVirt (which has conditions only): a column to print."""
+
+    PENDING = "Pending"
+    PROGRESSING = "Progressing"
+    READY = "Ready"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+
+
+ENDED = (BackupPhase.COMPLETE, BackupPhase.FAILED)
+
+
+class BackupSource(ApiModel):
+    """The VM backed up, or the tracker that names it and the checkpoint to start from."""
+
+    api_group: Literal["diskferry.io"] | None = Field(default=None, alias="apiGroup")
+    kind: BackupSourceKind
+    name: str = Field(min_length=1)
+
+
+class VirtualMachineBackupSpec(ApiModel):
+    """What to back up, how, and where (Push) or for how long and with which token (Pull)."""
+
+    source: BackupSource
+    mode: BackupMode = BackupMode.PUSH
+    storage_location: str | None = Field(
+        default=None, alias="storageLocation", pattern=NAME_PATTERN
+    )
+    skip_quiesce: bool = Field(default=False, alias="skipQuiesce")
+    force_full_backup: bool = Field(default=False, alias="forceFullBackup")
+    token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef", pattern=NAME_PATTERN)
+    ttl_duration: Duration | None = Field(default=None, alias="ttlDuration")
+
+    @model_validator(mode="after")
+    def _target(self) -> VirtualMachineBackupSpec:
+        if self.mode == BackupMode.PUSH and not self.storage_location:
+            raise PydanticCustomError(
+                "storage_location", "a Push backup needs spec.storageLocation"
+            )
+        return self
+
+    @property
+    def ttl(self) -> timedelta:
+        """How long a Pull backup is served after its creation: `ttlDuration`, 2h when unset."""
+        return DEFAULT_TTL if self.ttl_duration is None else parse_duration(self.ttl_duration)
+
+
+class BackupVolumeLink(ApiModel):
+    """The endpoints of one volume on one way in."""
+
+    volume_name: str = Field(alias="volumeName")
+    data_endpoint: str = Field(alias="dataEndpoint")
+    map_endpoint: str = Field(alias="mapEndpoint")
+
+
+class BackupLink(ApiModel):
+    """The CA that verifies one way in, and each volume's endpoints on it."""
+
+    cert: str
+    volumes: list[BackupVolumeLink] = Field(default_factory=list)
+
+
+class BackupLinks(ApiModel):
+    """The endpoints from this machine (internal) and through the export proxy (external)."""
+
+    internal: BackupLink | None = None
+    external: BackupLink | None = None
+
+
+class VirtualMachineBackupStatus(Status):
+    """What was observed of the backup: full or incremental, its checkpoint, its endpoints."""
+
+    phase: BackupPhase | None = None
+    type: BackupType | None = None
+    checkpoint_name: str | None = Field(default=None, alias="checkpointName")
+    endpoint_cert: str | None = Field(default=None, alias="endpointCert")
+    included_volumes: list[BackupVolumeInfo] = Field(default_factory=list, alias="includedVolumes")
+    links: BackupLinks | None = None
+    token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef")
+    data_upload_name: str | None = Field(default=None, alias="dataUploadName")
+    snapshot_id: str | None = Field(default=None, alias="snapshotID")
+
+
+class VirtualMachineBackup(Resource):
+    """A backup point of a VM's disks, pushed into a repository or served to be pulled."""
+
+    api_version: ApiVersion = API_VERSION
+    kind: Literal["VirtualMachineBackup"] = "VirtualMachineBackup"
+    spec: VirtualMachineBackupSpec
+    status: VirtualMachineBackupStatus = Field(default_factory=VirtualMachineBackupStatus)
+
+    @property
+    def token_secret_name(self) -> str:
+        """The Secret holding the Pull token: `spec.tokenSecretRef`, or `backup-token-<name>`."""
+        return self.spec.token_secret_ref or f"{TOKEN_SECRET_PREFIX}{self.metadata.name}"
+
+
+VIRTUAL_MACHINE_BACKUPS = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="VirtualMachineBackup",
+    plural="virtualmachinebackups",
+    model=VirtualMachineBackup,
+    short_names=("vmbackup", "vmbackups"),
+    categories=("diskferry",),
+    columns=(
+        Column("SourceKind", ".spec.source.kind"),
+        Column("SourceName", ".spec.source.name"),
+        Column("Mode", ".spec.mode"),
+        Column("Type", ".status.type"),
+        Column("Phase", ".status.phase"),
+    ),
+)

@@ -1,0 +1,210 @@
+"""VirtualMachineBackup and VirtualMachineBackupTracker end to end, on a running QEMU VM with
+CBT: Pull serves the point's data and map endpoints with the token until its TTL, full then
+incremental through the tracker; Push lands full then incremental in the repository; a
+missing VM fails."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from control_support import wait_until
+from vm_support import create_vm, ready_disk
+from vmbackup_support import (
+    ENDED,
+    PASSWORD,
+    backup,
+    condition,
+    daemon,
+    guest_write,
+    location,
+    running_vm,
+    through,
+    tracker,
+)
+from vmexport_support import ExportDaemon, connect, get_when_up
+
+from diskferry.backup.repository import Repository
+from diskferry.export.token import TOKEN_HEADER
+from diskferry.qemu.qmp import Qmp
+
+__all__ = ["daemon"]
+KiB, MiB = 1024, 1 << 20
+BACKUP = "VirtualMachineBackup"
+
+
+def fetch(url: str, ca_pem: str, token: str, query: str = "") -> tuple[int, bytes]:
+    """GET `url` (with `query`) and the export token: status and body."""
+    conn = connect(url, ca_pem)
+    try:
+        path = urlsplit(url).path + (f"?{query}" if query else "")
+        conn.request("GET", path, headers={TOKEN_HEADER: token})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def dirty_runs(url: str, ca_pem: str, token: str) -> list[tuple[int, int]]:
+    """The dirty extents the map endpoint lists, as (offset, length)."""
+    status, body = fetch(url, ca_pem, token)
+    assert status == 200, body
+    page = json.loads(body)
+    assert page["next_offset"] is None
+    return [(e["offset"], e["length"]) for e in page["extents"] if e["type"] == "dirty"]
+
+
+def block_node(vm: dict[str, Any]) -> dict[str, Any]:
+    """The VM's disk node as its QEMU reports it."""
+    target = vm["blockDevices"][0]["target"]
+    with Qmp(vm["qmpSocket"]) as qmp:
+        nodes = qmp.command("query-named-block-nodes", flat=True)
+    assert not [n for n in nodes if n["node-name"].startswith("diskferry-fleece")]
+    return next(n for n in nodes if n["node-name"] == target)
+
+
+def ready(daemon: ExportDaemon, name: str) -> dict[str, Any]:
+    """The backup's status once it serves its point."""
+    obj = daemon.wait_phase(BACKUP, name, "Ready", *ENDED, timeout=90)
+    assert obj["status"]["phase"] == "Ready", obj["status"]
+    return obj["status"]
+
+
+def complete(daemon: ExportDaemon, name: str) -> dict[str, Any]:
+    """The backup's status once it ended, Complete."""
+    obj = daemon.wait_phase(BACKUP, name, *ENDED, timeout=120)
+    assert obj["status"]["phase"] == "Complete", obj["status"]
+    assert condition(obj, "Complete")["status"] == "True"
+    assert condition(obj, "Progressing")["status"] == "False"
+    return obj["status"]
+
+
+def latest(daemon: ExportDaemon, name: str) -> dict[str, Any]:
+    """The tracker's latest checkpoint."""
+    return (daemon.get("VirtualMachineBackupTracker", name) or {})["status"]["latestCheckpoint"]
+
+
+def test_pull_full_then_incremental_through_the_tracker(daemon: ExportDaemon) -> None:
+    disk, vm = running_vm(daemon, "vm-p", "vd-p")
+    guest_write(vm, 0x11, "1M", "128k")
+    tracker(daemon, "vmbt-p", "vm-p")
+    backup(daemon, "pull-1", through("vmbt-p"), mode="Pull", ttlDuration="20s")
+    status = ready(daemon, "pull-1")
+    assert status["type"] == "Full"
+    ca = daemon.ca_pem
+    assert status["endpointCert"] == ca == status["links"]["internal"]["cert"]
+    (volume,) = status["includedVolumes"]
+    assert volume["volumeName"] == "vd-p"
+    token = daemon.token(status["tokenSecretRef"])
+    code, data = fetch(volume["dataEndpoint"], ca, token)
+    assert code == 200 and data == disk.read_bytes()
+    assert fetch(volume["dataEndpoint"], ca, "wrong")[0] == 401
+    (outside,) = status["links"]["external"]["volumes"]
+    assert "/virtualmachineexports/vmbackup-pull-1/" in outside["mapEndpoint"]
+    code, body = get_when_up(outside["mapEndpoint"], ca, token)
+    assert code == 200 and json.loads(body)["extents"]
+
+    first = complete(daemon, "pull-1")
+    assert first["type"] == "Full" and "links" not in first
+    assert latest(daemon, "vmbt-p")["name"] == first["checkpointName"]
+    assert latest(daemon, "vmbt-p")["volumes"][0]["volumeName"] == "vd-p"
+    with pytest.raises(ConnectionRefusedError):  # the session and its server are gone
+        fetch(volume["dataEndpoint"], ca, token)
+    node = block_node(vm)
+    assert [b["name"] for b in node["dirty-bitmaps"] if b["name"].startswith("diskferry-vmbt")] == [
+        first["checkpointName"]
+    ]
+    with Qmp(vm["qmpSocket"]) as qmp:
+        assert qmp.command("query-block-exports") == []
+        assert not qmp.command("query-block-jobs")
+
+    guest_write(vm, 0x22, "4M", "64k")
+    guest_write(vm, 0x33, "8M", "128k")
+    backup(daemon, "pull-2", through("vmbt-p"), mode="Pull", ttlDuration="15s")
+    status = ready(daemon, "pull-2")
+    assert status["type"] == "Incremental"
+    (volume,) = status["includedVolumes"]
+    token = daemon.token(status["tokenSecretRef"])
+    assert dirty_runs(volume["mapEndpoint"], ca, token) == [
+        (4 * MiB, 64 * KiB),
+        (8 * MiB, 128 * KiB),
+    ]
+    code, data = fetch(volume["dataEndpoint"], ca, token, f"offset={4 * MiB}&length={64 * KiB}")
+    assert code == 200 and data == b"\x22" * (64 * KiB)
+    second = complete(daemon, "pull-2")
+    assert second["type"] == "Incremental"
+    assert second["checkpointName"] != first["checkpointName"]
+    assert latest(daemon, "vmbt-p")["name"] == second["checkpointName"]
+
+
+def snapshot_count(directory: Any) -> int:
+    with Repository.open(str(directory), PASSWORD) as repo:
+        return len(list(repo.list_snapshots()))
+
+
+def test_push_full_then_incremental_lands_in_the_repository(daemon: ExportDaemon) -> None:
+    directory = location(daemon)
+    _, vm = running_vm(daemon, "vm-u", "vd-u")
+    guest_write(vm, 0x44, "2M", "256k")
+    tracker(daemon, "vmbt-u", "vm-u")
+    push = {"mode": "Push", "storageLocation": "repo"}
+    backup(daemon, "push-1", through("vmbt-u"), **push)
+    first = complete(daemon, "push-1")
+    assert first["type"] == "Full" and first["snapshotID"]
+    assert latest(daemon, "vmbt-u")["name"] == first["checkpointName"]
+    assert snapshot_count(directory) == 1
+
+    guest_write(vm, 0x55, "6M", "64k")
+    backup(daemon, "push-2", through("vmbt-u"), **push)
+    second = complete(daemon, "push-2")
+    assert second["type"] == "Incremental"
+    assert second["checkpointName"] != first["checkpointName"]
+    assert latest(daemon, "vmbt-u")["name"] == second["checkpointName"]
+    assert snapshot_count(directory) == 2
+    upload = daemon.get("DataUpload", "vmbackup-push-2") or {}
+    assert upload["status"]["disks"][0]["bytesRead"] == 64 * KiB
+
+    backup(daemon, "push-3", through("vmbt-u"), forceFullBackup=True, **push)
+    assert complete(daemon, "push-3")["type"] == "Full"
+
+
+def test_a_missing_vm_fails_with_the_reason(daemon: ExportDaemon) -> None:
+    backup(daemon, "gone", {"kind": "VirtualMachine", "name": "nope"}, mode="Pull")
+    obj = daemon.wait_phase(BACKUP, "gone", *ENDED, timeout=30)
+    failed = condition(obj, "Failed")
+    assert obj["status"]["phase"] == "Failed"
+    assert failed["status"] == "True" and failed["reason"] == "VirtualMachineNotFound"
+    assert "nope" in failed["message"]
+    wait_until(lambda: "VirtualMachineNotFound" in [e["reason"] for e in daemon.events("gone")], 10)
+
+
+def test_a_pull_of_disks_without_cbt_fails_with_the_sessions_reason(daemon: ExportDaemon) -> None:
+    ready_disk(daemon, "vd-n")
+    spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "vd-n"}]}
+    create_vm(daemon, "vm-n", spec, {})
+    daemon.wait_phase("VirtualMachine", "vm-n", "Stopped", timeout=30)
+    backup(daemon, "no-cbt", {"kind": "VirtualMachine", "name": "vm-n"}, mode="Pull")
+    obj = daemon.wait_phase(BACKUP, "no-cbt", *ENDED, timeout=60)
+    failed = condition(obj, "Failed")
+    assert failed["reason"] == "BackupSessionFailed" and "CBT is off" in failed["message"]
+    assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
+
+
+def test_deleting_a_served_backup_ends_its_session(daemon: ExportDaemon) -> None:
+    """A VM named directly is backed up whole; deleted while served, its server and session go."""
+    _, vm = running_vm(daemon, "vm-d", "vd-d")
+    backup(daemon, "pull-d", {"kind": "VirtualMachine", "name": "vm-d"}, mode="Pull")
+    status = ready(daemon, "pull-d")
+    assert status["type"] == "Full"
+    assert condition(daemon.get(BACKUP, "pull-d") or {}, "Quiesced")["reason"] == "QuiesceFailed"
+    (volume,) = status["includedVolumes"]
+    daemon.delete(BACKUP, "pull-d")
+    wait_until(lambda: daemon.get(BACKUP, "pull-d") is None, 30)
+    assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
+    with pytest.raises(ConnectionRefusedError):
+        fetch(volume["dataEndpoint"], daemon.ca_pem, "any")
+    block_node(vm)  # no fleecing node left
+    with Qmp(vm["qmpSocket"]) as qmp:
+        assert qmp.command("query-block-exports") == []
