@@ -9,14 +9,18 @@ QEMU up when the guest powers off, so a monitor can tell a guest shutdown from a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 QEMU_SYSTEM = "qemu-system-x86_64"
 KVM_DEVICE = "/dev/kvm"
 AGENT_CHANNEL = "org.qemu.guest_agent.0"
+PROBE_QUIT = b'{"execute": "qmp_capabilities"}\n{"execute": "quit"}\n'
+PROBE_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -43,14 +47,25 @@ class VmConfig:
     kvm: bool = field(default_factory=lambda: kvm_usable())
 
 
+@functools.cache
 def kvm_usable() -> bool:
-    """Whether this process may open /dev/kvm for reading and writing."""
+    """Whether this process may open /dev/kvm and QEMU can set up a `-cpu host` vCPU on it
+    (under some nested hypervisors it aborts on an MSR they refuse): asked once, of a QEMU
+    held paused (-S) and told to quit at once."""
     try:
         fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
         return False
     os.close(fd)
-    return True
+    probe = [QEMU_SYSTEM, "-machine", "pc", "-accel", "kvm", "-cpu", "host", "-m", "16M"]
+    probe += ["-nodefaults", "-display", "none", "-S", "-qmp", "stdio"]
+    try:
+        done = subprocess.run(
+            probe, input=PROBE_QUIT, capture_output=True, timeout=PROBE_SECONDS, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _blockdev(disk: VmDisk) -> str:
