@@ -5,11 +5,16 @@ disk is missing PartiallyFailed."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from backup_e2e_support import (
     CBT_LABELS,
     PLAIN_LABELS,
@@ -25,14 +30,19 @@ from backup_e2e_support import (
     short_base,
     vm_daemon,
     vm_manifest,
+    worker_pids,
 )
 from backup_restore_support import apply, disk_file, get, wait_for
 from control_support import wait_until
-from datamover_support import make_bucket, repository_held, running_moto
+from daemon_support import Served, free_port, kubectl, start_daemon
+from datamover_support import PASSWORD, make_bucket, repository_held, running_moto
 from reconcile_support import Daemon
 from vm_support import cbt_state
 
 from diskferry.control.model import API_VERSION
+from diskferry.disk import procstat
+from diskferry.qemu.qmp import Qmp
+from diskferry.qemu.session import FLEECE_NODE, FLEECE_SUFFIX
 
 __all__ = ["short_base", "vm_daemon"]
 
@@ -135,9 +145,10 @@ def running(daemon: Daemon, name: str) -> tuple[str, str]:
 
 @pytest.mark.long
 def test_three_vms_backed_up_full_then_incremental_each_point_restored(located: Daemon):
-    """A stopped VM and a running one with CBT, and a running one without: a Backup, guest
-    writes, a second Backup whose uploads are incremental where CBT is on; each point restored
-    by a Restore into a namespace of its own, every disk byte-exact as it was at that point."""
+    """A stopped VM and a running one with CBT, and a stopped one without: a Backup, writes
+    (the running guest's through its QEMU), a second Backup whose uploads are incremental where
+    CBT is on and full where not; each point restored by a Restore into a namespace of its own,
+    every disk byte-exact as it was at that point."""
     daemon = located
     mover_config(daemon, maxConcurrentDataMovers=3)
     disks = ["vd-off", "vd-cbt", "vd-raw"]
@@ -148,14 +159,14 @@ def test_three_vms_backed_up_full_then_incremental_each_point_restored(located: 
         [
             vm_manifest("vm-off", "AlwaysOff", ["vd-off"], CBT_LABELS),
             vm_manifest("vm-cbt", "AlwaysOn", ["vd-cbt"], CBT_LABELS),
-            vm_manifest("vm-raw", "AlwaysOn", ["vd-raw"], PLAIN_LABELS),
+            vm_manifest("vm-raw", "AlwaysOff", ["vd-raw"], PLAIN_LABELS),
         ],
     )
-    daemon.wait_phase("VirtualMachine", "vm-off", "Stopped", timeout=60)
+    for name in ("vm-off", "vm-raw"):
+        daemon.wait_phase("VirtualMachine", name, "Stopped", timeout=60)
     for name in ("vm-off", "vm-cbt"):
         wait_until(lambda n=name: cbt_state(daemon, n) == "Enabled", 60)
     cbt_socket, cbt_node = running(daemon, "vm-cbt")
-    raw_socket, raw_node = running(daemon, "vm-raw")
 
     first = disk_bytes(daemon, "default", disks)
     apply(daemon, [backup_manifest("b1")])
@@ -163,7 +174,9 @@ def test_three_vms_backed_up_full_then_incremental_each_point_restored(located: 
     assert done["phase"] == "Completed", done
 
     guest_write(cbt_socket, cbt_node, "write -P 0x5a 2M 64k")
-    guest_write(raw_socket, raw_node, "write -P 0x6b 3M 64k")
+    with disk_file(daemon, "default", "vd-raw").open("r+b") as raw:
+        raw.seek(3 * MiB)
+        raw.write(b"\x6b" * 64 * KiB)
     offline_write(disk_file(daemon, "default", "vd-off"), "write -P 0x7c 1M 64k")
     second = disk_bytes(daemon, "default", disks)
     assert all(second[n] != first[n] for n in disks)
@@ -174,6 +187,8 @@ def test_three_vms_backed_up_full_then_incremental_each_point_restored(located: 
         [moved] = get(daemon, "DataUpload", "default", f"b2-{vm}")["status"]["disks"]
         assert moved["type"] == "incremental", moved
         assert moved["bytesRead"] == 64 * KiB
+    [moved] = get(daemon, "DataUpload", "default", "b2-vm-raw")["status"]["disks"]
+    assert moved["type"] == "full", moved
 
     apply(
         daemon, [restore_manifest("r1", "b1", "point-1"), restore_manifest("r2", "b2", "point-2")]
@@ -186,7 +201,7 @@ def test_three_vms_backed_up_full_then_incremental_each_point_restored(located: 
 
 @pytest.fixture
 def two_disk_backup(vm_daemon: Daemon, short_base: Path) -> dict[str, bytes]:
-    """The running VM vm-two (CBT on) on vd-a and vd-b backed up by the Backup b1; its disks' bytes."""
+    """The running VM vm-two (CBT on) on vd-a and vd-b, backed up by b1; its disks' bytes."""
     directory_location(vm_daemon, short_base / "backups")
     wait_for(vm_daemon, "BackupStorageLocation", "default", "repo", "Available")
     ready_disk(vm_daemon, "vd-a", os.urandom(64 * KiB))
@@ -279,3 +294,112 @@ def phase_in(daemon: Daemon, namespace: str, name: str) -> str | None:
     vm = get(daemon, "VirtualMachine", namespace, name) or {}
     phase = (vm.get("status") or {}).get("phase")
     return phase if phase == "Running" else None
+
+
+SERVED = """\
+apiVersion: v1
+kind: Secret
+metadata: {{name: repo-pass, namespace: default}}
+stringData: {{password: {password}}}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: BackupStorageLocation
+metadata: {{name: repo, namespace: default}}
+spec:
+  provider: filesystem
+  objectStorage: {{bucket: {bucket}}}
+  encryptionSecretRef: {{name: repo-pass, key: password}}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {{name: vd-k, namespace: default}}
+spec:
+  persistentVolumeClaim: {{size: 16Mi}}
+"""
+
+SERVED_VM = """\
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualMachine
+metadata:
+  name: vm-k
+  namespace: default
+  labels: {app: web, diskferry.io/changed-block-tracking: "true"}
+spec:
+  runPolicy: AlwaysOn
+  blockDeviceRefs: [{kind: VirtualDisk, name: vd-k}]
+  memory: {size: 64Mi}
+"""
+
+
+def kubectl_json(served: Served, *args: str) -> dict:
+    """`kubectl get ... -o json`, parsed."""
+    return json.loads(kubectl(served, "get", *args, "-o", "json"))
+
+
+@pytest.mark.long
+def test_a_daemon_killed_mid_upload_finishes_it_cleanly_after_a_restart(short_base: Path):
+    """`diskferry serve` SIGKILLed while the worker of a running VM's upload has its fleecing
+    file (the worker held there, so the moment is certain); the next daemon takes the worker
+    over, the Backup completes, `diskferry repo check --read-data` passes on the repository,
+    and neither a scratch directory nor a fleecing file nor node is left."""
+    data, bucket = short_base / "data", short_base / "backups"
+    options = ("--proxy-port", str(free_port()))
+    first = start_daemon(data, short_base / "daemon.log", options=options)
+    worker = None
+    try:
+        kubectl(first, "apply", "-f", "-", stdin=SERVED.format(password=PASSWORD, bucket=bucket))
+        kubectl(first, "wait", "vd", "vd-k", "--for=jsonpath={.status.phase}=Ready")
+        status = kubectl_json(first, "vd", "vd-k")["status"]
+        claim = data / "volumes" / status["storageClassName"] / "default"
+        claim /= f"{status['target']['persistentVolumeClaimName']}.img"
+        with claim.open("r+b") as f:
+            f.write(os.urandom(12 * MiB))
+        kubectl(first, "apply", "-f", "-", stdin=SERVED_VM)
+        kubectl(first, "wait", "vm", "vm-k", "--for=jsonpath={.status.phase}=Running")
+        kubectl(first, "wait", "bsl", "repo", "--for=jsonpath={.status.phase}=Available")
+        kubectl(first, "apply", "-f", "-", stdin=yaml.safe_dump(backup_manifest("b1")))
+        wait_until(lambda: fleecing(data), 120, step=0.01)
+        [worker] = worker_pids(data, "diskferry.backup.worker")
+        os.kill(worker, signal.SIGSTOP)
+        assert fleecing(data)
+    finally:
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait()
+    assert procstat.start_time(worker) is not None  # the worker outlived its daemon
+
+    second = start_daemon(data, short_base / "daemon.log", port=first.port, options=options)
+    try:
+        os.kill(worker, signal.SIGCONT)
+        backup = wait_until(lambda: finished(second, "backup", "b1"), 120)
+        assert backup["status"]["phase"] == "Completed", backup["status"]
+        [volume] = backup["status"]["volumes"]
+        assert volume["phase"] == "Completed" and volume["snapshotID"]
+        upload = kubectl_json(second, "dataupload", "b1-vm-k")["status"]
+        assert upload["disks"][0]["type"] == "full" and upload["disks"][0]["bytesRead"] > 0
+        wait_until(lambda: procstat.start_time(worker) is None, 30)
+        assert not fleecing(data)
+        assert not list((data / "jobs").glob("du-*"))
+        assert not list((data / "jobs" / "failed").glob("du-*"))
+        socket = kubectl_json(second, "vm", "vm-k")["status"]["qmpSocket"]
+        with Qmp(socket) as qmp:
+            nodes = [n["node-name"] for n in qmp.command("query-named-block-nodes")]
+        assert not [n for n in nodes if n.startswith(FLEECE_NODE)]
+        env = {**os.environ, "DISKFERRY_PASSWORD": PASSWORD}
+        check = [sys.executable, "-m", "diskferry.cli.main", "repo", "check", "--repo"]
+        checked = subprocess.run(
+            [*check, str(bucket), "--read-data"], env=env, capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stderr
+    finally:
+        assert second.stop() == 0
+
+
+def fleecing(data: Path) -> list[Path]:
+    """The fleecing files of backups under `data`."""
+    return list(data.glob(f"volumes/**/*{FLEECE_SUFFIX}"))
+
+
+def finished(served: Served, kind: str, name: str) -> dict | None:
+    """The object once its phase is one of FINISHED."""
+    obj = kubectl_json(served, kind, name)
+    return obj if (obj.get("status") or {}).get("phase") in FINISHED else None
