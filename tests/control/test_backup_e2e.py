@@ -53,14 +53,13 @@ BUCKET = "diskferry-e2e"
 FILLED = sorted(["InProgress"] * 3 + ["Prepared"] * 9)
 
 
-def ready_disk(daemon: Daemon, name: str, data: bytes, size: str = "4Mi") -> bytes:
-    """A Ready VirtualDisk in default holding `data` at 1 MiB; all its bytes."""
+def ready_disk(daemon: Daemon, name: str, data: bytes, size: str = "4Mi") -> None:
+    """A Ready VirtualDisk in default holding `data` at 1 MiB."""
     daemon.apply("VirtualDisk", name, {"persistentVolumeClaim": {"size": size}})
     path = disk_file(daemon, "default", name)
     with open(path, "r+b") as f:
         f.seek(MiB)
         f.write(data)
-    return path.read_bytes()
 
 
 def test_a_vm_whose_disk_is_missing_leaves_the_backup_partially_failed(vm_daemon, short_base):
@@ -84,10 +83,13 @@ def test_a_vm_whose_disk_is_missing_leaves_the_backup_partially_failed(vm_daemon
     assert by_disk["vd-gone"]["phase"] == "Failed"
     assert by_disk["vd-gone"]["virtualMachine"] == "vm-bad"
     assert "VirtualDisk default/vd-gone does not exist" in by_disk["vd-gone"]["reason"]
+    assert "dataUpload" not in by_disk["vd-gone"]
+    assert get(vm_daemon, "DataUpload", "default", "b1-vm-bad") is None
     warnings = [e for e in vm_daemon.events("b1") if e["reason"] == "PartiallyFailed"]
     assert warnings and warnings[0]["type"] == "Warning"
 
 
+@pytest.mark.long
 def test_twelve_uploads_under_a_cap_of_three_never_run_more_than_three(vm_daemon, short_base):
     """A Backup of 12 stopped VMs with maxConcurrentDataMovers 3: while the repository is held
     the cap fills (3 InProgress, 9 Prepared); the watch events never show 4 InProgress."""
@@ -103,7 +105,6 @@ def test_twelve_uploads_under_a_cap_of_three_never_run_more_than_three(vm_daemon
     try:
         with repository_held(short_base / "backups"):
             apply(vm_daemon, [backup_manifest("b12")])
-
             wait_until(lambda: sorted(map(str, log.phases("DataUpload"))) == FILLED, 60)
         backup = wait_for(vm_daemon, "Backup", "default", "b12", *FINISHED)["status"]
         assert backup["phase"] == "Completed", backup
@@ -227,25 +228,15 @@ def test_a_restored_vm_stays_off_until_both_its_disks_are_back(vm_daemon, two_di
         apply(vm_daemon, [restore_manifest("r1", "b1", "restored")])
         restore = wait_for(vm_daemon, "Restore", "default", "r1", *FINISHED)["status"]
         assert restore["phase"] == "Completed", restore
-        wait_until(lambda: phase_in(vm_daemon, "restored", "vm-two"), 60)
+        wait_until(lambda: is_running(vm_daemon, "restored", "vm-two"), 60)
     finally:
         log.stop()
     downloads = ["r1-vm-two-vd-a", "r1-vm-two-vd-b"]
     created = log.first(lambda s: is_vm(s, "restored"))
     assert created >= 0 and log.seen[created].object["spec"]["runPolicy"] == "AlwaysOff"
-    started = [
-        log.first(
-            lambda s, d=d: s.kind == "DataDownload" and s.name == d and s.phase == "InProgress"
-        )
-        for d in downloads
-    ]
+    started = [log.reached("DataDownload", d, "InProgress") for d in downloads]
     assert 0 <= created < min(started)
-    both_back = max(
-        log.first(
-            lambda s, d=d: s.kind == "DataDownload" and s.name == d and s.phase == "Completed"
-        )
-        for d in downloads
-    )
+    both_back = max(log.reached("DataDownload", d, "Completed") for d in downloads)
     assert min(started) < both_back
     turned_on = log.first(
         lambda s: is_vm(s, "restored") and s.object["spec"]["runPolicy"] != "AlwaysOff"
@@ -289,11 +280,10 @@ def test_a_restored_vm_is_left_off_with_an_event_when_a_disk_fails(vm_daemon, tw
     assert left["type"] == "Warning" and "taken/vm-two left AlwaysOff" in left["message"]
 
 
-def phase_in(daemon: Daemon, namespace: str, name: str) -> str | None:
-    """The VM's phase once it is Running."""
+def is_running(daemon: Daemon, namespace: str, name: str) -> bool:
+    """Whether the VM is Running."""
     vm = get(daemon, "VirtualMachine", namespace, name) or {}
-    phase = (vm.get("status") or {}).get("phase")
-    return phase if phase == "Running" else None
+    return (vm.get("status") or {}).get("phase") == "Running"
 
 
 SERVED = """\
@@ -370,7 +360,9 @@ def test_a_daemon_killed_mid_upload_finishes_it_cleanly_after_a_restart(short_ba
     second = start_daemon(data, short_base / "daemon.log", port=first.port, options=options)
     try:
         os.kill(worker, signal.SIGCONT)
-        backup = wait_until(lambda: finished(second, "backup", "b1"), 120)
+        done = "--for=jsonpath={.status.completionTimestamp}"
+        kubectl(second, "wait", "backup", "b1", done, "--timeout=180s")
+        backup = kubectl_json(second, "backup", "b1")
         assert backup["status"]["phase"] == "Completed", backup["status"]
         [volume] = backup["status"]["volumes"]
         assert volume["phase"] == "Completed" and volume["snapshotID"]
@@ -397,9 +389,3 @@ def test_a_daemon_killed_mid_upload_finishes_it_cleanly_after_a_restart(short_ba
 def fleecing(data: Path) -> list[Path]:
     """The fleecing files of backups under `data`."""
     return list(data.glob(f"volumes/**/*{FLEECE_SUFFIX}"))
-
-
-def finished(served: Served, kind: str, name: str) -> dict | None:
-    """The object once its phase is one of FINISHED."""
-    obj = kubectl_json(served, kind, name)
-    return obj if (obj.get("status") or {}).get("phase") in FINISHED else None
