@@ -53,18 +53,19 @@ BUCKET = "diskferry-e2e"
 FILLED = sorted(["InProgress"] * 3 + ["Prepared"] * 9)
 
 
-def ready_disk(daemon: Daemon, name: str, data: bytes, size: str = "4Mi") -> None:
-    """A Ready VirtualDisk in default holding `data` at 1 MiB."""
-    daemon.apply("VirtualDisk", name, {"persistentVolumeClaim": {"size": size}})
-    path = disk_file(daemon, "default", name)
-    with open(path, "r+b") as f:
-        f.seek(MiB)
-        f.write(data)
+def ready_disks(daemon: Daemon, data: dict[str, bytes], size: str = "4Mi") -> None:
+    """Ready VirtualDisks in default, made at once, each holding its `data` at 1 MiB."""
+    for name in data:
+        daemon.apply("VirtualDisk", name, {"persistentVolumeClaim": {"size": size}})
+    for name, held in data.items():
+        with disk_file(daemon, "default", name).open("r+b") as f:
+            f.seek(MiB)
+            f.write(held)
 
 
 def test_a_vm_whose_disk_is_missing_leaves_the_backup_partially_failed(vm_daemon, short_base):
     directory_location(vm_daemon, short_base / "backups")
-    ready_disk(vm_daemon, "vd-good", os.urandom(64 * KiB))
+    ready_disks(vm_daemon, {"vd-good": os.urandom(64 * KiB)})
     apply(
         vm_daemon,
         [
@@ -96,11 +97,11 @@ def test_twelve_uploads_under_a_cap_of_three_never_run_more_than_three(vm_daemon
     directory_location(vm_daemon, short_base / "backups")
     wait_for(vm_daemon, "BackupStorageLocation", "default", "repo", "Available")
     mover_config(vm_daemon, maxConcurrentDataMovers=3)
-    vms = []
-    for i in range(12):
-        ready_disk(vm_daemon, f"vd-{i}", bytes([i + 1]) * 8192, size="2Mi")
-        vms.append(vm_manifest(f"vm-{i}", "AlwaysOff", [f"vd-{i}"], PLAIN_LABELS))
-    apply(vm_daemon, vms)
+    ready_disks(vm_daemon, {f"vd-{i}": bytes([i + 1]) * 8192 for i in range(12)}, size="2Mi")
+    apply(
+        vm_daemon,
+        [vm_manifest(f"vm-{i}", "AlwaysOff", [f"vd-{i}"], PLAIN_LABELS) for i in range(12)],
+    )
     log = EventLog(vm_daemon)
     try:
         with repository_held(short_base / "backups"):
@@ -153,8 +154,7 @@ def test_three_vms_backed_up_full_then_incremental_each_point_restored(located: 
     daemon = located
     mover_config(daemon, maxConcurrentDataMovers=3)
     disks = ["vd-off", "vd-cbt", "vd-raw"]
-    for name in disks:
-        ready_disk(daemon, name, os.urandom(96 * KiB), size="16Mi")
+    ready_disks(daemon, {n: os.urandom(96 * KiB) for n in disks}, size="16Mi")
     apply(
         daemon,
         [
@@ -205,8 +205,7 @@ def two_disk_backup(vm_daemon: Daemon, short_base: Path) -> dict[str, bytes]:
     """The running VM vm-two (CBT on) on vd-a and vd-b, backed up by b1; its disks' bytes."""
     directory_location(vm_daemon, short_base / "backups")
     wait_for(vm_daemon, "BackupStorageLocation", "default", "repo", "Available")
-    ready_disk(vm_daemon, "vd-a", os.urandom(64 * KiB))
-    ready_disk(vm_daemon, "vd-b", os.urandom(80 * KiB), size="8Mi")
+    ready_disks(vm_daemon, {"vd-a": os.urandom(64 * KiB), "vd-b": os.urandom(80 * KiB)})
     apply(vm_daemon, [vm_manifest("vm-two", "AlwaysOn", ["vd-a", "vd-b"], CBT_LABELS)])
     vm_daemon.wait_phase("VirtualMachine", "vm-two", "Running", timeout=60)
     wait_until(lambda: cbt_state(vm_daemon, "vm-two") == "Enabled", 60)
@@ -259,7 +258,7 @@ def test_a_restored_vm_is_left_off_with_an_event_when_a_disk_fails(vm_daemon, tw
                 "apiVersion": API_VERSION,
                 "kind": "VirtualDisk",
                 "metadata": {"name": "vd-b", "namespace": "taken"},
-                "spec": {"persistentVolumeClaim": {"size": "8Mi"}},
+                "spec": {"persistentVolumeClaim": {"size": "4Mi"}},
             },
         ],
     )
