@@ -12,9 +12,14 @@ Bench = Callable[[Path, int], list[tuple[Comparison, str]]]
 
 
 def _benchmarks() -> dict[str, Bench]:
-    from benchmarks import bench_backup, bench_export, bench_import
+    from benchmarks import bench_backup, bench_control, bench_export, bench_import
 
-    return {"import": bench_import.run, "export": bench_export.run, "backup": bench_backup.run}
+    return {
+        "import": bench_import.run,
+        "export": bench_export.run,
+        "backup": bench_backup.run,
+        "control": bench_control.run,
+    }
 
 
 def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:

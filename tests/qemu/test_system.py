@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from qemu_helpers import MiB
 
-from diskferry.qemu import cbt
+from diskferry.qemu import cbt, system
 from diskferry.qemu.bitmaps import BASE
 from diskferry.qemu.qmp import Qmp
 from diskferry.qemu.system import VmConfig, VmDisk, command, kvm_usable
@@ -126,3 +126,21 @@ def test_a_cbt_overlay_opens_with_its_raw_data_file_and_bitmap(short_dir: Path) 
     assert node["drv"] == "qcow2"
     assert [b["count"] for b in node["dirty-bitmaps"] if b["name"] == BASE] == [65536]
     assert [c.name for c in cbt.status(str(disk)).checkpoints] == [BASE]  # stored on quit
+
+
+@pytest.mark.parametrize(("exit_code", "usable"), [(0, True), (134, False)])
+def test_kvm_counts_as_usable_only_when_a_host_cpu_starts_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int, usable: bool
+) -> None:
+    """A /dev/kvm that opens is not enough: on some nested hosts QEMU aborts setting up a
+    `-cpu host` vCPU (an MSR refused), and then a VM must run under TCG."""
+    qemu = tmp_path / "qemu"
+    qemu.write_text(f"#!/bin/sh\ncat >/dev/null\nexit {exit_code}\n")
+    qemu.chmod(0o755)
+    monkeypatch.setattr(system, "KVM_DEVICE", "/dev/null")
+    monkeypatch.setattr(system, "QEMU_SYSTEM", str(qemu))
+    system.kvm_usable.cache_clear()
+    try:
+        assert kvm_usable() is usable
+    finally:
+        system.kvm_usable.cache_clear()

@@ -1,7 +1,8 @@
 """Backup: the VMs of the included namespaces that the label selector picks, one DataUpload
 each (in the Backup's namespace, labelled `diskferry.io/backup-name`, owned by the Backup);
 the volume policy says which of each VM's block devices go, and `status.volumes` lists every
-one with what happened to it. Once every upload ended, the manifests of the VMs backed up,
+one with what happened to it (a VM one of whose VirtualDisks does not exist gets no DataUpload,
+and fails). Once every upload ended, the manifests of the VMs backed up,
 their VirtualDisks and the repository's tracker of each go into the repository as the
 Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
 A stopped VM is backed up as a running one is (the engine opens its disks itself).
@@ -114,7 +115,8 @@ class BackupReconciler:
         vms = self._selected(obj)
         for vm in vms:
             namespace, name = vm.metadata.namespace or "default", vm.metadata.name or ""
-            moved = []
+            moved: list[str] = []
+            missing: list[str] = []
             for ref in vm.spec.block_device_refs:
                 kind = ref.kind.value
                 cluster_wide = ref.kind is BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE
@@ -131,11 +133,17 @@ class BackupReconciler:
                     "phase": "Pending" if decision.action == "backup" else "Skipped",
                     "reason": decision.reason,
                 }
-                if decision.action == "backup":
+                if decision.action == "backup" and found is None:
+                    entry["phase"] = "Failed"
+                    entry["reason"] = f"the {kind} {namespace}/{ref.name} does not exist"
+                    missing.append(ref.name)
+                elif decision.action == "backup":
                     entry["dataUpload"] = upload_name(obj, namespace, name)
                     moved.append(ref.name)
                 volumes.append(entry)
-            if moved:
+            if missing:
+                self._not_moved(volumes, namespace, name, missing)
+            elif moved:
                 self._upload(obj, namespace, name, moved)
         now = self.clock.now()
         status: dict[str, Any] = {
@@ -214,6 +222,18 @@ class BackupReconciler:
         release(self.client, obj)
         return Result.done()
 
+    @staticmethod
+    def _not_moved(
+        volumes: list[dict[str, Any]], namespace: str, vm: str, missing: list[str]
+    ) -> None:
+        """A VM with a missing disk gets no DataUpload: its other disks say why."""
+        for entry in volumes:
+            mine = (entry["namespace"], entry["virtualMachine"]) == (namespace, vm)
+            if mine and entry["phase"] == "Pending":
+                entry["phase"] = "Failed"
+                entry["reason"] = f"not backed up: the VM misses {', '.join(missing)}"
+                entry.pop("dataUpload", None)
+
     def _upload(self, obj: Backup, namespace: str, vm: str, disks: list[str]) -> None:
         name = upload_name(obj, namespace, vm)
         if self.client.get(DataUpload, obj.metadata.namespace, name) is not None:
@@ -264,7 +284,10 @@ class BackupReconciler:
             vms.setdefault(key, True)
             if entry["action"] != "backup":
                 continue
-            upload = uploads.get(entry.get("dataUpload"))
+            if entry.get("dataUpload") is None:
+                vms[key] = False
+                continue
+            upload = uploads.get(entry["dataUpload"])
             phase = None if upload is None else upload.status.phase
             if upload is None or phase not in ENDED:
                 done = False
