@@ -30,6 +30,7 @@ from diskferry.registry.layout import is_layout_reference
 log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
 SIZE_TOO_SMALL = "SizeTooSmall"
+AUTH_FILE = "auth.json"
 TOO_SMALL = (SIZE_TOO_SMALL, "TargetTooSmall")
 
 
@@ -96,17 +97,22 @@ def too_small_message(claim_size: int, message: str) -> str:
 
 def source_files(source: Source, files: dict[str, bytes]) -> dict[str, Any]:
     """The job fields that reach `source` (its CA bundle, registry credentials, plain HTTP to a
-    registry on loopback), the files they name added to `files`."""
+    registry on loopback), the files they name added to `files` (see `credential_files`)."""
     fields: dict[str, Any] = {}
     if source.ca_bundle:
         files["ca.pem"] = source.ca_bundle
         fields["caBundle"] = "ca.pem"
     if source.authfile:
-        files["auth.json"] = source.authfile
-        fields["authfile"] = "auth.json"
+        files[AUTH_FILE] = source.authfile
+        fields["authfile"] = AUTH_FILE
     if source.insecure:
         fields["insecure"] = True
     return fields
+
+
+def credential_files(files: dict[str, bytes]) -> list[str]:
+    """The names in `files` that hold credentials, for the runner to remove once the job ends."""
+    return [AUTH_FILE] if AUTH_FILE in files else []
 
 
 class SourceUnavailableError(DiskferryError):
@@ -171,7 +177,7 @@ class Imports:
         if source.checksum:
             job["checksum"] = source.checksum
         job.update(source_files(source, files))
-        self.runner.start(job_id, IMPORT, job, files)
+        self.runner.start(job_id, IMPORT, job, files, credential_files(files))
 
     def finish(self, job_id: str, tag: str, keep: bool) -> bool:
         """Log the ended job's last lines tagged with `tag`, then settle it."""

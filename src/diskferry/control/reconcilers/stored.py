@@ -29,7 +29,14 @@ from diskferry.control.reconcilers.claimed import (
     tag,
 )
 from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.imports import Imports, Outcome, Source, failure, source_files
+from diskferry.control.reconcilers.imports import (
+    Imports,
+    Outcome,
+    Source,
+    credential_files,
+    failure,
+    source_files,
+)
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
 from diskferry.control.reconcilers.progress import progress_fields
@@ -141,7 +148,7 @@ class StoredImages:
                 job["checksum"] = source.checksum
             files: dict[str, bytes] = {}
             job.update(source_files(source, files))
-            self.runner.start(job_id, IMPORT, job, files)
+            self.runner.start(job_id, IMPORT, job, files, credential_files(files))
             return Outcome(True, progress_fields({}))
         if state.running:
             return Outcome(True, progress_fields(state.progress) if state.progress else None)

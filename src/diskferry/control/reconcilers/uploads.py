@@ -36,7 +36,7 @@ def start_upload(
     if size is not None:
         job["size"] = size
     files = {**certs.files(UPLOAD_SANS), TOKEN_FILE: secrets.token_urlsafe(32).encode()}
-    runner.start(job_id, IMPORT, job, files)
+    runner.start(job_id, IMPORT, job, files, credentials=[TOKEN_FILE])
 
 
 def waiting_for_user(progress: dict[str, Any] | None) -> bool:
