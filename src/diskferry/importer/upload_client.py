@@ -101,8 +101,9 @@ def upload_file(
     full = upload_url(url)
     parts = urlsplit(full)
     shown = f"{parts.scheme}://{parts.netloc}{parts.path}"
-    if parts.path.startswith(UPLOAD_PREFIX):
-        shown = f"{parts.scheme}://{parts.netloc}{UPLOAD_PREFIX}REDACTED"
+    if UPLOAD_PREFIX in parts.path:  # also behind a proxy's prefix
+        before = parts.path[: parts.path.index(UPLOAD_PREFIX)]
+        shown = f"{parts.scheme}://{parts.netloc}{before}{UPLOAD_PREFIX}REDACTED"
     headers = {"Content-Type": "application/octet-stream"}
     if token_file is not None:
         token, _ = UploadToken(token_file).read()
