@@ -86,11 +86,13 @@ class UploadServer:
         importer: Importer,
         stall_timeout: float = 60.0,
         partial: PartialFile | None = None,
+        receiving: Callable[[bool], None] = lambda _: None,
     ) -> None:
         self.token = token
         self.importer = importer
         self.stall_timeout = stall_timeout
         self.partial = partial
+        self.receiving = receiving
         self.state = State.READY
         self.result: ImportResult | None = None
         self.done = threading.Event()
@@ -118,8 +120,9 @@ class UploadServer:
         return app
 
     async def _probe(self, request: web.Request) -> web.Response:
-        """CDI's probe of an async path; with a good token, the resumable offset too."""
-        if self._refused(request) is None:
+        """CDI's probe of an async path, 200 as ever; with a good token and no upload under
+        way, the resumable offset too."""
+        if self._refused(request) is None and self._busy() is None:
             return self._offset()
         return web.Response()
 
@@ -199,6 +202,7 @@ class UploadServer:
         except ResumeConflictError as e:
             return _text(409, str(e), {OFFSET_HEADER: str(partial.offset)})
         self.state = State.UPLOADING
+        self.receiving(True)
         try:
             await self._receive(request, partial, span.length)
         except (OSError, TimeoutError, aiohttp.ClientError) as e:
@@ -207,6 +211,7 @@ class UploadServer:
             return _text(400, f"the upload broke at byte {partial.offset}: {why}")
         finally:
             self.state = State.READY
+            self.receiving(False)
         if partial.offset <= span.end:
             return _text(400, f"the range ended early, at byte {partial.offset}")
         if not partial.complete:

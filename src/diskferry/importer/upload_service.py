@@ -53,7 +53,13 @@ def serve_upload(
             progress.set_phase(UploadPhase.DONE if server.done.is_set() else UploadPhase.WAITING)
 
     partial = PartialFile(partial_path(job.target))
-    server = UploadServer(token, importer, stall_timeout=job.idle_timeout, partial=partial)
+
+    def receiving(on: bool) -> None:
+        progress.set_phase(UploadPhase.RECEIVING if on else UploadPhase.WAITING)
+
+    server = UploadServer(
+        token, importer, stall_timeout=job.idle_timeout, partial=partial, receiving=receiving
+    )
     app = server.app()
     ended = threading.Event()
     app.cleanup_ctx.append(_until(server, job, stop, ended))

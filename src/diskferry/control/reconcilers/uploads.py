@@ -8,9 +8,9 @@ URL names the worker itself.
 
 The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
 with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
-old URLs are refused. An object may give `diskferry.io/upload-timeout`: when no upload has
-begun that long after it was created, it fails with the reason UploadTimedOut (by default it
-waits for ever, as Deckhouse and CDI do).
+old URLs are refused. An object may give `diskferry.io/upload-timeout`: when no upload is
+under way that long after it was created, it fails with the reason UploadTimedOut (by default
+it waits for ever, as Deckhouse and CDI do).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def timed_out(obj: Resource, policy: UploadPolicy) -> str | None:
         return None
     if datetime.now(UTC) - created < policy.timeout:
         return None
-    return f"no upload began within {format_duration(policy.timeout)} of the object's creation"
+    return f"no upload was under way {format_duration(policy.timeout)} after the object was created"
 
 
 def token_text(ttl: timedelta) -> bytes:
