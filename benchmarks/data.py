@@ -1,4 +1,8 @@
-"""The benchmark disk: 8 GiB virtual with 2 GiB of data in scattered runs, made once."""
+"""The benchmark disk: 8 GiB virtual with 2 GiB of data in scattered runs, made once.
+
+`DISKFERRY_BENCH_VIRTUAL_MIB` and `DISKFERRY_BENCH_DATA_MIB` (set by `run.py --virtual-mib
+--data-mib`) make a smaller one, kept apart, to check that the benchmarks work.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,23 @@ from pathlib import Path
 VIRTUAL = 8 << 30
 DATA = 2 << 30
 _SEED = 20261129
+VIRTUAL_ENV = "DISKFERRY_BENCH_VIRTUAL_MIB"
+DATA_ENV = "DISKFERRY_BENCH_DATA_MIB"
+
+
+def sizes() -> tuple[int, int]:
+    """The disk's virtual size and its bytes of data: the defaults, or as the environment says."""
+    virtual = int(os.environ.get(VIRTUAL_ENV, VIRTUAL >> 20)) << 20
+    data = int(os.environ.get(DATA_ENV, DATA >> 20)) << 20
+    return virtual, data
 
 
 def _runs(rng: random.Random) -> list[tuple[int, int]]:
-    """Non-overlapping (offset, length) runs, 64 KiB-aligned, adding up to DATA bytes."""
+    """Non-overlapping (offset, length) runs, 64 KiB-aligned, adding up to the data bytes."""
+    virtual, data = sizes()
     runs = []
-    slot = VIRTUAL // 1024
-    per_slot = DATA // 1024
+    slot = virtual // 1024
+    per_slot = data // 1024
     for i in range(1024):
         length = per_slot
         start = i * slot + rng.randrange(0, (slot - length) // 65536) * 65536
@@ -39,6 +53,9 @@ def data_runs() -> list[tuple[int, int]]:
 
 def make_disk(workdir: Path) -> dict[str, Path]:
     """Make (once) the raw disk, its qcow2 and its gzip in `workdir`; return their paths."""
+    virtual, data = sizes()
+    if (virtual, data) != (VIRTUAL, DATA):
+        workdir = workdir / f"{virtual >> 20}M-{data >> 20}M"
     workdir.mkdir(parents=True, exist_ok=True)
     raw = workdir / "disk.raw"
     qcow2 = workdir / "disk.qcow2"
@@ -47,7 +64,7 @@ def make_disk(workdir: Path) -> dict[str, Path]:
         rng = random.Random(_SEED)
         tmp = raw.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            f.truncate(VIRTUAL)
+            f.truncate(virtual)
             for start, length in _runs(rng):
                 f.seek(start)
                 f.write(fill(rng, length))

@@ -19,8 +19,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def nginx(root: Path, cert: Path | None = None, key: Path | None = None) -> Iterator[str]:
-    """Serve `root`; yields the base URL (https when a certificate is given)."""
+def nginx(
+    root: Path, cert: Path | None = None, key: Path | None = None, locations: str = ""
+) -> Iterator[str]:
+    """Serve `root` (with `locations`, more of the server block); yields the base URL (https
+    when a certificate is given)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-nginx-") as tmp:
         tls = ""
@@ -39,7 +42,7 @@ http {{
   client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};
   uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
   default_type application/octet-stream;
-  server {{ listen {listen}; {tls} root {root}; }}
+  server {{ listen {listen}; {tls} root {root}; {locations} }}
 }}
 """
         )

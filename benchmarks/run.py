@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.data import DATA_ENV, VIRTUAL_ENV
 from benchmarks.measure import Comparison
 
 Bench = Callable[[Path, int], list[tuple[Comparison, str]]]
 
 
 def _benchmarks() -> dict[str, Bench]:
-    from benchmarks import bench_backup, bench_control, bench_export, bench_import
+    from benchmarks import bench_backup, bench_control, bench_export, bench_import, bench_transfer
 
     return {
         "import": bench_import.run,
         "export": bench_export.run,
         "backup": bench_backup.run,
         "control": bench_control.run,
+        "transfer": bench_transfer.run,
     }
 
 
@@ -46,7 +49,13 @@ def main() -> None:
         default=",".join(benchmarks),
         help=f"comma-separated benchmarks to run, of {', '.join(benchmarks)}",
     )
+    parser.add_argument("--virtual-mib", type=int, help="a smaller disk's virtual size, MiB")
+    parser.add_argument("--data-mib", type=int, help="a smaller disk's data, MiB")
     args = parser.parse_args()
+    if args.virtual_mib:
+        os.environ[VIRTUAL_ENV] = str(args.virtual_mib)
+    if args.data_mib:
+        os.environ[DATA_ENV] = str(args.data_mib)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in benchmarks]
     if unknown:

@@ -14,6 +14,7 @@ from diskferry.control.errors import NotFoundError
 from diskferry.control.kinds import Registry
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
+from diskferry.control.reconcilers.vmexport import free_port
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import EVENTS
 
@@ -22,12 +23,19 @@ class Daemon:
     """The store and the controllers over one data directory, as `diskferry serve` runs them."""
 
     def __init__(
-        self, data_dir: Path, registry: Registry = REGISTRY, clock: Clock | None = None
+        self,
+        data_dir: Path,
+        registry: Registry = REGISTRY,
+        clock: Clock | None = None,
+        proxy_port: int | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.registry = registry
+        self.proxy_port = proxy_port or free_port()
         self.objects = ObjectService(data_dir / "state.db", registry, clock)
-        self.controllers = Controllers(data_dir, self.objects, workers=2, resync=5)
+        self.controllers = Controllers(
+            data_dir, self.objects, workers=2, resync=5, proxy_port=self.proxy_port
+        )
         self.controllers.start()
 
     def stop(self) -> None:

@@ -58,6 +58,10 @@ def upload_send(
     ca_bundle: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
     retries: Retries = 5,
     timeout: Timeout = "30s",
+    resume: Annotated[
+        bool,
+        typer.Option(help="Send a server that keeps partial uploads only what it lacks."),
+    ] = True,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Draw no progress bar.")
     ] = False,
@@ -81,6 +85,7 @@ def upload_send(
             cancel=cancel,
             retries=retries,
             connect_timeout=timeout_seconds(timeout),
+            resume=resume,
         )
     if json_out:
         print_json({"uploaded": str(file), "bytes": progress.done, "answer": answer})

@@ -72,9 +72,9 @@ class Controllers:
             | VirtualMachineExportReconciler
             | VirtualMachineBackupReconciler
         ] = [
-            VirtualDiskReconciler(*parts, self.certs),
-            VirtualImageReconciler(*parts, self.certs),
-            ClusterVirtualImageReconciler(*parts, self.certs),
+            VirtualDiskReconciler(*parts, self.certs, self.proxy),
+            VirtualImageReconciler(*parts, self.certs, proxy=self.proxy),
+            ClusterVirtualImageReconciler(*parts, self.certs, proxy=self.proxy),
             VirtualDiskSnapshotReconciler(*parts),
             VirtualMachineExportReconciler(*parts, self.certs, self.proxy, objects.clock),
             VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, objects.clock),

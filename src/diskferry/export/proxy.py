@@ -35,9 +35,10 @@ _HOP_BY_HOP = frozenset(
         "Transfer-Encoding",
         "Upgrade",
         "Host",
-        "Content-Length",
     )
 )
+# the body's length goes on to the backend as the client gave it, a response's is set anew
+_LENGTH = "content-length"
 # Per stream the proxy holds at most about twice the read buffer from the backend and the
 # write buffer towards the client. Measured with 200 downloads at once (100 streaming through
 # the pool): peak RSS 190 MB with these, 280 MB with 256 KiB / 512 KiB.
@@ -56,11 +57,12 @@ class PoolSettings:
     headers: float = 30.0
 
 
-def _forwardable(headers: object) -> dict[str, str]:
+def _forwardable(headers: object, length: bool = False) -> dict[str, str]:
+    """The end-to-end headers; Content-Length only with `length`."""
     return {
         k: v
         for k, v in headers.items()  # type: ignore[attr-defined]
-        if k.lower() not in _HOP_BY_HOP
+        if k.lower() not in _HOP_BY_HOP and (length or k.lower() != _LENGTH)
     }
 
 
@@ -71,6 +73,7 @@ class ExportProxy:
         self.routes = routes
         self.pool = pool or PoolSettings()
         self._session: aiohttp.ClientSession | None = None
+        self._upload_timeout: aiohttp.ClientTimeout | None = None
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -88,6 +91,9 @@ class ExportProxy:
         )
         timeout = aiohttp.ClientTimeout(
             total=None, connect=None, sock_connect=self.pool.connect, sock_read=self.pool.headers
+        )
+        self._upload_timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=self.pool.connect, sock_read=None
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -127,13 +133,15 @@ class ExportProxy:
             log.warning("export %s/%s: cannot load its CA: %s", namespace, name, e)
             return problem_response(502, "BadBackendCA", f"no usable CA for {namespace}/{name}")
         try:
+            # an upload is answered once the backend has taken all of it in: no read timeout
+            body = {"data": request.content, "timeout": self._upload_timeout}
             upstream = await self._session.request(
                 request.method,
                 URL(url, encoded=True),
-                headers=_forwardable(request.headers),
-                data=request.content if request.body_exists else None,
+                headers=_forwardable(request.headers, length=request.body_exists),
                 ssl=context,
                 allow_redirects=False,
+                **(body if request.body_exists else {}),
             )
         except aiohttp.ClientConnectorCertificateError as e:
             log.warning("export %s/%s: backend certificate refused: %s", namespace, name, e)

@@ -16,6 +16,7 @@ class UploadPhase(StrEnum):
 
     STARTING = "Starting"
     WAITING = "WaitingForUpload"
+    RECEIVING = "ReceivingUpload"  # a resumable upload's part coming into its partial file
     DONE = "Done"
 
 

@@ -4,6 +4,10 @@ An upload streams through the import pipeline into a prime copy of the target, s
 only when the import succeeds. One upload runs at a time (503 to another); once one has
 succeeded the server takes no more (409). A refused or broken upload leaves the target as
 it was and the server ready for the next.
+
+Beyond CDI and Deckhouse, the sync and async raw paths and `/upload/<secret>` take a resumable
+upload (HEAD for the offset, PATCH with Content-Range to continue; see `upload_resume`) when
+the server has a partial file.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import threading
 from collections.abc import Callable
 from enum import Enum
 
+import aiohttp
 from aiohttp import BodyPartReader, web
 
 from diskferry.disk.checksums import ChecksumError
@@ -22,6 +27,13 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.importer.engine import ImageRefusedError
 from diskferry.importer.job import ImportResult
 from diskferry.importer.upload_body import UploadBody, UploadBrokenError
+from diskferry.importer.upload_resume import (
+    LENGTH_HEADER,
+    OFFSET_HEADER,
+    PartialFile,
+    ResumeConflictError,
+    parse_content_range,
+)
 from diskferry.importer.upload_token import UploadToken
 from diskferry.serving.accesslog import AccessLogger
 
@@ -31,6 +43,7 @@ CDI_VERSIONS = ("v1alpha1", "v1beta1")
 UPLOAD_PREFIX = "/upload/"
 FORM_FIELD = "file"
 _BEARER = "bearer "
+_IN = "the upload is in; the import goes on in the background"
 # refusals that are the upload's fault, not the server's
 _CLIENT_REASONS = {
     ImageRefusedError.reason,
@@ -67,10 +80,19 @@ class UploadAccessLogger(AccessLogger):
 class UploadServer:
     """The routes, the state of the one upload, and what it imported."""
 
-    def __init__(self, token: UploadToken, importer: Importer, stall_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        token: UploadToken,
+        importer: Importer,
+        stall_timeout: float = 60.0,
+        partial: PartialFile | None = None,
+        receiving: Callable[[bool], None] = lambda _: None,
+    ) -> None:
         self.token = token
         self.importer = importer
         self.stall_timeout = stall_timeout
+        self.partial = partial
+        self.receiving = receiving
         self.state = State.READY
         self.result: ImportResult | None = None
         self.done = threading.Event()
@@ -84,28 +106,50 @@ class UploadServer:
             app.router.add_post(f"{base}/upload-async", self._cdi(form=False, wait=False))
             app.router.add_post(f"{base}/upload-form", self._cdi(form=True, wait=True))
             app.router.add_post(f"{base}/upload-form-async", self._cdi(form=True, wait=False))
-            for path in ("upload-async", "upload-form-async"):
-                app.router.add_route("HEAD", f"{base}/{path}", self._probe)
+            app.router.add_route("HEAD", f"{base}/upload", self._cdi_offset)
+            app.router.add_route("HEAD", f"{base}/upload-async", self._probe)
+            app.router.add_route("HEAD", f"{base}/upload-form-async", self._probe)
+            app.router.add_patch(f"{base}/upload", self._cdi_resume(wait=True))
+            app.router.add_patch(f"{base}/upload-async", self._cdi_resume(wait=False))
         secret = UPLOAD_PREFIX + "{secret}"
         app.router.add_put(secret, self._deckhouse)
         app.router.add_post(secret, self._deckhouse)
         app.router.add_get(secret, self._deckhouse_ready, allow_head=False)
+        app.router.add_route("HEAD", secret, self._deckhouse_offset)
+        app.router.add_patch(secret, self._deckhouse_resume)
         return app
 
     async def _probe(self, request: web.Request) -> web.Response:
+        """CDI's probe of an async path, 200 as ever; with a good token and no upload under
+        way, the resumable offset too."""
+        if self._refused(request) is None and self._busy() is None:
+            return self._offset()
         return web.Response()
+
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """The answer to a request of CDI's paths without a good bearer token."""
+        header = request.headers.get("Authorization")
+        if header is None or not header.lower().startswith(_BEARER):
+            return _text(400, "give the token as 'Authorization: Bearer <token>'")
+        offered = header[len(_BEARER) :].strip()
+        if not offered:
+            return _text(400, "give the token as 'Authorization: Bearer <token>'")
+        if not self.token.accepts(offered):
+            return _text(401, "the token is wrong or has expired")
+        return None
 
     def _cdi(self, *, form: bool, wait: bool):
         async def handle(request: web.Request) -> web.StreamResponse:
-            header = request.headers.get("Authorization")
-            if header is None or not header.lower().startswith(_BEARER):
-                return _text(400, "give the token as 'Authorization: Bearer <token>'")
-            offered = header[len(_BEARER) :].strip()
-            if not offered:
-                return _text(400, "give the token as 'Authorization: Bearer <token>'")
-            if not self.token.accepts(offered):
-                return _text(401, "the token is wrong or has expired")
-            return await self._upload(request, form=form, wait=wait)
+            return self._refused(request) or await self._upload(request, form=form, wait=wait)
+
+        return handle
+
+    async def _cdi_offset(self, request: web.Request) -> web.Response:
+        return self._refused(request) or self._offset()
+
+    def _cdi_resume(self, *, wait: bool):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return self._refused(request) or await self._resume(request, wait=wait)
 
         return handle
 
@@ -116,6 +160,70 @@ class UploadServer:
         if not self._secret_matches(request):
             raise web.HTTPNotFound()
         return await self._upload(request, form=False, wait=True)
+
+    async def _deckhouse_offset(self, request: web.Request) -> web.Response:
+        if not self._secret_matches(request):
+            raise web.HTTPNotFound()
+        return self._offset()
+
+    async def _deckhouse_resume(self, request: web.Request) -> web.StreamResponse:
+        if not self._secret_matches(request):
+            raise web.HTTPNotFound()
+        return await self._resume(request, wait=True)
+
+    def _offset(self) -> web.Response:
+        """The answer to a HEAD: the resumable offset, or why no upload is taken."""
+        if self.partial is None:
+            return web.Response()
+        busy = self._busy()
+        if busy is not None:
+            return busy
+        headers = {OFFSET_HEADER: str(self.partial.offset)}
+        if self.partial.total is not None:
+            headers[LENGTH_HEADER] = str(self.partial.total)
+        return web.Response(headers=headers)
+
+    async def _resume(self, request: web.Request, *, wait: bool) -> web.StreamResponse:
+        """Take a PATCH's range into the partial file; import it once the last byte is in."""
+        partial = self.partial
+        if partial is None:
+            return _text(405, "this server takes no resumable uploads")
+        busy = self._busy()
+        if busy is not None:
+            return busy
+        try:
+            span = parse_content_range(request.headers.get("Content-Range"))
+        except ValueError as e:
+            return _text(400, str(e))
+        if request.content_length != span.length:
+            return _text(400, f"Content-Length must be {span.length}, the Content-Range's length")
+        try:
+            partial.begin(span)
+        except ResumeConflictError as e:
+            return _text(409, str(e), {OFFSET_HEADER: str(partial.offset)})
+        self.state = State.UPLOADING
+        self.receiving(True)
+        try:
+            await self._receive(request, partial, span.length)
+        except (OSError, TimeoutError, aiohttp.ClientError) as e:
+            why = "nothing came in time" if isinstance(e, TimeoutError) else type(e).__name__
+            log.warning("resumable upload broke at byte %d, kept: %s", partial.offset, why)
+            return _text(400, f"the upload broke at byte {partial.offset}: {why}")
+        finally:
+            self.state = State.READY
+            self.receiving(False)
+        if partial.offset <= span.end:
+            return _text(400, f"the range ended early, at byte {partial.offset}")
+        if not partial.complete:
+            return web.Response(status=204, headers={OFFSET_HEADER: str(partial.offset)})
+        self.state = State.UPLOADING
+        body = partial.reader()
+
+        def imported(_: asyncio.Future[ImportResult]) -> None:
+            body.close()
+            partial.discard()
+
+        return await self._import(body, span.total, None, wait, imported)
 
     async def _deckhouse_ready(self, request: web.Request) -> web.StreamResponse:
         if not self._secret_matches(request):
@@ -139,17 +247,32 @@ class UploadServer:
         except BaseException:
             self.state = State.READY
             raise
+        size = None if form else request.content_length
+        return await self._import(body, size, body.complete, wait)
+
+    async def _import(
+        self,
+        body: Readable,
+        size: int | None,
+        complete: asyncio.Event | None,
+        wait: bool,
+        ended: Callable[[asyncio.Future[ImportResult]], None] | None = None,
+    ) -> web.StreamResponse:
+        """Import `body` in a thread; answer once done, or once `complete` (all of the body
+        is in: None when it is already) when not `wait`."""
         loop = asyncio.get_running_loop()
-        task = loop.run_in_executor(
-            None, self.importer, body, None if form else request.content_length
-        )
+        task = loop.run_in_executor(None, self.importer, body, size)
+        if ended is not None:
+            task.add_done_callback(ended)
         task.add_done_callback(self._finished)
         if not wait:
-            complete = asyncio.ensure_future(body.complete.wait())
-            finished, _ = await asyncio.wait([task, complete], return_when=asyncio.FIRST_COMPLETED)
-            complete.cancel()
+            if complete is None:
+                return _text(200, _IN)
+            waiting = asyncio.ensure_future(complete.wait())
+            finished, _ = await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
             if task not in finished:
-                return _text(200, "the upload is in; the import goes on in the background")
+                return _text(200, _IN)
         try:
             await asyncio.shield(task)
         except DiskferryError as e:
@@ -158,6 +281,21 @@ class UploadServer:
         except Exception as e:
             return _text(500, f"the upload failed: {type(e).__name__}")
         return _text(200, "the upload is complete")
+
+    async def _receive(self, request: web.Request, partial: PartialFile, length: int) -> None:
+        """Append up to `length` bytes of the body to `partial`, which keeps them however the
+        body ends."""
+        loop = asyncio.get_running_loop()
+        try:
+            while length:
+                read = request.content.read(min(length, 1 << 20))
+                data = await asyncio.wait_for(read, self.stall_timeout)
+                if not data:
+                    return
+                length -= len(data)
+                await loop.run_in_executor(None, partial.write, data)
+        finally:
+            await loop.run_in_executor(None, partial.end)
 
     async def _body(self, request: web.Request, form: bool) -> UploadBody:
         loop = asyncio.get_running_loop()
@@ -193,5 +331,5 @@ class UploadServer:
         log.warning("upload failed, target unchanged, ready for another: %s", why)
 
 
-def _text(status: int, message: str) -> web.Response:
-    return web.Response(status=status, text=message + "\n")
+def _text(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=message + "\n", headers=headers)

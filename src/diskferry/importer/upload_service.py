@@ -17,6 +17,7 @@ from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob, ImportResult
 from diskferry.importer.upload_job import UploadJob, UploadPhase, UploadResult
+from diskferry.importer.upload_resume import PartialFile, partial_path
 from diskferry.importer.upload_server import UPLOAD_PREFIX, UploadAccessLogger, UploadServer
 from diskferry.importer.upload_token import UploadToken
 from diskferry.serving.certs import default_sans
@@ -51,7 +52,14 @@ def serve_upload(
         finally:
             progress.set_phase(UploadPhase.DONE if server.done.is_set() else UploadPhase.WAITING)
 
-    server = UploadServer(token, importer, stall_timeout=job.idle_timeout)
+    partial = PartialFile(partial_path(job.target))
+
+    def receiving(on: bool) -> None:
+        progress.set_phase(UploadPhase.RECEIVING if on else UploadPhase.WAITING)
+
+    server = UploadServer(
+        token, importer, stall_timeout=job.idle_timeout, partial=partial, receiving=receiving
+    )
     app = server.app()
     ended = threading.Event()
     app.cleanup_ctx.append(_until(server, job, stop, ended))

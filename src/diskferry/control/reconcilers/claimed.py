@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diskferry.control.duration import format_duration
+from diskferry.control.duration import DurationError, format_duration
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
@@ -36,6 +36,7 @@ from diskferry.control.reconcilers.phases import (
 from diskferry.control.reconcilers.sources import Waiting, claim_of, resolve_source
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
+from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
 from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
@@ -43,6 +44,9 @@ from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, VolumeClass, Volumes
 from diskferry.disk.prime import Target
 from diskferry.disk.urls import http_url_for_message
+
+if TYPE_CHECKING:
+    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 log = logging.getLogger("diskferry.control")
 PENDING = "Pending"
@@ -89,11 +93,16 @@ class ClaimedKind(ABC):
     prefix = ""
 
     def __init__(
-        self, client: Client, runner: Runner, volumes: Volumes, certs: ServerCerts | None = None
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        certs: ServerCerts | None = None,
+        proxy: ProxyKeeper | None = None,
     ) -> None:
         self.client = client
         self.volumes = volumes
-        self.imports = Imports(runner, certs)
+        self.imports = Imports(runner, certs, proxy)
 
     @abstractmethod
     def storage_class_name(self, obj: Any) -> str | None:
@@ -192,8 +201,17 @@ class ClaimedKind(ABC):
         if local and reflink(source.location, claim, job_id, size):
             return self._ready(obj, claim, {"ok": True, "sourceUID": source.uid})
         waited = self._waited(obj)
-        outcome = self.imports.step(job_id, claim, source, size)
+        try:
+            policy = upload_policy(obj)
+        except DurationError as e:
+            return self._fail(obj, e.reason, e.message)
+        outcome = self.imports.step(job_id, claim, source, size, policy)
         if outcome.waiting_for_upload:
+            late = timed_out(obj, policy)
+            if late is not None:
+                self._fail(obj, UPLOAD_TIMED_OUT, late)
+                self.imports.settle(job_id, keep=False)
+                return Result.requeue(POLL_SECONDS)
             show_upload_wait(self.client, obj, {**where, **(outcome.fields or {})}, outcome)
             return Result.requeue(POLL_SECONDS)
         if outcome.running:

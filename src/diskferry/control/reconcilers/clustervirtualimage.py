@@ -4,6 +4,8 @@ namespaces of the disks made from it (kept at each reconcile, the resync include
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from diskferry.control.imagestore import ImageStore
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.phases import READY, status_of, update_fields
@@ -14,6 +16,9 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
+
+if TYPE_CHECKING:
+    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 CLUSTER_VIRTUAL_IMAGE = VirtualDiskObjectRefKind.CLUSTER_VIRTUAL_IMAGE
 
@@ -31,9 +36,10 @@ class ClusterVirtualImageReconciler:
         volumes: Volumes,
         certs: ServerCerts | None = None,
         store: ImageStore | None = None,
+        proxy: ProxyKeeper | None = None,
     ) -> None:
         store = store or ImageStore(volumes.root.parent)
-        self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs)
+        self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 
     def job_id(self, obj: ClusterVirtualImage) -> str:
         """The id of the image's push job."""

@@ -72,6 +72,12 @@ class ProxyKeeper:
         """The base URL of an export through the proxy, as KubeVirt's API paths have it."""
         return self.base_url + API_PATH.format(namespace=namespace, name=name)
 
+    def serving(self) -> bool:
+        """Whether the proxy runs and listens."""
+        state = self.runner.state(PROXY_JOB)
+        details = ((state.progress or {}).get("details") or {}) if state else {}
+        return bool(state and state.running and details.get("listenPort"))
+
     def start(self) -> None:
         """Read back the routes a previous daemon left, and keep the proxy running."""
         self.ensure()

@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.progress import progress_fields
 from diskferry.control.reconcilers.uploads import (
+    UploadPolicy,
+    drop_upload_route,
+    renew_expired_token,
     start_upload,
     upload_urls,
     uploaded_result,
@@ -27,9 +30,13 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
 from diskferry.registry.layout import is_layout_reference
 
+if TYPE_CHECKING:
+    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
+
 log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
 SIZE_TOO_SMALL = "SizeTooSmall"
+AUTH_FILE = "auth.json"
 TOO_SMALL = (SIZE_TOO_SMALL, "TargetTooSmall")
 
 
@@ -96,17 +103,22 @@ def too_small_message(claim_size: int, message: str) -> str:
 
 def source_files(source: Source, files: dict[str, bytes]) -> dict[str, Any]:
     """The job fields that reach `source` (its CA bundle, registry credentials, plain HTTP to a
-    registry on loopback), the files they name added to `files`."""
+    registry on loopback), the files they name added to `files` (see `credential_files`)."""
     fields: dict[str, Any] = {}
     if source.ca_bundle:
         files["ca.pem"] = source.ca_bundle
         fields["caBundle"] = "ca.pem"
     if source.authfile:
-        files["auth.json"] = source.authfile
-        fields["authfile"] = "auth.json"
+        files[AUTH_FILE] = source.authfile
+        fields["authfile"] = AUTH_FILE
     if source.insecure:
         fields["insecure"] = True
     return fields
+
+
+def credential_files(files: dict[str, bytes]) -> list[str]:
+    """The names in `files` that hold credentials, for the runner to remove once the job ends."""
+    return [AUTH_FILE] if AUTH_FILE in files else []
 
 
 class SourceUnavailableError(DiskferryError):
@@ -116,28 +128,46 @@ class SourceUnavailableError(DiskferryError):
 
 
 class Imports:
-    """Starts import jobs through `runner` and reads their outcome."""
+    """Starts import jobs through `runner` and reads their outcome; upload servers get their
+    certificates from `certs` and their external URL through `proxy`."""
 
-    def __init__(self, runner: Runner, certs: ServerCerts | None = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        certs: ServerCerts | None = None,
+        proxy: ProxyKeeper | None = None,
+    ) -> None:
         self.runner = runner
         self.certs = certs
+        self.proxy = proxy
 
     def started(self, job_id: str) -> bool:
         """Whether the job was started and not purged yet."""
         return self.runner.state(job_id) is not None
 
-    def step(self, job_id: str, claim: Claim, source: Source, size: int | None) -> Outcome:
-        """Start the job if it was not, else tell how it is going."""
+    def step(
+        self,
+        job_id: str,
+        claim: Claim,
+        source: Source,
+        size: int | None,
+        upload: UploadPolicy | None = None,
+    ) -> Outcome:
+        """Start the job if it was not, else tell how it is going; an upload source's token
+        is renewed by `upload` once expired."""
+        upload = upload or UploadPolicy()
         state = self.runner.state(job_id)
         if state is None:
             if not claim.block and recorded_job(claim.path) == job_id:
                 return Outcome(False, result={"ok": True, "virtualSize": claim.size()})
-            self._start(job_id, claim, source, size)
+            self._start(job_id, claim, source, size, upload)
             return Outcome(True, progress_fields({}), upload_urls={} if source.upload else None)
         if state.running:
             fields = progress_fields(state.progress) if state.progress else None
+            if source.upload and renew_expired_token(self.runner, job_id, upload.token_ttl):
+                log.info("job %s: its upload token expired and was renewed", job_id)
             if source.upload and waiting_for_user(state.progress):
-                urls = upload_urls(self.runner, job_id, state.progress)
+                urls = upload_urls(self.runner, job_id, state.progress, self.proxy)
                 return Outcome(True, progress_fields({}), upload_urls=urls)
             return Outcome(True, fields)
         if state.succeeded:
@@ -152,11 +182,13 @@ class Imports:
             message = too_small_message(size, message)
         return Outcome(False, reason=reason, message=message)
 
-    def _start(self, job_id: str, claim: Claim, source: Source, size: int | None) -> None:
+    def _start(
+        self, job_id: str, claim: Claim, source: Source, size: int | None, upload: UploadPolicy
+    ) -> None:
         if source.upload:
             if self.certs is None:
                 raise SourceUnavailableError("this daemon has no CA to serve uploads with")
-            start_upload(self.runner, self.certs, job_id, claim.path, size)
+            start_upload(self.runner, self.certs, job_id, claim.path, size, upload.token_ttl)
             return
         # the claim's volume is this object's own: the import fills it, made or left before
         job: dict[str, Any] = {
@@ -171,7 +203,7 @@ class Imports:
         if source.checksum:
             job["checksum"] = source.checksum
         job.update(source_files(source, files))
-        self.runner.start(job_id, IMPORT, job, files)
+        self.runner.start(job_id, IMPORT, job, files, credential_files(files))
 
     def finish(self, job_id: str, tag: str, keep: bool) -> bool:
         """Log the ended job's last lines tagged with `tag`, then settle it."""
@@ -184,9 +216,11 @@ class Imports:
     def settle(self, job_id: str, keep: bool) -> bool:
         """Remove the ended job's files, or keep them under jobs/failed/ when `keep`; False
         while it still runs (it is cancelled then)."""
+        drop_upload_route(self.proxy, job_id)
         return self.runner.purge(job_id, keep_scratch=keep)
 
     def stop(self, job_id: str) -> bool:
         """Stop the job and remove its files, kept ones and its log too; False while it still
         runs."""
+        drop_upload_route(self.proxy, job_id)
         return self.runner.forget(job_id)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from diskferry.control.duration import DurationError
 from diskferry.control.imagestore import ImageStore
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
@@ -29,17 +30,28 @@ from diskferry.control.reconcilers.claimed import (
     tag,
 )
 from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.imports import Imports, Outcome, Source, failure, source_files
+from diskferry.control.reconcilers.imports import (
+    Imports,
+    Outcome,
+    Source,
+    credential_files,
+    failure,
+    source_files,
+)
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
 from diskferry.control.reconcilers.progress import progress_fields
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
 from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
+from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
 from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import IMPORT, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, VolumeClass, Volumes
+
+if TYPE_CHECKING:
+    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 log = logging.getLogger("diskferry.control")
 IMAGE_LOST = "ImageLost"
@@ -57,13 +69,14 @@ class StoredImages:
         store: ImageStore,
         prefix: str,
         certs: ServerCerts | None = None,
+        proxy: ProxyKeeper | None = None,
     ) -> None:
         self.client = client
         self.runner = runner
         self.volumes = volumes
         self.store = store
         self.prefix = prefix
-        self.imports = Imports(runner, certs)
+        self.imports = Imports(runner, certs, proxy)
         self.staging = VolumeClass(STAGING, root=Path(store.root).parent / STAGING)
 
     def job_id(self, obj: Resource) -> str:
@@ -101,7 +114,17 @@ class StoredImages:
         source = found
         if found.upload:
             staged = self._staged(obj)
-            outcome = self.imports.step(self.upload_job_id(obj), staged, found, None)
+            try:
+                policy = upload_policy(obj)
+            except DurationError as e:
+                transition(self.client, obj, FAILED, e.reason, e.message)
+                return Result.done()
+            outcome = self.imports.step(self.upload_job_id(obj), staged, found, None, policy)
+            late = timed_out(obj, policy) if outcome.waiting_for_upload else None
+            if late is not None:
+                failed = Outcome(False, reason=UPLOAD_TIMED_OUT, message=late)
+                self._fail(obj, failed, self.upload_job_id(obj))
+                return Result.requeue(POLL_SECONDS)
             if outcome.waiting_for_upload or outcome.running:
                 return self._uploading(obj, outcome)
             if outcome.failed:
@@ -141,7 +164,7 @@ class StoredImages:
                 job["checksum"] = source.checksum
             files: dict[str, bytes] = {}
             job.update(source_files(source, files))
-            self.runner.start(job_id, IMPORT, job, files)
+            self.runner.start(job_id, IMPORT, job, files, credential_files(files))
             return Outcome(True, progress_fields({}))
         if state.running:
             return Outcome(True, progress_fields(state.progress) if state.progress else None)

@@ -1,26 +1,92 @@
 """Upload sources: an upload server worker per object, on 127.0.0.1 with a port of its own, its
 certificate from the daemon's CA, its secret a fresh token; the URLs users upload to, in
-Deckhouse's secret-path shape (`/upload/<secret>`), read back from the running worker."""
+Deckhouse's secret-path shape (`/upload/<secret>`), read back from the running worker.
+
+The external URL goes through the export proxy, as an export's external links do: the upload
+server is routed there under the namespace `diskferry-uploads` and its job's id; the in-cluster
+URL names the worker itself.
+
+The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
+with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
+old URLs are refused. An object may give `diskferry.io/upload-timeout`: when no upload is
+under way that long after it was created, it fails with the reason UploadTimedOut (by default
+it waits for ever, as Deckhouse and CDI do).
+"""
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
+from diskferry.control.duration import format_duration, parse_duration
+from diskferry.control.model import Resource
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.runner.base import IMPORT, Runner
+from diskferry.export.routes import Route
 from diskferry.importer.upload_job import UploadPhase
 from diskferry.importer.upload_server import UPLOAD_PREFIX
+from diskferry.serving.certs import CA_CERT
+
+if TYPE_CHECKING:
+    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 UPLOAD_HOST = "127.0.0.1"
 EXTERNAL_HOST = "localhost"
 UPLOAD_SANS = [UPLOAD_HOST, EXTERNAL_HOST]
 TOKEN_FILE = "token"
 WAITING = (UploadPhase.STARTING.value, UploadPhase.WAITING.value)
+ROUTE_NAMESPACE = "diskferry-uploads"
+TOKEN_TTL_ANNOTATION = "diskferry.io/upload-token-ttl"
+TIMEOUT_ANNOTATION = "diskferry.io/upload-timeout"
+DEFAULT_TOKEN_TTL = timedelta(hours=24)
+UPLOAD_TIMED_OUT = "UploadTimedOut"
+
+
+@dataclass(frozen=True)
+class UploadPolicy:
+    """How long an upload token lives, and how long an object waits for an upload to begin."""
+
+    token_ttl: timedelta = DEFAULT_TOKEN_TTL
+    timeout: timedelta | None = None
+
+
+def upload_policy(obj: Resource) -> UploadPolicy:
+    """The object's policy from its annotations; DurationError names a bad one."""
+    notes = obj.metadata.annotations
+    ttl = notes.get(TOKEN_TTL_ANNOTATION)
+    timeout = notes.get(TIMEOUT_ANNOTATION)
+    return UploadPolicy(
+        token_ttl=parse_duration(ttl) if ttl else DEFAULT_TOKEN_TTL,
+        timeout=parse_duration(timeout) if timeout else None,
+    )
+
+
+def timed_out(obj: Resource, policy: UploadPolicy) -> str | None:
+    """Why the object, still waiting for its upload, has waited too long; None while it may
+    wait on."""
+    created = obj.metadata.creation_timestamp
+    if policy.timeout is None or created is None:
+        return None
+    if datetime.now(UTC) - created < policy.timeout:
+        return None
+    return f"no upload was under way {format_duration(policy.timeout)} after the object was created"
+
+
+def token_text(ttl: timedelta) -> bytes:
+    """A fresh token file: the token, then the RFC 3339 time it expires."""
+    expires = (datetime.now(UTC) + ttl).isoformat(timespec="seconds")
+    return f"{secrets.token_urlsafe(32)}\n{expires}\n".encode()
 
 
 def start_upload(
-    runner: Runner, certs: ServerCerts, job_id: str, target: str, size: int | None
+    runner: Runner,
+    certs: ServerCerts,
+    job_id: str,
+    target: str,
+    size: int | None,
+    token_ttl: timedelta = DEFAULT_TOKEN_TTL,
 ) -> None:
     """Start the upload server that writes what is uploaded into `target` (grown to `size`)."""
     job: dict[str, Any] = {
@@ -35,8 +101,22 @@ def start_upload(
     }
     if size is not None:
         job["size"] = size
-    files = {**certs.files(UPLOAD_SANS), TOKEN_FILE: secrets.token_urlsafe(32).encode()}
-    runner.start(job_id, IMPORT, job, files)
+    files = {**certs.files(UPLOAD_SANS), TOKEN_FILE: token_text(token_ttl)}
+    runner.start(job_id, IMPORT, job, files, credentials=[TOKEN_FILE])
+
+
+def renew_expired_token(runner: Runner, job_id: str, ttl: timedelta) -> bool:
+    """Give the running server a fresh token when its own has expired; whether it did."""
+    text = runner.read_file(job_id, TOKEN_FILE)
+    lines = text.decode().splitlines() if text else []
+    try:
+        expires = datetime.fromisoformat(lines[1]) if len(lines) > 1 else None
+    except ValueError:
+        expires = None
+    if expires is not None and datetime.now(UTC) < expires:
+        return False
+    runner.write_file(job_id, TOKEN_FILE, token_text(ttl))
+    return True
 
 
 def waiting_for_user(progress: dict[str, Any] | None) -> bool:
@@ -44,18 +124,43 @@ def waiting_for_user(progress: dict[str, Any] | None) -> bool:
     return progress is None or progress.get("phase") in WAITING
 
 
-def upload_urls(runner: Runner, job_id: str, progress: dict[str, Any] | None) -> dict[str, str]:
-    """`imageUploadURLs` of the running server, {} until it listens: `external` (by name)
-    and `inCluster` (by address), both `https://HOST:PORT/upload/<secret>`."""
+def upload_urls(
+    runner: Runner,
+    job_id: str,
+    progress: dict[str, Any] | None,
+    proxy: ProxyKeeper | None = None,
+) -> dict[str, str]:
+    """`imageUploadURLs` of the running server, {} until it (and `proxy`) listen, both ending
+    in `/upload/<secret>`: `external` through `proxy` (the server routed there), or by name
+    without one, and `inCluster` by address."""
     port = ((progress or {}).get("details") or {}).get("listenPort")
     token = runner.read_file(job_id, TOKEN_FILE)
     if not isinstance(port, int) or not token:
         return {}
     secret = token.decode().splitlines()[0]
+    external = f"https://{EXTERNAL_HOST}:{port}"
+    if proxy is not None:
+        route = Route(
+            namespace=ROUTE_NAMESPACE,
+            name=job_id,
+            url=f"https://{UPLOAD_HOST}:{port}",
+            caFile=CA_CERT,
+            ready=True,
+        )
+        proxy.set_route(route)
+        if not proxy.serving():
+            return {}
+        external = proxy.external_url(ROUTE_NAMESPACE, job_id)
     return {
-        "external": f"https://{EXTERNAL_HOST}:{port}{UPLOAD_PREFIX}{secret}",
+        "external": f"{external}{UPLOAD_PREFIX}{secret}",
         "inCluster": f"https://{UPLOAD_HOST}:{port}{UPLOAD_PREFIX}{secret}",
     }
+
+
+def drop_upload_route(proxy: ProxyKeeper | None, job_id: str) -> None:
+    """Stop routing the job's upload server through the proxy."""
+    if proxy is not None:
+        proxy.drop_route(ROUTE_NAMESPACE, job_id)
 
 
 def uploaded_result(result: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ its status gives the stored and unpacked sizes, the format, and whether it is a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diskferry.control.imagestore import ImageStore
 from diskferry.control.quantity import format_bytes
@@ -17,6 +17,9 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, Volumes
+
+if TYPE_CHECKING:
+    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 
 def _size(n: int) -> tuple[str, str]:
@@ -36,10 +39,11 @@ class VirtualImageReconciler(ClaimedKind):
         volumes: Volumes,
         certs: ServerCerts | None = None,
         store: ImageStore | None = None,
+        proxy: ProxyKeeper | None = None,
     ) -> None:
-        super().__init__(client, runner, volumes, certs)
+        super().__init__(client, runner, volumes, certs, proxy)
         store = store or ImageStore(volumes.root.parent)
-        self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs)
+        self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 
     def reconcile(self, obj: VirtualImage) -> Result:
         """One step: through the store for ContainerRegistry, through a claim otherwise."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,11 +38,17 @@ class Runner(Protocol):
     """Starts worker jobs by id and tells their state; every method is idempotent."""
 
     def start(
-        self, job_id: str, module: str, job: dict[str, Any], files: dict[str, bytes] | None = None
+        self,
+        job_id: str,
+        module: str,
+        job: dict[str, Any],
+        files: dict[str, bytes] | None = None,
+        credentials: Collection[str] = (),
     ) -> None:
         """Run `python -m module JOB.json` on `job` (its `jobId` set to `job_id`), with `files`
         written beside the job file, where relative paths in the job find them; a job id
-        already started is not started again."""
+        already started is not started again. The files named in `credentials` are removed
+        once the job has ended, whether it succeeded, failed or was killed."""
 
     def state(self, job_id: str) -> JobState | None:
         """The job's state, None when no job of that id was started (or it was purged)."""

@@ -3,7 +3,9 @@
 Each job lives in DATA_DIR/jobs/<job-id>/: `job.json`, the files it was given, `stdout` and
 `stderr` (files, not pipes, so a daemon that dies leaves its workers nothing to break on),
 `scratch/` (the worker's TMPDIR; fixed-name sockets and pid files stay in the daemon's runtime
-directory, where later workers find them) and `state.json` (pid, start time and boot id, port).
+directory, where later workers find them) and `state.json` (pid, start time and boot id, port,
+the names of the given files that hold credentials). Credential files are removed as soon as
+the runner sees the worker ended, however it ended, so a kept failed job holds none.
 A worker runs in a session and process group of its own, so neither a terminal's signals nor
 the daemon's death reach it. A runner made afresh (after a daemon restart) reads the same
 files: it re-attaches to workers still running and reads the results of those that ended; a pid
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,13 +102,21 @@ class LocalRunner:
         return sorted(p.parent.name for p in self.root.glob("*/state.json"))
 
     def start(
-        self, job_id: str, module: str, job: dict[str, Any], files: dict[str, bytes] | None = None
+        self,
+        job_id: str,
+        module: str,
+        job: dict[str, Any],
+        files: dict[str, bytes] | None = None,
+        credentials: Collection[str] = (),
     ) -> None:
         """Start `python -m module job.json` in the job's directory, unless it was started."""
         if not re.match(JOB_ID_PATTERN, job_id) or job_id in (FAILED, LOGS):
             raise JobStartError(f"{job_id!r} is not a usable job id")
         for name in files or {}:
             _check_file_name(name)
+        for name in credentials:
+            if name not in (files or {}):
+                raise JobStartError(f"{name!r} names no file given to the job")
         with self._lock:
             if self._dir(job_id) is not None:
                 return
@@ -131,6 +142,7 @@ class LocalRunner:
                     "startedAt": datetime.now(UTC).isoformat(timespec="seconds"),
                     "port": None,
                     "exitCode": child.returncode,
+                    "credentials": sorted(credentials),
                 },
             )
 
@@ -191,6 +203,8 @@ class LocalRunner:
             port = record.get("port") or self._port(directory)
             if (port, code) != (record.get("port"), record.get("exitCode")):
                 self._save(directory, {**record, "port": port, "exitCode": code})
+            if not running:
+                _remove_credentials(directory, record)
         if running:
             progress = _progress(port) if port else None
             return JobState(job_id, True, progress=progress, port=port)
@@ -274,6 +288,13 @@ class LocalRunner:
             return False
         (self.logs_root / f"{job_id}.log").unlink(missing_ok=True)
         return True
+
+
+def _remove_credentials(directory: Path, record: dict[str, Any]) -> None:
+    """Remove the credential files named in the ended job's `record`."""
+    for name in record.get("credentials") or ():
+        if isinstance(name, str) and _FILE_NAME.match(name) and name not in _RESERVED:
+            (directory / name).unlink(missing_ok=True)
 
 
 def _progress(port: int) -> dict[str, Any] | None:
