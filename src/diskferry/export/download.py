@@ -187,6 +187,7 @@ def _raw(
                 dst_zeroed=zeroed,
                 block_size=_READ,
                 workers=max(1, req.connections),
+                max_memory=max(1, req.connections) * _READ,
                 cancel=cancel,
             )
             if cancel is not None and cancel.is_set():
