@@ -106,7 +106,8 @@ def test_plain_server_without_extents_and_a_dropped_connection(
     ca_dir: Path, tmp_path: Path
 ) -> None:
     disk = make_disk(tmp_path / "plain.img", 24 * MiB, [(0, 24 * MiB)])
-    server = PlainServer(disk.read_bytes(), ca_dir, drops={2, 4})
+    # the one request for the whole run breaks after a third, and so does its resumption
+    server = PlainServer(disk.read_bytes(), ca_dir, drops={1, 2})
     try:
         out = tmp_path / "out.img"
         result = download(server.request(out))
