@@ -1,4 +1,5 @@
-"""Import benchmarks: qcow2 to raw against qemu-img, gzip over HTTP against curl | gunzip."""
+"""Import benchmarks: start-up and qcow2 to raw against qemu-img, gzip over HTTP against curl |
+gunzip."""
 
 from __future__ import annotations
 
@@ -23,13 +24,23 @@ def _allocated(path: Path) -> int:
     return os.stat(path).st_blocks * 512
 
 
+def startup(rounds: int) -> Comparison:
+    """`diskferry --version` against `qemu-img --version`: what starting the tool costs."""
+    return alternate(
+        "start-up: diskferry --version",
+        lambda: run_process([*DISKFERRY, "--version"], stdout=subprocess.DEVNULL),
+        lambda: run_process(["qemu-img", "--version"], stdout=subprocess.DEVNULL),
+        rounds,
+    )
+
+
 def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
-    """Both import comparisons, with a note on output sparseness."""
+    """Start-up and both import comparisons, with a note on output sparseness."""
+    rows = [(startup(rounds), "interpreter and CLI start-up; part of every diskferry row")]
     disk = make_disk((workdir / "data").resolve())
     out = workdir / "out"
     out.mkdir(exist_ok=True)
     ours_out, peer_out = out / "ours.raw", out / "peer.raw"
-    rows = []
 
     def clean() -> None:
         _drop(ours_out)

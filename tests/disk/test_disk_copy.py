@@ -15,6 +15,7 @@ from diskferry.disk.errors import CancelledError, VolumeError
 from diskferry.disk.extent import Extent
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.progress import Progress
+from diskferry.disk.volume import RunReader
 
 PAGE = 4096
 runs = st.lists(
@@ -26,12 +27,19 @@ SETTINGS = settings(max_examples=40)
 
 
 class RecordingVolume(FileVolume):
-    """A FileVolume that remembers every range read from it."""
+    """A FileVolume that remembers every range read from it, and every run opened."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, run_size: int | None = None) -> None:
         super().__init__(path)
+        self.run_size = run_size
         self.reads: list[tuple[int, int]] = []
+        self.runs: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+
+    def open_run(self, offset: int, length: int) -> RunReader:
+        with self._lock:
+            self.runs.append((offset, offset + length))
+        return super().open_run(offset, length)
 
     def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
         with self._lock:
@@ -64,6 +72,16 @@ def make_layout(path: str, layout: list[tuple[str, int]], seed: int) -> tuple[by
     return bytes(content), holes
 
 
+def _allocated(content: bytes, holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The stretches of a layout between its holes."""
+    stretches, pos = [], 0
+    for start, end in [*holes, (len(content), len(content))]:
+        if start > pos:
+            stretches.append((pos, start))
+        pos = end
+    return stretches
+
+
 def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
@@ -75,8 +93,11 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     block=st.sampled_from([PAGE, 16 * PAGE, 1 << 20]),
     workers=st.integers(1, 4),
     dst_zeroed=st.booleans(),
+    run_size=st.sampled_from([None, 8 * PAGE, 64 * PAGE]),
 )
-def test_copy_is_exact_and_never_reads_a_hole(tmp_path, layout, seed, block, workers, dst_zeroed):
+def test_copy_is_exact_and_never_reads_a_hole(
+    tmp_path, layout, seed, block, workers, dst_zeroed, run_size
+):
     src_path, dst_path = str(tmp_path / "src"), str(tmp_path / "dst")
     content, holes = make_layout(src_path, layout, seed)
     if dst_zeroed:
@@ -86,7 +107,7 @@ def test_copy_is_exact_and_never_reads_a_hole(tmp_path, layout, seed, block, wor
             f.write(b"\xff" * len(content))
         dst = FileVolume(dst_path, writable=True)
     progress = Progress(len(content))
-    with RecordingVolume(src_path) as src, dst:
+    with RecordingVolume(src_path, run_size) as src, dst:
         result = copy(
             src,
             dst,
@@ -100,6 +121,12 @@ def test_copy_is_exact_and_never_reads_a_hole(tmp_path, layout, seed, block, wor
         assert f.read() == content
     assert not [r for r in src.reads for h in holes if overlaps(r, h)]
     assert all(end - start <= block for start, end in src.reads)
+    assert not [r for r in src.runs for h in holes if overlaps(r, h)]
+    if run_size is not None:  # one run for each allocated stretch, or each run_size of it
+        longest = max(block, run_size)
+        assert len(src.runs) == sum(
+            -(-(end - start) // longest) for start, end in _allocated(content, holes)
+        )
     hole_bytes = sum(end - start for start, end in holes)
     assert result.bytes_read == len(content) - hole_bytes
     assert result.bytes_written + result.bytes_zero == len(content)

@@ -160,3 +160,37 @@ def test_an_error_names_what_was_run_and_the_reason_qemu_img_gave(tmp_path: Path
         img.info(missing)
     assert caught.value.detail == "No such file or directory"
     assert str(caught.value) == f"{missing}: No such file or directory"
+
+
+def _logging_qemu_img(tmp_path: Path) -> tuple[str, Path]:
+    """A qemu-img that writes each command line it is given to a log, then runs the real one."""
+    log = tmp_path / "runs.log"
+    wrapper = tmp_path / "qemu-img"
+    wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec qemu-img "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper), log
+
+
+@pytest.mark.parametrize(("fmt", "runs"), [("raw", 0), ("vhd", 0), ("qcow2", 1), ("vmdk", 1)])
+def test_check_runs_qemu_img_only_for_a_format_it_can_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, runs: int
+) -> None:
+    image = tmp_path / f"disk.{fmt}"
+    img.run(["create", "-q", "-f", img.qemu_format(fmt), str(image), "4M"], "create")
+    wrapper, log = _logging_qemu_img(tmp_path)
+    monkeypatch.setattr(img, "QEMU_IMG", wrapper)
+    assert img.check(str(image), fmt) is None
+    checks = log.read_text().split() if log.exists() else []
+    assert checks == ["check"] * runs
+
+
+def test_check_still_finds_a_damaged_qcow2(tmp_path: Path) -> None:
+    image = tmp_path / "disk.qcow2"
+    img.run(["create", "-q", "-f", "qcow2", str(image), "4M"], "create")
+    subprocess.run(
+        ["qemu-io", "-c", "write -P 1 0 1M", str(image)], check=True, capture_output=True
+    )
+    with open(image, "r+b") as f:  # the L1 table names an L2 table past the end
+        f.seek(0x30000)
+        f.write((1 << 63 | 1 << 40).to_bytes(8, "big"))
+    assert img.check(str(image), "qcow2") is not None

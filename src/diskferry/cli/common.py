@@ -9,16 +9,18 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
 
 from diskferry.disk.progress import Progress
 from diskferry.disk.sizes import SizeError, parse_size
 from diskferry.worker.reporter import EventType, Reporter
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 
 def fail_line(message: str) -> None:
@@ -45,6 +47,8 @@ NOTES = NoteReporter()
 
 def build_job(model: type[M], **fields: Any) -> M:
     """The job `model` of a command's flags; a value the model refuses is a usage error."""
+    from pydantic import ValidationError
+
     try:
         return model(**fields)
     except ValidationError as e:

@@ -21,7 +21,6 @@ import typer
 
 from diskferry.cli.common import note
 from diskferry.disk.errors import DiskferryError
-from diskferry.qemu import img
 
 _SAMPLE_SIZE = 256 << 20
 _DATA_RUNS = 48
@@ -60,6 +59,8 @@ def _fresh(workdir: Path) -> None:
 
 def _make_sample(workdir: Path) -> Path:
     """A sparse raw disk with scattered runs of data, as qcow2, gzip-compressed."""
+    from diskferry.qemu import img
+
     raw = workdir / "sample.raw"
     with open(raw, "wb") as f:
         f.truncate(_SAMPLE_SIZE)
@@ -209,6 +210,8 @@ def _get(kubeconfig: Path, kind: str, name: str) -> dict[str, Any]:
 
 def _download(workdir: Path, kubeconfig: Path, reference: Path) -> Path:
     """Download the export's raw disk through the proxy (its external link), compare it."""
+    from diskferry.qemu import img
+
     status = _get(kubeconfig, "vmexport", _EXPORT)["status"]
     external = status["links"]["external"]
     url = next(f["url"] for f in external["volumes"][0]["formats"] if f["format"] == "raw")
@@ -252,6 +255,8 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> dict:
 
 def _backup_step(workdir: Path, disk: Path, before: Path) -> None:
     """Enable CBT, back up in full, write, back up incrementally, restore both points."""
+    from diskferry.qemu import img
+
     env = {"DISKFERRY_PASSWORD": "diskferry-demo"}
     repo = str(workdir / "repo")
     note(f"backup repository {repo} (password from DISKFERRY_PASSWORD)")

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from diskferry.cli.server_options import parse_duration
-from diskferry.disk.retry import log as retry_log
 
 Retries = Annotated[
     int,
@@ -39,6 +38,7 @@ def timeout_seconds(value: str) -> float:
 
 def say_retries() -> None:
     """Print each retry and resume on stderr as a `diskferry:` note."""
+    retry_log = logging.getLogger("diskferry.retry")  # diskferry.disk.retry's, by its name
     if retry_log.handlers:
         return
     handler = logging.StreamHandler(sys.stderr)

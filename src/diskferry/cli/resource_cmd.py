@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
 from diskferry.cli.common import fail_line
-from diskferry.cli.daemon_client import (
-    MERGE_PATCH,
-    TABLE,
-    DaemonClient,
-    DaemonError,
-    DaemonUnreachableError,
-    ResourceType,
-    connect,
-)
-from diskferry.cli.manifests import Manifest, check, load
-from diskferry.cli.resource_view import describe, print_table, table_rows
-from diskferry.cli.resource_wait import Want, parse_for, wait_for
 from diskferry.cli.server_options import parse_duration
-from diskferry.cli.watch_view import watch
 from diskferry.disk.errors import DiskferryError
+
+if TYPE_CHECKING:  # each command imports what it uses, so that other commands start fast
+    from diskferry.cli.daemon_client import DaemonClient, ResourceType
+    from diskferry.cli.manifests import Manifest
 
 KubeconfigOpt = Annotated[
     str | None,
@@ -79,6 +69,9 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _apply_one(client: DaemonClient, manifest: Manifest, namespace: str | None) -> str:
+    from diskferry.cli.daemon_client import MERGE_PATCH, DaemonError
+    from diskferry.cli.manifests import check
+
     check(manifest)
     body = manifest.body
     info = client.type_of(body["apiVersion"], body["kind"])
@@ -137,6 +130,9 @@ def apply_command(
     data_dir: DataDirOpt = None,
 ) -> int:
     """Create or update the objects in the manifests."""
+    from diskferry.cli.daemon_client import DaemonUnreachableError, connect
+    from diskferry.cli.manifests import load
+
     manifests = load(files)
     client = connect(kubeconfig, data_dir)
     failed = 0
@@ -152,6 +148,8 @@ def apply_command(
 
 
 def _dump(obj: dict[str, Any], output: str) -> None:
+    import yaml
+
     if output == "json":
         print(json.dumps(obj, indent=4))
     else:
@@ -174,6 +172,10 @@ def get_command(
     data_dir: DataDirOpt = None,
 ) -> None:
     """List objects of a kind, or show one, as a table or as YAML or JSON."""
+    from diskferry.cli.daemon_client import TABLE, connect
+    from diskferry.cli.resource_view import print_table, table_rows
+    from diskferry.cli.watch_view import watch
+
     if output is not None and output not in OUTPUTS:
         raise typer.BadParameter(f"use one of {', '.join(OUTPUTS)}", param_hint="--output")
     client = connect(kubeconfig, data_dir)
@@ -228,6 +230,9 @@ def describe_command(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Show an object's fields, its conditions and its events."""
+    from diskferry.cli.daemon_client import connect
+    from diskferry.cli.resource_view import describe
+
     client = connect(kubeconfig, data_dir)
     info = client.resource_type(kind)
     obj = client.request("GET", info.path(_namespace(client, info, namespace), name))
@@ -244,6 +249,9 @@ def delete_command(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Delete objects; with --wait, until their finalizers have run and they are gone."""
+    from diskferry.cli.daemon_client import connect
+    from diskferry.cli.resource_wait import Want, wait_for
+
     seconds = parse_duration(timeout)
     client = connect(kubeconfig, data_dir)
     info = client.resource_type(kind)
@@ -264,6 +272,8 @@ def logs_command(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Print the captured log of the object's worker."""
+    from diskferry.cli.daemon_client import connect
+
     client = connect(kubeconfig, data_dir)
     info = client.resource_type(kind)
     text = client.text(info.path(_namespace(client, info, namespace), name, "log"))
@@ -285,6 +295,9 @@ def wait_command(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Wait until an object has a phase or a condition, or is deleted; fail when it fails."""
+    from diskferry.cli.daemon_client import connect
+    from diskferry.cli.resource_wait import parse_for, wait_for
+
     want = parse_for(for_)
     seconds = parse_duration(timeout)
     client = connect(kubeconfig, data_dir)

@@ -9,9 +9,7 @@ from typing import Annotated
 
 import typer
 
-from diskferry.control.controllers import Controllers
-from diskferry.control.daemon import DEFAULT_ADDRESS, DEFAULT_PORT, Daemon, default_data_dir
-from diskferry.control.reconcilers.exportproxy import PROXY_PORT
+from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT, PROXY_PORT, default_data_dir
 
 
 def serve(
@@ -41,6 +39,9 @@ def serve(
     """Run the daemon: the API kubectl drives and the controllers, until SIGTERM or SIGINT.
 
     Workers keep running when the daemon stops; the next one re-attaches to them."""
+    from diskferry.control.controllers import Controllers
+    from diskferry.control.daemon import Daemon
+
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import ssl
@@ -25,12 +24,9 @@ from diskferry.control.objects import ObjectService
 from diskferry.control.pki import ensure_pki, ensure_token
 from diskferry.control.resources import REGISTRY
 from diskferry.disk.errors import DiskferryError
+from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 
 log = logging.getLogger(__name__)
-DEFAULT_PORT = 7443
-DEFAULT_ADDRESS = "127.0.0.1"
-ROOT_DATA_DIR = Path("/var/lib/diskferry")
-USER_DATA_DIR = Path("diskferry-data")
 GRACE_SECONDS = 3
 WILDCARDS = ("0.0.0.0", "", "::")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -63,11 +59,6 @@ class LogSource(Protocol):
 
 
 BackgroundFactory = Callable[["Daemon"], Background]
-
-
-def default_data_dir() -> Path:
-    """/var/lib/diskferry for root, ./diskferry-data for anyone else."""
-    return ROOT_DATA_DIR if os.geteuid() == 0 else USER_DATA_DIR
 
 
 def prepare_data_dir(path: Path) -> Path:

@@ -43,41 +43,53 @@ def copy(
 
     Holes are never read; blocks read as all zeros are not written. Where `dst_zeroed`
     says the target already reads as zeros (a new sparse file) zero runs cost nothing,
-    otherwise they are zeroed on the target. At most `max_memory` bytes of blocks are held:
-    each of the threads copying holds one block.
+    otherwise they are zeroed on the target. Data is read in runs of up to `src.run_size`
+    (one request each on a remote source), each run block by block into the same buffer.
+    At most `max_memory` bytes of blocks are held: each of the threads copying holds one block.
     """
     threads = max(1, min(workers, max_memory // block_size))
     buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
 
-    def copy_block(ext: Extent) -> tuple[int, int]:
-        if ext.zero:
+    def done(n: int) -> None:
+        if progress is not None:
+            progress.add(n)
+
+    def copy_run(run: Extent) -> tuple[int, int]:
+        if run.zero:
             if not dst_zeroed:
-                zero_range(dst, ext.start, ext.length, cancel)
+                zero_range(dst, run.start, run.length, cancel)
+            done(run.length)
             return 0, 0
         try:
             buf = buffers.get_nowait()
         except queue.Empty:
             buf = bytearray(block_size)
+        written = 0
         try:
-            view = memoryview(buf)[: ext.length]
-            src.read_into(ext.start, view)
-            return ext.length, write_block(
-                dst, ext.start, view, dst_zeroed=dst_zeroed, cancel=cancel
-            )
+            with src.open_run(run.start, run.length) as reader:
+                for block in split([run], block_size):
+                    check_cancel(cancel)
+                    view = memoryview(buf)[: block.length]
+                    reader.read_into(view)
+                    written += write_block(
+                        dst, block.start, view, dst_zeroed=dst_zeroed, cancel=cancel
+                    )
+                    done(block.length)
         finally:
             buffers.put(buf)
+        return run.length, written
 
     if extents is None:
         extents = src.extents("zero")
     result = CopyResult()
-    blocks = split(extents, block_size)
-    for ext, (read, written) in parallel_map(
-        lambda ext: (ext, copy_block(ext)), blocks, threads=threads, cancel=cancel, ordered=False
+    # a run is cut from its start (its blocks stay aligned); without runs, blocks are aligned
+    run_size = max(block_size, src.run_size or block_size)
+    runs = split(extents, run_size, aligned=src.run_size is None)
+    for run, (read, written) in parallel_map(
+        lambda run: (run, copy_run(run)), runs, threads=threads, cancel=cancel, ordered=False
     ):
         result.bytes_read += read
         result.bytes_written += written
-        result.bytes_zero += ext.length - written
-        if progress is not None:
-            progress.add(ext.length)
+        result.bytes_zero += run.length - written
     check_cancel(cancel)
     return result

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from diskferry.disk.errors import VolumeError
-from diskferry.disk.http import HttpSource, RangeNotSupportedError
-from diskferry.disk.volume import Volume
+from diskferry.disk.http import HttpSource, RangeNotSupportedError, ResumingReader
+from diskferry.disk.volume import RunReader, Volume
+
+# each request waits for its answer: a copy asks for runs of up to this much in one request
+RUN_SIZE = 64 << 20
 
 
 class HttpVolume(Volume):
-    """Reads are single Range requests on pooled connections; safe from many threads."""
+    """Reads are Range requests on pooled, kept-alive connections; safe from many threads.
+
+    A run (`open_run`) is one request whose body is read block by block.
+    """
 
     readonly = True
+    run_size = RUN_SIZE
 
     def __init__(self, source: HttpSource) -> None:
         self.source = source
@@ -28,22 +35,46 @@ class HttpVolume(Volume):
         """The size in bytes (Content-Length of the resource)."""
         return self._size
 
-    def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
-        """Fill `buf` from `offset`; a break resumes from where it stopped."""
-        view = memoryview(buf).cast("B")
-        if offset + len(view) > self._size:
+    def open_run(self, offset: int, length: int) -> RunReader:
+        """One Range request for the `length` bytes at `offset`; a break resumes it."""
+        if offset + length > self._size:
             raise VolumeError(f"read past the end of {self.source.shown_url}")
-        done = 0
-        reader = self.source.open_stream(offset, end=offset + len(view))
-        try:
-            while done < len(view):
-                n = reader.readinto(view[done:])
-                if n == 0:
-                    raise VolumeError(f"short read at offset {offset + done}")
-                done += n
-        finally:
-            reader.close()
+        return _HttpRun(self, offset, length)
+
+    def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
+        """Fill `buf` from `offset` with one Range request; a break resumes where it stopped."""
+        with self.open_run(offset, len(buf)) as run:
+            run.read_into(buf)
 
     def close(self) -> None:
         """Close pooled connections."""
         self.source.close()
+
+    def __str__(self) -> str:
+        return self.source.shown_url
+
+
+class _HttpRun(RunReader):
+    """A run read from one response body; the connection goes back to the pool once read whole."""
+
+    def __init__(self, volume: HttpVolume, offset: int, length: int) -> None:
+        super().__init__(volume, offset, length)
+        self._reader: ResumingReader | None = (
+            volume.source.open_stream(offset, end=offset + length) if length else None
+        )
+
+    def _fill(self, buf: memoryview | bytearray) -> None:
+        view = memoryview(buf).cast("B")
+        done = 0
+        while done < len(view):
+            assert self._reader is not None
+            n = self._reader.readinto(view[done:])
+            if n == 0:
+                raise VolumeError(f"short read at offset {self.position + done}")
+            done += n
+
+    def close(self) -> None:
+        """Give the connection back, or drop it when the body was not read whole."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

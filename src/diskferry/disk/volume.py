@@ -21,6 +21,8 @@ class Volume(ABC):
 
     readonly: bool = False
     sparse: bool = False
+    # the most a copy asks for in one `open_run`; None: one block (each read stands alone)
+    run_size: int | None = None
 
     @property
     @abstractmethod
@@ -30,6 +32,11 @@ class Volume(ABC):
     @abstractmethod
     def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
         """Fill `buf` with the bytes at `offset`; short reads raise VolumeError."""
+
+    def open_run(self, offset: int, length: int) -> RunReader:
+        """A reader of the `length` bytes at `offset`, in order; this one reads each piece
+        with `read_into`, a volume that pays for each request reads them from one."""
+        return RunReader(self, offset, length)
 
     def read(self, offset: int, length: int) -> bytes:
         """The `length` bytes at `offset`."""
@@ -65,6 +72,34 @@ class Volume(ABC):
         """Release what the volume holds."""
 
     def __enter__(self) -> Volume:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RunReader:
+    """The bytes of one run of a volume, read in order into the caller's buffers."""
+
+    def __init__(self, volume: Volume, offset: int, length: int) -> None:
+        self.volume = volume
+        self.position = offset
+        self.end = offset + length
+
+    def read_into(self, buf: memoryview | bytearray) -> None:
+        """Fill `buf` with the run's next bytes; past the run's end raises VolumeError."""
+        if self.position + len(buf) > self.end:
+            raise VolumeError(f"read past the end of a run of {self.volume}")
+        self._fill(buf)
+        self.position += len(buf)
+
+    def _fill(self, buf: memoryview | bytearray) -> None:
+        self.volume.read_into(self.position, buf)
+
+    def close(self) -> None:
+        """Release what the reader holds."""
+
+    def __enter__(self) -> RunReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

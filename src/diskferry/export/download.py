@@ -35,8 +35,6 @@ from diskferry.export.token import TOKEN_HEADER
 Encoding = Literal["raw", "gzip", "zstd"]
 _SIBLING = {"raw": "disk.img", "gzip": "disk.img.gz", "zstd": "disk.img.zst"}
 _READ = 1 << 20
-# one Range request a block: large enough that waiting for each response is a small part
-_RANGE_BLOCK = 8 << 20
 _ADVICE = {
     401: "give the export's token with --token or --token-file",
     403: "the token or headers given do not allow this download",
@@ -187,9 +185,9 @@ def _raw(
                 extents=extents,
                 progress=progress,
                 dst_zeroed=zeroed,
-                block_size=_RANGE_BLOCK,
+                block_size=_READ,
                 workers=max(1, req.connections),
-                max_memory=2 * max(1, req.connections) * _RANGE_BLOCK,
+                max_memory=max(1, req.connections) * _READ,
                 cancel=cancel,
             )
             if cancel is not None and cancel.is_set():

@@ -28,6 +28,8 @@ _PERCENT = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
 _OPENING = re.compile(r"^(?:Could not open '[^']*': )+")
 # `qemu-img check` exits with this for formats it cannot check; 3 means leaked clusters only
 _CHECK_UNSUPPORTED = 63
+# the formats (qemu-img's names) it has no check for, so that it is not run for them
+_UNCHECKABLE = frozenset({"raw", "vpc"})
 # diskferry's format names that qemu-img spells otherwise
 _QEMU_NAMES = {"vhd": "vpc", "iso": "raw"}
 # how often a waiting run looks at its cancel event
@@ -201,7 +203,12 @@ def _foreign_extent(path: str, specific: dict[str, Any]) -> str | None:
 
 
 def check(path: str, fmt: str) -> str | None:
-    """What `qemu-img check` finds wrong in an untrusted image (damage, truncation), or None."""
+    """What `qemu-img check` finds wrong in an untrusted image (damage, truncation), or None.
+
+    A format qemu-img cannot check (raw, vhd) is not probed a second time.
+    """
+    if qemu_format(fmt) in _UNCHECKABLE:
+        return None
     args = ["check", "--output=json", "--force-share", "-f", qemu_format(fmt), path]
     done = run(args, path, limits=PROBE_LIMITS, accept=None)
     if done.returncode in (0, 3, _CHECK_UNSUPPORTED):

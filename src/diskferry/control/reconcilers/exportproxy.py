@@ -20,9 +20,9 @@ from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.runner.base import Runner
 from diskferry.export.routes import Route, RoutesDocument
 from diskferry.serving.certs import CA_CERT
+from diskferry.serving.defaults import PROXY_PORT
 
 log = logging.getLogger("diskferry.control")
-PROXY_PORT = 7444
 PROXY_ADDRESS = "127.0.0.1"
 PROXY_JOB = "export-proxy"
 PROXY_MODULE = "diskferry.export.worker"

@@ -1,0 +1,18 @@
+"""Where the daemon and the export proxy listen, and where the daemon keeps its state,
+unless told otherwise; light enough for the CLI to show them in its help."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_PORT = 7443
+DEFAULT_ADDRESS = "127.0.0.1"
+PROXY_PORT = 7444
+ROOT_DATA_DIR = Path("/var/lib/diskferry")
+USER_DATA_DIR = Path("diskferry-data")
+
+
+def default_data_dir() -> Path:
+    """/var/lib/diskferry for root, ./diskferry-data for anyone else."""
+    return ROOT_DATA_DIR if os.geteuid() == 0 else USER_DATA_DIR

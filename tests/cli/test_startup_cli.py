@@ -1,0 +1,50 @@
+"""What a command brings in: `diskferry --version` and a local import start without the
+daemon's and the servers' libraries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+# modules that only the daemon, the resource commands and the servers need
+SERVER_SIDE = ("fastapi", "starlette", "uvicorn", "aiohttp", "uvloop", "diskferry.control")
+
+_RUN = """
+import json, sys
+from diskferry.cli.main import app
+code = app(args=sys.argv[1:], standalone_mode=False)
+wanted = {wanted!r}
+found = sorted(m for m in sys.modules if any(m == w or m.startswith(w + ".") for w in wanted))
+print(json.dumps({{"code": code, "found": found}}))
+"""
+
+
+def _imported(*args: str, wanted: tuple[str, ...]) -> list[str]:
+    """The modules of `wanted` (packages and their modules) loaded by running `args`."""
+    script = _RUN.format(wanted=wanted)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ,
+        timeout=120,
+    )
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["code"] in (None, 0), proc.stderr
+    return result["found"]
+
+
+def test_version_loads_no_server_models_or_http_client() -> None:
+    found = _imported("--version", wanted=(*SERVER_SIDE, "pydantic", "urllib3", "rich", "yaml"))
+    assert found == []
+
+
+def test_local_import_loads_nothing_of_the_daemon_or_the_servers(images, tmp_path) -> None:
+    target = tmp_path / "disk.raw"
+    source = images.get("qcow2")
+    found = _imported("import", "--no-progress", str(source), str(target), wanted=SERVER_SIDE)
+    assert found == []
+    assert images.same(target, images.reference)
