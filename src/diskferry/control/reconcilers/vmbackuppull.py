@@ -32,14 +32,13 @@ from diskferry.control.reconcilers.vmbackupstate import (
     quiesced,
 )
 from diskferry.control.reconcilers.vmexport import (
-    DRAIN_SECONDS,
-    EXPORT_MODULE,
     HOST,
     LINKS_FILE,
     PORT_ANNOTATION,
     TOKEN_FILE,
     answers,
     recorded_port,
+    start_server,
 )
 from diskferry.control.resources.virtualmachine import MachinePhase
 from diskferry.control.resources.vmbackup import BackupPhase, VirtualMachineBackup
@@ -47,7 +46,6 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
-from diskferry.serving.certs import CA_CERT
 
 POINT_FILE = "point.json"
 ROUTE_PREFIX = "vmbackup-"
@@ -168,7 +166,6 @@ class PullBackup:
         disks: list[dict[str, str]],
         extra: dict[str, Any],
     ) -> None:
-        namespace, route = self._route(obj)
         job = {
             **extra,
             "kind": "backupPoint",
@@ -177,22 +174,8 @@ class PullBackup:
             "chain": source.chain,
             "since": source.since,
             "pointFile": POINT_FILE,
-            "tokenFile": TOKEN_FILE,
-            "ttl": left,
-            "grace": DRAIN_SECONDS,
-            "certDir": ".",
-            "sans": [HOST],
-            "listenAddress": HOST,
-            "listenPort": port,
-            "links": {
-                "internalUrl": f"https://{HOST}:{port}",
-                "externalUrl": self.proxy.external_url(namespace, route),
-                "externalCa": CA_CERT,
-                "file": LINKS_FILE,
-            },
         }
-        files = {**self.certs.files([HOST]), TOKEN_FILE: token.value}
-        self.runner.start(self.job_id(obj), EXPORT_MODULE, job, files)
+        start_server(self, self.job_id(obj), self._route(obj), port, left, token, job)
 
     def _read(self, obj: VirtualMachineBackup, name: str) -> dict[str, Any] | None:
         text = self.runner.read_file(self.job_id(obj), name)

@@ -21,7 +21,7 @@ import logging
 import socket
 import ssl
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.model import Resource
@@ -111,6 +111,46 @@ def recorded_port(client: Client, obj: M) -> tuple[M, int]:
     annotations = {**obj.metadata.annotations, PORT_ANNOTATION: str(port)}
     meta = obj.metadata.model_copy(update={"annotations": annotations})
     return client.update(obj.model_copy(update={"metadata": meta})), port
+
+
+class ServerKeeper(Protocol):
+    """What starts an export worker: the runner, the certificates, the proxy."""
+
+    runner: Runner
+    certs: ServerCerts
+    proxy: ProxyKeeper
+
+
+def start_server(
+    keeper: ServerKeeper,
+    job_id: str,
+    route: tuple[str, str],
+    port: int,
+    left: float,
+    token: Token,
+    job: dict[str, Any],
+) -> None:
+    """Start the export worker `job_id` for `job` (its kind, name, volumes and own fields) on
+    `port` for `left` seconds, with the token, a certificate for 127.0.0.1, and links through
+    the proxy's `route` (namespace, name)."""
+    served = {
+        **job,
+        "tokenFile": TOKEN_FILE,
+        "ttl": left,
+        "grace": DRAIN_SECONDS,
+        "certDir": ".",
+        "sans": [HOST],
+        "listenAddress": HOST,
+        "listenPort": port,
+        "links": {
+            "internalUrl": f"https://{HOST}:{port}",
+            "externalUrl": keeper.proxy.external_url(*route),
+            "externalCa": CA_CERT,
+            "file": LINKS_FILE,
+        },
+    }
+    files = {**keeper.certs.files([HOST]), TOKEN_FILE: token.value}
+    keeper.runner.start(job_id, EXPORT_MODULE, served, files)
 
 
 class VirtualMachineExportReconciler:
@@ -269,27 +309,9 @@ class VirtualMachineExportReconciler:
         port: int,
         left: float,
     ) -> None:
-        namespace, name = self._key(obj)
-        job = {
-            "kind": "export",
-            "name": name,
-            "volumes": [{"name": volume, "path": source.location} for volume, source in served],
-            "tokenFile": TOKEN_FILE,
-            "ttl": left,
-            "grace": DRAIN_SECONDS,
-            "certDir": ".",
-            "sans": [HOST],
-            "listenAddress": HOST,
-            "listenPort": port,
-            "links": {
-                "internalUrl": f"https://{HOST}:{port}",
-                "externalUrl": self.proxy.external_url(namespace, name),
-                "externalCa": CA_CERT,
-                "file": LINKS_FILE,
-            },
-        }
-        files = {**self.certs.files([HOST]), TOKEN_FILE: token.value}
-        self.runner.start(self.job_id(obj), EXPORT_MODULE, job, files)
+        volumes = [{"name": volume, "path": source.location} for volume, source in served]
+        job = {"kind": "export", "name": obj.metadata.name, "volumes": volumes}
+        start_server(self, self.job_id(obj), self._key(obj), port, left, token, job)
 
     def _links(self, job_id: str) -> dict[str, Any] | None:
         """The links the server wrote, in the status's shape; None before it wrote them."""
