@@ -3,6 +3,7 @@ by their targets, a CBT overlay opened with its bitmaps."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import time
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 from qemu_helpers import MiB
 
-from diskferry.qemu import cbt
+from diskferry.qemu import cbt, system
 from diskferry.qemu.bitmaps import BASE
 from diskferry.qemu.qmp import Qmp
-from diskferry.qemu.system import VmConfig, VmDisk, command, kvm_usable
+from diskferry.qemu.system import KVM_DEVICE, VmConfig, VmDisk, command, kvm_usable
 
 
 @pytest.fixture
@@ -61,6 +62,26 @@ def test_both_monitors_answer_under_the_accelerator_asked(short_dir: Path, kvm: 
     finally:
         qemu.kill()
         qemu.wait()
+
+
+def test_kvm_is_usable_only_where_a_qemu_on_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A QEMU that aborts as it starts on KVM (a nested KVM refusing the host CPU's MSRs) makes
+    KVM unusable, and the VMs run under TCG; one that starts and quits makes it usable where
+    /dev/kvm opens."""
+    opens = os.access(KVM_DEVICE, os.R_OK | os.W_OK)
+    try:
+        for code, usable in ((134, False), (0, opens)):
+            fake = tmp_path / f"qemu-exits-{code}"
+            fake.write_text(f"#!/bin/sh\ncat >/dev/null\nexit {code}\n")
+            fake.chmod(0o755)
+            monkeypatch.setattr(system, "QEMU_SYSTEM", str(fake))
+            system.kvm_usable.cache_clear()
+            assert system.kvm_usable() is usable
+            assert ("tcg" in command(config_of(tmp_path, [], system.kvm_usable()))) is not usable
+    finally:
+        system.kvm_usable.cache_clear()
 
 
 def test_a_disk_and_a_cdrom_by_their_targets(short_dir: Path) -> None:

@@ -9,14 +9,20 @@ QEMU up when the guest powers off, so a monitor can tell a guest shutdown from a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 QEMU_SYSTEM = "qemu-system-x86_64"
 KVM_DEVICE = "/dev/kvm"
 AGENT_CHANNEL = "org.qemu.guest_agent.0"
+PROBE_SECONDS = 20.0
+# a paused QEMU that quits as soon as its monitor is up
+_PROBE = ("-machine", "pc", "-m", "16M", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio")
+_QUIT = b'{"execute": "qmp_capabilities"}\n{"execute": "quit"}\n'
 
 
 @dataclass(frozen=True)
@@ -43,14 +49,24 @@ class VmConfig:
     kvm: bool = field(default_factory=lambda: kvm_usable())
 
 
+@functools.cache
 def kvm_usable() -> bool:
-    """Whether this process may open /dev/kvm for reading and writing."""
+    """Whether VMs can run on KVM here: this process may open /dev/kvm for reading and writing,
+    and a QEMU on it with the host's CPU starts (a nested KVM may refuse the host CPU's MSRs,
+    and QEMU then aborts as it starts). Found out once a process."""
     try:
         fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
         return False
     os.close(fd)
-    return True
+    probe = [QEMU_SYSTEM, *_PROBE, "-accel", "kvm", "-cpu", "host"]
+    try:
+        done = subprocess.run(
+            probe, input=_QUIT, capture_output=True, timeout=PROBE_SECONDS, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _blockdev(disk: VmDisk) -> str:
