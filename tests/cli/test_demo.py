@@ -5,8 +5,10 @@ verified, and nothing left running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,17 +24,9 @@ from diskferry.qemu import img
 from diskferry.qemu.system import VmConfig, command
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory short enough for the Unix sockets of the VMs under it."""
-    path = Path(tempfile.mkdtemp(prefix="dfdemo", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _running_under(directory: Path) -> list[str]:
+def _running_under(directory: Path) -> list[tuple[int, str]]:
     """The processes working in `directory` or naming it on their command line (the daemon,
-    its workers, the VMs' QEMU)."""
+    its workers, the VMs' QEMU), with their command lines."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -42,8 +36,20 @@ def _running_under(directory: Path) -> list[str]:
         except OSError:
             continue
         if cwd.startswith(str(directory)) or str(directory) in argv:
-            found.append(argv)
+            found.append((int(pid), argv))
     return found
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory short enough for the Unix sockets of the VMs under it; whatever a demo
+    stopped halfway left running under it is killed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="dfdemo", dir="/tmp"))
+    yield path
+    for pid, _ in _running_under(path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _restored_disk(work: Path, namespace: str) -> Path:
@@ -52,6 +58,7 @@ def _restored_disk(work: Path, namespace: str) -> Path:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(1500)
 def test_demo_runs_every_step_and_verifies_it(short_dir: Path) -> None:
     work = short_dir / "d"
     proc = subprocess.run(
@@ -113,6 +120,22 @@ def test_a_vm_left_running_by_a_failed_demo_is_stopped(short_dir: Path) -> None:
     stop_machines(short_dir)
     assert not machines.running("restored-1", "demo-vm")
     assert _running_under(short_dir) == []
+
+
+def test_a_directory_too_deep_for_the_vms_sockets_is_refused_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / ("d" * 90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diskferry.cli.main", "demo", "--dir", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "longer than 107 bytes" in proc.stderr
+    assert not work.exists()
 
 
 def test_a_demo_command_that_hangs_is_a_demo_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,6 +34,12 @@ def namespaces() -> list[str]:
     return ["default", *map(restored_namespace, POINTS)]
 
 
+def check_socket_paths(data_dir: Path) -> None:
+    """Refuse, before anything is made, a data directory too deep for the VMs' Unix sockets."""
+    for namespace in namespaces():
+        Machines(data_dir).check_paths(namespace, VM)
+
+
 def _vm(disk: str, run_policy: str, namespace: str = "default") -> str:
     return f"""\
 apiVersion: diskferry.io/v1alpha1
@@ -176,8 +182,6 @@ def _restore(
 def backup_and_restore(kubeconfig: Path, workdir: Path, data_dir: Path, disk: str) -> None:
     """Run a VM on `disk` with CBT, back it up around writes, keeping a copy of the disk at
     each point, restore and compare each point, then set every VM AlwaysOff."""
-    for namespace in namespaces():
-        Machines(data_dir).check_paths(namespace, VM)
     vm = _start_vm(kubeconfig, workdir, disk)
     source = _disk_file(kubeconfig, data_dir, "default", disk)
     copies = {}

@@ -211,15 +211,22 @@ def demo_command(
 ) -> None:
     """Run the daemon, make disks and an export through it and download the export, then run a
     VM on the disk, back it up twice around writes, and restore and compare both points."""
-    from diskferry.cli.demo_backup import VM, backup_and_restore, namespaces, stop_machines
+    from diskferry.cli.demo_backup import (
+        VM,
+        backup_and_restore,
+        check_socket_paths,
+        namespaces,
+        stop_machines,
+    )
 
+    data_dir = workdir.resolve() / "data"
+    check_socket_paths(data_dir)
     _fresh(workdir)
     workdir = workdir.resolve()
     served = workdir / "served"
     served.mkdir(exist_ok=True)
     note(f"making a {_SAMPLE_SIZE >> 20} MiB sample disk (qcow2, gzip) in {served}")
     packed = _make_sample(served)
-    data_dir = workdir / "data"
     try:
         with _serve(served) as base:
             note(f"diskferry serve --data-dir {data_dir} (its log: {workdir / 'serve.log'})")

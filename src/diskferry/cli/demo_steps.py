@@ -62,7 +62,7 @@ def watched(
     """Show `diskferry get KIND -w` while `diskferry wait` waits for each (kind, name, phase,
     namespace); the watch is stopped once all are there."""
     where = ["--kubeconfig", str(kubeconfig), *(["-A"] if all_namespaces else [])]
-    # stopped once all are there, its line saying so left out
+    # its stderr, where it says it was stopped, left out
     watch = subprocess.Popen([*DISKFERRY, "get", kind, "-w", *where], stderr=subprocess.DEVNULL)
     try:
         for wait_kind, name, phase, namespace in waits:
