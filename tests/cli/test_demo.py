@@ -1,72 +1,154 @@
 """`diskferry demo` end to end: the daemon's disks, image and export, the download through the
-proxy, backup and restore, each verified, and nothing left running."""
+proxy, a VM on the disk backed up in full and then incrementally around writes made through
+its QMP socket, both points restored into namespaces of their own and compared, each step
+verified, and nothing left running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from diskferry.cli import demo_cmd
+from diskferry.cli import demo_cmd, demo_steps
+from diskferry.cli.demo_backup import PASSWORD, stop_machines
+from diskferry.control.machines import Machines
 from diskferry.qemu import img
+from diskferry.qemu.system import VmConfig, command
 
 
-def _workers_under(directory: Path) -> list[int]:
-    """The processes whose working directory is under `directory`."""
+def _running_under(directory: Path) -> list[tuple[int, str]]:
+    """The processes working in `directory` or naming it on their command line (the daemon,
+    its workers, the VMs' QEMU), with their command lines."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").replace("\0", " ")
         except OSError:
             continue
-        if cwd.startswith(str(directory)):
-            found.append(int(pid))
+        if cwd.startswith(str(directory)) or str(directory) in argv:
+            found.append((int(pid), argv))
     return found
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory short enough for the Unix sockets of the VMs under it; whatever a demo
+    stopped halfway left running under it is killed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="dfdemo", dir="/tmp"))
+    yield path
+    for pid, _ in _running_under(path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _restored_disk(work: Path, namespace: str) -> Path:
+    [disk] = (work / "data/volumes/local" / namespace).glob("vd-demo-disk-*.img")
+    return disk
+
+
 @pytest.mark.long
-def test_demo_runs_every_step_and_verifies_it(tmp_path: Path) -> None:
-    work = tmp_path / "d"
+@pytest.mark.timeout(1500)
+def test_demo_runs_every_step_and_verifies_it(short_dir: Path) -> None:
+    work = short_dir / "d"
     proc = subprocess.run(
         [sys.executable, "-m", "diskferry.cli.main", "demo", "--dir", str(work)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
     for _, name in demo_cmd._OBJECTS:
         assert any(line.endswith(f"/{name} condition met") for line in out), name
+    for kind, name in (("backup", "demo-1"), ("backup", "demo-2"), ("restore", "demo-2")):
+        assert f"{kind}.diskferry.io/{name} condition met" in out
+    assert any(line.split()[:2] == ["demo-2-demo-vm", "Completed"] for line in out)  # get -w
     lines = proc.stderr.splitlines()
     assert any("downloaded through the proxy; qemu-img compare" in ln for ln in lines)
+    assert any("changed-block tracking Enabled" in ln for ln in lines)
+    assert f"diskferry: backup repository {work / 'backups'}, password {PASSWORD} " in "\n".join(
+        lines
+    )
     assert any("backup 1: full" in ln for ln in lines)
-    assert any("backup 2: incremental" in ln and "read 1048576 bytes" in ln for ln in lines)
-    assert sum("qemu-img compare: equal" in ln and "restored" in ln for ln in lines) == 2
+    assert any(
+        "backup 2: incremental" in ln and "read 1048576 bytes" in ln and "DataUpload demo-2" in ln
+        for ln in lines
+    )
+    for point in (1, 2):
+        said = f"restore demo-{point} into namespace restored-{point}: its demo-disk is identical"
+        assert sum(said in ln for ln in lines) == 1, said
     assert any(f"kubectl --kubeconfig {work / 'data/kubeconfig'}" in ln for ln in lines)
     downloaded = work / "downloaded.img"
-    restored = work / "restored-1.img"
-    assert img.compare(str(restored), str(work / "served/sample.raw"), "raw", "raw")
-    assert restored.stat().st_size == downloaded.stat().st_size == 512 << 20  # the claim's size
+    assert downloaded.stat().st_size == 512 << 20  # the claim's size
     assert downloaded.stat().st_blocks * 512 < downloaded.stat().st_size // 2
-    assert len(list((work / "data/volumes").rglob("*.img"))) == 4  # three disks, one image
-    assert _workers_under(work) == []
+    first, second = _restored_disk(work, "restored-1"), _restored_disk(work, "restored-2")
+    assert img.compare(str(first), str(work / "served/sample.raw"), "raw", "raw")
+    with second.open("rb") as f:
+        f.seek(3 << 20)
+        assert f.read(65536) == b"\x40" * 65536  # the first write made through QMP
+    assert not img.compare(str(first), str(second), "raw", "raw")
+    assert (work / "backups/config").exists()
+    assert len(list((work / "data/volumes").rglob("*.img"))) == 6  # 3 disks, an image, 2 restored
+    assert _running_under(work) == []
+
+
+def test_a_vm_left_running_by_a_failed_demo_is_stopped(short_dir: Path) -> None:
+    machines = Machines(short_dir)
+    config = VmConfig(
+        name="left",
+        cores=1,
+        memory_bytes=16 << 20,
+        disks=[],
+        monitors=[machines.control_socket("restored-1", "demo-vm")],
+        serial_log=machines.serial_log("restored-1", "demo-vm"),
+        kvm=False,
+    )
+    machines.start("restored-1", "demo-vm", command(config), {})
+    assert machines.running("restored-1", "demo-vm")
+    stop_machines(short_dir)
+    assert not machines.running("restored-1", "demo-vm")
+    assert _running_under(short_dir) == []
+
+
+def test_a_directory_too_deep_for_the_vms_sockets_is_refused_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / ("d" * 90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diskferry.cli.main", "demo", "--dir", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "longer than 107 bytes" in proc.stderr
+    assert not work.exists()
 
 
 def test_a_demo_command_that_hangs_is_a_demo_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(demo_cmd, "_STEP_SECONDS", 1)
-    with pytest.raises(demo_cmd.DemoError, match="a sleeper did not finish within 1 s"):
-        demo_cmd._step([sys.executable, "-c", "import time; time.sleep(60)"], "a sleeper")
+    monkeypatch.setattr(demo_steps, "STEP_SECONDS", 1)
+    with pytest.raises(demo_steps.DemoError, match="a sleeper did not finish within 1 s"):
+        demo_steps.step([sys.executable, "-c", "import time; time.sleep(60)"], "a sleeper")
 
 
 def test_a_daemon_that_cannot_start_is_a_demo_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     with (
-        pytest.raises(demo_cmd.DemoError, match="diskferry serve did not start"),
+        pytest.raises(demo_steps.DemoError, match="diskferry serve did not start"),
         demo_cmd._daemon(blocker / "data", tmp_path / "serve.log"),
     ):
         pass

@@ -360,6 +360,37 @@ def test_get_watch_prints_each_change_with_progress_and_speed(daemon) -> None:
     assert watching.wait(timeout=30) == 130
 
 
+BACKUP_AND_UPLOAD = """\
+apiVersion: diskferry.io/v1alpha1
+kind: Backup
+metadata: {name: b1}
+spec: {storageLocation: repo}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: DataUpload
+metadata: {name: u1, annotations: {diskferry.io/vm-name: vm-a}}
+spec: {backupStorageLocation: repo}
+"""
+
+
+def test_get_watch_shows_a_backups_items_and_a_datauploads_bytes_as_percent(daemon) -> None:
+    """Velero's progress objects as cells: items done of total, bytes done as a percent."""
+    daemon("apply", "-f", daemon.manifest("b.yaml", BACKUP_AND_UPLOAD))
+    for kind, name, progress, cell in (
+        ("backup", "b1", {"totalItems": 2, "itemsBackedUp": 1}, "1/2"),
+        ("dataupload", "u1", {"totalBytes": 400, "bytesDone": 100}, "25%"),
+    ):
+        watching = daemon.start("get", kind, "-w")
+        try:
+            assert watching.stdout.readline().split() == ["NAME", "PHASE", "PROGRESS", "SPEED"]
+            assert watching.stdout.readline().split()[0] == name
+            daemon.set_status(kind, name, {"phase": "InProgress", "progress": progress})
+            assert watching.stdout.readline().split() == [name, "InProgress", cell]
+        finally:
+            watching.send_signal(signal.SIGINT)
+            watching.wait(timeout=30)
+
+
 def test_logs_of_an_object_without_a_worker_is_one_line(daemon) -> None:
     daemon("apply", "-f", daemon.manifest("vd.yaml", disk("vd1")))
     none = daemon("logs", "vd", "vd1")

@@ -5,29 +5,34 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import json
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from diskferry.cli import demo_steps
 from diskferry.cli.common import note
-from diskferry.disk.errors import DiskferryError
+from diskferry.cli.demo_steps import (
+    DISKFERRY,
+    DemoError,
+    apply,
+    diskferry,
+    get_object,
+    step,
+    watched,
+)
 
 _SAMPLE_SIZE = 256 << 20
 _DATA_RUNS = 48
 _RUN_LENGTH = 1 << 20
 
-
-_DISKFERRY = [sys.executable, "-m", "diskferry.cli.main"]
 _DISK, _IMAGE, _FROM_IMAGE, _BLANK, _EXPORT = (
     "demo-disk",
     "demo-image",
@@ -43,8 +48,6 @@ _OBJECTS = (
     ("vmexport", _EXPORT),
 )
 _MARKER = ".diskferry-demo"
-# the longest one command of the demo may take before it counts as hung
-_STEP_SECONDS = 300
 
 
 def _fresh(workdir: Path) -> None:
@@ -103,12 +106,6 @@ def _serve(directory: Path) -> Iterator[str]:
         loop.close()
 
 
-class DemoError(DiskferryError):
-    """A demo step did not do what it should."""
-
-    reason = "DemoFailed"
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -119,12 +116,12 @@ def _free_port() -> int:
 def _daemon(data_dir: Path, log: Path) -> Iterator[Path]:
     """Run `diskferry serve` on `data_dir`; yield its kubeconfig once written, SIGTERM it after."""
     kubeconfig = data_dir / "kubeconfig"
-    serve = [*_DISKFERRY, "serve", "--data-dir", str(data_dir), "--port", str(_free_port())]
+    serve = [*DISKFERRY, "serve", "--data-dir", str(data_dir), "--port", str(_free_port())]
     serve += ["--proxy-port", str(_free_port())]
     with open(log, "wb") as err:
         proc = subprocess.Popen(serve, stdout=err, stderr=err)
     try:
-        deadline = time.monotonic() + _STEP_SECONDS
+        deadline = time.monotonic() + demo_steps.STEP_SECONDS
         while not kubeconfig.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise DemoError(f"diskferry serve did not start; see {log}")
@@ -183,39 +180,19 @@ spec:
 
 def _ready(kubeconfig: Path) -> None:
     """Show the disks progressing with `get -w` until every object is Ready."""
-    where = ["--kubeconfig", str(kubeconfig)]
-    # stopped once all are Ready, its line saying so left out
-    watch = subprocess.Popen([*_DISKFERRY, "get", "vd", "-w", *where], stderr=subprocess.DEVNULL)
-    try:
-        for kind, name in _OBJECTS:
-            _step(
-                [*_DISKFERRY, "wait", kind, name, "--for=phase=Ready", "--timeout=5m", *where],
-                f"diskferry wait {kind} {name}",
-            )
-    finally:
-        watch.terminate()
-        watch.wait()
+    watched(kubeconfig, "vd", [(kind, name, "Ready", None) for kind, name in _OBJECTS])
     for kind in ("vi", "vmexport"):
-        _step([*_DISKFERRY, "get", kind, *where], f"diskferry get {kind}")
+        diskferry(kubeconfig, "get", kind)
 
 
-def _get(kubeconfig: Path, kind: str, name: str) -> dict[str, Any]:
-    proc = _step(
-        [*_DISKFERRY, "get", kind, name, "-o", "json", "--kubeconfig", str(kubeconfig)],
-        f"diskferry get {kind} {name}",
-        stdout=subprocess.PIPE,
-    )
-    return json.loads(proc.stdout)
-
-
-def _download(workdir: Path, kubeconfig: Path, reference: Path) -> Path:
+def _download(workdir: Path, kubeconfig: Path, reference: Path) -> None:
     """Download the export's raw disk through the proxy (its external link), compare it."""
     from diskferry.qemu import img
 
-    status = _get(kubeconfig, "vmexport", _EXPORT)["status"]
+    status = get_object(kubeconfig, "vmexport", _EXPORT)["status"]
     external = status["links"]["external"]
     url = next(f["url"] for f in external["volumes"][0]["formats"] if f["format"] == "raw")
-    secret = _get(kubeconfig, "secret", status["tokenSecretRef"])
+    secret = get_object(kubeconfig, "secret", status["tokenSecretRef"])
     token_file = workdir / "export-token"
     token_file.write_bytes(base64.b64decode(secret["data"]["token"]))
     token_file.chmod(0o600)
@@ -224,69 +201,10 @@ def _download(workdir: Path, kubeconfig: Path, reference: Path) -> Path:
     target = workdir / "downloaded.img"
     note(f"downloading {url}")
     secrets = ("--token-file", str(token_file), "--ca-bundle", str(ca))
-    _step([*_DISKFERRY, "export", "download", url, str(target), *secrets], "export download")
+    step([*DISKFERRY, "export", "download", url, str(target), *secrets], "export download")
     if not img.compare(str(reference), str(target), "raw", "raw"):
         raise DemoError(f"{target} differs from the sample")
     note("downloaded through the proxy; qemu-img compare with the sample: equal")
-    return target
-
-
-def _step(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
-    """Run one command of the demo; one that fails or hangs is a DemoError naming `what`."""
-    try:
-        proc = subprocess.run(argv, timeout=_STEP_SECONDS, check=False, **kwargs)
-    except subprocess.TimeoutExpired as e:
-        raise DemoError(f"{what} did not finish within {_STEP_SECONDS} s") from e
-    if proc.returncode != 0:
-        raise DemoError(f"{what} failed")
-    return proc
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> dict:
-    """Run a diskferry command with --json and return its result."""
-    proc = _step(
-        [*_DISKFERRY, *args, "--json"],
-        f"diskferry {' '.join(args[:2])}",
-        stdout=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
-
-
-def _backup_step(workdir: Path, disk: Path, before: Path) -> None:
-    """Enable CBT, back up in full, write, back up incrementally, restore both points."""
-    from diskferry.qemu import img
-
-    env = {"DISKFERRY_PASSWORD": "diskferry-demo"}
-    repo = str(workdir / "repo")
-    note(f"backup repository {repo} (password from DISKFERRY_PASSWORD)")
-    _cli("repo", "init", "--repo", repo, env=env)
-    _cli("cbt", "enable", str(disk))
-    backup = ["backup", "--repo", repo, "--vm", "demo", "--disk", f"root={disk}", "--no-progress"]
-    full = _cli(*backup, env=env)["disks"][0]
-    note(f"backup 1: {full['type']} ({full['reason']}), {full['bytesUploaded']} bytes uploaded")
-    overlay = f"{disk}.cbt.qcow2"
-    writes = [f"write -P {0x40 + i} {i * 7 + 3}M 64k" for i in range(16)]
-    _step(
-        ["qemu-io", "-f", "qcow2", *[a for w in writes for a in ("-c", w)], overlay],
-        "qemu-io",
-        stdout=subprocess.DEVNULL,
-    )
-    note(f"the VM wrote 16 scattered 64 KiB blocks through {Path(overlay).name}")
-    incr = _cli(*backup, env=env)["disks"][0]
-    note(
-        f"backup 2: {incr['type']} ({incr['reason']}), read {incr['bytesRead']} bytes, "
-        f"uploaded {incr['bytesUploaded']} bytes"
-    )
-    for name, snapshot, reference in (
-        ("restored-1.img", full["snapshot"], before),
-        ("restored-2.img", incr["snapshot"], disk),
-    ):
-        out = workdir / name
-        _cli("restore", snapshot, str(out), "--repo", repo, "--no-progress", env=env)
-        if not img.compare(str(reference), str(out), "raw", "raw"):
-            raise DemoError(f"{out} differs from {reference}")
-        note(f"restored snapshot {snapshot} into {name}; qemu-img compare: equal")
 
 
 def demo_command(
@@ -294,36 +212,46 @@ def demo_command(
         Path, typer.Option("--dir", help="Working directory for the demo's files.")
     ] = Path("diskferry-demo"),
 ) -> None:
-    """Run the daemon, make disks and an export through it and download the export, then back
-    the download up and restore it."""
+    """Run the daemon, make disks and an export through it and download the export, then run a
+    VM on the disk, back it up twice around writes, and restore and compare both points."""
+    from diskferry.cli.demo_backup import (
+        VM,
+        backup_and_restore,
+        check_socket_paths,
+        namespaces,
+        stop_machines,
+    )
+
+    data_dir = workdir.resolve() / "data"
+    check_socket_paths(data_dir)
     _fresh(workdir)
+    workdir = workdir.resolve()
     served = workdir / "served"
     served.mkdir(exist_ok=True)
     note(f"making a {_SAMPLE_SIZE >> 20} MiB sample disk (qcow2, gzip) in {served}")
     packed = _make_sample(served)
-    reference = served / "sample.raw"
-    data_dir = workdir / "data"
-    manifests = workdir / "manifests.yaml"
-    with _serve(served) as base:
-        manifests.write_text(_manifests(f"{base}/{packed.name}"))
-        note(f"diskferry serve --data-dir {data_dir} (its log: {workdir / 'serve.log'})")
-        with _daemon(data_dir, workdir / "serve.log") as kubeconfig:
-            where = ["--kubeconfig", str(kubeconfig)]
-            _step([*_DISKFERRY, "apply", "-f", str(manifests), *where], "diskferry apply")
-            _ready(kubeconfig)
-            downloaded = _download(workdir, kubeconfig, reference)
-            _step(
-                [*_DISKFERRY, "delete", "vmexport", _EXPORT, "--wait", *where],
-                "diskferry delete vmexport",
-            )
+    try:
+        with _serve(served) as base:
+            note(f"diskferry serve --data-dir {data_dir} (its log: {workdir / 'serve.log'})")
+            with _daemon(data_dir, workdir / "serve.log") as kubeconfig:
+                apply(kubeconfig, workdir / "manifests.yaml", _manifests(f"{base}/{packed.name}"))
+                _ready(kubeconfig)
+                _download(workdir, kubeconfig, served / "sample.raw")
+                diskferry(kubeconfig, "delete", "vmexport", _EXPORT, "--wait")
+                backup_and_restore(kubeconfig, workdir, data_dir, _DISK)
+    finally:
+        stop_machines(data_dir)
     note("daemon stopped")
-    _backup_step(workdir, downloaded, reference)
     made = ", ".join(f"{kind} {name}" for kind, name in _OBJECTS if kind != "vmexport")
-    note(f"made {made} in {data_dir}; the export {_EXPORT} served the download, then was deleted")
+    note(
+        f"made {made}, the VM {VM} and its two backups, restored into "
+        f"{' and '.join(namespaces()[1:])}, in {data_dir}; the export {_EXPORT} served the "
+        "download, then was deleted"
+    )
     note(
         f"to look at them: diskferry serve --data-dir {data_dir}, then "
-        f"diskferry get vd --data-dir {data_dir} or "
-        f"kubectl --kubeconfig {data_dir / 'kubeconfig'} get vd,vi"
+        f"diskferry get vd -A --data-dir {data_dir} or "
+        f"kubectl --kubeconfig {data_dir / 'kubeconfig'} get vd,vi,vm,backup,restore -A"
     )
 
 

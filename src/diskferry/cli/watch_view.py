@@ -20,9 +20,23 @@ from diskferry.cli.resource_view import age_of, print_table
 Key = tuple[str, str]
 
 
+def progress_text(obj: dict[str, Any]) -> str:
+    """`status.progress` as a cell: a disk's "45.2%" as written, a DataUpload's or
+    DataDownload's bytes as a percent, a Backup's or Restore's items as done/total."""
+    progress = obj.get("status", {}).get("progress") or ""
+    if not isinstance(progress, dict):
+        return str(progress)
+    if progress.get("totalBytes"):
+        return f"{round(100 * progress.get('bytesDone', 0) / progress['totalBytes'], 1):g}%"
+    if progress.get("totalItems") is not None:
+        done = progress.get("itemsBackedUp", progress.get("itemsRestored", 0))
+        return f"{done}/{progress['totalItems']}"
+    return ""
+
+
 def progress_of(obj: dict[str, Any]) -> float | None:
-    """`status.progress` ("45.2%") as a number, None when the object has none."""
-    text = str(obj.get("status", {}).get("progress") or "").strip().rstrip("%")
+    """`status.progress` as a percent, None when the object has none."""
+    text = progress_text(obj).strip().rstrip("%")
     try:
         return float(text)
     except ValueError:
@@ -37,7 +51,7 @@ def speed_of(obj: dict[str, Any]) -> str:
 
 def _cells(obj: dict[str, Any], namespaces: bool) -> list[str]:
     meta = obj.get("metadata", {})
-    progress = obj.get("status", {}).get("progress") or ""
+    progress = progress_text(obj)
     cells = [meta.get("name", ""), obj.get("status", {}).get("phase") or "", progress]
     cells.append(speed_of(obj) if progress_of(obj) not in (None, 100.0) else "")
     return [meta.get("namespace", ""), *cells] if namespaces else cells
