@@ -34,7 +34,13 @@ class RecordingVolume(FileVolume):
         self.run_size = run_size
         self.reads: list[tuple[int, int]] = []
         self.runs: list[tuple[int, int]] = []
+        self.batches: list[list[tuple[int, int]]] = []
         self._lock = threading.Lock()
+
+    def read_into_many(self, pieces) -> None:
+        with self._lock:
+            self.batches.append([(offset, offset + len(buf)) for offset, buf in pieces])
+        super().read_into_many(pieces)
 
     def open_run(self, offset: int, length: int) -> RunReader:
         with self._lock:
@@ -148,6 +154,27 @@ def test_copy_of_chosen_extents_only(tmp_path):
     assert data[8 * PAGE : 12 * PAGE] == content[8 * PAGE : 12 * PAGE]
     assert data[: 8 * PAGE] == bytes(8 * PAGE)
     assert src.reads == [(8 * PAGE, 12 * PAGE)]
+
+
+def test_small_extents_are_read_together_as_many_as_a_buffer_holds(tmp_path):
+    src_path = str(tmp_path / "src")
+    content, holes = make_layout(src_path, [("data", 2), ("hole", 3)] * 12, 4)
+    block = 16 * PAGE
+    with RecordingVolume(src_path) as src, FileVolume.create(tmp_path / "dst", len(content)) as dst:
+        result = copy(src, dst, dst_zeroed=True, block_size=block, workers=2)
+    assert (tmp_path / "dst").read_bytes() == content
+    assert result.bytes_read == len(content) - sum(end - start for start, end in holes)
+    # 12 runs of 2 pages (one cut at a block's edge), 16 pages to a buffer: 2 reads, not 13
+    assert len(src.batches) == 2
+    assert all(sum(end - start for start, end in batch) <= block for batch in src.batches)
+    read = sorted(r for batch in src.batches for r in batch)
+    joined = [list(read[0])]
+    for start, end in read[1:]:
+        if start == joined[-1][1]:
+            joined[-1][1] = end
+        else:
+            joined.append([start, end])
+    assert [tuple(r) for r in joined] == _allocated(content, holes)
 
 
 def test_cancelled_copy_stops(tmp_path):

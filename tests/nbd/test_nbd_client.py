@@ -160,6 +160,35 @@ def test_block_sizes_are_honoured(nbdkit: Callable[..., Server], tmp_path: Path)
         assert int(fields["count"], 16) % 512 == 0
 
 
+def test_read_many_sends_every_request_before_waiting(
+    nbdkit: Callable[..., Server], tmp_path: Path
+) -> None:
+    log = tmp_path / "requests.log"
+    server = nbdkit(
+        "memory",
+        "4M",
+        "blocksize-minimum=512",
+        "delay-read=500ms",
+        f"logfile={log}",
+        filters=("log", "blocksize-policy", "delay"),
+    )
+    data = pattern(4 * MiB, 11)
+    pieces = [
+        (offset, bytearray(length))
+        for offset, length in [(0, 4096), (70_001, 3000), (MiB, 200_000), (3 * MiB + 5, 1)]
+    ]
+    with NbdClient.connect(server.url) as client:
+        client.write(0, data)
+        client.read_many(pieces)
+    for offset, buf in pieces:
+        assert bytes(buf) == data[offset : offset + len(buf)]
+    lines = [line for line in log.read_text().splitlines() if "Read id=" in line]
+    first_answer = next(i for i, line in enumerate(lines) if "...Read" in line)
+    # the reads of all pieces went out before the first answer came back
+    assert first_answer == len(pieces)
+    assert len(lines) == 2 * len(pieces)
+
+
 def test_concurrent_reads_from_eight_threads(
     qemu_nbd: Callable[..., Server], tmp_path: Path
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from diskferry.disk.blocks import split, write_block, zero_range
@@ -44,52 +44,95 @@ def copy(
     Holes are never read; blocks read as all zeros are not written. Where `dst_zeroed`
     says the target already reads as zeros (a new sparse file) zero runs cost nothing,
     otherwise they are zeroed on the target. Data is read in runs of up to `src.run_size`
-    (one request each on a remote source), each run block by block into the same buffer.
-    At most `max_memory` bytes of blocks are held: each of the threads copying holds one block.
+    (one request each on a remote source), each run block by block into the same buffer;
+    a source without runs has as many blocks as fit in one buffer read at once (all in
+    flight on a volume that can). At most `max_memory` bytes of blocks are held: each of
+    the threads copying holds one buffer of `block_size`.
     """
     threads = max(1, min(workers, max_memory // block_size))
     buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    result = CopyResult()
 
     def done(n: int) -> None:
         if progress is not None:
             progress.add(n)
 
-    def copy_run(run: Extent) -> tuple[int, int]:
-        if run.zero:
-            if not dst_zeroed:
-                zero_range(dst, run.start, run.length, cancel)
-            done(run.length)
+    def copy_task(task: list[Extent]) -> tuple[int, int]:
+        if task[0].zero:
+            zero_range(dst, task[0].start, task[0].length, cancel)
+            done(task[0].length)
             return 0, 0
         try:
             buf = buffers.get_nowait()
         except queue.Empty:
             buf = bytearray(block_size)
-        written = 0
         try:
-            with src.open_run(run.start, run.length) as reader:
-                for block in split([run], block_size):
-                    check_cancel(cancel)
-                    view = memoryview(buf)[: block.length]
-                    reader.read_into(view)
-                    written += write_block(
-                        dst, block.start, view, dst_zeroed=dst_zeroed, cancel=cancel
-                    )
-                    done(block.length)
+            if src.run_size is None:
+                return copy_blocks(task, memoryview(buf))
+            return copy_run(task[0], memoryview(buf))
         finally:
             buffers.put(buf)
+
+    def copy_blocks(blocks: list[Extent], buf: memoryview) -> tuple[int, int]:
+        """Blocks packed into one buffer, read with all their requests in flight, then stored."""
+        views, at = [], 0
+        for block in blocks:
+            views.append((block.start, buf[at : at + block.length]))
+            at += block.length
+        check_cancel(cancel)
+        src.read_into_many(views)
+        written = 0
+        for offset, view in views:
+            written += write_block(dst, offset, view, dst_zeroed=dst_zeroed, cancel=cancel)
+        done(at)
+        return at, written
+
+    def copy_run(run: Extent, buf: memoryview) -> tuple[int, int]:
+        """One run read block by block into the same buffer, each block stored as it comes."""
+        written = 0
+        with src.open_run(run.start, run.length) as reader:
+            for block in split([run], block_size):
+                check_cancel(cancel)
+                view = buf[: block.length]
+                reader.read_into(view)
+                written += write_block(dst, block.start, view, dst_zeroed=dst_zeroed, cancel=cancel)
+                done(block.length)
         return run.length, written
+
+    def tasks() -> Iterator[list[Extent]]:
+        """Zero runs alone (counted here when the target reads as zeros already), a remote
+        source's runs alone, other data blocks packed as many as one buffer holds."""
+        packed: list[Extent] = []
+        size = 0
+        for run in runs:
+            if run.zero and dst_zeroed:
+                done(run.length)
+                result.bytes_zero += run.length
+            elif run.zero or src.run_size is not None:
+                yield [run]
+            else:
+                if packed and size + run.length > block_size:
+                    yield packed
+                    packed, size = [], 0
+                packed.append(run)
+                size += run.length
+        if packed:
+            yield packed
 
     if extents is None:
         extents = src.extents("zero")
-    result = CopyResult()
     # a run is cut from its start (its blocks stay aligned); without runs, blocks are aligned
     run_size = max(block_size, src.run_size or block_size)
     runs = split(extents, run_size, aligned=src.run_size is None)
-    for run, (read, written) in parallel_map(
-        lambda run: (run, copy_run(run)), runs, threads=threads, cancel=cancel, ordered=False
+    for length, (read, written) in parallel_map(
+        lambda task: (sum(e.length for e in task), copy_task(task)),
+        tasks(),
+        threads=threads,
+        cancel=cancel,
+        ordered=False,
     ):
         result.bytes_read += read
         result.bytes_written += written
-        result.bytes_zero += run.length - written
+        result.bytes_zero += length - written
     check_cancel(cancel)
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 from diskferry.disk.errors import VolumeError
@@ -32,6 +32,12 @@ class Volume(ABC):
     @abstractmethod
     def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
         """Fill `buf` with the bytes at `offset`; short reads raise VolumeError."""
+
+    def read_into_many(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
+        """Fill each `(offset, buf)` of `pieces` with the bytes at its offset; this one reads
+        them in turn, a volume that can keep many requests in flight sends them all at once."""
+        for offset, buf in pieces:
+            self.read_into(offset, buf)
 
     def open_run(self, offset: int, length: int) -> RunReader:
         """A reader of the `length` bytes at `offset`, in order; this one reads each piece

@@ -171,6 +171,25 @@ class NbdClient:
         """Fill `buf` with the bytes at `offset`, in requests the server's block sizes allow."""
         self._by_blocks(offset, memoryview(buf).cast("B"), self._read_aligned, self._read_edge)
 
+    def read_many(self, pieces: Sequence[tuple[int, memoryview | bytearray]]) -> None:
+        """Fill each `(offset, buf)` of `pieces`: the requests of all of them are sent before
+        any reply is waited for, so one caller keeps many in flight. A piece that is not
+        whole minimum blocks is read widened to them and copied out."""
+        aligned: list[tuple[int, memoryview]] = []
+        widened: list[tuple[memoryview, memoryview]] = []
+        for offset, buf in pieces:
+            view = memoryview(buf).cast("B")
+            start, stop = self._aligned(offset, len(view))
+            if (start, stop) == (offset, offset + len(view)):
+                aligned.append((offset, view))
+            elif view:
+                wide = memoryview(bytearray(stop - start))
+                aligned.append((start, wide))
+                widened.append((view, wide[offset - start : offset - start + len(view)]))
+        self._wait_all(self._reads(aligned))
+        for view, part in widened:
+            view[:] = part
+
     def write(
         self, offset: int, data: bytes | bytearray | memoryview, *, fua: bool = False
     ) -> None:
@@ -322,10 +341,13 @@ class NbdClient:
             yield start, min(step, length - start)
 
     def _read_aligned(self, offset: int, view: memoryview) -> None:
-        self._wait_all(
-            self._submit(p.CMD_READ, 0, offset + at, n, buf=view[at : at + n])
-            for at, n in self._pieces(len(view), self._payload)
-        )
+        self._wait_all(self._reads([(offset, view)]))
+
+    def _reads(self, aligned: Iterable[tuple[int, memoryview]]) -> Iterator[_Request]:
+        """Read requests filling each whole-block `(offset, view)`, submitted as they are taken."""
+        for offset, view in aligned:
+            for at, n in self._pieces(len(view), self._payload):
+                yield self._submit(p.CMD_READ, 0, offset + at, n, buf=view[at : at + n])
 
     def _write_aligned(self, offset: int, view: memoryview, flags: int) -> None:
         self._wait_all(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent, merge_adjacent
@@ -75,6 +75,10 @@ class NbdVolume(Volume):
     def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
         """Fill `buf` with the bytes at `offset`."""
         self.client.read_into(offset, buf)
+
+    def read_into_many(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
+        """Fill each `(offset, buf)` of `pieces`, all requests sent before any is waited for."""
+        self.client.read_many(pieces)
 
     def write(self, offset: int, data: bytes | memoryview | bytearray) -> None:
         """Write `data` at `offset`."""
