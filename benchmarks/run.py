@@ -31,9 +31,10 @@ def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:
     print("| job | diskferry (median s) | peer (median s) | ratio | diskferry peak RSS | note |")
     print("|---|---|---|---|---|---|")
     for cmp, extra in rows:
+        name, note = (text.replace("|", "\\|") for text in (cmp.name, extra))
         print(
-            f"| {cmp.name} | {cmp.ours_median:.2f} | {cmp.peer_median:.2f} | {cmp.ratio:.2f} "
-            f"| {cmp.peak_rss / 2**20:.0f} MiB | {extra} |",
+            f"| {name} | {cmp.ours_median:.2f} | {cmp.peer_median:.2f} | {cmp.ratio:.2f} "
+            f"| {cmp.peak_rss / 2**20:.0f} MiB | {note} |",
             flush=True,
         )
 
