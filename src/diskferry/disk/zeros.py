@@ -5,15 +5,19 @@ PIECE = 64 * 1024
 PAGE = 4096
 
 
+def _zero_piece(piece: memoryview) -> bool:
+    """Whether a piece of at most 1 MiB is all zeros.
+
+    bytes.startswith compares with memcmp; comparing memoryviews goes byte by byte.
+    """
+    return _ZERO_BLOCK.startswith(piece)
+
+
 def is_zero(data: bytes | bytearray | memoryview) -> bool:
     """Whether every byte of `data` is zero."""
     view = memoryview(data).cast("B")
     step = len(_ZERO_BLOCK)
-    for pos in range(0, len(view), step):
-        piece = view[pos : pos + step]
-        if piece != _ZERO_BLOCK[: len(piece)]:
-            return False
-    return True
+    return all(_zero_piece(view[pos : pos + step]) for pos in range(0, len(view), step))
 
 
 def data_runs(data: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
@@ -22,7 +26,7 @@ def data_runs(data: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     for pos in range(0, len(view), PIECE):
         end = min(pos + PIECE, len(view))
-        if view[pos:end] == _ZERO_BLOCK[: end - pos]:
+        if _zero_piece(view[pos:end]):
             continue
         if runs and runs[-1][1] == pos:
             runs[-1] = (runs[-1][0], end)
@@ -32,9 +36,8 @@ def data_runs(data: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
 
 
 def _trim(view: memoryview, start: int, end: int) -> tuple[int, int]:
-    zero_page = _ZERO_BLOCK[:PAGE]
-    while start + PAGE < end and view[start : start + PAGE] == zero_page:
+    while start + PAGE < end and _zero_piece(view[start : start + PAGE]):
         start += PAGE
-    while end - PAGE > start and end % PAGE == 0 and view[end - PAGE : end] == zero_page:
+    while end - PAGE > start and end % PAGE == 0 and _zero_piece(view[end - PAGE : end]):
         end -= PAGE
     return start, end
