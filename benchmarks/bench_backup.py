@@ -22,7 +22,7 @@ import zstandard
 
 from benchmarks.bench_import import DISKFERRY
 from benchmarks.data import data_runs, fill, make_disk
-from benchmarks.measure import Comparison, Run, run_process
+from benchmarks.measure import Comparison, Run, ranked, run_process
 
 PASSWORD = "bench-backup-password"
 WRITES = 1280
@@ -192,8 +192,7 @@ def _rows(
     """One row per peer, the best peer (lowest median) first, with the goal on its row."""
     peers = {name: r for name, r in runs.items() if name != ours}
     cmps = [Comparison(f"{job} vs {name}", runs[ours], r) for name, r in peers.items()]
-    cmps.sort(key=lambda c: c.peer_median)
-    return [(cmps[0], f"best peer; {note(cmps[0])}")] + [(c, "") for c in cmps[1:]]
+    return ranked(cmps, note)
 
 
 def _mib(n: float) -> str:

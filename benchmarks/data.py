@@ -1,4 +1,5 @@
-"""The benchmark disk: 8 GiB virtual with 2 GiB of data in scattered runs, made once.
+"""The benchmark disk: 8 GiB virtual with 2 GiB of data in scattered runs, made once, and
+its images in other formats and compressions, each made once when first asked for.
 
 `DISKFERRY_BENCH_VIRTUAL_MIB` and `DISKFERRY_BENCH_DATA_MIB` (set by `run.py --virtual-mib
 --data-mib`) make a smaller one, kept apart, to check that the benchmarks work.
@@ -51,15 +52,45 @@ def data_runs() -> list[tuple[int, int]]:
     return _runs(random.Random(_SEED))
 
 
-def make_disk(workdir: Path) -> dict[str, Path]:
-    """Make (once) the raw disk, its qcow2 and its gzip in `workdir`; return their paths."""
+# each image: its file name and the command that makes it from the raw disk (given last)
+_CONVERTED = {
+    "qcow2": ("disk.qcow2", ["qemu-img", "convert", "-O", "qcow2"]),
+    "vmdk": ("disk.vmdk", ["qemu-img", "convert", "-O", "vmdk"]),
+    "vhdx": ("disk.vhdx", ["qemu-img", "convert", "-O", "vhdx"]),
+}
+# each compression at its tool's default level but gzip's (-1, fast): to stdout
+_COMPRESSED = {
+    "gzip": ("disk.raw.gz", ["pigz", "-c", "-1"]),
+    "zstd": ("disk.raw.zst", ["zstd", "-q", "-c", "-T0"]),
+    "xz": ("disk.raw.xz", ["xz", "-c", "-T0"]),
+}
+IMAGES = (*_CONVERTED, *_COMPRESSED)
+
+
+def _make_image(raw: Path, kind: str) -> Path:
+    """The image `kind` of the raw disk beside it, made if it is not there yet."""
+    name, command = _CONVERTED.get(kind) or _COMPRESSED[kind]
+    path = raw.with_name(name)
+    if path.exists():
+        return path
+    tmp = path.with_name(f"{name}.tmp")
+    if kind in _CONVERTED:
+        subprocess.run([*command, str(raw), str(tmp)], check=True)
+    else:
+        with open(tmp, "wb") as out:
+            subprocess.run([*command, str(raw)], stdout=out, check=True)
+    os.replace(tmp, path)
+    return path
+
+
+def make_disk(workdir: Path, kinds: tuple[str, ...] = ("qcow2", "gzip")) -> dict[str, Path]:
+    """Make (once) the raw disk and its images of `kinds` (of IMAGES) in `workdir`; return
+    their paths by kind ("raw" for the disk)."""
     virtual, data = sizes()
     if (virtual, data) != (VIRTUAL, DATA):
         workdir = workdir / f"{virtual >> 20}M-{data >> 20}M"
     workdir.mkdir(parents=True, exist_ok=True)
     raw = workdir / "disk.raw"
-    qcow2 = workdir / "disk.qcow2"
-    gz = workdir / "disk.raw.gz"
     if not raw.exists():
         rng = random.Random(_SEED)
         tmp = raw.with_suffix(".tmp")
@@ -69,11 +100,4 @@ def make_disk(workdir: Path) -> dict[str, Path]:
                 f.seek(start)
                 f.write(fill(rng, length))
         os.replace(tmp, raw)
-    if not qcow2.exists():
-        subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), f"{qcow2}.tmp"], check=True)
-        os.replace(f"{qcow2}.tmp", qcow2)
-    if not gz.exists():
-        with open(f"{gz}.tmp", "wb") as out:
-            subprocess.run(["pigz", "-c", "-1", str(raw)], stdout=out, check=True)
-        os.replace(f"{gz}.tmp", gz)
-    return {"raw": raw, "qcow2": qcow2, "gzip": gz}
+    return {"raw": raw} | {kind: _make_image(raw, kind) for kind in kinds}

@@ -79,6 +79,26 @@ def bytes_written(pid: int) -> int:
     raise KeyError(f"no wchar in /proc/{pid}/io")
 
 
+def alternate_peers(
+    name: str,
+    ours: Callable[[], Run],
+    peers: dict[str, Callable[[], Run]],
+    rounds: int,
+    before: Callable[[], None] = lambda: None,
+) -> list[Comparison]:
+    """Run diskferry and each peer `rounds` times, alternating, `before` each run; one
+    comparison a peer, named `name vs <peer>`."""
+    mine: list[Run] = []
+    theirs: dict[str, list[Run]] = {peer: [] for peer in peers}
+    for _ in range(rounds):
+        before()
+        mine.append(ours())
+        for peer, command in peers.items():
+            before()
+            theirs[peer].append(command())
+    return [Comparison(f"{name} vs {peer}", mine, runs) for peer, runs in theirs.items()]
+
+
 def alternate(
     name: str,
     ours: Callable[[], Run],
@@ -87,10 +107,15 @@ def alternate(
     before: Callable[[], None] = lambda: None,
 ) -> Comparison:
     """Run diskferry and the peer `rounds` times each, alternating, `before` each run."""
-    result = Comparison(name)
-    for _ in range(rounds):
-        before()
-        result.ours.append(ours())
-        before()
-        result.peer.append(peer())
+    [result] = alternate_peers(name, ours, {"": peer}, rounds, before)
+    result.name = name
     return result
+
+
+def ranked(
+    comparisons: list[Comparison], note: Callable[[Comparison], str]
+) -> list[tuple[Comparison, str]]:
+    """One row a peer: the best (lowest median) first, with `note` (its goal), then the rest."""
+    best, *rest = sorted(comparisons, key=lambda c: c.peer_median)
+    first = f"best peer; {note(best)}" if rest else note(best)
+    return [(best, first)] + [(c, "") for c in rest]

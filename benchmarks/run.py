@@ -31,9 +31,10 @@ def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:
     print("| job | diskferry (median s) | peer (median s) | ratio | diskferry peak RSS | note |")
     print("|---|---|---|---|---|---|")
     for cmp, extra in rows:
+        name, note = (text.replace("|", "\\|") for text in (cmp.name, extra))
         print(
-            f"| {cmp.name} | {cmp.ours_median:.2f} | {cmp.peer_median:.2f} | {cmp.ratio:.2f} "
-            f"| {cmp.peak_rss / 2**20:.0f} MiB | {extra} |",
+            f"| {name} | {cmp.ours_median:.2f} | {cmp.peer_median:.2f} | {cmp.ratio:.2f} "
+            f"| {cmp.peak_rss / 2**20:.0f} MiB | {note} |",
             flush=True,
         )
 
@@ -52,6 +53,8 @@ def main() -> None:
     parser.add_argument("--virtual-mib", type=int, help="a smaller disk's virtual size, MiB")
     parser.add_argument("--data-mib", type=int, help="a smaller disk's data, MiB")
     args = parser.parse_args()
+    # diskferry is timed as installed, its modules' bytecode cached after the first run
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     if args.virtual_mib:
         os.environ[VIRTUAL_ENV] = str(args.virtual_mib)
     if args.data_mib:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from urllib3.exceptions import (
@@ -19,6 +20,7 @@ from diskferry.disk.retry import fault_text, log, pause
 from diskferry.disk.urls import http_url_for_message
 
 _RETRY_STATUSES = {429, 502, 503, 504}
+_Got = TypeVar("_Got")
 # how much of an error answer is read for what the server said
 _EXPLAIN_BYTES = 200
 
@@ -318,18 +320,31 @@ class ResumingReader:
 
     def readinto(self, buf: bytearray | memoryview) -> int:
         """Read up to len(buf) bytes; 0 only at the true end of the body."""
-        attempt = 0
         view = memoryview(buf).cast("B")
+        return self._attempt(lambda resp: resp.readinto(view), lambda n: n)
+
+    def read(self, n: int = 1 << 20) -> bytes:
+        """Read up to `n` bytes; b'' only at the true end of the body."""
+        # the response's own read: its readinto reads this way and copies once more
+        return self._attempt(lambda resp: resp.read(n), len)
+
+    def _attempt(
+        self, read: Callable[[urllib3.BaseHTTPResponse], _Got], count: Callable[[_Got], int]
+    ) -> _Got:
+        """`read` from the response (`count` says how many bytes it got), resuming after a
+        break."""
+        attempt = 0
         while True:
             if self._cancel is not None and self._cancel.is_set():
                 raise CancelledError("cancelled")
             try:
                 assert self._resp is not None
-                n = self._resp.readinto(view)
+                got = read(self._resp)
+                n = count(got)
                 if n == 0 and self.length is not None and self.position < self.length:
                     raise ProtocolError("connection closed early")
                 self.position += n
-                return n
+                return got
             except (Urllib3Error, ConnectionError, OSError) as e:
                 attempt += 1
                 if attempt > self.source.retries:
@@ -343,12 +358,6 @@ class ResumingReader:
                 self.resumes += 1
                 self._open()
                 log.warning("resumed %s at byte %d", self.source.shown_url, self.position)
-
-    def read(self, n: int = 1 << 20) -> bytes:
-        """Read up to `n` bytes."""
-        buf = bytearray(n)
-        got = self.readinto(buf)
-        return bytes(buf[:got])
 
     def _release(self) -> None:
         if self._resp is not None:

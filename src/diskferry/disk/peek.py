@@ -22,8 +22,11 @@ class PeekReader:
         return self._head[:n]
 
     def read(self, n: int = 1 << 20) -> bytes:
-        """Up to `n` bytes."""
-        if self._head:
-            out, self._head = self._head[:n], self._head[n:]
-            return out
-        return self._raw.read(n)
+        """Up to `n` bytes; the head looked at is topped up from the stream to `n`, so that
+        reads after it stay whole blocks of the stream."""
+        if not self._head:
+            return self._raw.read(n)
+        out, self._head = self._head[:n], self._head[n:]
+        if len(out) < n:
+            out += self._raw.read(n - len(out))
+        return out

@@ -87,9 +87,12 @@ class SparseWriter:
         n = len(data)
         if self._limit is not None and self.offset + len(self._buf) + n > self._limit:
             raise ImageTooLargeError(self._limit_message)
-        self._buf += data
         if self._progress is not None:
             self._progress.add(n)
+        if not self._buf and n == self._block and isinstance(data, bytes):
+            self._put(data)  # a whole block as it came: no copy
+            return
+        self._buf += data
         if len(self._buf) >= self._block:
             whole = len(self._buf) - len(self._buf) % self._block
             view = memoryview(self._buf)
