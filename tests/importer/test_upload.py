@@ -7,6 +7,7 @@ import datetime
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from diskferry.serving.certs import create_ca
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> UploadSetup:
+def setup(tmp_path: Path) -> Iterator[UploadSetup]:
     """A CA, the token, and a target holding ORIGINAL."""
     create_ca(tmp_path / "ca")
     token = tmp_path / "token"
@@ -27,7 +28,9 @@ def setup(tmp_path: Path) -> UploadSetup:
     target.write_bytes(ORIGINAL)
     logs = tmp_path / "logs"
     logs.mkdir()
-    return UploadSetup(tmp_path / "ca", token, target, logs)
+    setup = UploadSetup(tmp_path / "ca", token, target, logs)
+    yield setup
+    setup.stop_servers()
 
 
 def _result(server) -> dict:

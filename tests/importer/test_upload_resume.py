@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from diskferry.serving.certs import create_ca
 
 
 @pytest.fixture
-def resumable(tmp_path: Path) -> UploadSetup:
+def resumable(tmp_path: Path) -> Iterator[UploadSetup]:
     """A CA, the token, and a target holding ORIGINAL."""
     create_ca(tmp_path / "ca")
     token = tmp_path / "token"
@@ -32,7 +33,9 @@ def resumable(tmp_path: Path) -> UploadSetup:
     target = tmp_path / "volumes" / "disk.img"
     target.write_bytes(ORIGINAL)
     (tmp_path / "logs").mkdir()
-    return UploadSetup(tmp_path / "ca", token, target, tmp_path / "logs")
+    setup = UploadSetup(tmp_path / "ca", token, target, tmp_path / "logs")
+    yield setup
+    setup.stop_servers()
 
 
 def _partial(setup: UploadSetup) -> Path:

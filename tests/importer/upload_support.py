@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import ssl
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from server_support import Running, start_diskferry
@@ -17,19 +17,27 @@ ORIGINAL = b"\xab" * (1 << 20)
 
 @dataclass
 class UploadSetup:
-    """A CA, a token file and a target that holds ORIGINAL."""
+    """A CA, a token file and a target that holds ORIGINAL; the servers started on it."""
 
     ca_dir: Path
     token_file: Path
     target: Path
     logs: Path
+    servers: list[Running] = field(default_factory=list)
 
     def serve(self, *extra: str) -> Running:
         """Start `diskferry upload serve` on the target."""
         args = ["upload", "serve", str(self.target), "--token-file", str(self.token_file)]
         args += ["--cert-dir", str(self.ca_dir), "--san", "127.0.0.1", *extra]
         log = self.logs / f"upload-{len(list(self.logs.glob('upload-*.log')))}.log"
-        return start_diskferry(args, log, self.ca_dir / "ca.crt")
+        server = start_diskferry(args, log, self.ca_dir / "ca.crt")
+        self.servers.append(server)
+        return server
+
+    def stop_servers(self) -> None:
+        """Stop every server started on the setup that still runs."""
+        for server in self.servers:
+            server.stop()
 
     def untouched(self) -> bool:
         """Whether the target still holds ORIGINAL and nothing was left beside it."""
