@@ -38,7 +38,7 @@ PER_PACK = 4000
 # a file on ext4 holds at most 16 TiB less a block
 FILE_DISK = 16 * TiB - MiB
 
-pytestmark = pytest.mark.long
+pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]  # two million chunks, built each time
 
 
 # appended to each measured program: its peak RSS (VmHWM) once everything else has run
