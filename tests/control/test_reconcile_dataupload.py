@@ -14,6 +14,7 @@ from control_support import stop_workers_under, wait_until
 from datamover_support import PASSWORD, MoverDaemon, repository_held
 
 from diskferry.backup.repository import Repository
+from diskferry.control.model import API_VERSION
 from diskferry.control.reconcilers.datamover import MoverFailure
 from diskferry.control.resources.dataupload import DataUpload
 from diskferry.qemu import cbt
@@ -112,29 +113,33 @@ def test_missing_vm_fails_saying_so(daemon):
 
 @pytest.fixture
 def running_vm(daemon):
-    """VM vm-a Running on a CBT disk vd-a that a QEMU (a storage daemon) holds, its QMP free;
-    the disk's claim and the QMP socket."""
+    """VM vm-a Running on a CBT disk vd-a, in a QEMU that something else runs (`spec.qmpSocket`,
+    a guest with nothing to boot), so the daemon watches it and never stops it; the
+    disk's claim and the QMP socket."""
     claim = daemon.disk("vd-a", data=os.urandom(128 * KiB))
     cbt.enable(str(claim))
-    daemon.vm("vm-a", ["vd-a"], labels=TRACKED)
     sockets = tempfile.mkdtemp(dir="/tmp")
     monitor = os.path.join(sockets, "qmp.sock")
     overlay = cbt.overlay_path(str(claim))
     qemu = subprocess.Popen(
         [
-            "qemu-storage-daemon",
+            "qemu-system-x86_64", "-machine", "pc", "-accel", "tcg", "-m", "16M",
+            "-nodefaults", "-display", "none",
             "--blockdev", f"driver=file,filename={overlay},node-name=file0",
             "--blockdev", "driver=qcow2,file=file0,node-name=vd-a",
             "--chardev", f"socket,id=mon,path={monitor},server=on,wait=off",
-            "--monitor", "chardev=mon",
+            "--mon", "chardev=mon,mode=control",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    wait_until(lambda: os.path.exists(monitor), 10)
-    info = daemon.registry.by_kind("VirtualMachine")
-    status = {"phase": "Running", "qmpSocket": monitor}
-    daemon.objects.patch(info, "default", "vm-a", {"status": status}, "merge", subresource="status")
+    wait_until(lambda: os.path.exists(monitor), 30)
+    refs = [{"kind": "VirtualDisk", "name": "vd-a"}]
+    spec = {"runPolicy": "Manual", "blockDeviceRefs": refs, "qmpSocket": monitor}
+    body = {"apiVersion": API_VERSION, "kind": "VirtualMachine", "spec": spec}
+    body["metadata"] = {"name": "vm-a", "labels": TRACKED}
+    daemon.objects.create(daemon.registry.by_kind("VirtualMachine"), "default", body)
+    daemon.wait_phase("VirtualMachine", "vm-a", "Running", timeout=60)
     yield claim, monitor
     qemu.terminate()
     qemu.wait(10)
