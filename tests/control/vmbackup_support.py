@@ -18,7 +18,6 @@ from vmexport_support import ExportDaemon
 
 from diskferry.control.model import API_VERSION
 from diskferry.control.reconcilers.vmexport import free_port
-from diskferry.qemu import system
 
 __all__ = ["PASSWORD"]
 CBT = {"diskferry.io/changed-block-tracking": "true"}
@@ -26,11 +25,8 @@ ENDED = ("Complete", "Failed")
 
 
 @pytest.fixture
-def daemon(monkeypatch: pytest.MonkeyPatch) -> Iterator[ExportDaemon]:
-    """A daemon over a data directory short enough for Unix socket paths under it, its VMs
-    under TCG (a guest without an OS needs no KVM, and a host whose KVM refuses `-cpu host`
-    runs them all the same)."""
-    monkeypatch.setattr(system, "kvm_usable", lambda: False)
+def daemon() -> Iterator[ExportDaemon]:
+    """A daemon over a data directory short enough for Unix socket paths under it."""
     base = Path(tempfile.mkdtemp(prefix="dfvmb", dir="/tmp"))
     served = ExportDaemon(base / "d", free_port())
     try:
