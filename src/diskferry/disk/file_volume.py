@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
 from diskferry.disk.volume import ExtentContext, Volume
+from diskferry.disk.write_behind import WriteBehind
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
@@ -34,9 +35,15 @@ def is_block_device(path: str | os.PathLike[str]) -> bool:
 
 
 class FileVolume(Volume):
-    """A file or block device; files are sparse and report holes from SEEK_DATA/SEEK_HOLE."""
+    """A file or block device; files are sparse and report holes from SEEK_DATA/SEEK_HOLE.
 
-    def __init__(self, path: str | os.PathLike[str], *, writable: bool = False) -> None:
+    With `write_behind` (a target written once, in bulk) what is written goes to the disk
+    as the writing goes on and leaves the page cache (`disk/write_behind.py`).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, writable: bool = False, write_behind: bool = False
+    ) -> None:
         self.path = os.fspath(path)
         flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
         try:
@@ -51,10 +58,16 @@ class FileVolume(Volume):
         self.readonly = not writable
         self.sparse = not self.block_device
         self._size = self._read_size()
+        self._behind = WriteBehind(self._fd, self.path) if writable and write_behind else None
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike[str], size: int, *, exclusive: bool = False
+        cls,
+        path: str | os.PathLike[str],
+        size: int,
+        *,
+        exclusive: bool = False,
+        write_behind: bool = False,
     ) -> FileVolume:
         """Create (or truncate) a sparse file of `size` bytes and open it for writing.
 
@@ -67,7 +80,7 @@ class FileVolume(Volume):
             os.close(fd)
         except OSError as e:
             raise VolumeError(f"cannot create {os.fspath(path)}: {e.strerror}") from e
-        return cls(path, writable=True)
+        return cls(path, writable=True, write_behind=write_behind)
 
     def _read_size(self) -> int:
         if self.block_device:
@@ -108,6 +121,8 @@ class FileVolume(Volume):
                 done += os.pwrite(self._fd, view[done:], offset + done)
         except OSError as e:
             raise VolumeError(f"{self.path}: write at offset {offset + done}: {e.strerror}") from e
+        if self._behind is not None:
+            self._behind.written(offset, done)
 
     def zero(self, offset: int, length: int) -> None:
         """Punch a hole (file), BLKZEROOUT (block device), or write zeros where neither works."""

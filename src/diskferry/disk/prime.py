@@ -109,11 +109,12 @@ class Target:
             )
 
     def open_prime(self, size: int = 0) -> FileVolume:
-        """The volume to write: a new sparse prime file of `size` bytes, or the block device."""
+        """The volume to write, with write-behind: a new sparse prime file of `size` bytes,
+        or the block device."""
         if self.block_device:
-            return FileVolume(self.path, writable=True)
+            return FileVolume(self.path, writable=True, write_behind=True)
         # a claimed prime file exists already, made exclusively by `claim`
-        return FileVolume.create(self.prime, size, exclusive=not self._held)
+        return FileVolume.create(self.prime, size, exclusive=not self._held, write_behind=True)
 
     def commit(self, job_id: str | None = None) -> None:
         """Record `job_id` on the prime file, fsync it, rename it over the target, fsync the folder.

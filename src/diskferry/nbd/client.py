@@ -276,7 +276,6 @@ class NbdClient:
         self._transport.shutdown()
         self._receiver.join()
         self._watchdog.join()
-        self._reader.close()
         self._transport.close()
 
     def __enter__(self) -> NbdClient:
@@ -577,17 +576,14 @@ class NbdClient:
         return buf
 
     def _read_into(self, view: memoryview) -> None:
-        done = 0
-        while done < len(view):
-            got = self._reader.readinto(view[done:])
-            if not got:
-                if self._closing:
-                    raise NbdConnectionError(f"the connection to NBD server {self.url} was closed")
-                raise NbdConnectionError(
-                    f"the connection to NBD server {self.url} was lost: "
-                    "check that the server is still running"
-                )
-            done += got
+        if self._reader.read_into(view) == len(view):
+            return
+        if self._closing:
+            raise NbdConnectionError(f"the connection to NBD server {self.url} was closed")
+        raise NbdConnectionError(
+            f"the connection to NBD server {self.url} was lost: "
+            "check that the server is still running"
+        )
 
 
 def _fresh(error: Failure) -> Failure:

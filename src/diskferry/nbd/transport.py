@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import socket
 import ssl
 import threading
 
 _RECV = 1 << 18
+# a read at least this long goes straight into its place, not through the buffer
+_DIRECT = 1 << 16
 _TLS_WRITE = 1 << 18
 
 
@@ -26,6 +27,17 @@ class Transport:
         """Receive some bytes into `view`; 0 at the end of the stream."""
         return self.sock.recv_into(view)
 
+    def recv_all(self, view: memoryview) -> int:
+        """Receive until `view` is full or the stream ends; the bytes received. The kernel
+        fills it in one call, so a large reply costs one wakeup, not one per packet."""
+        done = 0
+        while done < len(view):
+            got = self.sock.recv_into(view[done:], 0, socket.MSG_WAITALL)
+            if not got:
+                break
+            done += got
+        return done
+
     def settimeout(self, timeout: float | None) -> None:
         """Bound (or unbound) the time one send or receive may block."""
         self.sock.settimeout(timeout)
@@ -39,9 +51,9 @@ class Transport:
         """Close the socket."""
         self.sock.close()
 
-    def reader(self) -> io.BufferedReader:
+    def reader(self) -> Receiver:
         """A buffered reader of the stream, for the one receiving thread."""
-        return io.BufferedReader(_Raw(self), _RECV)
+        return Receiver(self)
 
 
 class TlsTransport(Transport):
@@ -98,6 +110,16 @@ class TlsTransport(Transport):
             if not self._pull():
                 return 0
 
+    def recv_all(self, view: memoryview) -> int:
+        """Decrypt until `view` is full or the stream ends; the bytes received."""
+        done = 0
+        while done < len(view):
+            got = self.recv_into(view[done:])
+            if not got:
+                break
+            done += got
+        return done
+
     def _pull(self) -> bool:
         """Move received ciphertext into the TLS state; False at the end of the stream."""
         data = self.sock.recv(_RECV)
@@ -119,14 +141,32 @@ class TlsTransport(Transport):
             self.sock.sendall(data)
 
 
-class _Raw(io.RawIOBase):
-    """A transport as a raw stream, so that io.BufferedReader can buffer it."""
+class Receiver:
+    """Exact reads from a transport: small ones (reply headers) through a buffer, large
+    ones (read payloads) straight into the caller's buffer."""
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
+        self._buffer = memoryview(bytearray(_RECV))
+        self._start = 0
+        self._end = 0
 
-    def readable(self) -> bool:
-        return True
+    def read_into(self, view: memoryview) -> int:
+        """Fill `view`; the bytes filled, fewer only where the stream ended."""
+        done = self._take(view)
+        if done < len(view) and len(view) - done >= _DIRECT:
+            return done + self._transport.recv_all(view[done:])
+        while done < len(view):
+            got = self._transport.recv_into(self._buffer)
+            if not got:
+                break
+            self._start, self._end = 0, got
+            done += self._take(view[done:])
+        return done
 
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        return self._transport.recv_into(memoryview(buffer).cast("B"))
+    def _take(self, view: memoryview) -> int:
+        """Copy into `view` what the buffer holds, as much as fits."""
+        n = min(len(view), self._end - self._start)
+        view[:n] = self._buffer[self._start : self._start + n]
+        self._start += n
+        return n
