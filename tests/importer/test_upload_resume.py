@@ -199,3 +199,18 @@ def test_the_client_posts_once_to_a_server_that_keeps_no_partial_uploads(tmp_pat
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
     assert got == {"head": True, "body": b"\x11" * 65536, "range": None}
+
+
+def test_a_restarted_server_still_knows_how_long_the_partial_upload_is(resumable) -> None:
+    server = resumable.serve("--keep-serving")
+    piece = b"y" * 4096
+    patch = ["-X", "PATCH", "--data-binary", "@-", *bearer()]
+    ranged = ["-H", "Content-Range: bytes 0-4095/8192"]
+    assert curl_stdin(server, "/v1beta1/upload", piece, *patch, *ranged)[0] == 204
+    resumable.stop_servers()
+    server = resumable.serve("--keep-serving")
+    code, headers = _offset(server, "/v1beta1/upload", *bearer())
+    assert (code, headers["upload-offset"], headers["upload-length"]) == (200, "4096", "8192")
+    rest = ["-H", "Content-Range: bytes 4096-8191/9000"]
+    code, said = curl_stdin(server, "/v1beta1/upload", piece, *patch, *rest)
+    assert code == 409 and "8192 bytes long, not 9000" in said

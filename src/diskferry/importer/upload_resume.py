@@ -22,6 +22,8 @@ OFFSET_HEADER = "Upload-Offset"
 LENGTH_HEADER = "Upload-Length"
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 PARTIAL_SUFFIX = ".upload-partial"
+# the upload's whole length, kept on the partial file so a restarted server still knows it
+_TOTAL_XATTR = "user.diskferry.upload-length"
 
 
 class ResumeConflictError(Exception):
@@ -67,8 +69,17 @@ class PartialFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.total: int | None = None
+        self._total: int | None = None
         self._file: BinaryIO | None = None
+
+    @property
+    def total(self) -> int | None:
+        """The upload's whole length once a PATCH said it (a file left by an earlier server
+        keeps it where the file system has extended attributes)."""
+        if self._total is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._total = int(os.getxattr(self.path, _TOTAL_XATTR))
+        return self._total
 
     @property
     def offset(self) -> int:
@@ -86,9 +97,11 @@ class PartialFile:
             raise ResumeConflictError(
                 f"the upload in progress is {self.total} bytes long, not {span.total}"
             )
-        self.total = span.total
+        self._total = span.total
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         os.ftruncate(fd, span.start)
+        with contextlib.suppress(OSError):
+            os.setxattr(fd, _TOTAL_XATTR, str(span.total).encode())
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._file.seek(span.start)
 
@@ -118,6 +131,6 @@ class PartialFile:
 
     def discard(self) -> None:
         """Remove the file: its upload was imported or refused."""
-        self.total = None
+        self._total = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
