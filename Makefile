@@ -30,7 +30,7 @@ lint: setup
 
 # one test process per core: most tests wait on servers and subprocesses
 test: lint
-	$(VENV)/bin/pytest -q -ra -n auto
+	$(VENV)/bin/pytest -q -ra -n auto --durations=30
 
 # the kill -9 loops with 50 moments each instead of 8
 stress: setup
