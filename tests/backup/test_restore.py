@@ -11,6 +11,7 @@ from diskferry.backup.errors import CorruptObjectError, SnapshotNotFoundError
 from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.repository import Repository
 from diskferry.disk.prime import TargetError
+from diskferry.disk.write_behind import WriteBehind
 from diskferry.qemu import cbt
 
 
@@ -158,3 +159,18 @@ def test_chunks_are_located_a_page_at_a_time_not_one_by_one(
     result = engine.restore(second, tmp_path / "out.raw")
     assert same(tmp_path / "out.raw", engine.references[second])
     assert lookups == [result.chunks_read]  # one lookup for this one-page snapshot
+
+
+def test_the_restored_file_is_written_behind(engine, backed_up, tmp_path, monkeypatch):
+    _, _, second = backed_up
+    started: list[tuple[int, int]] = []
+    written = WriteBehind.written
+
+    def recorded(self, offset, length):
+        started.append((offset, length))
+        return written(self, offset, length)
+
+    monkeypatch.setattr(WriteBehind, "written", recorded)
+    result = engine.restore(second, tmp_path / "out.raw")
+    assert same(tmp_path / "out.raw", engine.references[second])
+    assert sum(length for _, length in started) == result.bytes_written > 0

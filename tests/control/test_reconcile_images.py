@@ -171,8 +171,9 @@ def test_an_image_whose_store_entry_is_gone_is_image_lost(daemon, nginx, images)
     patch = json.dumps({"metadata": {"labels": {"poke": "1"}}})
     daemon.objects.patch(VIRTUAL_IMAGES, "default", "lost", patch, PATCH)
     lost = daemon.wait_phase("VirtualImage", "lost", "ImageLost")
-    assert "ImageLost" in {e["reason"] for e in daemon.events("lost")}
     assert lost["status"]["phase"] == "ImageLost"
+    # the Event follows the status write
+    wait_until(lambda: "ImageLost" in {e["reason"] for e in daemon.events("lost")}, 10)
 
 
 class PhaseLog(Progress):

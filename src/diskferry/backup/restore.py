@@ -174,9 +174,9 @@ def run_restore(
         try:
             target.claim()
             if target.block_device:
-                volume = FileVolume(target.path, writable=True)
+                volume = FileVolume(target.path, writable=True, write_behind=True)
             else:
-                volume = FileVolume.create(raw, size)
+                volume = FileVolume.create(raw, size, write_behind=True)
             with throttled(volume, bucket_for(job.bandwidth_limit), cancel) as limited:
                 written, chunks = write_entries(
                     repo, manifest, limited, progress, cancel, zero_holes=target.block_device
