@@ -70,11 +70,6 @@ def proc_status(pid: int, field: str) -> int:
     raise KeyError(f"no {field} in /proc/{pid}/status")
 
 
-def reset_peak(pid: int) -> None:
-    """Start process `pid`'s VmHWM again from its present RSS (5 to /proc/<pid>/clear_refs)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
 def bytes_written(pid: int) -> int:
     """Bytes process `pid` has written so far, sockets included (wchar of /proc/<pid>/io)."""
     for line in Path(f"/proc/{pid}/io").read_text().splitlines():
