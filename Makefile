@@ -41,7 +41,8 @@ bench: setup
 	if [ -n "$$missing" ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	$(PY) -m benchmarks.run
+	$(VENV)/bin/pip install -q -e '.[test,fuzz,bench]'
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 # each target under atheris for FUZZ_SECONDS; corpora and crashes stay in FUZZ_DIR
 FUZZ_SECONDS := 600

@@ -28,9 +28,10 @@ PASSWORD = "bench-backup-password"
 WRITES = 1280
 WRITE_SIZE = 64 << 10
 _ZSTD_LEVEL = 3
+BORG_FIXED_SPARSE = "--chunker-params fixed,4194304 --sparse"
 
 
-def _tree_size(path: Path) -> int:
+def tree_size(path: Path) -> int:
     """Bytes in all files under `path`."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -145,38 +146,41 @@ class Borg(Tool):
 
 @dataclass
 class Change:
-    """The 1 % change: where each 64 KiB write goes, its bytes in a file, their zstd size."""
+    """Writes of `size` bytes: where each goes, its bytes in a file, and their zstd size."""
 
+    size: int
     writes: list[tuple[int, Path]] = field(default_factory=list)
     compressed: int = 0
 
 
-def _make_change(directory: Path, seed: int) -> Change:
-    """WRITES distinct 64 KiB-aligned places inside the data, each with new, distinct bytes."""
+def make_change(directory: Path, seed: int, writes: int = WRITES, size: int = WRITE_SIZE) -> Change:
+    """`writes` distinct `size`-aligned places inside the data, each with new, distinct bytes."""
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     rng = random.Random(seed)
     runs = data_runs()
+    if writes > sum(length // size for _, length in runs):
+        raise ValueError(f"{writes} writes of {size} bytes do not fit in the disk's data")
     places: set[int] = set()
-    while len(places) < WRITES:
+    while len(places) < writes:
         start, length = rng.choice(runs)
-        places.add(start + rng.randrange(length // WRITE_SIZE) * WRITE_SIZE)
-    change = Change()
+        places.add(start + rng.randrange(length // size) * size)
+    change = Change(size)
     cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
     for i, offset in enumerate(sorted(places)):
-        data = fill(rng, WRITE_SIZE)
-        path = directory / f"{i:04d}.bin"
+        data = fill(rng, size)
+        path = directory / f"{i:05d}.bin"
         path.write_bytes(data)
         change.writes.append((offset, path))
         change.compressed += len(cctx.compress(data))
     return change
 
 
-def _apply(change: Change, overlay: Path) -> None:
+def apply_change(change: Change, overlay: Path) -> None:
     """All the writes through the CBT overlay, in one qemu-io process."""
     cmd = ["qemu-io", "-f", "qcow2"]
     for offset, path in change.writes:
-        cmd += ["-c", f"write -q -s {path} {offset} {WRITE_SIZE}"]
+        cmd += ["-c", f"write -q -s {path} {offset} {change.size}"]
     subprocess.run([*cmd, str(overlay)], check=True)
 
 
@@ -199,26 +203,37 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
-    """Full, incremental and restore comparisons against the best of restic and borg."""
-    source = make_disk((workdir / "data").resolve())["raw"]
-    root = (workdir / "backup").resolve()
+def workspace(source: Path, root: Path) -> Path:
+    """`root` made anew with a sparse copy of the disk `source` in it; the copy's path."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     disk = root / "disk.raw"
     subprocess.run(["cp", "--sparse=always", str(source), str(disk)], check=True)
-    env = {
+    return disk
+
+
+def environment(root: Path) -> dict[str, str]:
+    """The tools' environment: every password, and borg's own files under `root`."""
+    return {
         **os.environ,
         "DISKFERRY_PASSWORD": PASSWORD,
         "RESTIC_PASSWORD": PASSWORD,
         "BORG_PASSPHRASE": PASSWORD,
         "BORG_BASE_DIR": str(root / "borg-base"),
     }
+
+
+def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
+    """Full, incremental and restore comparisons against the best of restic and borg."""
+    source = make_disk((workdir / "data").resolve())["raw"]
+    root = (workdir / "backup").resolve()
+    disk = workspace(source, root)
+    env = environment(root)
     ours = Diskferry("diskferry", root, env, disk)
     peers: list[Tool] = [
         Restic("restic", root, env, disk),
         Borg("borg", root, env, disk),
-        Borg("borg fixed+sparse", root, env, disk, "--chunker-params fixed,4194304 --sparse"),
+        Borg("borg fixed+sparse", root, env, disk, BORG_FIXED_SPARSE),
     ]
     jobs = ("full", "incremental", "restore")
     times: dict[str, dict[str, list[Run]]] = {j: {t.name: [] for t in [ours, *peers]} for j in jobs}
@@ -232,13 +247,13 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
             tool.init()
         for tool in [ours, *peers]:
             times["full"][tool.name].append(tool.backup(0))
-        change = _make_change(root / "writes", seed=r)
-        _apply(change, Path(f"{disk}.cbt.qcow2"))
+        change = make_change(root / "writes", seed=r)
+        apply_change(change, Path(f"{disk}.cbt.qcow2"))
         compressed.append(change.compressed)
         for tool in [ours, *peers]:
-            before = _tree_size(tool.repo)
+            before = tree_size(tool.repo)
             times["incremental"][tool.name].append(tool.backup(1))
-            growth[tool.name].append(_tree_size(tool.repo) - before)
+            growth[tool.name].append(tree_size(tool.repo) - before)
         results += ours.results
         for tool in [ours, *peers]:
             shutil.rmtree(out, ignore_errors=True)

@@ -77,7 +77,7 @@ def _curl(url: str, ca: Path, *extra: str) -> list[str]:
     ]
 
 
-def _served(run: Run, pid: int) -> Run:
+def served(run: Run, pid: int) -> Run:
     """`run` (a client) with the peak RSS of server `pid` in place of the client's."""
     return Run(run.seconds, proc_status(pid, "VmHWM"))
 
@@ -87,7 +87,7 @@ def _throughput(cmp: Comparison, goal: float) -> str:
 
 
 @dataclass
-class _Setup:
+class Setup:
     """Certificates, token, routes and the commands that serve the benchmark volumes."""
 
     root: Path
@@ -135,7 +135,7 @@ class _Setup:
             yield exp, proxy
 
 
-def _prepare(workdir: Path) -> _Setup:
+def prepare(workdir: Path) -> Setup:
     disk = make_disk((workdir / "data").resolve())
     root = (workdir / "export").resolve()
     shutil.rmtree(root, ignore_errors=True)
@@ -148,22 +148,30 @@ def _prepare(workdir: Path) -> _Setup:
     (root / "disk.raw").symlink_to(disk["raw"])
     small = root / "small.raw"
     small.write_bytes(os.urandom(LOAD_VOLUME))
-    return _Setup(root, disk["raw"], small)
+    return Setup(root, disk["raw"], small)
 
 
-def _parallel(urls_file: Path, codes: Path, base: str, name: str, ca: Path) -> Callable[[], Run]:
-    """Curl fetching `base/name` LOAD_DOWNLOADS times at once; each answer must be a 200."""
-    urls_file.write_text(f'url = "{base}/{name}"\noutput = "/dev/null"\n' * LOAD_DOWNLOADS)
+def parallel_downloads(
+    urls_file: Path,
+    codes: Path,
+    base: str,
+    name: str,
+    ca: Path,
+    downloads: int = LOAD_DOWNLOADS,
+    at_once: int = LOAD_DOWNLOADS,
+) -> Callable[[], Run]:
+    """Curl fetching `base/name` `downloads` times, `at_once` at a time; each answer a 200."""
+    urls_file.write_text(f'url = "{base}/{name}"\noutput = "/dev/null"\n' * downloads)
 
     def go() -> Run:
         errors = codes.with_suffix(".err")
         with open(codes, "w") as out, open(errors, "w") as err:
             cmd = ["curl", "-sS", "--parallel", "--parallel-immediate"]
-            cmd += ["--parallel-max", str(LOAD_DOWNLOADS), "--cacert", str(ca)]
+            cmd += ["--parallel-max", str(at_once), "--cacert", str(ca)]
             cmd += ["-H", f"{TOKEN_HEADER}: {TOKEN}", "-w", "%{http_code}\n", "-K", str(urls_file)]
             run = run_process(cmd, stdout=out, stderr=err)
         answers = codes.read_text().split()
-        if answers.count("200") != LOAD_DOWNLOADS:
+        if answers.count("200") != downloads:
             raise RuntimeError(f"parallel downloads failed: {answers} {errors.read_text()[-2000:]}")
         return run
 
@@ -172,7 +180,7 @@ def _parallel(urls_file: Path, codes: Path, base: str, name: str, ca: Path) -> C
 
 def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
     """Every export comparison, each with its goal and what was measured beside the time."""
-    s = _prepare(workdir)
+    s = prepare(workdir)
     out = s.root / "out.raw"
     rows = []
     with nginx(s.root, s.root / "nginx.crt", s.root / "nginx.key") as web:
@@ -183,7 +191,7 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
         with s.export(s.raw) as exp:
             cmp = alternate(
                 "export raw disk.img vs nginx HTTPS",
-                lambda: _served(run_process(_curl(exp.url + VOLUME_PATH, s.ca)), exp.proc.pid),
+                lambda: served(run_process(_curl(exp.url + VOLUME_PATH, s.ca)), exp.proc.pid),
                 direct,
                 rounds,
             )
@@ -193,7 +201,7 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
             url = proxy.url + PROXY_PREFIX + VOLUME_PATH
             cmp = alternate(
                 "proxy + export raw vs nginx HTTPS direct",
-                lambda: _served(run_process(_curl(url, s.ca)), proxy.proc.pid),
+                lambda: served(run_process(_curl(url, s.ca)), proxy.proc.pid),
                 direct,
                 rounds,
             )
@@ -228,7 +236,7 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
             gz = exp.url + VOLUME_PATH + ".gz"
             cmp = alternate(
                 "export disk.img.gz vs pigz -c FILE",
-                lambda: _served(run_process(_curl(gz, s.ca)), exp.proc.pid),
+                lambda: served(run_process(_curl(gz, s.ca)), exp.proc.pid),
                 lambda: run_process(f"pigz -c {s.raw} > /dev/null"),
                 rounds,
             )
@@ -236,11 +244,12 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
 
         with s.proxied(s.small) as (exp, proxy):
             base = proxy.url + PROXY_PREFIX + "/volumes/disk"
-            ours = _parallel(s.root / "ours.curl", s.root / "codes", base, "disk.img", s.ca)
-            peer = _parallel(s.root / "peer.curl", s.root / "codes", web, s.small.name, s.ca)
+            codes = s.root / "codes"
+            ours = parallel_downloads(s.root / "ours.curl", codes, base, "disk.img", s.ca)
+            peer = parallel_downloads(s.root / "peer.curl", codes, web, s.small.name, s.ca)
             cmp = alternate(
                 f"{LOAD_DOWNLOADS} concurrent downloads via proxy vs nginx direct",
-                lambda: _served(ours(), proxy.proc.pid),
+                lambda: served(ours(), proxy.proc.pid),
                 peer,
                 rounds,
             )

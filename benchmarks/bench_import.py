@@ -38,7 +38,7 @@ def startup(rounds: int) -> Comparison:
     )
 
 
-class _Imports:
+class Imports:
     """`diskferry import SOURCE out` against peers' shell commands writing `{out}` and then
     synced, alternating; each output's allocated bytes kept from its last run."""
 
@@ -98,7 +98,7 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
     disk = make_disk((workdir / "data").resolve(), IMAGES)
     out = workdir / "out"
     out.mkdir(exist_ok=True)
-    imports = _Imports(out, rounds)
+    imports = Imports(out, rounds)
     for kind in ("qcow2", "vmdk", "vhdx"):
         rows += imports.rows(
             f"{kind} -> raw (local)",

@@ -14,7 +14,14 @@ Bench = Callable[[Path, int], list[tuple[Comparison, str]]]
 
 
 def _benchmarks() -> dict[str, Bench]:
-    from benchmarks import bench_backup, bench_control, bench_export, bench_import, bench_transfer
+    from benchmarks import (
+        bench_backup,
+        bench_control,
+        bench_export,
+        bench_growth,
+        bench_import,
+        bench_transfer,
+    )
 
     return {
         "import": bench_import.run,
@@ -22,6 +29,7 @@ def _benchmarks() -> dict[str, Bench]:
         "backup": bench_backup.run,
         "control": bench_control.run,
         "transfer": bench_transfer.run,
+        "growth": bench_growth.run,
     }
 
 
@@ -64,7 +72,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}: choose of {', '.join(benchmarks)}")
     for name in chosen:
-        print_table(name, benchmarks[name](args.workdir, args.rounds))
+        # a benchmark that returns no rows printed its own tables
+        if rows := benchmarks[name](args.workdir, args.rounds):
+            print_table(name, rows)
 
 
 if __name__ == "__main__":

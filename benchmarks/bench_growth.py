@@ -1,0 +1,96 @@
+"""How cost grows with the work: each part as a Markdown table and a PNG plot beside the
+README (`growth_<part>.png`), with the load average during its run.
+
+`make bench` runs every part at its full sizes; `python -m benchmarks.bench_growth` runs
+one part or smaller sizes, e.g. `--only index --index-chunks 1000,10000`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import growth_incremental, growth_index, growth_virtual
+from benchmarks.data import DATA_ENV, VIRTUAL_ENV
+from benchmarks.load import LoadWatch
+from benchmarks.measure import Comparison
+from benchmarks.plot import Plot, save_plot
+from benchmarks.table import Table
+
+PLOTS = Path(__file__).parent
+PERCENTS = [0.1, 1.0, 10.0]
+INDEX_CHUNKS = [10**5, 10**6, 10**7]
+INDEX_LOOKUPS = 100_000
+# a dict of the whole index needs about 330 MB at 10^6 chunks: the peer stops there
+DICT_MAX = 10**6
+
+Part = Callable[[Path, int], tuple[Table, Plot]]
+
+
+def parts(
+    percents: list[float] = PERCENTS,
+    index_chunks: list[int] = INDEX_CHUNKS,
+    lookups: int = INDEX_LOOKUPS,
+    dict_max: int = DICT_MAX,
+) -> dict[str, Part]:
+    """Each part by name, measuring at the sizes given."""
+    return {
+        "incremental": lambda w, r: growth_incremental.measure(w, r, percents),
+        "virtual": growth_virtual.measure,
+        "index": lambda w, r: growth_index.measure(w, r, index_chunks, lookups, dict_max),
+    }
+
+
+def run_parts(chosen: dict[str, Part], workdir: Path, rounds: int, plots: Path) -> None:
+    """Run each part, print its table with the load average, save its plot."""
+    for name, part in chosen.items():
+        with LoadWatch() as load:
+            table, plot = part(workdir, rounds)
+        table.notes.append(load.summary())
+        path = plots / f"growth_{name}.png"
+        save_plot(plot, path)
+        table.notes.append(f"Plot: [{path.name}]({path.name}).")
+        print("\n" + table.markdown() + "\n", flush=True)
+
+
+def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
+    """Every part at full size, for `make bench`; its tables print as they finish."""
+    run_parts(parts(), workdir, rounds, PLOTS)
+    return []
+
+
+def _numbers(kind: Callable[[str], float | int]) -> Callable[[str], list]:
+    return lambda text: [kind(item) for item in text.split(",") if item.strip()]
+
+
+def main() -> None:
+    """Run the parts chosen, at the sizes given."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workdir", type=Path, default=Path("benchmarks/work"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default=",".join(parts()), help="comma-separated parts")
+    parser.add_argument("--virtual-mib", type=int, help="a smaller disk's virtual size, MiB")
+    parser.add_argument("--data-mib", type=int, help="a smaller disk's data, MiB")
+    parser.add_argument("--changed-percent", type=_numbers(float), default=PERCENTS)
+    parser.add_argument("--index-chunks", type=_numbers(int), default=INDEX_CHUNKS)
+    parser.add_argument("--index-lookups", type=int, default=INDEX_LOOKUPS)
+    parser.add_argument("--dict-max", type=int, default=DICT_MAX)
+    parser.add_argument("--plots", type=Path, default=PLOTS, help="where the PNGs go")
+    args = parser.parse_args()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    if args.virtual_mib:
+        os.environ[VIRTUAL_ENV] = str(args.virtual_mib)
+    if args.data_mib:
+        os.environ[DATA_ENV] = str(args.data_mib)
+    every = parts(args.changed_percent, args.index_chunks, args.index_lookups, args.dict_max)
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        parser.error(f"unknown part {', '.join(unknown)}: choose of {', '.join(every)}")
+    run_parts({n: every[n] for n in names}, args.workdir, args.rounds, args.plots)
+
+
+if __name__ == "__main__":
+    main()
