@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -40,6 +41,7 @@ COMMAND_MODULES: dict[str, str] = {
 }
 
 
+@functools.cache
 def module_commands(module: str) -> dict[str, Any]:
     """The click commands that `diskferry.cli.<module>` registers, by name, with plain help."""
     app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
