@@ -10,16 +10,19 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
+from diskferry.cli.lazy_group import COMMAND_MODULES, module_commands
 from diskferry.cli.main import app
 
 _PLACEHOLDER = re.compile(r"<[a-z_]+>|\{[a-z_]+\}")
 
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Every command under `command` (a group has `commands`), with the words that name it."""
+    """Every command under `command` (a group lists its own), with the words that name it."""
     yield path, command
-    for name, sub in getattr(command, "commands", {}).items():
-        yield from _commands(sub, (*path, name))
+    if hasattr(command, "list_commands"):
+        ctx = command.make_context(command.name, [], resilient_parsing=True)
+        for name in command.list_commands(ctx):
+            yield from _commands(command.get_command(ctx, name), (*path, name))
 
 
 def test_every_option_is_described_and_no_placeholder_is_left() -> None:
@@ -36,3 +39,9 @@ def test_every_option_is_described_and_no_placeholder_is_left() -> None:
                 undescribed.append((" ".join(path), param.opts[0]))
     assert not placeholders, placeholders
     assert not undescribed, undescribed
+
+
+def test_each_module_registers_the_commands_the_root_lists_for_it() -> None:
+    for module in set(COMMAND_MODULES.values()):
+        listed = sorted(name for name, owner in COMMAND_MODULES.items() if owner == module)
+        assert sorted(module_commands(module)) == listed, module

@@ -48,3 +48,8 @@ def test_local_import_loads_nothing_of_the_daemon_or_the_servers(images, tmp_pat
     found = _imported("import", "--no-progress", str(source), str(target), wanted=SERVER_SIDE)
     assert found == []
     assert images.same(target, images.reference)
+
+
+def test_version_loads_no_command_module() -> None:
+    found = _imported("--version", wanted=("diskferry.cli",))
+    assert [m for m in found if m.endswith("_cmd")] == []

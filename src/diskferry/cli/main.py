@@ -8,26 +8,15 @@ from typing import Annotated
 import typer
 
 from diskferry import __version__
-from diskferry.cli.backup_cmd import register as register_backup
 from diskferry.cli.cancel import Interrupted, stop_on_signals
-from diskferry.cli.cbt_cmd import register as register_cbt
 from diskferry.cli.common import fail_line
-from diskferry.cli.crd_cmd import register as register_crds
-from diskferry.cli.demo_cmd import register as register_demo
-from diskferry.cli.export_cmd import register as register_export
-from diskferry.cli.help_text import use_plain_help
-from diskferry.cli.image_cmd import register as register_image
-from diskferry.cli.import_cmd import register as register_import
+from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
-from diskferry.cli.repo_cmd import register as register_repo
-from diskferry.cli.resource_cmd import register as register_resources
-from diskferry.cli.serve_cmd import register as register_serve
-from diskferry.cli.upload_cmd import register as register_upload
-from diskferry.cli.volume_cmd import register as register_volume
 from diskferry.disk.errors import BAD_USAGE, DiskferryError
 
 app = typer.Typer(
     name="diskferry",
+    cls=LazyGroup,
     help="Move virtual-machine disks: import, export, back up and restore.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -52,21 +41,6 @@ def _options(
     ] = False,
 ) -> None:
     """Move virtual-machine disks: import, export, back up and restore."""
-
-
-register_import(app)
-register_image(app)
-register_demo(app)
-register_export(app)
-register_cbt(app)
-register_repo(app)
-register_backup(app)
-register_serve(app)
-register_crds(app)
-register_upload(app)
-register_resources(app)
-register_volume(app)
-use_plain_help(app)
 
 
 def main(argv: list[str] | None = None) -> None:
