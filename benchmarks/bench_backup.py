@@ -203,38 +203,45 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def workspace(source: Path, root: Path) -> Path:
-    """`root` made anew with a sparse copy of the disk `source` in it; the copy's path."""
+@dataclass
+class Workspace:
+    """A benchmark's folder: a sparse copy of the disk, the tools' environment, and the tools,
+    diskferry first."""
+
+    root: Path
+    disk: Path
+    env: dict[str, str]
+    ours: Diskferry
+    peers: list[Tool]
+
+
+def workspace(source: Path, root: Path, borg_defaults: bool = True) -> Workspace:
+    """`root` made anew with a sparse copy of the disk `source`, and diskferry, restic, borg
+    with its defaults (unless not asked) and borg fixed+sparse set to back it up."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     disk = root / "disk.raw"
     subprocess.run(["cp", "--sparse=always", str(source), str(disk)], check=True)
-    return disk
-
-
-def environment(root: Path) -> dict[str, str]:
-    """The tools' environment: every password, and borg's own files under `root`."""
-    return {
+    env = {
         **os.environ,
         "DISKFERRY_PASSWORD": PASSWORD,
         "RESTIC_PASSWORD": PASSWORD,
         "BORG_PASSPHRASE": PASSWORD,
         "BORG_BASE_DIR": str(root / "borg-base"),
     }
+    peers: list[Tool] = [Restic("restic", root, env, disk)]
+    if borg_defaults:
+        peers.append(Borg("borg", root, env, disk))
+    peers.append(Borg("borg fixed+sparse", root, env, disk, BORG_FIXED_SPARSE))
+    return Workspace(root, disk, env, Diskferry("diskferry", root, env, disk), peers)
 
 
 def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
     """Full, incremental and restore comparisons against the best of restic and borg."""
-    source = make_disk((workdir / "data").resolve())["raw"]
-    root = (workdir / "backup").resolve()
-    disk = workspace(source, root)
-    env = environment(root)
-    ours = Diskferry("diskferry", root, env, disk)
-    peers: list[Tool] = [
-        Restic("restic", root, env, disk),
-        Borg("borg", root, env, disk),
-        Borg("borg fixed+sparse", root, env, disk, BORG_FIXED_SPARSE),
-    ]
+    space = workspace(
+        make_disk((workdir / "data").resolve())["raw"], (workdir / "backup").resolve()
+    )
+    root, disk, env, ours, peers = space.root, space.disk, space.env, space.ours, space.peers
     jobs = ("full", "incremental", "restore")
     times: dict[str, dict[str, list[Run]]] = {j: {t.name: [] for t in [ours, *peers]} for j in jobs}
     growth: dict[str, list[int]] = {t.name: [] for t in [ours, *peers]}

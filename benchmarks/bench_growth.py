@@ -7,15 +7,13 @@ one part or smaller sizes, e.g. `--only index --index-chunks 1000,10000`.
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import growth_incremental, growth_index, growth_virtual
-from benchmarks.data import DATA_ENV, VIRTUAL_ENV
 from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison
+from benchmarks.options import chosen, parser_for
 from benchmarks.plot import Plot, save_plot
 from benchmarks.table import Table
 
@@ -67,29 +65,17 @@ def _numbers(kind: Callable[[str], float | int]) -> Callable[[str], list]:
 
 def main() -> None:
     """Run the parts chosen, at the sizes given."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workdir", type=Path, default=Path("benchmarks/work"))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default=",".join(parts()), help="comma-separated parts")
-    parser.add_argument("--virtual-mib", type=int, help="a smaller disk's virtual size, MiB")
-    parser.add_argument("--data-mib", type=int, help="a smaller disk's data, MiB")
+    parser = parser_for(__doc__, parts())
     parser.add_argument("--changed-percent", type=_numbers(float), default=PERCENTS)
     parser.add_argument("--index-chunks", type=_numbers(int), default=INDEX_CHUNKS)
     parser.add_argument("--index-lookups", type=int, default=INDEX_LOOKUPS)
     parser.add_argument("--dict-max", type=int, default=DICT_MAX)
     parser.add_argument("--plots", type=Path, default=PLOTS, help="where the PNGs go")
     args = parser.parse_args()
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    if args.virtual_mib:
-        os.environ[VIRTUAL_ENV] = str(args.virtual_mib)
-    if args.data_mib:
-        os.environ[DATA_ENV] = str(args.data_mib)
     every = parts(args.changed_percent, args.index_chunks, args.index_lookups, args.dict_max)
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in names if n not in every]
-    if unknown:
-        parser.error(f"unknown part {', '.join(unknown)}: choose of {', '.join(every)}")
-    run_parts({n: every[n] for n in names}, args.workdir, args.rounds, args.plots)
+    run_parts(
+        {n: every[n] for n in chosen(parser, args, every)}, args.workdir, args.rounds, args.plots
+    )
 
 
 if __name__ == "__main__":

@@ -13,14 +13,9 @@ import statistics
 from pathlib import Path
 
 from benchmarks.bench_backup import (
-    BORG_FIXED_SPARSE,
     WRITE_SIZE,
-    Borg,
-    Diskferry,
-    Restic,
     Tool,
     apply_change,
-    environment,
     make_change,
     tree_size,
     workspace,
@@ -38,15 +33,9 @@ def _write_size() -> int:
 def measure(workdir: Path, rounds: int, percents: list[float]) -> tuple[Table, Plot]:
     """Incremental time and repository growth for each changed share of the virtual size."""
     source = make_disk((workdir / "data").resolve())["raw"]
-    root = (workdir / "growth-incremental").resolve()
-    disk = workspace(source, root)
-    env = environment(root)
-    ours = Diskferry("diskferry", root, env, disk)
-    tools: list[Tool] = [
-        ours,
-        Restic("restic", root, env, disk),
-        Borg("borg fixed+sparse", root, env, disk, BORG_FIXED_SPARSE),
-    ]
+    space = workspace(source, (workdir / "growth-incremental").resolve(), borg_defaults=False)
+    root, disk, ours = space.root, space.disk, space.ours
+    tools: list[Tool] = [ours, *space.peers]
     virtual = sizes()[0]
     size = _write_size()
     writes = {p: max(1, round(virtual * p / 100 / size)) for p in percents}

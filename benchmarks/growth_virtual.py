@@ -12,12 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.bench_backup import (
-    BORG_FIXED_SPARSE,
-    Borg,
-    Diskferry,
-    Restic,
     Tool,
-    environment,
     workspace,
 )
 from benchmarks.bench_import import Imports
@@ -47,14 +42,9 @@ def disk_sizes(virtual: int, data: int) -> Iterator[None]:
 def _one_size(workdir: Path, rounds: int) -> dict[str, list[Run]]:
     """Full backups by each tool and imports of the qcow2, on the disk of the present size."""
     disk = make_disk((workdir / "data").resolve(), ("qcow2",))
-    root = (workdir / "growth-virtual").resolve()
-    copy = workspace(disk["raw"], root)
-    env = environment(root)
-    tools: list[Tool] = [
-        Diskferry("diskferry", root, env, copy),
-        Restic("restic", root, env, copy),
-        Borg("borg fixed+sparse", root, env, copy, BORG_FIXED_SPARSE),
-    ]
+    space = workspace(disk["raw"], (workdir / "growth-virtual").resolve(), borg_defaults=False)
+    root = space.root
+    tools: list[Tool] = [space.ours, *space.peers]
     runs: dict[str, list[Run]] = {f"full backup: {t.name}": [] for t in tools}
     for _ in range(rounds):
         for tool in tools:

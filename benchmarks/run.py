@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.data import DATA_ENV, VIRTUAL_ENV
 from benchmarks.measure import Comparison
+from benchmarks.options import chosen, parser_for
 
 Bench = Callable[[Path, int], list[tuple[Comparison, str]]]
 
@@ -50,28 +48,9 @@ def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:
 def main() -> None:
     """Run the chosen benchmarks and print their tables."""
     benchmarks = _benchmarks()
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workdir", type=Path, default=Path("benchmarks/work"))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--only",
-        default=",".join(benchmarks),
-        help=f"comma-separated benchmarks to run, of {', '.join(benchmarks)}",
-    )
-    parser.add_argument("--virtual-mib", type=int, help="a smaller disk's virtual size, MiB")
-    parser.add_argument("--data-mib", type=int, help="a smaller disk's data, MiB")
+    parser = parser_for(__doc__, benchmarks)
     args = parser.parse_args()
-    # diskferry is timed as installed, its modules' bytecode cached after the first run
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    if args.virtual_mib:
-        os.environ[VIRTUAL_ENV] = str(args.virtual_mib)
-    if args.data_mib:
-        os.environ[DATA_ENV] = str(args.data_mib)
-    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in benchmarks]
-    if unknown:
-        parser.error(f"unknown benchmark {', '.join(unknown)}: choose of {', '.join(benchmarks)}")
-    for name in chosen:
+    for name in chosen(parser, args, benchmarks):
         # a benchmark that returns no rows printed its own tables
         if rows := benchmarks[name](args.workdir, args.rounds):
             print_table(name, rows)
