@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -86,6 +87,19 @@ def _command(engine: str, job: Path) -> list[str]:
     return [sys.executable, "-m", MODULES[engine], str(job)]
 
 
+def _first_line(proc: subprocess.Popen[str]) -> str:
+    """The first stdout line, read from the pipe a byte at a time: a buffered read could take
+    later lines too, and `communicate` with a timeout reads the pipe, not that buffer."""
+    assert proc.stdout is not None
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(proc.stdout.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode()
+
+
 def start(engine: str, job: Path, env: dict[str, str] | None = None) -> Running:
     """Start the worker of `engine` on `job` and read its first line, the port."""
     proc = subprocess.Popen(
@@ -96,8 +110,7 @@ def start(engine: str, job: Path, env: dict[str, str] | None = None) -> Running:
         env=env,
         cwd=job.parent,
     )
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
+    first = _first_line(proc)
     if not first.startswith('{"port"'):
         out, err = proc.communicate(timeout=60)
         raise AssertionError(f"the worker did not start: {first}{out} {err}")
