@@ -13,6 +13,7 @@ from diskferry.cli.common import fail_line
 from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
 from diskferry.disk.errors import BAD_USAGE, DiskferryError
+from diskferry.disk.heap import limit_arenas
 
 app = typer.Typer(
     name="diskferry",
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
 
     A command stopped by SIGINT or SIGTERM prints `diskferry: cancelled` and exits 130 or 143.
     """
+    limit_arenas()
     stop_on_signals()
     say_retries()
     try:

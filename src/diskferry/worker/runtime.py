@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from diskferry.disk.errors import DiskferryError
+from diskferry.disk.heap import limit_arenas
 from diskferry.disk.progress import Progress
 from diskferry.disk.urls import without_credentials
 from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job
@@ -186,6 +187,7 @@ def run_worker(
 ) -> NoReturn:
     """Run the job named in `argv` (else sys.argv), of one of `kinds` (`default` when the file
     names none), print its result as the last stdout line and exit with its code."""
+    limit_arenas()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     _one_line_hooks()
     code, result = _run(kinds, default, sys.argv[1:] if argv is None else argv)
