@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
+from diskferry.disk.libc import LIBC
 from diskferry.disk.volume import ExtentContext, Volume
 from diskferry.disk.write_behind import WriteBehind
 
@@ -22,8 +22,7 @@ _BLKGETSIZE64 = 0x80081272
 _BLKZEROOUT = 0x127F
 _ZERO_WRITE_BLOCK = 1 << 20
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 def is_block_device(path: str | os.PathLike[str]) -> bool:
@@ -137,7 +136,7 @@ class FileVolume(Volume):
             except OSError:
                 pass
         elif (
-            _libc.fallocate(self._fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length)
+            LIBC.fallocate(self._fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length)
             == 0
         ):
             return

@@ -9,7 +9,8 @@ what it holds. Two arenas cost no measurable time there and keep that growth awa
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+
+from diskferry.disk.libc import LIBC
 
 ARENAS = 2
 _M_ARENA_MAX = -8
@@ -18,10 +19,8 @@ _M_ARENA_MAX = -8
 def limit_arenas(arenas: int = ARENAS) -> bool:
     """Let the C heap use at most `arenas` arenas from now on; False where it cannot (a C
     library other than glibc). Call it before the process starts threads."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(LIBC, "mallopt", None)
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return bool(mallopt(_M_ARENA_MAX, arenas))

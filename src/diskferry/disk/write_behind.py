@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import ctypes.util
 import errno
 import os
 import threading
 
 from diskferry.disk.errors import VolumeError
+from diskferry.disk.libc import LIBC
 
 WINDOW = 32 << 20
 _WRITE = 2  # SYNC_FILE_RANGE_WRITE
@@ -23,8 +23,7 @@ _WAIT = 1 | 2 | 4  # SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER
 # where the file system cannot: the data still reaches the disk at the fsync
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE}
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+LIBC.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 
 
 class WriteBehind:
@@ -59,7 +58,7 @@ class WriteBehind:
 
     def _sync(self, offset: int, length: int, flags: int) -> bool:
         """sync_file_range; False (and write-behind off) where the file system has none."""
-        if _libc.sync_file_range(self._fd, offset, length, flags) == 0:
+        if LIBC.sync_file_range(self._fd, offset, length, flags) == 0:
             return True
         code = ctypes.get_errno()
         if code in _UNSUPPORTED:

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
+from diskferry.disk.libc import LIBC
 from diskferry.objstore.backend import Data, ObjectInfo
 from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError
 
@@ -231,7 +232,7 @@ def _exchange(a: str, b: str) -> bool:
 @functools.cache
 def _renameat2() -> Any:
     """The C library's renameat2, or None where it has none."""
-    func = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    func = getattr(LIBC, "renameat2", None)
     if func is not None:
         int_, path_ = ctypes.c_int, ctypes.c_char_p
         func.argtypes = [int_, path_, int_, path_, ctypes.c_uint]
