@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from diskferry.disk.checksums import Checksum
 from diskferry.disk.copy import copy
 from diskferry.disk.decompress import DecompressingReader, Readable
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk.errors import DiskferryError, RangeNotSupportedError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import (
     PROBE_BYTES,
@@ -22,7 +22,6 @@ from diskferry.disk.formats import (
     read_fixed_vhd_size,
 )
 from diskferry.disk.formats import probe_format as probe_image_format
-from diskferry.disk.http import RangeNotSupportedError
 from diskferry.disk.peek import PeekReader
 from diskferry.disk.prime import Target
 from diskferry.disk.progress import Progress
