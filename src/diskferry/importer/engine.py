@@ -25,12 +25,12 @@ from diskferry.disk.formats import probe_format as probe_image_format
 from diskferry.disk.peek import PeekReader
 from diskferry.disk.prime import Target
 from diskferry.disk.progress import Progress
+from diskferry.disk.schemes import is_nbd_url
 from diskferry.disk.sparse_writer import SparseWriter
 from diskferry.importer.from_nbd import import_from_nbd
 from diskferry.importer.job import ImportJob, ImportPhase, ImportResult, registry_options
 from diskferry.importer.source import SourceStream, read_headers_file
 from diskferry.importer.target import check_size, commit_target, open_target, partly_written
-from diskferry.nbd.url import is_nbd_url
 from diskferry.qemu import img
 from diskferry.worker.reporter import QUIET, Reporter
 

@@ -13,14 +13,15 @@ from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
+from diskferry.disk.schemes import is_layout_reference, is_reference
 from diskferry.disk.urls import http_url_for_message
 from diskferry.registry.blobs import blob_opener
 from diskferry.registry.client import RegistryClient, RegistryOptions
 from diskferry.registry.containerdisk import ContainerDiskStream
 from diskferry.registry.digests import BlobOpener
 from diskferry.registry.images import Image, resolve
-from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
-from diskferry.registry.reference import is_reference, parse_reference
+from diskferry.registry.layout import Layout, parse_layout_reference
+from diskferry.registry.reference import parse_reference
 
 # a URL's scheme: what `scheme://` a source that no opener takes starts with
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
