@@ -1,5 +1,5 @@
 """What a command brings in: `diskferry --version` and a local import start without the
-daemon's and the servers' libraries."""
+daemon's and the servers' libraries, and a local import without the network clients'."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 
 # modules that only the daemon, the resource commands and the servers need
 SERVER_SIDE = ("fastapi", "starlette", "uvicorn", "aiohttp", "uvloop", "diskferry.control")
+# modules that only a URL, a registry or an NBD source needs
+REMOTE_SOURCE = ("urllib3", "diskferry.registry", "diskferry.nbd")
 
 _RUN = """
 import json, sys
@@ -46,6 +48,14 @@ def test_local_import_loads_nothing_of_the_daemon_or_the_servers(images, tmp_pat
     target = tmp_path / "disk.raw"
     source = images.get("qcow2")
     found = _imported("import", "--no-progress", str(source), str(target), wanted=SERVER_SIDE)
+    assert found == []
+    assert images.same(target, images.reference)
+
+
+def test_local_import_loads_no_http_registry_or_nbd_client(images, tmp_path) -> None:
+    target = tmp_path / "disk.raw"
+    source = images.get("qcow2")
+    found = _imported("import", "--no-progress", str(source), str(target), wanted=REMOTE_SOURCE)
     assert found == []
     assert images.same(target, images.reference)
 
