@@ -1,5 +1,5 @@
 """What a command brings in: `diskferry --version` and a local import start without the
-daemon's and the servers' libraries."""
+daemon's and the servers' libraries, and a local import without the network clients or QMP."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 # modules that only the daemon, the resource commands and the servers need
 SERVER_SIDE = ("fastapi", "starlette", "uvicorn", "aiohttp", "uvloop", "diskferry.control")
+# modules that only a URL, a registry or an NBD source needs
+REMOTE_SOURCE = ("urllib3", "diskferry.registry", "diskferry.nbd")
+# modules that only a running QEMU or storage daemon needs
+QEMU_CONTROL = ("qemu.qmp", "diskferry.qemu.qmp", "diskferry.qemu.storage_daemon")
 
 _RUN = """
 import json, sys
@@ -46,6 +52,15 @@ def test_local_import_loads_nothing_of_the_daemon_or_the_servers(images, tmp_pat
     target = tmp_path / "disk.raw"
     source = images.get("qcow2")
     found = _imported("import", "--no-progress", str(source), str(target), wanted=SERVER_SIDE)
+    assert found == []
+    assert images.same(target, images.reference)
+
+
+@pytest.mark.parametrize("wanted", [REMOTE_SOURCE, QEMU_CONTROL], ids=["remote", "qemu"])
+def test_local_import_loads_no_client_it_does_not_use(images, tmp_path, wanted) -> None:
+    target = tmp_path / "disk.raw"
+    source = images.get("qcow2")
+    found = _imported("import", "--no-progress", str(source), str(target), wanted=wanted)
     assert found == []
     assert images.same(target, images.reference)
 

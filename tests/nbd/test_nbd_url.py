@@ -2,8 +2,9 @@
 
 import pytest
 
+from diskferry.disk.schemes import is_nbd_url
 from diskferry.nbd.errors import NbdUrlError
-from diskferry.nbd.url import NbdUrl, is_nbd_url, parse_url
+from diskferry.nbd.url import NbdUrl, parse_url
 
 
 @pytest.mark.parametrize(

@@ -37,10 +37,10 @@ from diskferry.disk.errors import BAD_USAGE, CancelledError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.disk.progress import Progress
+from diskferry.disk.schemes import is_nbd_url
 from diskferry.disk.throttle import TokenBucket, bucket_for, throttled
 from diskferry.disk.volume import Volume
 from diskferry.nbd.open import open_volume
-from diskferry.nbd.url import is_nbd_url
 from diskferry.qemu import cbt
 from diskferry.qemu.session import BackupSession, DiskExport, SessionDisk
 from diskferry.worker.reporter import QUIET, EventType, Reporter

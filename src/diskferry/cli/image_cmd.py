@@ -25,8 +25,9 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _reference(text: str, *, layout: bool = False):
     """The parsed reference (oci:DIR[:TAG] too when `layout`); a malformed one is a usage error."""
+    from diskferry.disk.schemes import is_layout_reference
     from diskferry.registry.errors import BadReferenceError
-    from diskferry.registry.layout import is_layout_reference, parse_layout_reference
+    from diskferry.registry.layout import parse_layout_reference
     from diskferry.registry.reference import parse_reference
 
     try:

@@ -36,6 +36,12 @@ class CancelledError(DiskferryError):
     reason = "Cancelled"
 
 
+class RangeNotSupportedError(DiskferryError):
+    """The server ignores Range, so a broken transfer cannot resume."""
+
+    reason = "RangeNotSupported"
+
+
 def check_cancel(cancel: threading.Event | None) -> None:
     """Raise CancelledError when `cancel` is set."""
     if cancel is not None and cancel.is_set():

@@ -15,7 +15,7 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import MaxRetryError, ProtocolError, SSLError
 
-from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.disk.errors import CancelledError, DiskferryError, RangeNotSupportedError
 from diskferry.disk.retry import fault_text, log, pause
 from diskferry.disk.urls import http_url_for_message
 
@@ -56,12 +56,6 @@ class TruncatedError(DiskferryError):
     """The stream ended before its declared length and could not be resumed."""
 
     reason = "Truncated"
-
-
-class RangeNotSupportedError(DiskferryError):
-    """The server ignores Range, so a broken transfer cannot resume."""
-
-    reason = "RangeNotSupported"
 
 
 class SourceChangedError(RangeNotSupportedError):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from diskferry.disk.errors import BAD_USAGE
 from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.schemes import is_nbd_url
 from diskferry.disk.volume import Volume
 from diskferry.export.errors import ExportError
 from diskferry.nbd import open_volume
-from diskferry.nbd.url import is_nbd_url
 
 DIR_DISK = "disk.img"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from diskferry.disk.checksums import Checksum
 from diskferry.disk.copy import copy
 from diskferry.disk.decompress import DecompressingReader, Readable
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk.errors import DiskferryError, RangeNotSupportedError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import (
     PROBE_BYTES,
@@ -22,16 +22,14 @@ from diskferry.disk.formats import (
     read_fixed_vhd_size,
 )
 from diskferry.disk.formats import probe_format as probe_image_format
-from diskferry.disk.http import RangeNotSupportedError
 from diskferry.disk.peek import PeekReader
 from diskferry.disk.prime import Target
 from diskferry.disk.progress import Progress
+from diskferry.disk.schemes import is_nbd_url, is_reference
 from diskferry.disk.sparse_writer import SparseWriter
-from diskferry.importer.from_nbd import import_from_nbd
 from diskferry.importer.job import ImportJob, ImportPhase, ImportResult, registry_options
 from diskferry.importer.source import SourceStream, read_headers_file
 from diskferry.importer.target import check_size, commit_target, open_target, partly_written
-from diskferry.nbd.url import is_nbd_url
 from diskferry.qemu import img
 from diskferry.worker.reporter import QUIET, Reporter
 
@@ -141,7 +139,7 @@ def _open_source(
             cancel=cancel,
             body=body,
             body_size=body_size,
-            registry=registry_options(job),
+            registry=registry_options(job) if is_reference(job.source) else None,
         )
         try:
             return stream, checksum, _sniff(stream)
@@ -170,6 +168,8 @@ def run_import(
     A file target committed carries the job's id (see `Target.commit`).
     """
     if is_nbd_url(job.source):
+        from diskferry.importer.from_nbd import import_from_nbd
+
         return import_from_nbd(job, progress, cancel, reporter)
     started = time.monotonic()
     progress.set_phase(ImportPhase.OPENING)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from diskferry.registry.auth import parse_creds
-from diskferry.registry.client import RegistryOptions
 from diskferry.worker.job import WorkerJob, refuse_inline_secret
+
+if TYPE_CHECKING:
+    from diskferry.registry.client import RegistryOptions
 
 
 class ImportPhase(StrEnum):
@@ -88,6 +89,9 @@ class ImportResult(BaseModel):
 
 def registry_options(job: ImportJob) -> RegistryOptions:
     """How the job reaches a registry, for a docker:// source."""
+    from diskferry.registry.auth import parse_creds
+    from diskferry.registry.client import RegistryOptions
+
     return RegistryOptions(
         credentials=parse_creds(job.creds) if job.creds else None,
         authfile=job.authfile,

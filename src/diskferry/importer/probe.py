@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diskferry.disk.decompress import DecompressingReader
 from diskferry.disk.file_volume import FileVolume
@@ -17,7 +17,9 @@ from diskferry.disk.formats import (
 from diskferry.disk.peek import PeekReader
 from diskferry.importer.source import SourceStream
 from diskferry.qemu import img
-from diskferry.registry.client import RegistryOptions
+
+if TYPE_CHECKING:
+    from diskferry.registry.client import RegistryOptions
 
 
 def probe_image(

@@ -7,20 +7,21 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from diskferry.disk.checksums import Checksum
 from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import CancelledError, DiskferryError
-from diskferry.disk.http import HttpSource, ResumingReader
 from diskferry.disk.progress import Progress
+from diskferry.disk.schemes import is_layout_reference, is_reference
 from diskferry.disk.urls import http_url_for_message
-from diskferry.registry.blobs import blob_opener
-from diskferry.registry.client import RegistryClient, RegistryOptions
-from diskferry.registry.containerdisk import ContainerDiskStream
-from diskferry.registry.digests import BlobOpener
-from diskferry.registry.images import Image, resolve
-from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
-from diskferry.registry.reference import is_reference, parse_reference
+
+if TYPE_CHECKING:
+    from diskferry.disk.http import ResumingReader
+    from diskferry.registry.client import RegistryOptions
+    from diskferry.registry.containerdisk import ContainerDiskStream
+    from diskferry.registry.digests import BlobOpener
+    from diskferry.registry.images import Image
 
 # a URL's scheme: what `scheme://` a source that no opener takes starts with
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -92,10 +93,12 @@ class SourceStream:
         if body is not None:
             self.size: int | None = body_size
         elif is_reference(source):
-            self._open_container_disk(source, registry or RegistryOptions(ca_bundle=ca_bundle))
+            self._open_container_disk(source, registry, ca_bundle)
         elif is_layout_reference(source):
             self._open_layout(source)
         elif is_url(source):
+            from diskferry.disk.http import HttpSource
+
             http = HttpSource(
                 source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries, timeout=timeout
             )
@@ -118,18 +121,29 @@ class SourceStream:
         if self._disk is None:
             self.content_size = self.size
 
-    def _open_container_disk(self, source: str, options: RegistryOptions) -> None:
+    def _open_container_disk(
+        self, source: str, options: RegistryOptions | None, ca_bundle: str | None
+    ) -> None:
+        from diskferry.registry.blobs import blob_opener
+        from diskferry.registry.client import RegistryClient, RegistryOptions
+        from diskferry.registry.images import resolve
+        from diskferry.registry.reference import parse_reference
+
         ref = parse_reference(source)
-        client = RegistryClient.for_reference(ref, options)
+        client = RegistryClient.for_reference(ref, options or RegistryOptions(ca_bundle=ca_bundle))
         image = resolve(client, ref)
         self._use_image(image, blob_opener(client, ref.repository))
 
     def _open_layout(self, source: str) -> None:
+        from diskferry.registry.layout import Layout, parse_layout_reference
+
         folder, tag = parse_layout_reference(source)
         layout = Layout(folder)
         self._use_image(layout.image(tag), layout.open_blob)
 
     def _use_image(self, image: Image, open_blob: BlobOpener) -> None:
+        from diskferry.registry.containerdisk import ContainerDiskStream
+
         self._disk = ContainerDiskStream(image, open_blob, self._progress, self._cancel)
         self.name = image.name
         self.digest = image.manifest.digest

@@ -6,9 +6,9 @@ import threading
 
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.schemes import is_nbd_url
 from diskferry.disk.volume import Volume
 from diskferry.nbd.client import DEFAULT_REQUEST_TIMEOUT
-from diskferry.nbd.url import is_nbd_url
 
 
 def open_volume(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
@@ -18,7 +17,6 @@ _SCHEMES = {
     "nbds+unix": (True, True),
 }
 _TLS_PARAMS = {"tls-certificates", "tls-hostname", "tls-verify-peer"}
-_LOOKS_LIKE_NBD = re.compile(r"^nbds?(\+[a-z0-9]+)?://", re.IGNORECASE)
 _USAGE = "use nbd://HOST[:PORT]/NAME or nbd+unix:///NAME?socket=PATH"
 
 
@@ -43,11 +41,6 @@ class NbdUrl:
             return f"{scheme}+unix:///{export}?socket={quote(self.socket)}"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"{scheme}://{host}:{self.port}/{export}"
-
-
-def is_nbd_url(spec: str) -> bool:
-    """Whether `spec` is meant as an NBD URL (nbd://, nbds://, nbd+unix://, ...)."""
-    return bool(_LOOKS_LIKE_NBD.match(spec))
 
 
 def parse_url(spec: str) -> NbdUrl:

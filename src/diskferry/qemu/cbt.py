@@ -19,7 +19,6 @@ from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.qemu import img
 from diskferry.qemu.bitmaps import BASE, PREFIX, Checkpoint
-from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
 
 SUFFIX = ".cbt.qcow2"
 
@@ -122,6 +121,8 @@ def status(path: str) -> CbtStatus:
 def _counted(overlay: str, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
     """The checkpoints with the bytes each bitmap marks dirty, read by a read-only storage
     daemon; as they were when it cannot open the overlay."""
+    from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
+
     try:
         with StorageDaemon([DaemonDisk("cbt", overlay, read_only=True)]) as daemon:
             assert daemon.qmp is not None

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from diskferry.disk.schemes import is_layout_reference
 from diskferry.registry.blobs import Upload, blob_exists
 from diskferry.registry.client import RegistryClient, RegistryOptions
 from diskferry.registry.images import put_manifest
-from diskferry.registry.layout import Layout, is_layout_reference, parse_layout_reference
+from diskferry.registry.layout import Layout, parse_layout_reference
 from diskferry.registry.reference import parse_reference
 
 

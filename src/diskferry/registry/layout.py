@@ -24,11 +24,6 @@ from diskferry.registry.images import Image, Manifest, is_index, pick_platform
 REF_NAME = "org.opencontainers.image.ref.name"
 
 
-def is_layout_reference(text: str) -> bool:
-    """Whether `text` is an oci:DIR[:TAG] reference."""
-    return text.startswith("oci:")
-
-
 def parse_layout_reference(text: str) -> tuple[Path, str | None]:
     """(DIR, TAG or None) of oci:DIR[:TAG]."""
     rest = text.removeprefix("oci:")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from diskferry.disk.schemes import is_reference
 from diskferry.registry.errors import BadReferenceError
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -42,11 +43,6 @@ class Reference:
     def __str__(self) -> str:
         tail = f"@{self.digest}" if self.digest else f":{self.tag or 'latest'}"
         return f"docker://{self.registry}/{self.repository}{tail}"
-
-
-def is_reference(text: str) -> bool:
-    """Whether `text` is a docker:// reference."""
-    return text.startswith("docker://")
 
 
 def parse_reference(text: str) -> Reference:

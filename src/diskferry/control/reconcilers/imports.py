@@ -28,7 +28,7 @@ from diskferry.control.runner.base import IMPORT, JobState, Runner
 from diskferry.control.volumes import Claim
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
-from diskferry.registry.layout import is_layout_reference
+from diskferry.disk.schemes import is_layout_reference
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper

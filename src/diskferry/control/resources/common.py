@@ -21,7 +21,8 @@ from pydantic_core import PydanticCustomError
 from diskferry.control import duration, quantity
 from diskferry.control.model import API_VERSION, ApiModel
 from diskferry.disk.errors import DiskferryError
-from diskferry.registry.reference import is_reference, parse_reference
+from diskferry.disk.schemes import is_reference
+from diskferry.registry.reference import parse_reference
 
 
 def invalid(message: str) -> PydanticCustomError:
