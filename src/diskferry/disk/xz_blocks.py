@@ -178,13 +178,13 @@ class XzBlockReader:
             raise
 
     def close(self) -> None:
-        """Stop the decoding threads; blocks in flight are dropped."""
+        """Stop the decoding threads (a block being decoded is waited for); the rest are dropped."""
         for item in self._pending:
             if isinstance(item, Future):
                 item.cancel()
         self._pending.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def _read(self, n: int) -> bytes:
