@@ -134,6 +134,24 @@ def test_blocks_are_decoded_at_the_same_time(monkeypatch):
     assert most == 2
 
 
+def test_every_thread_decodes_a_block_ahead_while_one_is_read(monkeypatch):
+    decode = xz_blocks._decode_block
+    started = []
+    third = threading.Event()
+
+    def counted(stream: bytes, size: int) -> list[bytes]:
+        started.append(size)
+        if len(started) == 3:
+            third.set()
+        return decode(stream, size)
+
+    monkeypatch.setattr(xz_blocks, "_decode_block", counted)
+    reader = XzBlockReader(io.BytesIO(multi_block()), 2)
+    assert reader.read(10) == DATA[:10]
+    assert third.wait(60), "the block after next was not started"
+    reader.close()
+
+
 def test_a_corrupt_block_is_refused():
     raw = bytearray(multi_block("crc32"))
     raw[len(raw) // 2] ^= 0x55

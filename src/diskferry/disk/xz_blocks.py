@@ -28,6 +28,8 @@ from diskferry.disk.decompress import (
 
 # decoded (and compressed) bytes of the blocks in flight, at most
 IN_FLIGHT_BOUND = 160 << 20
+# decoded blocks come in pieces of this size, the copy engine's block
+_PIECE = 1 << 20
 _MAGIC = b"\xfd7zXZ\x00"
 _FOOTER_MAGIC = b"YZ"
 _HEADER = struct.Struct("<6s2sI")
@@ -110,16 +112,22 @@ def _stream_header(flags: bytes) -> bytes:
     return _MAGIC + flags + _CRC.pack(zlib.crc32(flags))
 
 
-def _decode_block(stream: bytes, size: int) -> bytes:
-    """The `size` bytes the one-block stream holds; liblzma checks sizes and check."""
+def _decode_block(stream: bytes, size: int) -> list[bytes]:
+    """The `size` bytes the one-block stream holds, in pieces; liblzma checks sizes and check."""
     d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    pieces = []
+    got = 0
     try:
-        out = d.decompress(stream, size + 1)
+        while not d.eof and got <= size:
+            if d.needs_input and pieces:
+                break
+            pieces.append(d.decompress(b"" if pieces else stream, _PIECE))
+            got += len(pieces[-1])
     except lzma.LZMAError as e:
         raise DecompressError(f"the xz stream is corrupt: {e}") from e
-    if not d.eof or len(out) != size:
+    if not d.eof or got != size:
         raise DecompressError("the xz stream is corrupt: a block does not match its header")
-    return out
+    return pieces
 
 
 class _Chain:
@@ -157,9 +165,9 @@ class XzBlockReader:
         self._bound = bound
         self._pool: ThreadPoolExecutor | None = None
         # what comes out next, in order: a block decoding, or a reader of the stream in place
-        self._pending: deque[Future[bytes] | Readable] = deque()
+        self._pending: deque[Future[list[bytes]] | Readable] = deque()
         self._weights: deque[int] = deque()
-        self._out = memoryview(b"")
+        self._out: deque[bytes] = deque()
         self._next: _Block | None = None
         self._flags: bytes | None = None
         self._blocks = 0
@@ -190,8 +198,13 @@ class XzBlockReader:
     def _read(self, n: int) -> bytes:
         while True:
             if self._out:
-                out, self._out = self._out[:n], self._out[n:]
-                return bytes(out)
+                piece = self._out.popleft()
+                if len(piece) > n:
+                    self._out.appendleft(piece[n:])
+                    piece = piece[:n]
+                if piece:
+                    return piece
+                continue
             self._fill()
             if not self._pending:
                 if self._eof:
@@ -202,7 +215,8 @@ class XzBlockReader:
             if isinstance(item, Future):
                 self._pending.popleft()
                 self._weights.popleft()
-                self._out = memoryview(item.result())
+                self._fill()  # the threads go on while this block is read
+                self._out.extend(item.result())
                 continue
             out = item.read(n)
             if out:
