@@ -178,6 +178,34 @@ def test_an_index_that_lies_about_the_blocks_is_refused():
         read_all(with_index_records(raw, swap_sizes))
 
 
+def with_second_header(raw: bytes, change) -> bytes:
+    """`raw` with the sizes (compressed, uncompressed) of its second block header changed by
+    `change`; None drops them."""
+    compressed, _ = read_varints(raw[14:], 2)
+    at = 12 + (raw[12] + 1) * 4 + -(-compressed // 4) * 4 + 8
+    header = raw[at : at + (raw[at] + 1) * 4]
+    sizes = read_varints(header[2:], 2)
+    new = change(*sizes)
+    fields = b"".join(varint(v) for v in new) if new else b""
+    flags = header[1] & 0x3F | (0xC0 if new else 0)
+    filters = header[2 + sum(len(varint(v)) for v in sizes) : -4].rstrip(b"\x00")
+    body = bytes([header[0], flags]) + fields + filters
+    body += bytes(len(header) - 4 - len(body))
+    return raw[:at] + body + struct.pack("<I", zlib.crc32(body)) + raw[at + len(header) :]
+
+
+def test_a_block_header_that_lies_about_its_size_is_refused():
+    raw = multi_block()
+    assert read_all(with_second_header(raw, lambda c, u: (c, u))) == DATA
+    with pytest.raises(DecompressError, match="the xz stream is corrupt"):
+        read_all(with_second_header(raw, lambda c, u: (c, u - 4096)))
+
+
+def test_a_block_without_sizes_after_blocks_with_sizes_is_refused_in_one_line():
+    with pytest.raises(DecompressError, match="a block without sizes after blocks with sizes"):
+        read_all(with_second_header(multi_block(), lambda c, u: None))
+
+
 def test_endless_empty_streams_are_refused():
     with pytest.raises(DecompressError, match="without any data"):
         read_all(lzma.compress(b"") * 200_000)
