@@ -45,6 +45,7 @@ from diskferry.disk.formats import (
     probe_format,
 )
 from diskferry.disk.peek import PeekReader
+from diskferry.disk.xz_blocks import XzBlockReader
 from diskferry.export.extent_pages import parse_page
 from diskferry.export.routes import load_routes
 from diskferry.importer.probe import probe_image
@@ -63,6 +64,8 @@ Target = Callable[[bytes], None]
 DECOMPRESSED_BOUND = 16 << 20
 _READ = 64 << 10
 _KINDS = ("gzip", "xz", "zstd", "bzip2")
+# blocks of an xz stream in flight, at most: bigger ones are decoded in place
+_XZ_IN_FLIGHT = 1 << 20
 _CODEC = Codec(Keys(None, bytes(32)))
 _PACK_ID = "ab" * 16
 _INDEX_ID = "cd" * 16
@@ -144,6 +147,22 @@ def decompress(data: bytes) -> None:
 
 
 @_typed
+def xz_blocks(data: bytes) -> None:
+    """An xz stream decoded a block a thread, read to its end or DECOMPRESSED_BOUND."""
+    reader = XzBlockReader(io.BytesIO(data), 2, bound=_XZ_IN_FLIGHT)
+    try:
+        total = 0
+        while total <= DECOMPRESSED_BOUND:
+            out = reader.read(_READ)
+            assert len(out) <= _READ
+            if not out:
+                return
+            total += len(out)
+    finally:
+        reader.close()
+
+
+@_typed
 def pack_trailer(data: bytes) -> None:
     """The trailer of a pack, read from a directory store as a backup or check reads it."""
     store = ObjectStore(str(_SCRATCH / "store"))
@@ -218,6 +237,7 @@ TARGETS: dict[str, Target] = {
         probe,
         info,
         decompress,
+        xz_blocks,
         pack_trailer,
         index,
         manifest,
@@ -247,6 +267,12 @@ def _packed(kind: str, data: bytes) -> bytes:
         "bzip2": bz2.compress,
     }[kind]
     return bytes([_KINDS.index(kind)]) + pack(data)
+
+
+def _xz_in_blocks(data: bytes, check: str) -> bytes:
+    """`data` as `xz -0 -T2` writes it, in blocks of 4 KiB (a 256 KiB dictionary each)."""
+    args = ["xz", "-0", "-T2", "--block-size=4KiB", f"--check={check}", "-c"]
+    return subprocess.run(args, input=data, check=True, capture_output=True).stdout
 
 
 def _pack() -> bytes:
@@ -298,6 +324,7 @@ def seeds() -> dict[str, list[bytes]]:
         "probe": [qcow2, gzip.compress(qcow2), zstandard.ZstdCompressor().compress(qcow2)],
         "info": [qcow2, _qemu_img_create("-f", "vmdk")[:4096], gzip.compress(qcow2)],
         "decompress": [_packed(kind, qcow2) for kind in _KINDS],
+        "xz_blocks": [_xz_in_blocks(qcow2 * 3, check) for check in ("crc32", "sha256")],
         "pack_trailer": [_pack()],
         "index": [_index()],
         "manifest": [_manifest()],

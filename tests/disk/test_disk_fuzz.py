@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from diskferry.disk.decompress import DecompressError, DecompressingReader
 from diskferry.disk.formats import FormatError, parse_qcow2_header
 
-TARGETS = ["qcow2_header", "vhd_footer", "probe", "decompress"]
+TARGETS = ["qcow2_header", "vhd_footer", "probe", "decompress", "xz_blocks"]
 
 
 @pytest.mark.parametrize("name", TARGETS)

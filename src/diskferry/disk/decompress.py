@@ -22,7 +22,8 @@ class DecompressError(DiskferryError):
     reason = "BadCompression"
 
 
-def _idle_error(kind: str) -> DecompressError:
+def idle_error(kind: str) -> DecompressError:
+    """The error for a `kind` stream that runs past MAX_IDLE_INPUT without output."""
     return DecompressError(
         f"the {kind} stream goes on for more than {MAX_IDLE_INPUT >> 20} MiB without any data; "
         "refusing it"
@@ -77,7 +78,7 @@ class DecompressingReader:
                     self._idle = 0
                     return out
                 if self._idle > MAX_IDLE_INPUT:
-                    raise _idle_error(self.kind)
+                    raise idle_error(self.kind)
         except (zlib.error, lzma.LZMAError, OSError, EOFError) as e:
             raise DecompressError(f"the {self.kind} stream is corrupt: {e}") from e
 
@@ -157,7 +158,7 @@ class ZstdFrameTracker:
         data = self._raw.read(n)
         self.idle += len(data)
         if self.idle > MAX_IDLE_INPUT:
-            raise _idle_error("zstd")
+            raise idle_error("zstd")
         view = memoryview(data)
         pos = 0
         while pos < len(view):

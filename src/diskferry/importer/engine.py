@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from diskferry.disk.checksums import Checksum
 from diskferry.disk.copy import copy
+from diskferry.disk.cpus import usable_cpus
 from diskferry.disk.decompress import DecompressingReader, Readable
 from diskferry.disk.errors import DiskferryError, RangeNotSupportedError
 from diskferry.disk.file_volume import FileVolume
@@ -27,6 +28,7 @@ from diskferry.disk.prime import Target
 from diskferry.disk.progress import Progress
 from diskferry.disk.schemes import is_nbd_url, is_reference
 from diskferry.disk.sparse_writer import SparseWriter
+from diskferry.disk.xz_blocks import XzBlockReader
 from diskferry.importer.job import ImportJob, ImportPhase, ImportResult, registry_options
 from diskferry.importer.source import SourceStream, read_headers_file
 from diskferry.importer.target import check_size, commit_target, open_target, partly_written
@@ -58,7 +60,9 @@ def _sniff(stream: SourceStream) -> _Sniffed:
     raw = PeekReader(stream)
     compression = probe_compression(raw.peek(8))
     body: PeekReader = raw
-    if compression:
+    if compression == "xz":
+        body = PeekReader(XzBlockReader(raw, usable_cpus()))
+    elif compression:
         body = PeekReader(DecompressingReader(raw, compression))
     head = body.peek(PROBE_BYTES)
     fmt = probe_image_format(head)
