@@ -66,10 +66,12 @@ class _Reading:
     pieces: Callable[[], Iterator[Piece]]
 
 
-def _source(path: str) -> Source:
+def _source(path: str) -> tuple[Source, str | None]:
+    """How the disk at `path` is read, and its CBT overlay when it has one."""
     if is_nbd_url(path):
-        return "nbd"
-    return "cbt" if cbt.find(path).enabled else "raw"
+        return "nbd", None
+    overlay = cbt.find(path).overlay
+    return ("cbt" if overlay is not None else "raw"), overlay
 
 
 def _check_raw(path: str) -> None:
@@ -90,7 +92,7 @@ def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]
     plans = []
     for disk in job.disks:
         check_name("disk", disk.name)
-        source = _source(disk.path)
+        source, overlay = _source(disk.path)
         if source == "raw":
             _check_raw(disk.path)
         if source == "raw" and job.qmp:
@@ -103,7 +105,7 @@ def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]
         parent_exists = last is not None and repo.store.exists(
             snapshot_path(job.vm, disk.name, last.snapshot)
         )
-        plans.append(DiskPlan(disk.name, disk.path, source, chain, parent_exists))
+        plans.append(DiskPlan(disk.name, disk.path, source, chain, parent_exists, overlay))
     return plans
 
 
@@ -162,7 +164,7 @@ def run_backup(
         consistency = "crash-consistent"
         if tracked:
             backup_session = BackupSession(
-                [SessionDisk(p.name, p.path) for p in tracked],
+                [SessionDisk(p.name, p.path, p.overlay) for p in tracked],
                 repo.id,
                 qmp_socket=job.qmp,
                 nbd_socket=job.nbd_socket,
