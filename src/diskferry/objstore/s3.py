@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, BinaryIO
 
@@ -27,19 +26,10 @@ from diskferry.objstore.errors import (
     ObjectNotFoundError,
     ObjectStoreError,
 )
+from diskferry.objstore.s3_options import S3Options
 
 _READ_BACK = 8 << 20
 _REFUSED_MARKERS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden")
-
-
-@dataclass(frozen=True, slots=True)
-class S3Options:
-    """Explicit S3 settings; any left None comes from the usual AWS_* environment variables."""
-
-    endpoint: str | None = None
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
 
 
 class S3Backend:

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 from diskferry.objstore.backend import Backend, Data, ObjectInfo
 from diskferry.objstore.errors import ObjectStoreError
 from diskferry.objstore.local import LocalBackend
-from diskferry.objstore.s3 import S3Backend, S3Options
+from diskferry.objstore.s3_options import S3Options
 
 __all__ = ["ObjectInfo", "ObjectStore", "S3Options"]
 
@@ -33,6 +33,8 @@ class ObjectStore:
         self._check: Callable[[], None] = _unchecked
         parsed = urlparse(url)
         if parsed.scheme == "s3":
+            from diskferry.objstore.s3 import S3Backend  # obstore: loaded only for S3
+
             bucket, prefix = parsed.netloc, parsed.path.strip("/")
             self._backend: Backend = S3Backend(url, bucket, prefix, s3 or S3Options())
             self.bucket: str | None = bucket
