@@ -23,7 +23,7 @@ from diskferry.backup.job import BackupJob, BackupResult, DiskResult
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.phases import BackupPhase
 from diskferry.backup.plan import Decision, DiskPlan, Source, decide
-from diskferry.backup.reader import Piece, dirty_pieces, full_pieces, store_pieces
+from diskferry.backup.reader import Piece, WalkOnce, dirty_pieces, full_pieces, store_pieces
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import (
     SnapshotInfo,
@@ -119,10 +119,12 @@ def _open_reading(
 ) -> _Reading:
     if export is None:
         volume = throttled(open_volume(plan.path, cancel=cancel), bucket, cancel)
-        return _Reading(plan, decision, volume, None, lambda: full_pieces(volume, chunk_size))
+        walk = WalkOnce(lambda: full_pieces(volume, chunk_size))
+        return _Reading(plan, decision, volume, None, walk)
     volume = throttled(open_volume(export.url, bitmap=export.bitmap, cancel=cancel), bucket, cancel)
     pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
-    return _Reading(plan, decision, volume, export.checkpoint, lambda: pieces(volume, chunk_size))
+    walk = WalkOnce(lambda: pieces(volume, chunk_size))
+    return _Reading(plan, decision, volume, export.checkpoint, walk)
 
 
 def _bytes_to_read(readings: list[_Reading], cancel: threading.Event | None) -> int:
