@@ -114,6 +114,7 @@ def store_pieces(
         progress.add(piece.read_bytes)
         if is_zero(buf):
             return Entry(piece.start, piece.length, None), piece.read_bytes
-        return Entry(piece.start, piece.length, writer.add(bytes(buf))), piece.read_bytes
+        # the writer keeps `buf` itself until it is sealed: nothing here touches it again
+        return Entry(piece.start, piece.length, writer.add(buf)), piece.read_bytes
 
     return parallel_map(store, pieces, threads=threads, cancel=cancel)
