@@ -149,12 +149,12 @@ class PackWriter:
         self._track(self._uploaders.submit(self._upload, builder))
 
     def _upload(self, builder: PackBuilder) -> None:
-        data = builder.build(self._codec)
+        parts = builder.build(self._codec)
         with self._lock:
             self._unindexed_packs.add(builder.pack_id)
-        self._store.put(pack_path(builder.pack_id), data)
-        uploaded = len(data)
-        del data
+        self._store.put_parts(pack_path(builder.pack_id), parts)
+        uploaded = sum(map(len, parts))
+        del parts
         self._give_back(builder.size)
         batch = None
         with self._lock:

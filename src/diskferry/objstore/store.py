@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 from urllib.parse import urlparse
 
@@ -61,6 +61,11 @@ class ObjectStore:
         """Write the object whole: readers see the old object or the new one, never a part."""
         self._check()
         self._backend.put(path, data)
+
+    def put_parts(self, path: str, parts: Sequence[Data]) -> None:
+        """Write the object whole, as `put` does, from parts that are not joined in memory."""
+        self._check()
+        self._backend.put_parts(path, parts)
 
     def put_file(self, path: str, file: BinaryIO) -> None:
         """Write the object whole from an open file, as `put` does, holding a few parts of it."""
