@@ -42,6 +42,8 @@ bench: setup
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 	$(VENV)/bin/pip install -q -e '.[test,fuzz,bench]'
+# bytecode, as an installed wheel has it: no timed run compiles the sources (PYTHONDONTWRITEBYTECODE)
+	$(PY) -m compileall -q src >/dev/null
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 # each target under atheris for FUZZ_SECONDS; corpora and crashes stay in FUZZ_DIR

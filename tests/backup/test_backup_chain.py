@@ -225,3 +225,33 @@ def test_a_checkpoint_a_killed_qemu_left_inconsistent_makes_a_full_backup(engine
     engine.keep(after.snapshot, volume)
     for snapshot in engine.references:
         assert engine.restores_exactly(snapshot)
+
+
+def test_a_backup_reads_the_overlay_of_a_cbt_disk_once(engine, tmp_path, monkeypatch):
+    from diskferry.qemu import img
+
+    volume = make_disk(tmp_path / "disk.raw")
+    engine.backup(disks={"d": volume})
+    write(volume + ".cbt.qcow2", 0, 4096, 0x42)
+    asked = []
+    info = img.info
+    monkeypatch.setattr(
+        img, "info", lambda path, *a, **k: asked.append(path) or info(path, *a, **k)
+    )
+    assert engine.backup(disks={"d": volume}).disks[0].type == "incremental"
+    assert asked == [volume + ".cbt.qcow2"]
+
+
+def test_an_incremental_asks_for_the_dirty_map_once(engine, tmp_path, monkeypatch):
+    from diskferry.nbd.client import NbdClient
+
+    volume = make_disk(tmp_path / "disk.raw")
+    engine.backup(disks={"d": volume})
+    for block in range(0, 512, 7):
+        write(volume + ".cbt.qcow2", block * 64 * KiB, 4096, 0x42)
+    asked = []
+    status = NbdClient.block_status
+    monkeypatch.setattr(NbdClient, "block_status", lambda c, *a: asked.append(a) or status(c, *a))
+    point = engine.backup(disks={"d": volume}).disks[0]
+    assert (point.type, point.bytes_read) == ("incremental", 74 * 64 * KiB)
+    assert asked == [(0, 32 * MiB)]

@@ -64,7 +64,7 @@ def restored(repo, path):
 def crash_after(repo, limit):
     """Make the repository's store fail after `limit` writes and deletes."""
     count = [0]
-    for name in ("put", "delete"):
+    for name in ("put", "put_parts", "delete"):
         real = getattr(repo.store, name)
 
         def wrapped(*args, _real=real):

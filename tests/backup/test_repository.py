@@ -258,14 +258,14 @@ def _added_until_stalled(added: list[int], adder: threading.Thread) -> int:
 def test_the_writer_holds_no_more_chunks_than_its_memory(dir_url, new_repo):
     repo = new_repo(dir_url)
     uploads = threading.Event()
-    put = repo.store.put
+    put_parts = repo.store.put_parts
 
-    def slow_put(path, data):
+    def slow_put_parts(path, parts):
         if path.startswith("packs/"):
             uploads.wait()
-        return put(path, data)
+        return put_parts(path, parts)
 
-    repo.store.put = slow_put
+    repo.store.put_parts = slow_put_parts
     data = [os.urandom(256 * 1024) for _ in range(24)]
     added = []
     writer = repo.pack_writer(memory=2 << 20, pack_size=1 << 20, workers=2, uploads=2)

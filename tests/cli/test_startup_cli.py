@@ -68,3 +68,13 @@ def test_local_import_loads_no_client_it_does_not_use(images, tmp_path, wanted) 
 def test_version_loads_no_command_module() -> None:
     found = _imported("--version", wanted=("diskferry.cli",))
     assert [m for m in found if m.endswith("_cmd")] == []
+
+
+def test_a_backup_to_a_directory_loads_no_s3_client(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DISKFERRY_PASSWORD", "pw")
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    repo, disk = str(tmp_path / "repo"), tmp_path / "disk.raw"
+    disk.write_bytes(b"data" * 4096)
+    assert _imported("repo", "init", "--repo", repo, wanted=()) == []
+    backup = ("backup", "--repo", repo, "--vm", "v", "--disk", f"d={disk}", "--no-progress")
+    assert _imported(*backup, wanted=("obstore", "diskferry.objstore.s3")) == []

@@ -217,3 +217,19 @@ def test_a_file_goes_up_whole_and_unseen_until_done(store_url, tmp_path):
         watcher.join()
     assert store.get("obj") == new
     assert seen and all(size in (len(old), len(new)) and names == ["obj"] for size, names in seen)
+
+
+def test_parts_are_stored_as_one_object_in_their_order(store_url):
+    store = ObjectStore(store_url)
+    parts = [bytes([n % 251]) * (n % 7) for n in range(1500)] + [memoryview(b"tail")]
+    store.put_parts("packs/parted", parts)
+    assert store.get("packs/parted") == b"".join(parts)
+
+
+def test_parts_written_a_few_bytes_at_a_time_still_land_whole(tmp_path, monkeypatch):
+    writev = os.writev
+    monkeypatch.setattr(local.os, "writev", lambda fd, views: writev(fd, [bytes(views[0][:3])]))
+    store = ObjectStore(str(tmp_path / "store"))
+    parts = [b"abcdefg", b"", b"hi", bytearray(b"jklmnopq")]
+    store.put_parts("object", parts)
+    assert store.get("object") == b"abcdefghijklmnopq"

@@ -39,11 +39,11 @@ class Codec:
         """Whether stored bytes are sealed."""
         return self._keys.data is not None
 
-    def chunk_id(self, plain: bytes | memoryview) -> bytes:
+    def chunk_id(self, plain: bytes | bytearray | memoryview) -> bytes:
         """The keyed BLAKE3 of a chunk's plaintext."""
         return blake3.blake3(plain, key=self._keys.ids).digest()
 
-    def encode_chunk(self, chunk_id: bytes, plain: bytes | memoryview) -> bytes:
+    def encode_chunk(self, chunk_id: bytes, plain: bytes | bytearray | memoryview) -> bytes:
         """The stored form of a chunk: compressed when that is smaller, then sealed to its id."""
         return self._seal(self._compress(plain), chunk_id)
 
@@ -77,7 +77,7 @@ class Codec:
             self._local.dctx = zstandard.ZstdDecompressor()
         return self._local.cctx
 
-    def _compress(self, plain: bytes | memoryview) -> bytes:
+    def _compress(self, plain: bytes | bytearray | memoryview) -> bytes:
         packed = self._compressor().compress(plain)
         if len(packed) < len(plain):
             return _ZSTD + packed

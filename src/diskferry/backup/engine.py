@@ -23,7 +23,7 @@ from diskferry.backup.job import BackupJob, BackupResult, DiskResult
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.phases import BackupPhase
 from diskferry.backup.plan import Decision, DiskPlan, Source, decide
-from diskferry.backup.reader import Piece, dirty_pieces, full_pieces, store_pieces
+from diskferry.backup.reader import Piece, WalkOnce, dirty_pieces, full_pieces, store_pieces
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import (
     SnapshotInfo,
@@ -66,10 +66,12 @@ class _Reading:
     pieces: Callable[[], Iterator[Piece]]
 
 
-def _source(path: str) -> Source:
+def _source(path: str) -> tuple[Source, str | None]:
+    """How the disk at `path` is read, and its CBT overlay when it has one."""
     if is_nbd_url(path):
-        return "nbd"
-    return "cbt" if cbt.find(path).enabled else "raw"
+        return "nbd", None
+    overlay = cbt.find(path).overlay
+    return ("cbt" if overlay is not None else "raw"), overlay
 
 
 def _check_raw(path: str) -> None:
@@ -90,7 +92,7 @@ def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]
     plans = []
     for disk in job.disks:
         check_name("disk", disk.name)
-        source = _source(disk.path)
+        source, overlay = _source(disk.path)
         if source == "raw":
             _check_raw(disk.path)
         if source == "raw" and job.qmp:
@@ -103,7 +105,7 @@ def _plans(job: BackupJob, repo: Repository, tracker: Tracker) -> list[DiskPlan]
         parent_exists = last is not None and repo.store.exists(
             snapshot_path(job.vm, disk.name, last.snapshot)
         )
-        plans.append(DiskPlan(disk.name, disk.path, source, chain, parent_exists))
+        plans.append(DiskPlan(disk.name, disk.path, source, chain, parent_exists, overlay))
     return plans
 
 
@@ -117,10 +119,12 @@ def _open_reading(
 ) -> _Reading:
     if export is None:
         volume = throttled(open_volume(plan.path, cancel=cancel), bucket, cancel)
-        return _Reading(plan, decision, volume, None, lambda: full_pieces(volume, chunk_size))
+        walk = WalkOnce(lambda: full_pieces(volume, chunk_size))
+        return _Reading(plan, decision, volume, None, walk)
     volume = throttled(open_volume(export.url, bitmap=export.bitmap, cancel=cancel), bucket, cancel)
     pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
-    return _Reading(plan, decision, volume, export.checkpoint, lambda: pieces(volume, chunk_size))
+    walk = WalkOnce(lambda: pieces(volume, chunk_size))
+    return _Reading(plan, decision, volume, export.checkpoint, walk)
 
 
 def _bytes_to_read(readings: list[_Reading], cancel: threading.Event | None) -> int:
@@ -162,7 +166,7 @@ def run_backup(
         consistency = "crash-consistent"
         if tracked:
             backup_session = BackupSession(
-                [SessionDisk(p.name, p.path) for p in tracked],
+                [SessionDisk(p.name, p.path, p.overlay) for p in tracked],
                 repo.id,
                 qmp_socket=job.qmp,
                 nbd_socket=job.nbd_socket,

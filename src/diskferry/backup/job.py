@@ -51,11 +51,12 @@ class RepoAccess(WorkerJob):
 
     def s3_options(self) -> S3Options:
         """The S3 settings given, over those of the environment."""
-        from diskferry.objstore.credentials import read_credentials
         from diskferry.objstore.store import S3Options
 
         key = secret = None
         if self.s3_credentials_file:
+            from diskferry.objstore.credentials import read_credentials
+
             key, secret = read_credentials(self.s3_credentials_file)
         return S3Options(
             endpoint=self.s3_endpoint,

@@ -84,8 +84,11 @@ class PackWriter:
         elif not self._closed:
             self.finish()
 
-    def add(self, plain: bytes) -> bytes:
-        """Store a chunk unless the repository has it already; its id."""
+    def add(self, plain: bytes | bytearray) -> bytes:
+        """Store a chunk unless the repository has it already; its id.
+
+        The writer holds on to `plain` until the chunk is sealed: the caller must not change it.
+        """
         self._raise_failure()
         chunk_id = self._codec.chunk_id(plain)
         with self._lock:
@@ -128,7 +131,7 @@ class PackWriter:
 
         future.add_done_callback(done)
 
-    def _encode(self, chunk_id: bytes, plain: bytes) -> None:
+    def _encode(self, chunk_id: bytes, plain: bytes | bytearray) -> None:
         blob = self._codec.encode_chunk(chunk_id, plain)
         full = None
         with self._room:
@@ -146,12 +149,12 @@ class PackWriter:
         self._track(self._uploaders.submit(self._upload, builder))
 
     def _upload(self, builder: PackBuilder) -> None:
-        data = builder.build(self._codec)
+        parts = builder.build(self._codec)
         with self._lock:
             self._unindexed_packs.add(builder.pack_id)
-        self._store.put(pack_path(builder.pack_id), data)
-        uploaded = len(data)
-        del data
+        self._store.put_parts(pack_path(builder.pack_id), parts)
+        uploaded = sum(map(len, parts))
+        del parts
         self._give_back(builder.size)
         batch = None
         with self._lock:

@@ -50,12 +50,12 @@ class PackBuilder:
         self._blobs.append(blob)
         self.size += len(blob)
 
-    def build(self, codec: Codec) -> bytes:
-        """The pack's bytes, trailer included; the builder lets go of the chunks it held."""
+    def build(self, codec: Codec) -> list[bytes]:
+        """The pack's bytes in parts, trailer last; the builder lets go of the chunks it held."""
         table = b"".join(_ENTRY.pack(*e) for e in self.entries)
         trailer = codec.encode_meta(table, _trailer_name(self.pack_id))
         blobs, self._blobs = self._blobs, []
-        return b"".join([*blobs, trailer, _TAIL.pack(len(trailer), _MAGIC)])
+        return [*blobs, trailer, _TAIL.pack(len(trailer), _MAGIC)]
 
 
 def read_trailer(store: ObjectStore, pack_id: str, codec: Codec, size: int) -> list[PackEntry]:

@@ -19,7 +19,7 @@ class DiskPlan:
     """A disk of the backup: its name and path, how it is read, and what the tracker knows of it.
 
     `parent_exists` says whether the snapshot of the chain's last checkpoint is still in
-    the repository.
+    the repository; `overlay` is the CBT overlay of a "cbt" disk.
     """
 
     name: str
@@ -27,6 +27,7 @@ class DiskPlan:
     source: Source
     chain: DiskChain | None
     parent_exists: bool
+    overlay: str | None = None
 
 
 @dataclass(frozen=True)

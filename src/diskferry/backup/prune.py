@@ -196,10 +196,10 @@ def _repack(
 
 
 def _upload(repo: Repository, builder: PackBuilder, stats: PruneStats) -> list[IndexEntry]:
-    data = builder.build(repo.codec)
-    repo.store.put(pack_path(builder.pack_id), data)
+    parts = builder.build(repo.codec)
+    repo.store.put_parts(pack_path(builder.pack_id), parts)
     stats.packs_written += 1
-    stats.bytes_freed -= len(data)
+    stats.bytes_freed -= sum(map(len, parts))
     return [
         IndexEntry(e.chunk_id, builder.pack_id, e.offset, e.length, e.plain_length)
         for e in builder.entries

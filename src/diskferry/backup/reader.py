@@ -9,7 +9,7 @@ zero entry. Memory stays bounded by the threads and the writer's memory.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from diskferry.backup.entries import Entry
@@ -21,6 +21,8 @@ from diskferry.disk.volume import Volume
 from diskferry.disk.zeros import is_zero
 
 READ_THREADS = 8
+# pieces a disk's walk is remembered for, to be replayed rather than asked of the disk again
+REMEMBERED_PIECES = 16384
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,33 @@ def dirty_pieces(volume: Volume, chunk_size: int) -> Iterator[Piece]:
         yield Piece(ext.start, ext.length, ((ext.start, ext.length),))
 
 
+class WalkOnce:
+    """The pieces of `walk()`, remembered on the first walk through and replayed after it.
+
+    A walk of more than `limit` pieces is not remembered, so memory stays bounded: each
+    call then walks the disk again.
+    """
+
+    def __init__(self, walk: Callable[[], Iterator[Piece]], limit: int = REMEMBERED_PIECES):
+        self._walk = walk
+        self._limit = limit
+        self._kept: list[Piece] | None = None
+
+    def __call__(self) -> Iterator[Piece]:
+        """The pieces, in disk order."""
+        if self._kept is not None:
+            yield from self._kept
+            return
+        kept: list[Piece] | None = []
+        for piece in self._walk():
+            if kept is not None:
+                kept.append(piece)
+                if len(kept) > self._limit:
+                    kept = None
+            yield piece
+        self._kept = kept
+
+
 def store_pieces(
     volume: Volume,
     pieces: Iterator[Piece],
@@ -85,6 +114,7 @@ def store_pieces(
         progress.add(piece.read_bytes)
         if is_zero(buf):
             return Entry(piece.start, piece.length, None), piece.read_bytes
-        return Entry(piece.start, piece.length, writer.add(bytes(buf))), piece.read_bytes
+        # the writer keeps `buf` itself until it is sealed: nothing here touches it again
+        return Entry(piece.start, piece.length, writer.add(buf)), piece.read_bytes
 
     return parallel_map(store, pieces, threads=threads, cancel=cancel)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO, Protocol
@@ -25,6 +25,9 @@ class Backend(Protocol):
 
     def put(self, path: str, data: Data) -> None:
         """Write the object whole, durably, before returning."""
+
+    def put_parts(self, path: str, parts: Sequence[Data]) -> None:
+        """Write the object whole, durably, as the parts one after another."""
 
     def put_file(self, path: str, file: BinaryIO) -> None:
         """Write the object whole, durably, from an open file read in pieces."""

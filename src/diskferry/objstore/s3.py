@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any, BinaryIO
 
@@ -27,19 +26,10 @@ from diskferry.objstore.errors import (
     ObjectNotFoundError,
     ObjectStoreError,
 )
+from diskferry.objstore.s3_options import S3Options
 
 _READ_BACK = 8 << 20
 _REFUSED_MARKERS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden")
-
-
-@dataclass(frozen=True, slots=True)
-class S3Options:
-    """Explicit S3 settings; any left None comes from the usual AWS_* environment variables."""
-
-    endpoint: str | None = None
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
 
 
 class S3Backend:
@@ -55,6 +45,10 @@ class S3Backend:
         with self._errors(path):
             sent = obstore.put(self._store, path, memoryview(data), use_multipart=False)
         self._verify(path, hashlib.md5(data, usedforsecurity=False), sent)
+
+    def put_parts(self, path: str, parts: Sequence[Data]) -> None:
+        """`put` of the parts joined: one request, whole."""
+        self.put(path, b"".join(parts))
 
     def put_file(self, path: str, file: BinaryIO) -> None:
         """Write the object from an open file, in 8 MiB parts two at a time (multipart)."""

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 from urllib.parse import urlparse
 
 from diskferry.objstore.backend import Backend, Data, ObjectInfo
 from diskferry.objstore.errors import ObjectStoreError
 from diskferry.objstore.local import LocalBackend
-from diskferry.objstore.s3 import S3Backend, S3Options
+from diskferry.objstore.s3_options import S3Options
 
 __all__ = ["ObjectInfo", "ObjectStore", "S3Options"]
 
@@ -33,6 +33,8 @@ class ObjectStore:
         self._check: Callable[[], None] = _unchecked
         parsed = urlparse(url)
         if parsed.scheme == "s3":
+            from diskferry.objstore.s3 import S3Backend  # obstore: loaded only for S3
+
             bucket, prefix = parsed.netloc, parsed.path.strip("/")
             self._backend: Backend = S3Backend(url, bucket, prefix, s3 or S3Options())
             self.bucket: str | None = bucket
@@ -59,6 +61,11 @@ class ObjectStore:
         """Write the object whole: readers see the old object or the new one, never a part."""
         self._check()
         self._backend.put(path, data)
+
+    def put_parts(self, path: str, parts: Sequence[Data]) -> None:
+        """Write the object whole, as `put` does, from parts that are not joined in memory."""
+        self._check()
+        self._backend.put_parts(path, parts)
 
     def put_file(self, path: str, file: BinaryIO) -> None:
         """Write the object whole from an open file, as `put` does, holding a few parts of it."""

@@ -48,10 +48,14 @@ class SessionError(DiskferryError):
 
 @dataclass(frozen=True)
 class SessionDisk:
-    """A disk to back up: its name and path (raw volume or overlay)."""
+    """A disk to back up: its name and path (raw volume or overlay).
+
+    `overlay` is the path's CBT overlay when the caller has found it already (cbt.find).
+    """
 
     name: str
     path: str
+    overlay: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,8 @@ class BackupSession:
         self._sockets.mkdir(mode=0o700)
 
     def _overlay(self, spec: SessionDisk) -> str:
+        if spec.overlay is not None:
+            return spec.overlay
         disk = cbt.find(spec.path)
         if disk.overlay is None:
             raise SessionError(
