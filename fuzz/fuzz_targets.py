@@ -281,7 +281,7 @@ def _pack() -> bytes:
     for n in range(3):
         chunk = bytes([n]) * 100
         builder.add(_CODEC.chunk_id(chunk), _CODEC.encode_chunk(_CODEC.chunk_id(chunk), chunk), 100)
-    return builder.build(_CODEC)
+    return b"".join(builder.build(_CODEC))
 
 
 def _index() -> bytes:
