@@ -34,7 +34,7 @@ from diskferry.backup.index import IndexEntry, decode_index, encode_index
 from diskferry.backup.keys import Keys
 from diskferry.backup.packs import PackBuilder, pack_path, read_trailer
 from diskferry.backup.snapshots import Manifest, ManifestWriter, SnapshotInfo, snapshot_path
-from diskferry.disk.decompress import DecompressingReader
+from diskferry.disk.decompress import DecompressingReader, Readable
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.formats import (
     PROBE_BYTES,
@@ -131,12 +131,8 @@ def info(data: bytes) -> None:
     probe_image(str(_scratch_file(data)))
 
 
-@_typed
-def decompress(data: bytes) -> None:
-    """A stream of the kind the first byte picks, read to its end or DECOMPRESSED_BOUND."""
-    if not data:
-        return
-    reader = DecompressingReader(io.BytesIO(data[1:]), _KINDS[data[0] % len(_KINDS)])
+def _read_bounded(reader: Readable) -> None:
+    """Read `reader` to its end or DECOMPRESSED_BOUND, never more than asked for at once."""
     total = 0
     while total <= DECOMPRESSED_BOUND:
         out = reader.read(_READ)
@@ -147,17 +143,19 @@ def decompress(data: bytes) -> None:
 
 
 @_typed
+def decompress(data: bytes) -> None:
+    """A stream of the kind the first byte picks, read to its end or DECOMPRESSED_BOUND."""
+    if not data:
+        return
+    _read_bounded(DecompressingReader(io.BytesIO(data[1:]), _KINDS[data[0] % len(_KINDS)]))
+
+
+@_typed
 def xz_blocks(data: bytes) -> None:
     """An xz stream decoded a block a thread, read to its end or DECOMPRESSED_BOUND."""
     reader = XzBlockReader(io.BytesIO(data), 2, bound=_XZ_IN_FLIGHT)
     try:
-        total = 0
-        while total <= DECOMPRESSED_BOUND:
-            out = reader.read(_READ)
-            assert len(out) <= _READ
-            if not out:
-                return
-            total += len(out)
+        _read_bounded(reader)
     finally:
         reader.close()
 

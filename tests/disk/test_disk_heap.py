@@ -13,6 +13,7 @@ from diskferry.disk.heap import ARENAS
 _CHILD = """
 import ctypes, sys, threading
 from diskferry.disk.heap import limit_arenas
+from diskferry.disk.libc import LIBC as libc
 if sys.argv[1] == "limit":
     assert limit_arenas()
 barrier = threading.Barrier(8)
@@ -25,7 +26,6 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-libc = ctypes.CDLL("libc.so.6")
 libc.fopen.restype = ctypes.c_void_p
 libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
 libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]

@@ -194,14 +194,8 @@ class LocalBackend:
             raise ObjectStoreError(f"{self.url}: {path}: {e.strerror or e}") from None
 
 
-def _write_all(fd: int, data: Data) -> None:
-    view = memoryview(data).cast("B")
-    done = 0
-    while done < len(view):
-        done += os.write(fd, view[done:])
-
-
 def _write_parts(fd: int, parts: Sequence[Data]) -> None:
+    """Write the parts one after another, whole, in as few calls as the system allows."""
     views = [memoryview(part).cast("B") for part in parts]
     first = 0
     while first < len(views):
@@ -220,12 +214,12 @@ def _write_temporary(final: str, data: Data | BinaryIO | Sequence[Data]) -> str:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         if isinstance(data, bytes | bytearray | memoryview):
-            _write_all(fd, data)
+            _write_parts(fd, [data])
         elif isinstance(data, Sequence):
             _write_parts(fd, data)
         else:
             while piece := data.read(_FILE_PIECE):
-                _write_all(fd, piece)
+                _write_parts(fd, [piece])
         os.fsync(fd)
     except BaseException:
         os.close(fd)
