@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from qemu_helpers import KiB, MiB, Vm, bare_daemon, dirty_runs, image_bitmaps, read, write
 
+from diskferry.disk.file_volume import FileVolume
+from diskferry.nbd.volume import NbdVolume
 from diskferry.qemu import cbt
 from diskferry.qemu.hostlock import Busy
 from diskferry.qemu.qmp import Qmp, QmpError
@@ -350,3 +352,41 @@ def test_a_checkpoint_taken_amid_writes_splits_them_without_losing_one(vm: Vm) -
         assert dirty == []
     else:
         assert dirty == [(before * 64 * KiB, (blocks - before) * 64 * KiB)]
+
+
+def _zero_map(export: DiskExport) -> list[tuple[int, int, bool]]:
+    """(start, length, zero) of the export's map, as a full backup reads it."""
+    with NbdVolume.open(export.url, data_file=export.data_file) as volume:
+        assert volume.data_file is not None
+        return [(e.start, e.length, e.zero) for e in volume.extents("zero")]
+
+
+def _raw_has_data(volume: str, offset: int) -> bool:
+    with FileVolume(volume) as raw:
+        return not next(raw.extents("zero", offset, 1)).zero
+
+
+def test_a_full_point_maps_what_was_unmapped_or_written_after_it_as_data(vm: Vm) -> None:
+    write(vm.url, 4 * MiB, 64 * KiB, 0x11)
+    with _exported(_live(vm)) as export:
+        assert export.data_file == vm.disk.volume
+        unmap = ["qemu-io", "-f", "raw", "-c", f"write -z -u {4 * MiB} {64 * KiB}", vm.url]
+        subprocess.run(unmap, check=True, capture_output=True)
+        assert not _raw_has_data(vm.disk.volume, 4 * MiB)  # the raw map alone would skip it
+        write(vm.url, 8 * MiB, 64 * KiB, 0x22)
+        data = [(s, n) for s, n, zero in _zero_map(export) if not zero]
+        assert data == [(4 * MiB, 64 * KiB), (8 * MiB, 64 * KiB)]
+        assert read(export.url, 4 * MiB, 64 * KiB) == b"\x11" * (64 * KiB)
+        assert read(export.url, 8 * MiB, 4) == b"\0" * 4
+
+
+def test_a_point_whose_raw_volume_cannot_be_opened_keeps_qemu_s_map(vm: Vm, tmp_path: Path) -> None:
+    write(vm.url, 4 * MiB, 64 * KiB, 0x11)
+    other = tmp_path / "other.raw"
+    other.write_bytes(b"\0" * MiB)
+    with _exported(_live(vm)) as export:
+        for data_file in (str(tmp_path / "gone.raw"), str(other)):
+            with NbdVolume.open(export.url, data_file=data_file) as volume:
+                assert volume.data_file is None
+                data = [(e.start, e.length) for e in volume.extents("zero") if not e.zero]
+        assert data == [(4 * MiB, 64 * KiB)]

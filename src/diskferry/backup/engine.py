@@ -121,7 +121,10 @@ def _open_reading(
         volume = throttled(open_volume(plan.path, cancel=cancel), bucket, cancel)
         walk = WalkOnce(lambda: full_pieces(volume, chunk_size))
         return _Reading(plan, decision, volume, None, walk)
-    volume = throttled(open_volume(export.url, bitmap=export.bitmap, cancel=cancel), bucket, cancel)
+    opened = open_volume(
+        export.url, bitmap=export.bitmap, cancel=cancel, data_file=export.data_file
+    )
+    volume = throttled(opened, bucket, cancel)
     pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
     walk = WalkOnce(lambda: pieces(volume, chunk_size))
     return _Reading(plan, decision, volume, export.checkpoint, walk)

@@ -76,7 +76,10 @@ def serve_backup_point(
             exports = session.start(_usable(session, job.since))
             point = point_of(exports, session.consistency)
             write_json(job.point_file, point)
-            volumes = [ExportVolumeSpec(name=e.name, path=e.url, bitmap=e.bitmap) for e in exports]
+            volumes = [
+                ExportVolumeSpec(name=e.name, path=e.url, bitmap=e.bitmap, data_file=e.data_file)
+                for e in exports
+            ]
             fleeced = job.model_copy(update={"volumes": volumes})
             served = serve_export(fleeced, progress, stop, reporter)
             if served.ended != "expired":

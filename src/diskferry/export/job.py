@@ -23,11 +23,13 @@ class ExportPhase(StrEnum):
 
 class ExportVolumeSpec(JobModel):
     """One volume of an export: a file, block device, directory or NBD URL, and for an NBD
-    volume the dirty bitmap its map shows."""
+    volume the dirty bitmap its map shows, or the raw volume under a backup point's
+    fleecing export, whose holes its map shows."""
 
     name: str = Field(pattern=r"^[^/]+$")
     path: str
     bitmap: str | None = None
+    data_file: str | None = Field(default=None, alias="dataFile")
 
 
 class LinkSettings(JobModel):

@@ -18,16 +18,23 @@ def open_volume(
     bitmap: str | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     cancel: threading.Event | None = None,
+    data_file: str | None = None,
 ) -> Volume:
     """Open `spec`: nbd:// and nbd+unix:// URLs as NbdVolume, anything else as a FileVolume.
 
-    `request_timeout` and `cancel` bound the waits of an NBD volume (see NbdVolume.open).
+    `request_timeout` and `cancel` bound the waits of an NBD volume, and `data_file` names
+    the raw volume under a backup point's fleecing export (see NbdVolume.open).
     """
     if is_nbd_url(spec):
         from diskferry.nbd.volume import NbdVolume
 
         return NbdVolume.open(
-            spec, writable=writable, bitmap=bitmap, request_timeout=request_timeout, cancel=cancel
+            spec,
+            writable=writable,
+            bitmap=bitmap,
+            request_timeout=request_timeout,
+            cancel=cancel,
+            data_file=data_file,
         )
     if bitmap is not None:
         raise VolumeError(

@@ -2,29 +2,46 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent, merge_adjacent
+from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.volume import ExtentContext, Volume
 from diskferry.nbd import protocol as p
 from diskferry.nbd.client import DEFAULT_REQUEST_TIMEOUT, NbdClient
 from diskferry.nbd.errors import NbdConnectionError, NbdError
+from diskferry.nbd.point_zeros import point_zeros
 
 ALLOCATION = "base:allocation"
 DIRTY_BITMAP = "qemu:dirty-bitmap:"
+# depth 1: the export's own node holds the run, not a node under it
+ALLOCATION_DEPTH = "qemu:allocation-depth"
 _ZERO_WRITE_BLOCK = 1 << 20
 
 
 class NbdVolume(Volume):
-    """An NBD export; `extents("dirty")` needs the dirty bitmap named at open."""
+    """An NBD export; `extents("dirty")` needs the dirty bitmap named at open.
 
-    def __init__(self, client: NbdClient, *, writable: bool, bitmap: str | None = None) -> None:
+    With `data_file`, the export is a backup point's fleecing node over that raw volume,
+    and its zeros are the point's (see `point_zeros`).
+    """
+
+    def __init__(
+        self,
+        client: NbdClient,
+        *,
+        writable: bool,
+        bitmap: str | None = None,
+        data_file: Volume | None = None,
+    ) -> None:
         self.client = client
         self.bitmap = bitmap
         self.readonly = not writable or client.readonly
         self.sparse = client.can_zero or client.can_trim
+        self.data_file = data_file
 
     @classmethod
     def open(
@@ -35,13 +52,17 @@ class NbdVolume(Volume):
         bitmap: str | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         cancel: threading.Event | None = None,
+        data_file: str | None = None,
     ) -> NbdVolume:
         """Connect to the export at `url`; `bitmap` names a qemu dirty bitmap it exports.
 
+        `data_file` is the raw volume under a fleecing export, when this host can open it.
         A request unanswered for `request_timeout` seconds breaks the connection; once
         `cancel` is set, waiting reads and writes raise CancelledError.
         """
         contexts = [ALLOCATION] + ([DIRTY_BITMAP + bitmap] if bitmap else [])
+        if data_file is not None:
+            contexts.append(ALLOCATION_DEPTH)
         client = NbdClient.connect(
             url, contexts=contexts, request_timeout=request_timeout, cancel=cancel
         )
@@ -59,10 +80,11 @@ class NbdVolume(Volume):
                     f"(it offers: {names}): export the bitmap with the disk",
                     errno_name="ENOENT",
                 )
+            raw = _point_data_file(client, data_file)
         except BaseException:
             client.close()
             raise
-        return cls(client, writable=writable, bitmap=bitmap)
+        return cls(client, writable=writable, bitmap=bitmap, data_file=raw)
 
     def __repr__(self) -> str:
         return f"NbdVolume({str(self.client.url)!r})"
@@ -104,16 +126,28 @@ class NbdVolume(Volume):
     def extents(
         self, context: ExtentContext = "zero", offset: int = 0, length: int | None = None
     ) -> Iterator[Extent]:
-        """Zeros and holes from base:allocation, or dirty runs from the bitmap given at open."""
+        """Zeros and holes from base:allocation (a backup point's from its raw volume), or
+        dirty runs from the bitmap given at open."""
         end = self.size if length is None else min(self.size, offset + length)
+        if context == "zero" and self.data_file is not None:
+            yield from merge_adjacent(point_zeros(self.data_file, self._own_runs, offset, end))
+            return
         name = ALLOCATION if context == "zero" else DIRTY_BITMAP + (self.bitmap or "")
         if name not in self.client.contexts:
             yield from super().extents(context, offset, end - offset)
             return
-        yield from merge_adjacent(self._walk(name, context, offset, end))
+        runs = self._walk(name, offset, end)
+        yield from merge_adjacent(_extent(context, *run) for run in runs)
 
-    def _walk(self, name: str, context: ExtentContext, offset: int, end: int) -> Iterator[Extent]:
-        """Block status in pieces: the server answers for a prefix, so ask again from its end."""
+    def _own_runs(self, offset: int, length: int) -> Iterator[tuple[int, int]]:
+        """The runs of [offset, offset+length) that the export's own node holds."""
+        for start, run, depth in self._walk(ALLOCATION_DEPTH, offset, offset + length):
+            if depth == 1:
+                yield start, run
+
+    def _walk(self, name: str, offset: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(start, length, flags) of `name` over [offset, end), from block status in pieces:
+        the server answers for a prefix, so ask again from its end."""
         block = self.client.info.min_block
         pos = offset - offset % block
         while pos < end:
@@ -125,7 +159,7 @@ class NbdVolume(Volume):
             for length, flags in descriptors:
                 start, stop = max(pos, offset), min(pos + length, end)
                 if start < stop:
-                    yield _extent(context, start, stop - start, flags)
+                    yield start, stop - start, flags
                 pos += length
                 if pos >= end:
                     return
@@ -141,6 +175,24 @@ class NbdVolume(Volume):
     def close(self) -> None:
         """Disconnect from the server."""
         self.client.close()
+        if self.data_file is not None:
+            self.data_file.close()
+
+
+def _point_data_file(client: NbdClient, path: str | None) -> FileVolume | None:
+    """The raw volume at `path` under the fleecing export, read-only; None where it cannot
+    say the point's zeros: no path, no allocation depth granted, no regular file this host
+    opens, or not the export's size."""
+    if path is None or ALLOCATION_DEPTH not in client.contexts or not os.path.isfile(path):
+        return None
+    try:
+        raw = FileVolume(path)
+    except VolumeError:
+        return None
+    if raw.size != client.size:
+        raw.close()
+        return None
+    return raw
 
 
 def _extent(context: ExtentContext, start: int, length: int, flags: int) -> Extent:

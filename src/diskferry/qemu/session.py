@@ -60,7 +60,11 @@ class SessionDisk:
 
 @dataclass(frozen=True)
 class DiskExport:
-    """What the backup reads of one disk: the NBD URL, and the dirty bitmap for an incremental."""
+    """What the backup reads of one disk: the NBD URL, and the dirty bitmap for an incremental.
+
+    `data_file` is the raw volume under the disk's overlay, of which a full backup skips
+    the holes the fleecing file holds no copy of (see nbd/point_zeros.py).
+    """
 
     name: str
     url: str
@@ -70,6 +74,7 @@ class DiskExport:
     granularity: int | None = None
     bitmap: str | None = None
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    data_file: str | None = None
 
     @property
     def meta_context(self) -> str | None:
@@ -85,6 +90,7 @@ class _Disk:
     node: str
     size: int
     checkpoints: list[Checkpoint]
+    data_file: str | None
     new: str = ""
     mode: Literal["full", "incremental"] = "full"
     since: str | None = None
@@ -106,6 +112,15 @@ class _Disk:
     @property
     def export(self) -> str:
         return f"{EXPORT_ID}{self.index}"
+
+
+def _data_file(node: dict[str, Any], overlay: str) -> str | None:
+    """The raw data file a qcow2 node reads its data from, as a path from here."""
+    data = node["image"].get("format-specific", {}).get("data", {})
+    name = data.get("data-file")
+    if not name or not data.get("data-file-raw") or name.startswith("json:"):
+        return None
+    return os.path.join(os.path.dirname(overlay), name)
 
 
 def _node_files(node: dict[str, Any]) -> set[str]:
@@ -254,6 +269,7 @@ class BackupSession:
                     node=node["node-name"],
                     size=int(node["image"]["virtual-size"]),
                     checkpoints=[Checkpoint.from_qmp(b) for b in named],
+                    data_file=_data_file(node, overlay),
                 )
             )
         return found
@@ -363,6 +379,7 @@ class BackupSession:
                 "node-name": disk.fleece,
                 "name": disk.spec.name,
                 "writable": False,
+                "allocation-depth": True,
             }
             if disk.mode == "incremental":
                 args["bitmaps"] = [MERGED_BITMAP]
@@ -377,6 +394,7 @@ class BackupSession:
                     granularity=disk.granularity,
                     bitmap=MERGED_BITMAP if disk.mode == "incremental" else None,
                     checkpoints=bitmaps.of_repository(disk.checkpoints, self.repo_id),
+                    data_file=disk.data_file,
                 )
             )
 
