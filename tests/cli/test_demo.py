@@ -152,3 +152,48 @@ def test_a_daemon_that_cannot_start_is_a_demo_error(tmp_path: Path) -> None:
         demo_cmd._daemon(blocker / "data", tmp_path / "serve.log"),
     ):
         pass
+
+
+# `get -w` writes half a line and waits for `wait` to print before it ends the line
+_INTERLEAVING = """
+import os, sys, time
+here = os.path.dirname(sys.argv[0])
+half, said = os.path.join(here, "half"), os.path.join(here, "said")
+def until(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+if sys.argv[1] == "get":
+    sys.stdout.write("vd-a   Provisioning"); sys.stdout.flush()
+    open(half, "w").close()
+    until(said)
+    sys.stdout.write("   50%\\n"); sys.stdout.flush()
+    time.sleep(60)
+else:
+    until(half)
+    print("virtualdisk.diskferry.io/vd-a condition met", flush=True)
+    open(said, "w").close()
+"""
+
+
+def test_a_watch_s_line_and_a_wait_s_line_never_share_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "fake_diskferry.py"
+    script.write_text(_INTERLEAVING)
+    monkeypatch.setattr(demo_steps, "DISKFERRY", [sys.executable, str(script)])
+    demo_steps.watched(tmp_path / "kubeconfig", "vd", [("vd", "vd-a", "Ready", None)])
+    lines = capfd.readouterr().out.splitlines()
+    assert sorted(lines) == [
+        "vd-a   Provisioning   50%",
+        "virtualdisk.diskferry.io/vd-a condition met",
+    ]
+
+
+def test_a_wait_that_says_nothing_is_a_demo_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "silent.py"
+    script.write_text("import sys, time\nif sys.argv[1] == 'get': time.sleep(60)\n")
+    monkeypatch.setattr(demo_steps, "DISKFERRY", [sys.executable, str(script)])
+    with pytest.raises(demo_steps.DemoError, match="wait vd vd-a did not say its condition met"):
+        demo_steps.watched(tmp_path / "kubeconfig", "vd", [("vd", "vd-a", "Ready", None)])

@@ -1,11 +1,16 @@
 """How the demo talks to its daemon as a user would: each command one step that fails or hangs
-as a DemoError, manifests applied from files, and `get -w` shown while `wait` waits."""
+as a DemoError, manifests applied from files, and `get -w` shown while `wait` waits.
+
+While a watch runs, two commands print at once: the demo reads both and writes their lines
+itself, one whole line at a time, so that no line of one lands inside a line of the other.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,7 @@ from diskferry.disk.errors import DiskferryError
 DISKFERRY = [sys.executable, "-m", "diskferry.cli.main"]
 # the longest one command of the demo may take before it counts as hung
 STEP_SECONDS = 300
+_OUTPUT = threading.Lock()
 
 
 class DemoError(DiskferryError):
@@ -53,6 +59,14 @@ def get_object(kubeconfig: Path, kind: str, name: str, namespace: str | None = N
     return json.loads(proc.stdout)
 
 
+def _show(lines: Iterable[bytes]) -> None:
+    """Write each line to stdout whole."""
+    for line in lines:
+        with _OUTPUT:
+            sys.stdout.buffer.write(line if line.endswith(b"\n") else line + b"\n")
+            sys.stdout.buffer.flush()
+
+
 def watched(
     kubeconfig: Path,
     kind: str,
@@ -62,14 +76,25 @@ def watched(
     """Show `diskferry get KIND -w` while `diskferry wait` waits for each (kind, name, phase,
     namespace); the watch is stopped once all are there."""
     where = ["--kubeconfig", str(kubeconfig), *(["-A"] if all_namespaces else [])]
+    sys.stdout.flush()
     # its stderr, where it says it was stopped, left out
-    watch = subprocess.Popen([*DISKFERRY, "get", kind, "-w", *where], stderr=subprocess.DEVNULL)
+    watch = subprocess.Popen(
+        [*DISKFERRY, "get", kind, "-w", *where],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert watch.stdout is not None
+    shown = threading.Thread(target=_show, args=(watch.stdout,), daemon=True)
+    shown.start()
     try:
         for wait_kind, name, phase, namespace in waits:
             ns = ["-n", namespace] if namespace else []
-            diskferry(
-                kubeconfig, "wait", wait_kind, name, f"--for=phase={phase}", "--timeout=5m", *ns
-            )
+            args = ("wait", wait_kind, name, f"--for=phase={phase}", "--timeout=5m", *ns)
+            said = diskferry(kubeconfig, *args, stdout=subprocess.PIPE).stdout
+            if b"condition met" not in said:
+                raise DemoError(f"diskferry wait {wait_kind} {name} did not say its condition met")
+            _show(said.splitlines(keepends=True))
     finally:
         watch.terminate()
         watch.wait()
+        shown.join()
