@@ -62,3 +62,33 @@ def test_each_piece_reaches_the_writer_in_the_buffer_it_was_read_into(tmp_path):
     assert [e.chunk for e in entries] == [b"abcd", None, b"efgh"]
     assert sorted(bytes(b[:4]) for b in writer.given) == [b"abcd", b"efgh"]
     assert all(type(b) is bytearray for b in writer.given)
+
+
+class _CountingVolume(FileVolume):
+    """A file whose batched reads are counted, each batch's sizes kept."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.batches = []
+        self.lock = threading.Lock()
+
+    def read_into_many(self, pieces):
+        with self.lock:
+            self.batches.append([len(buf) for _, buf in pieces])
+        super().read_into_many(pieces)
+
+
+def test_small_pieces_are_read_a_batch_at_a_time_and_large_ones_alone(tmp_path):
+    kib = 1024
+    data = bytes(range(256)) * (64 * kib)  # 16 MiB
+    (tmp_path / "disk").write_bytes(data)
+    small = [Piece(i * 128 * kib, 64 * kib, ((i * 128 * kib, 64 * kib),)) for i in range(40)]
+    large = Piece(8 << 20, 4 << 20, ((8 << 20, 1 << 20), (10 << 20, 1 << 20)))
+    writer = _Writer()
+    with _CountingVolume(str(tmp_path / "disk")) as volume:
+        stored = list(store_pieces(volume, iter([*small, large]), writer, Progress(), threads=3))
+    assert [entry.offset for entry, _ in stored] == [p.start for p in [*small, large]]
+    assert sum(n for _, n in stored) == 40 * 64 * kib + 2 * (1 << 20)
+    assert sorted(map(len, volume.batches)) == [2, 8, 16, 16]  # 16 small pieces per MiB
+    assert [1 << 20, 1 << 20] in volume.batches
+    assert [bytes(b) for b in writer.given[:1]] == [data[: 64 * kib]]

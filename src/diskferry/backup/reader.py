@@ -21,6 +21,8 @@ from diskferry.disk.volume import Volume
 from diskferry.disk.zeros import is_zero
 
 READ_THREADS = 8
+# a task reads pieces of up to this many bytes in all together, every request in flight
+BATCH_BYTES = 1 << 20
 # pieces a disk's walk is remembered for, to be replayed rather than asked of the disk again
 REMEMBERED_PIECES = 16384
 
@@ -92,6 +94,20 @@ class WalkOnce:
         self._kept = kept
 
 
+def _batches(pieces: Iterator[Piece], limit: int) -> Iterator[list[Piece]]:
+    """The pieces in order, in lists of up to `limit` bytes (a larger piece alone)."""
+    batch: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if batch and size + piece.length > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(piece)
+        size += piece.length
+    if batch:
+        yield batch
+
+
 def store_pieces(
     volume: Volume,
     pieces: Iterator[Piece],
@@ -102,19 +118,29 @@ def store_pieces(
 ) -> Iterator[tuple[Entry, int]]:
     """Read the pieces in parallel into the writer; each one's entry in disk order, and bytes read.
 
-    Pieces are read as the entries are taken, so the caller's pace bounds what is in flight.
+    Small pieces are read a batch at a time (`BATCH_BYTES`), every request of a batch in
+    flight at once. Pieces are read as the entries are taken, so the caller's pace bounds
+    what is in flight.
     """
 
-    def store(piece: Piece) -> tuple[Entry, int]:
-        buf = bytearray(piece.length)
-        view = memoryview(buf)
-        for offset, length in piece.reads:
-            rel = offset - piece.start
-            volume.read_into(offset, view[rel : rel + length])
-        progress.add(piece.read_bytes)
-        if is_zero(buf):
-            return Entry(piece.start, piece.length, None), piece.read_bytes
-        # the writer keeps `buf` itself until it is sealed: nothing here touches it again
-        return Entry(piece.start, piece.length, writer.add(buf)), piece.read_bytes
+    def store(batch: list[Piece]) -> list[tuple[Entry, int]]:
+        bufs = [bytearray(piece.length) for piece in batch]
+        reads = []
+        for piece, buf in zip(batch, bufs, strict=True):
+            view = memoryview(buf)
+            for offset, length in piece.reads:
+                rel = offset - piece.start
+                reads.append((offset, view[rel : rel + length]))
+        volume.read_into_many(reads)
+        stored = []
+        for piece, buf in zip(batch, bufs, strict=True):
+            progress.add(piece.read_bytes)
+            # the writer keeps `buf` itself until it is sealed: nothing here touches it again
+            chunk = None if is_zero(buf) else writer.add(buf)
+            stored.append((Entry(piece.start, piece.length, chunk), piece.read_bytes))
+        return stored
 
-    return parallel_map(store, pieces, threads=threads, cancel=cancel)
+    for stored in parallel_map(
+        store, _batches(pieces, BATCH_BYTES), threads=threads, cancel=cancel
+    ):
+        yield from stored

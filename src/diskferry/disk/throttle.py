@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from diskferry.disk.errors import check_cancel
 from diskferry.disk.extent import Extent
@@ -85,6 +85,11 @@ class ThrottledVolume(Volume):
         """Read once the bucket lets `len(buf)` bytes through."""
         self.bucket.take(len(buf), self.cancel)
         self.inner.read_into(offset, buf)
+
+    def read_into_many(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
+        """Read them all at once when the bucket lets their bytes through."""
+        self.bucket.take(sum(len(buf) for _, buf in pieces), self.cancel)
+        self.inner.read_into_many(pieces)
 
     def write(self, offset: int, data: bytes | memoryview | bytearray) -> None:
         """Write once the bucket lets `len(data)` bytes through."""
