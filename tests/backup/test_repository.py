@@ -315,3 +315,20 @@ def test_the_writer_seals_on_the_cpus_the_process_may_use(dir_url, new_repo):
         check=True,
     )
     assert out.stdout.strip() == "1"
+
+
+def test_a_batch_of_chunks_is_looked_up_in_one_query_and_each_stored_once(repo_url, new_repo):
+    repo = new_repo(repo_url)
+    old = chunks(3, seed=1)
+    write(repo, old)
+    new = chunks(4, seed=50)
+    asked = []
+    known = repo.index.known
+    repo.index.known = lambda ids: asked.append(list(ids)) or known(ids)
+    with repo.pack_writer(pack_size=100_000) as writer:
+        batch = [old[0], new[0], new[1], new[0], old[2], new[2]]
+        ids = writer.add_many(batch)
+    assert len(asked) == 1 and len(asked[0]) == 6
+    assert ids == [repo.codec.chunk_id(c) for c in batch]
+    assert writer.stats.chunks_new == 3  # new[0] once, the old ones not again
+    assert all(repo.index.has(i) for i in ids)

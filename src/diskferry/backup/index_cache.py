@@ -150,9 +150,18 @@ class IndexCache:
 
     def has(self, chunk_id: bytes) -> bool:
         """Whether the index names the chunk."""
-        with self._lock:
-            row = self._db.execute("SELECT 1 FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
-        return row is not None
+        return bool(self.known([chunk_id]))
+
+    def known(self, chunk_ids: Sequence[bytes]) -> set[bytes]:
+        """Those of the chunks that the index names."""
+        found: set[bytes] = set()
+        for start in range(0, len(chunk_ids), _LOOKUP_BATCH):
+            batch = chunk_ids[start : start + _LOOKUP_BATCH]
+            marks = ", ".join("?" * len(batch))
+            with self._lock:
+                rows = self._db.execute(f"SELECT id FROM chunks WHERE id IN ({marks})", batch)
+                found.update(row[0] for row in rows)
+        return found
 
     def locate(self, chunk_id: bytes) -> IndexEntry | None:
         """Where the chunk is stored, or None."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -89,20 +90,29 @@ class PackWriter:
 
         The writer holds on to `plain` until the chunk is sealed: the caller must not change it.
         """
+        return self.add_many([plain])[0]
+
+    def add_many(self, plains: Sequence[bytes | bytearray]) -> list[bytes]:
+        """Store each chunk the repository lacks, looked up together; their ids, in order.
+
+        The writer holds on to each buffer until its chunk is sealed: the caller must not
+        change them.
+        """
         self._raise_failure()
-        chunk_id = self._codec.chunk_id(plain)
+        chunk_ids = [self._codec.chunk_id(plain) for plain in plains]
         with self._lock:
-            if chunk_id in self._pending:
-                return chunk_id
-        if self._cache.has(chunk_id):
-            return chunk_id
-        with self._lock:
-            if chunk_id in self._pending:
-                return chunk_id
-            self._pending.add(chunk_id)
-        self._take(len(plain))
-        self._track(self._encoders.submit(self._encode, chunk_id, plain))
-        return chunk_id
+            asked = [c for c in chunk_ids if c not in self._pending]
+        known = self._cache.known(asked) if asked else set()
+        for chunk_id, plain in zip(chunk_ids, plains, strict=True):
+            if chunk_id in known:
+                continue
+            with self._lock:
+                if chunk_id in self._pending:
+                    continue
+                self._pending.add(chunk_id)
+            self._take(len(plain))
+            self._track(self._encoders.submit(self._encode, chunk_id, plain))
+        return chunk_ids
 
     def _take(self, n: int) -> None:
         """Wait for room for `n` more bytes; the pack being filled alone never waits."""

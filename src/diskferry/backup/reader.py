@@ -132,13 +132,16 @@ def store_pieces(
                 rel = offset - piece.start
                 reads.append((offset, view[rel : rel + length]))
         volume.read_into_many(reads)
-        stored = []
-        for piece, buf in zip(batch, bufs, strict=True):
-            progress.add(piece.read_bytes)
-            # the writer keeps `buf` itself until it is sealed: nothing here touches it again
-            chunk = None if is_zero(buf) else writer.add(buf)
-            stored.append((Entry(piece.start, piece.length, chunk), piece.read_bytes))
-        return stored
+        progress.add(sum(piece.read_bytes for piece in batch))
+        data = [i for i, buf in enumerate(bufs) if not is_zero(buf)]
+        # the writer keeps each buffer itself until it is sealed: nothing here touches it again
+        chunks: list[bytes | None] = [None] * len(batch)
+        for i, chunk in zip(data, writer.add_many([bufs[i] for i in data]), strict=True):
+            chunks[i] = chunk
+        return [
+            (Entry(piece.start, piece.length, chunk), piece.read_bytes)
+            for piece, chunk in zip(batch, chunks, strict=True)
+        ]
 
     for stored in parallel_map(
         store, _batches(pieces, BATCH_BYTES), threads=threads, cancel=cancel
