@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import stat
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -97,6 +98,11 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
         assert get_when_up(raw_url(link), link["cert"], token) == (200, claim)
         assert get(raw_url(link), link["cert"], "not-the-token")[0] == 401
         assert get(raw_url(link), link["cert"], None)[0] == 401
+    # the proxy reached the server over its Unix socket, in plain HTTP
+    route = daemon.controllers.proxy.routes()[("default", "ex1")]
+    assert route.ready and route.unix_socket is not None
+    hop = Path(route.unix_socket)
+    assert stat.S_ISSOCK(hop.lstat().st_mode) and stat.S_IMODE(hop.lstat().st_mode) == 0o600
     secret = _secret(daemon, "export-token-ex1")
     assert secret is not None
     assert secret["metadata"]["ownerReferences"][0]["uid"] == export["metadata"]["uid"]
@@ -108,6 +114,7 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
 
     daemon.delete(EXPORT, "ex1")
     _gone(daemon, export)
+    assert not hop.exists()
     wait_until(lambda: _secret(daemon, "export-token-ex1") is None, 30)
     assert token not in caplog.text
     wait_until(lambda: not daemon.workers(PROXY_JOB), 30)  # the last export took the proxy
