@@ -17,8 +17,8 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
 from diskferry.control.errors import NotFoundError
-from diskferry.control.reconcilers.exportproxy import PROXY_JOB
-from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
+from diskferry.control.reconcilers.exportproxy import PROXY_JOB, export_socket
+from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port, stop_server
 from diskferry.control.resources.core import SECRETS
 
 EXPORT = "VirtualMachineExport"
@@ -231,3 +231,30 @@ def test_an_export_whose_disk_goes_stops_serving(daemon, nginx, images) -> None:
     job = f"vmexport-{export['metadata']['uid']}"
     wait_until(lambda: not daemon.workers(job) and not daemon.export_jobs(), 30)
     assert ("default", "ex5") not in daemon.controllers.proxy.routes()
+
+
+class _Stopping:
+    """A keeper whose worker stops (or not yet) when asked."""
+
+    def __init__(self, stops: bool) -> None:
+        self.imports = self
+        self.stops = stops
+
+    def stop(self, job_id: str) -> bool:
+        return self.stops
+
+
+def test_a_stopped_server_leaves_no_socket_even_when_it_was_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = export_socket("vmexport-killed")
+    assert path is not None and path.startswith(str(tmp_path))
+    Path(path).parent.mkdir(mode=0o700)
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(path)  # as a killed server leaves it: bound, never removed
+    left.close()
+    assert not stop_server(_Stopping(False), "vmexport-killed")  # type: ignore[arg-type]
+    assert Path(path).exists()
+    assert stop_server(_Stopping(True), "vmexport-killed")  # type: ignore[arg-type]
+    assert not Path(path).exists()

@@ -63,7 +63,8 @@ def _forwardable(headers: object, length: bool = False) -> dict[str, str]:
 
 
 class ExportProxy:
-    """Forwards `<rest>` of each matching path to the export's server over one bounded pool."""
+    """Forwards `<rest>` of each matching path to the export's server, over TLS or over its
+    Unix socket on this host, within the bounds of one pool."""
 
     def __init__(self, routes: RoutesFile, pool: PoolSettings | None = None) -> None:
         self.routes = routes

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -190,6 +191,13 @@ def export_socket(job_id: str) -> str | None:
     runtime directory (owner-only); None where that path is too long for a socket."""
     path = str(runtime_dir() / SOCKETS_DIR / f"{job_id}.sock")
     return path if len(os.fsencode(path)) <= SOCKET_PATH_MAX else None
+
+
+def drop_socket(job_id: str) -> None:
+    """Remove the socket a killed export server `job_id` left (a stopped one removes its own)."""
+    path = export_socket(job_id)
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
 
 
 def export_route(

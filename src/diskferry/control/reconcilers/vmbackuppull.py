@@ -40,6 +40,7 @@ from diskferry.control.reconcilers.vmexport import (
     ready_route,
     recorded_port,
     start_server,
+    stop_server,
 )
 from diskferry.control.resources.virtualmachine import MachinePhase
 from diskferry.control.resources.vmbackup import BackupPhase, VirtualMachineBackup
@@ -102,7 +103,7 @@ class PullBackup:
     def unserve(self, obj: VirtualMachineBackup) -> bool:
         """Drop the route and stop the worker; False while it still runs."""
         self.proxy.drop_route(*self._route(obj))
-        return self.imports.stop(self.job_id(obj))
+        return stop_server(self, self.job_id(obj))
 
     def step(self, obj: VirtualMachineBackup, source: Source) -> Result:
         """Start the point, follow it while it is served, and complete it at its end."""

@@ -31,6 +31,7 @@ from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, ta
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.exportproxy import (
     ProxyKeeper,
+    drop_socket,
     export_route,
     export_socket,
     job_details,
@@ -122,11 +123,13 @@ def recorded_port(client: Client, obj: M) -> tuple[M, int]:
 
 
 class ServerKeeper(Protocol):
-    """What starts an export worker: the runner, the certificates, the proxy."""
+    """What starts and stops an export worker: the runner, the certificates, the proxy, and
+    the jobs' bookkeeping."""
 
     runner: Runner
     certs: ServerCerts
     proxy: ProxyKeeper
+    imports: Imports
 
 
 def start_server(
@@ -162,6 +165,15 @@ def start_server(
         served["unixSocket"] = unix_socket
     files = {**keeper.certs.files([HOST]), TOKEN_FILE: token.value}
     keeper.runner.start(job_id, EXPORT_MODULE, served, files)
+
+
+def stop_server(keeper: ServerKeeper, job_id: str) -> bool:
+    """Stop the export worker `job_id`, its files and a socket it was killed before removing
+    gone; False while it still runs."""
+    if not keeper.imports.stop(job_id):
+        return False
+    drop_socket(job_id)
+    return True
 
 
 def ready_route(
@@ -351,7 +363,7 @@ class VirtualMachineExportReconciler:
     def _unserve(self, obj: VirtualMachineExport) -> bool:
         """Drop the export's route and stop its server; False while the server still runs."""
         self.proxy.drop_route(*self._key(obj))
-        return self.imports.stop(self.job_id(obj))
+        return stop_server(self, self.job_id(obj))
 
     def _expire(self, obj: VirtualMachineExport) -> Result:
         """The TTL is reached: the server stopped, Terminated without links, then the export
