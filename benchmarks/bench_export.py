@@ -98,7 +98,13 @@ class Setup:
     def ca(self) -> Path:
         return self.root / "ca" / "ca.crt"
 
-    def export_args(self, volume: Path) -> list[str]:
+    @property
+    def hop(self) -> Path:
+        """The Unix socket of the export server behind the proxy."""
+        return self.root / "hop.sock"
+
+    def export_args(self, volume: Path, unix_socket: Path | None = None) -> list[str]:
+        hop = ["--unix-socket", str(unix_socket)] if unix_socket is not None else []
         return [
             "export",
             "serve",
@@ -112,25 +118,31 @@ class Setup:
             str(self.root / "ca"),
             "--san",
             "127.0.0.1",
+            *hop,
         ]
 
-    def proxy_args(self, export: Server) -> list[str]:
+    def proxy_args(self, export: Server, unix_socket: Path | None = None) -> list[str]:
         routes = self.root / "routes.yaml"
         route = {"namespace": "default", "name": "bench", "url": export.url, "caFile": str(self.ca)}
+        if unix_socket is not None:
+            route["unixSocket"] = str(unix_socket)
         routes.write_text(yaml.safe_dump({"exports": [{**route, "ready": True}]}))
         ca_dir = str(self.root / "ca")
         return ["proxy", "serve", "--routes", str(routes), "--cert-dir", ca_dir]
 
     @contextlib.contextmanager
-    def export(self, volume: Path) -> Iterator[Server]:
-        with diskferry_server(self.export_args(volume), self.root / "export.log") as s:
+    def export(self, volume: Path, unix_socket: Path | None = None) -> Iterator[Server]:
+        args = self.export_args(volume, unix_socket)
+        with diskferry_server(args, self.root / "export.log") as s:
             yield s
 
     @contextlib.contextmanager
     def proxied(self, volume: Path) -> Iterator[tuple[Server, Server]]:
+        """An export server and the proxy in front of it, over the server's Unix socket, as
+        when both run on one host."""
         with (
-            self.export(volume) as exp,
-            diskferry_server(self.proxy_args(exp), self.root / "proxy.log") as proxy,
+            self.export(volume, self.hop) as exp,
+            diskferry_server(self.proxy_args(exp, self.hop), self.root / "proxy.log") as proxy,
         ):
             yield exp, proxy
 

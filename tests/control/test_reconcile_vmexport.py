@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import stat
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,8 +17,8 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
 from diskferry.control.errors import NotFoundError
-from diskferry.control.reconcilers.exportproxy import PROXY_JOB
-from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
+from diskferry.control.reconcilers.exportproxy import PROXY_JOB, export_socket
+from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port, stop_server
 from diskferry.control.resources.core import SECRETS
 
 EXPORT = "VirtualMachineExport"
@@ -97,6 +98,11 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
         assert get_when_up(raw_url(link), link["cert"], token) == (200, claim)
         assert get(raw_url(link), link["cert"], "not-the-token")[0] == 401
         assert get(raw_url(link), link["cert"], None)[0] == 401
+    # the proxy reached the server over its Unix socket, in plain HTTP
+    route = daemon.controllers.proxy.routes()[("default", "ex1")]
+    assert route.ready and route.unix_socket is not None
+    hop = Path(route.unix_socket)
+    assert stat.S_ISSOCK(hop.lstat().st_mode) and stat.S_IMODE(hop.lstat().st_mode) == 0o600
     secret = _secret(daemon, "export-token-ex1")
     assert secret is not None
     assert secret["metadata"]["ownerReferences"][0]["uid"] == export["metadata"]["uid"]
@@ -108,6 +114,7 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
 
     daemon.delete(EXPORT, "ex1")
     _gone(daemon, export)
+    assert not hop.exists()
     wait_until(lambda: _secret(daemon, "export-token-ex1") is None, 30)
     assert token not in caplog.text
     wait_until(lambda: not daemon.workers(PROXY_JOB), 30)  # the last export took the proxy
@@ -224,3 +231,30 @@ def test_an_export_whose_disk_goes_stops_serving(daemon, nginx, images) -> None:
     job = f"vmexport-{export['metadata']['uid']}"
     wait_until(lambda: not daemon.workers(job) and not daemon.export_jobs(), 30)
     assert ("default", "ex5") not in daemon.controllers.proxy.routes()
+
+
+class _Stopping:
+    """A keeper whose worker stops (or not yet) when asked."""
+
+    def __init__(self, stops: bool) -> None:
+        self.imports = self
+        self.stops = stops
+
+    def stop(self, job_id: str) -> bool:
+        return self.stops
+
+
+def test_a_stopped_server_leaves_no_socket_even_when_it_was_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = export_socket("vmexport-killed")
+    assert path is not None and path.startswith(str(tmp_path))
+    Path(path).parent.mkdir(mode=0o700)
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(path)  # as a killed server leaves it: bound, never removed
+    left.close()
+    assert not stop_server(_Stopping(False), "vmexport-killed")  # type: ignore[arg-type]
+    assert Path(path).exists()
+    assert stop_server(_Stopping(True), "vmexport-killed")  # type: ignore[arg-type]
+    assert not Path(path).exists()

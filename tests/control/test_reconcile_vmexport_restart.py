@@ -99,20 +99,22 @@ def test_a_server_that_ends_is_started_again_on_its_port(data_dir, started, ngin
     export = daemon.wait_phase(EXPORT, "ex1", "Ready", timeout=60)
     uid = export["metadata"]["uid"]
     pid = _worker(daemon, uid)
+    hop = Path(daemon.controllers.proxy.routes()[("default", "ex1")].unix_socket or "")
+    killed = hop.lstat().st_ino
     os.killpg(pid, signal.SIGKILL)
     wait_until(lambda: "ServerRestarted" in {e["reason"] for e in daemon.events("ex1")}, 30)
     wait_until(lambda: _ready_again(daemon, "ex1"), 60)
+    # the socket the killed server left was replaced by its successor's, which the proxy uses
+    assert hop.lstat().st_ino != killed
     again = daemon.get(EXPORT, "ex1")
     assert _worker(daemon, uid) != pid
     annotations = again["metadata"]["annotations"]
     assert annotations[PORT_ANNOTATION] == export["metadata"]["annotations"][PORT_ANNOTATION]
     assert again["status"]["links"] == export["status"]["links"]
-    internal = again["status"]["links"]["internal"]
     token = daemon.token("export-token-ex1")
-    assert get(raw_url(internal), internal["cert"], token) == (
-        200,
-        daemon.claim(disk).read_bytes(),
-    )
+    claim = daemon.claim(disk).read_bytes()
+    for link in again["status"]["links"]["internal"], again["status"]["links"]["external"]:
+        assert get_when_up(raw_url(link), link["cert"], token) == (200, claim)
 
 
 def test_a_daemon_started_again_finds_its_exports_serving(data_dir, started, nginx, images) -> None:

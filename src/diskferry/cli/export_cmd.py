@@ -71,6 +71,10 @@ def export_serve(
     external_ca: Annotated[
         Path | None, typer.Option(help="CA (PEM) of the external URL; default: this server's.")
     ] = None,
+    unix_socket: Annotated[
+        Path | None,
+        typer.Option(help="Also serve plain HTTP on this Unix socket, for a proxy on this host."),
+    ] = None,
     tls_settings: TlsSettingsFile = None,
     header_timeout: HeaderTimeout = "10s",
     idle_timeout: IdleTimeout = "60s",
@@ -105,6 +109,7 @@ def export_serve(
         ttl=lifetime,
         manifest=path_text(manifest),
         links=links,
+        unix_socket=path_text(unix_socket),
         **listening(cert_dir, san, address, port, tls_settings),
         **timing,
     )

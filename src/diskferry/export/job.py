@@ -57,6 +57,12 @@ class ExportJob(WorkerJob, Listening):
     grace: float = Field(default=60.0, ge=0)
     manifest: str | None = Field(default=None, description="the VM manifest (YAML file)")
     links: LinkSettings | None = None
+    unix_socket: str | None = Field(
+        default=None,
+        alias="unixSocket",
+        description="also serve plain HTTP on this Unix socket (owner-only), for a proxy on "
+        "this host; the token is checked there too",
+    )
 
     @model_validator(mode="after")
     def _distinct_volumes(self) -> ExportJob:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import re
 import ssl
-from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from diskferry.export.routes import RoutesFile
+from diskferry.export.backends import Backends, PoolSettings
+from diskferry.export.routes import Route, RoutesFile
 from diskferry.export.server import problem_response
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ _HOP_BY_HOP = frozenset(
 )
 # the body's length goes on to the backend as the client gave it, a response's is set anew
 _LENGTH = "content-length"
+# the base of a request to a server over its Unix socket, where the host names nothing
+_UNIX_BASE = "http://localhost"
 # Per stream the proxy holds about twice the read buffer from the backend, and towards the
 # client the write buffer plus one piece. TLS keeps, for as long as a client's connection
 # lives, a buffer as large as the most it ever had to encrypt ahead of the socket: with
@@ -48,17 +51,6 @@ _LENGTH = "content-length"
 _READ_BUFFER = 64 << 10
 _WRITE_BUFFER = 64 << 10
 _PIECE = 64 << 10
-
-
-@dataclass
-class PoolSettings:
-    """The shared client pool: sizes and timeouts in seconds (no total timeout on a body)."""
-
-    limit: int = 100
-    per_backend: int = 20
-    idle: float = 30.0
-    connect: float = 10.0
-    headers: float = 30.0
 
 
 def _forwardable(headers: object, length: bool = False) -> dict[str, str]:
@@ -71,13 +63,13 @@ def _forwardable(headers: object, length: bool = False) -> dict[str, str]:
 
 
 class ExportProxy:
-    """Forwards `<rest>` of each matching path to the export's server over one bounded pool."""
+    """Forwards `<rest>` of each matching path to the export's server, over TLS or over its
+    Unix socket on this host, within the bounds of one pool."""
 
     def __init__(self, routes: RoutesFile, pool: PoolSettings | None = None) -> None:
         self.routes = routes
         self.pool = pool or PoolSettings()
-        self._session: aiohttp.ClientSession | None = None
-        self._upload_timeout: aiohttp.ClientTimeout | None = None
+        self.backends = Backends(self.pool, _READ_BUFFER)
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -88,28 +80,20 @@ class ExportProxy:
         return app
 
     async def _open(self, app: web.Application) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=self.pool.limit,
-            limit_per_host=self.pool.per_backend,
-            keepalive_timeout=self.pool.idle,
-        )
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=self.pool.connect, sock_read=self.pool.headers
-        )
-        self._upload_timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=self.pool.connect, sock_read=None
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            auto_decompress=False,
-            read_bufsize=_READ_BUFFER,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
-        )
+        await self.backends.open()
 
     async def _close(self, app: web.Application) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.backends.close()
+
+    def _target(self, route: Route, rest: str, query: str) -> tuple[URL, dict[str, Any]]:
+        """The URL of `rest` on the route's server, and how to reach it: over its Unix socket
+        in plain HTTP, or over TLS verified with its CA (which may raise OSError, SSLError)."""
+        if route.unix_socket is not None:
+            base, how = _UNIX_BASE, {}
+        else:
+            base, how = route.url.rstrip("/"), {"ssl": self.routes.client_context(route)}
+        url = base + "/" + rest + ("?" + query if query else "")
+        return URL(url, encoded=True), how
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         # The raw path, so that percent-escapes reach the export server as the client sent them.
@@ -127,37 +111,37 @@ class ExportProxy:
             return problem_response(404, "UnknownExport", f"no export {namespace}/{name}")
         if not route.ready:
             return problem_response(503, "ExportNotReady", f"{namespace}/{name} is not ready")
-        url = route.url.rstrip("/") + "/" + rest
-        if request.query_string:
-            url += "?" + request.query_string
-        assert self._session is not None
         try:
-            context: ssl.SSLContext = self.routes.client_context(route)
+            url, how = self._target(route, rest, request.query_string)
         except (OSError, ssl.SSLError) as e:
             log.warning("export %s/%s: cannot load its CA: %s", namespace, name, e)
             return problem_response(502, "BadBackendCA", f"no usable CA for {namespace}/{name}")
-        try:
-            # an upload is answered once the backend has taken all of it in: no read timeout
-            body = {"data": request.content, "timeout": self._upload_timeout}
-            upstream = await self._session.request(
-                request.method,
-                URL(url, encoded=True),
-                headers=_forwardable(request.headers, length=request.body_exists),
-                ssl=context,
-                allow_redirects=False,
-                **(body if request.body_exists else {}),
-            )
-        except aiohttp.ClientConnectorCertificateError as e:
-            log.warning("export %s/%s: backend certificate refused: %s", namespace, name, e)
-            return problem_response(
-                502, "BackendCertificateRefused", f"the server of {namespace}/{name} is not trusted"
-            )
-        except TimeoutError:
-            return problem_response(504, "BackendTimeout", f"{namespace}/{name} did not answer")
-        except (aiohttp.ClientError, OSError) as e:
-            log.warning("export %s/%s: backend failed: %s", namespace, name, e)
-            return problem_response(502, "BackendUnavailable", f"cannot reach {namespace}/{name}")
-        return await self._relay(request, upstream)
+        if request.body_exists:
+            how.update(data=request.content, timeout=self.backends.upload_timeout)
+        async with self.backends.session(route.unix_socket, self.routes.unix_sockets) as session:
+            try:
+                upstream = await session.request(
+                    request.method,
+                    url,
+                    headers=_forwardable(request.headers, length=request.body_exists),
+                    allow_redirects=False,
+                    **how,
+                )
+            except aiohttp.ClientConnectorCertificateError as e:
+                log.warning("export %s/%s: backend certificate refused: %s", namespace, name, e)
+                return problem_response(
+                    502,
+                    "BackendCertificateRefused",
+                    f"the server of {namespace}/{name} is not trusted",
+                )
+            except TimeoutError:
+                return problem_response(504, "BackendTimeout", f"{namespace}/{name} did not answer")
+            except (aiohttp.ClientError, OSError) as e:
+                log.warning("export %s/%s: backend failed: %s", namespace, name, e)
+                return problem_response(
+                    502, "BackendUnavailable", f"cannot reach {namespace}/{name}"
+                )
+            return await self._relay(request, upstream)
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse

@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 
 
 class Route(BaseModel):
-    """One export: where its server is, the CA that verifies it, and whether it is ready."""
+    """One export: where its server is, the CA that verifies it, and whether it is ready; with
+    `unixSocket`, the proxy reaches the server in plain HTTP on that socket of this host
+    instead of over TLS at `url`."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -26,6 +28,7 @@ class Route(BaseModel):
     url: str
     ca_file: str | None = Field(None, alias="caFile")
     ready: bool = True
+    unix_socket: str | None = Field(None, alias="unixSocket")
 
 
 class RoutesDocument(BaseModel):
@@ -65,6 +68,10 @@ class RoutesFile:
             except RoutesError as e:
                 log.warning("keeping the previous routes: %s", e)
         return self._routes.get((namespace, name))
+
+    def unix_sockets(self) -> set[str]:
+        """The Unix sockets the routes name, as the file said when last read."""
+        return {r.unix_socket for r in self._routes.values() if r.unix_socket is not None}
 
     def client_context(self, route: Route) -> ssl.SSLContext:
         """The TLS context that verifies the route's server against its CA, cached per CA file."""

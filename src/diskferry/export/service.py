@@ -7,6 +7,7 @@ how it ended. The listening port and URLs are published as details once known.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -14,11 +15,12 @@ from pathlib import Path
 
 from diskferry.disk.progress import Progress
 from diskferry.export.accesslog import RedactingAccessLogger
+from diskferry.export.backends import PoolSettings
 from diskferry.export.errors import ExportError
 from diskferry.export.job import ExportJob, ExportPhase, ProxyJob, ServeResult
 from diskferry.export.links import export_links
 from diskferry.export.manifests import load_manifest
-from diskferry.export.proxy import ExportProxy, PoolSettings
+from diskferry.export.proxy import ExportProxy
 from diskferry.export.routes import RoutesFile
 from diskferry.export.server import ExportServer
 from diskferry.export.token import TokenFile
@@ -49,7 +51,8 @@ def write_json(path: str, obj: object) -> None:
 
 
 class _Announcer:
-    """Publishes where a server listens (and `links`, its other URLs), and remembers the port."""
+    """Publishes where a server listens (its port, its Unix socket if any, and `links`, its other
+    URLs), and remembers the port."""
 
     def __init__(
         self,
@@ -58,24 +61,29 @@ class _Announcer:
         progress: Progress,
         reporter: Reporter,
         links: dict[str, str] | None = None,
+        unix_socket: str | None = None,
     ) -> None:
         self.what, self.job, self.progress, self.reporter = what, job, progress, reporter
         self.links = links or {}
+        self.unix_socket = unix_socket
         self.port = 0
 
     def __call__(self, port: int) -> None:
         self.port = port
         address = self.job.listen_address
         url = f"https://{address}:{port}"
+        where = url if self.unix_socket is None else f"{url} and {self.unix_socket}"
+        facts = {**self.links, **({"unixSocket": self.unix_socket} if self.unix_socket else {})}
         self.progress.set_phase(ExportPhase.SERVING)
-        self.reporter.details(listenAddress=address, listenPort=port, url=url, **self.links)
-        self.reporter.event(EventType.NORMAL, "Listening", f"{self.what} listening on {url}")
+        self.reporter.details(listenAddress=address, listenPort=port, url=url, **facts)
+        self.reporter.event(EventType.NORMAL, "Listening", f"{self.what} listening on {where}")
 
 
 def serve_export(
     job: ExportJob, progress: Progress, stop: threading.Event, reporter: Reporter = QUIET
 ) -> ServeResult:
-    """Serve the job's volumes over HTTPS until `stop` or the TTL, then drain up to the grace."""
+    """Serve the job's volumes over HTTPS (and on its Unix socket, when it names one) until
+    `stop` or the TTL, then drain up to the grace."""
     progress.set_phase(ExportPhase.STARTING)
     token = TokenFile(job.token_file)
     manifest = load_manifest(job.manifest) if job.manifest is not None else None
@@ -101,7 +109,7 @@ def serve_export(
                 )
                 write_json(job.links.file, found)
             links = {"internalUrl": job.links.internal_url, "externalUrl": job.links.external_url}
-        announce = _Announcer(what, job, progress, reporter, links)
+        announce = _Announcer(what, job, progress, reporter, links, job.unix_socket)
 
         async def drain(expired: bool) -> None:
             nonlocal cut
@@ -114,10 +122,11 @@ def serve_export(
                     f"{what}: transfers still running after the grace period are cut",
                 )
 
+        options = job.serve_options(job.ttl, job.grace, RedactingAccessLogger)
         expired = run(
             server.app(),
             tls,
-            job.serve_options(job.ttl, job.grace, RedactingAccessLogger),
+            dataclasses.replace(options, unix_socket=job.unix_socket),
             stop,
             announce,
             drain,

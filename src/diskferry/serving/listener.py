@@ -1,4 +1,5 @@
-"""Serving an aiohttp app over TLS, with a request-header deadline and an idle keep-alive limit.
+"""Serving an aiohttp app over TLS, with a request-header deadline and an idle keep-alive limit;
+and, for peers on the same host, the same app in plain HTTP on a Unix socket.
 
 aiohttp has no timeout for request headers of its own: a client that sends them a byte at a
 time would hold its connection forever. Each connection here must finish its TLS handshake, and
@@ -26,6 +27,7 @@ from aiohttp import web
 from diskferry.serving.accesslog import AccessLogger
 from diskferry.serving.errors import ServeError
 from diskferry.serving.tls import ServerTls
+from diskferry.serving.unix_socket import UnixSocket, bind_unix
 
 _HEADERS_END = b"\r\n\r\n"
 _AppHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -158,7 +160,8 @@ async def _mark_requests(request: web.Request, handler: _AppHandler) -> web.Stre
 
 
 class HttpsListener:
-    """An app served on one TLS socket; stop() lets requests in flight finish up to a grace."""
+    """An app served on one TLS socket (and a Unix socket when asked); stop() lets requests in
+    flight finish up to a grace."""
 
     def __init__(
         self,
@@ -174,6 +177,8 @@ class HttpsListener:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
+        self._unix_server: asyncio.Server | None = None
+        self._unix_socket: UnixSocket | None = None
         self._connections = _Connections()
         self._grace = 0.0
 
@@ -192,12 +197,10 @@ class HttpsListener:
             access_log=logging.getLogger(self.access_log_class.logger_name),
         )
         await self._runner.setup()
-        make_aiohttp_protocol = self._runner.server
-        assert make_aiohttp_protocol is not None
 
         def factory() -> _Connection:
             self.tls.refresh()
-            return _Connection(make_aiohttp_protocol(), self.timeouts.header, self._connections)
+            return self._connection()
 
         self._grace = grace
         try:
@@ -217,6 +220,24 @@ class HttpsListener:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
+    async def listen_unix(self, path: str) -> None:
+        """Serve the app started on TLS also in plain HTTP on a Unix socket at `path` (owner-only,
+        a stale one replaced), removed again by stop()."""
+        self._unix_socket = bind_unix(path)
+        try:
+            self._unix_server = await asyncio.get_running_loop().create_unix_server(
+                self._connection, sock=self._unix_socket.sock
+            )
+        except OSError as e:
+            self._unix_socket.sock.close()
+            self._unix_socket.remove()
+            raise ServeError(f"cannot listen on {path}: {e.strerror or e}") from e
+
+    def _connection(self) -> _Connection:
+        """A new connection's protocol: aiohttp's, under the header deadline."""
+        assert self._runner is not None and self._runner.server is not None, "start() first"
+        return _Connection(self._runner.server(), self.timeouts.header, self._connections)
+
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close the rest.
 
@@ -225,6 +246,10 @@ class HttpsListener:
         """
         if self._server is not None:
             self._server.close()
+        if self._unix_server is not None:
+            self._unix_server.close()
+        if self._unix_socket is not None:
+            self._unix_socket.remove()
         if self._runner is not None:
             await self._runner.cleanup()
         await self._connections.all_closed(self._grace)

@@ -23,10 +23,12 @@ _STOP_POLL_SECONDS = 0.1
 
 @dataclass
 class ServeOptions:
-    """Where to listen, how long to live, and the server-side limits."""
+    """Where to listen (TLS on host:port, and plain HTTP on `unix_socket` for peers on this host
+    when given), how long to live, and the server-side limits."""
 
     host: str = "0.0.0.0"
     port: int = 8443
+    unix_socket: str | None = None
     ttl: float | None = None
     grace: float = 60.0
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -55,6 +57,8 @@ async def _serve(
     listener = HttpsListener(app, tls, opts.timeouts, opts.access_log_class)
     await listener.start(opts.host, opts.port, grace=opts.grace)
     try:
+        if opts.unix_socket is not None:
+            await listener.listen_unix(opts.unix_socket)
         on_listening(listener.port)
         expired = not await _stopped(stop, opts.ttl)
         if on_stop is not None:

@@ -1,6 +1,8 @@
 """The export proxy as the daemon keeps it: one proxy worker on the documented port, its routes
 file rewritten (atomically) as exports come and go, restarted when it ends, its certificate
-renewed at half its life.
+renewed at half its life. The export servers run on this host, so each also listens on a Unix
+socket in the runtime directory and the proxy reaches it there in plain HTTP, with no TLS on
+that hop; a server that names no socket is reached over TLS.
 
 The proxy runs while there is a route: it starts with the first export and stops (its
 downloads given their grace) once the last one goes. Its routes live in its job's directory,
@@ -10,26 +12,37 @@ so a daemon started again reads them back and a restarted proxy gets them all.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import Imports
-from diskferry.control.runner.base import Runner
+from diskferry.control.runner.base import JobState, Runner
 from diskferry.export.routes import Route, RoutesDocument
+from diskferry.qemu.storage_daemon import runtime_dir
 from diskferry.serving.certs import CA_CERT
 from diskferry.serving.defaults import PROXY_PORT
+from diskferry.serving.unix_socket import SOCKET_PATH_MAX
 
 log = logging.getLogger("diskferry.control")
 PROXY_ADDRESS = "127.0.0.1"
 PROXY_JOB = "export-proxy"
 PROXY_MODULE = "diskferry.export.worker"
 ROUTES_FILE = "routes.yaml"
+SOCKETS_DIR = "exports"
 ENSURE_SECONDS = 5.0
 PROXY_GRACE = 10.0
 API_PATH = "/api/export.kubevirt.io/v1beta1/namespaces/{namespace}/virtualmachineexports/{name}"
+
+
+def job_details(state: JobState | None) -> dict[str, Any]:
+    """The details a job published in its /progress, {} before it did."""
+    return ((state.progress or {}).get("details") or {}) if state else {}
 
 
 def routes_text(routes: dict[tuple[str, str], Route]) -> bytes:
@@ -75,8 +88,7 @@ class ProxyKeeper:
     def serving(self) -> bool:
         """Whether the proxy runs and listens."""
         state = self.runner.state(PROXY_JOB)
-        details = ((state.progress or {}).get("details") or {}) if state else {}
-        return bool(state and state.running and details.get("listenPort"))
+        return bool(state and state.running and job_details(state).get("listenPort"))
 
     def start(self) -> None:
         """Read back the routes a previous daemon left, and keep the proxy running."""
@@ -174,8 +186,30 @@ class ProxyKeeper:
             self.ensure()
 
 
-def export_route(namespace: str, name: str, port: int, ready: bool) -> Route:
-    """The route to an export server on 127.0.0.1:`port`, verified with the proxy's CA file."""
+def export_socket(job_id: str) -> str | None:
+    """Where the export server `job_id` is to listen for the proxy: a socket in this user's
+    runtime directory (owner-only); None where that path is too long for a socket."""
+    path = str(runtime_dir() / SOCKETS_DIR / f"{job_id}.sock")
+    return path if len(os.fsencode(path)) <= SOCKET_PATH_MAX else None
+
+
+def drop_socket(job_id: str) -> None:
+    """Remove the socket a killed export server `job_id` left (a stopped one removes its own)."""
+    path = export_socket(job_id)
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
+
+
+def export_route(
+    namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None
+) -> Route:
+    """The route to an export server on 127.0.0.1:`port`, verified with the proxy's CA file,
+    or over `unix_socket` when the server listens on one."""
     return Route(
-        namespace=namespace, name=name, url=f"https://127.0.0.1:{port}", caFile=CA_CERT, ready=ready
+        namespace=namespace,
+        name=name,
+        url=f"https://127.0.0.1:{port}",
+        caFile=CA_CERT,
+        ready=ready,
+        unixSocket=unix_socket,
     )

@@ -37,8 +37,10 @@ from diskferry.control.reconcilers.vmexport import (
     PORT_ANNOTATION,
     TOKEN_FILE,
     answers,
+    ready_route,
     recorded_port,
     start_server,
+    stop_server,
 )
 from diskferry.control.resources.virtualmachine import MachinePhase
 from diskferry.control.resources.vmbackup import BackupPhase, VirtualMachineBackup
@@ -101,7 +103,7 @@ class PullBackup:
     def unserve(self, obj: VirtualMachineBackup) -> bool:
         """Drop the route and stop the worker; False while it still runs."""
         self.proxy.drop_route(*self._route(obj))
-        return self.imports.stop(self.job_id(obj))
+        return stop_server(self, self.job_id(obj))
 
     def step(self, obj: VirtualMachineBackup, source: Source) -> Result:
         """Start the point, follow it while it is served, and complete it at its end."""
@@ -189,11 +191,13 @@ class PullBackup:
         self.certs.renew(self.runner, job_id, [HOST])
         port = int(obj.metadata.annotations.get(PORT_ANNOTATION, "0"))
         point, links = self._read(obj, POINT_FILE), self._read(obj, LINKS_FILE)
-        if point is None or links is None or not answers(port, self.certs.ca_pem()):
+        route = ready_route(self, job_id, self._route(obj), port)
+        unserved = point is None or links is None or route is None
+        if unserved or not answers(port, self.certs.ca_pem()):
             message = "the backup point is being checkpointed and its server started"
             move(self.client, obj, BackupPhase.PROGRESSING, "PreparingExport", message)
             return Result.requeue(POLL_SECONDS)
-        self.proxy.set_route(export_route(*self._route(obj), port, ready=True))
+        self.proxy.set_route(route)
         if not any(c.type == "Quiesced" for c in obj.status.conditions):
             conditions = quiesced(obj, obj.spec.skip_quiesce, point.get("consistency"))
             obj = self.client.patch_status(obj, {"conditions": conditions})

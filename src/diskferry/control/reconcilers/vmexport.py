@@ -3,7 +3,9 @@ token, on this machine (the internal link) and through the export proxy (the ext
 until the export is deleted at its TTL.
 
 Each export's server is an export worker on 127.0.0.1 with a port of its own, kept in an
-annotation so that a server started again (it is, when it ends unexpectedly) keeps its links.
+annotation so that a server started again (it is, when it ends unexpectedly) keeps its links;
+it also listens on a Unix socket of its own, and the proxy's route names the socket it says
+it listens on, so that the proxy reaches it without TLS.
 The worker gets its certificate (the daemon's CA, short-lived, renewed at half its life), its
 token and where to write its links as files; the links it writes become `status.links`.
 Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
@@ -27,7 +29,13 @@ from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
+from diskferry.control.reconcilers.exportproxy import (
+    ProxyKeeper,
+    drop_socket,
+    export_route,
+    export_socket,
+    job_details,
+)
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
@@ -52,6 +60,7 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
+from diskferry.export.routes import Route
 from diskferry.export.server import READY_PATH
 from diskferry.serving.certs import CA_CERT
 
@@ -114,11 +123,13 @@ def recorded_port(client: Client, obj: M) -> tuple[M, int]:
 
 
 class ServerKeeper(Protocol):
-    """What starts an export worker: the runner, the certificates, the proxy."""
+    """What starts and stops an export worker: the runner, the certificates, the proxy, and
+    the jobs' bookkeeping."""
 
     runner: Runner
     certs: ServerCerts
     proxy: ProxyKeeper
+    imports: Imports
 
 
 def start_server(
@@ -131,8 +142,8 @@ def start_server(
     job: dict[str, Any],
 ) -> None:
     """Start the export worker `job_id` for `job` (its kind, name, volumes and own fields) on
-    `port` for `left` seconds, with the token, a certificate for 127.0.0.1, and links through
-    the proxy's `route` (namespace, name)."""
+    `port` (and on its Unix socket) for `left` seconds, with the token, a certificate for
+    127.0.0.1, and links through the proxy's `route` (namespace, name)."""
     served = {
         **job,
         "tokenFile": TOKEN_FILE,
@@ -149,8 +160,31 @@ def start_server(
             "file": LINKS_FILE,
         },
     }
+    unix_socket = export_socket(job_id)
+    if unix_socket is not None:
+        served["unixSocket"] = unix_socket
     files = {**keeper.certs.files([HOST]), TOKEN_FILE: token.value}
     keeper.runner.start(job_id, EXPORT_MODULE, served, files)
+
+
+def stop_server(keeper: ServerKeeper, job_id: str) -> bool:
+    """Stop the export worker `job_id`, its files and a socket it was killed before removing
+    gone; False while it still runs."""
+    if not keeper.imports.stop(job_id):
+        return False
+    drop_socket(job_id)
+    return True
+
+
+def ready_route(
+    keeper: ServerKeeper, job_id: str, route: tuple[str, str], port: int
+) -> Route | None:
+    """The proxy's route to the export worker `job_id`: over the Unix socket it says it listens
+    on, else over TLS to `port`; None until it has said where it listens."""
+    details = job_details(keeper.runner.state(job_id))
+    if not details.get("listenPort"):
+        return None
+    return export_route(*route, port, ready=True, unix_socket=details.get("unixSocket"))
 
 
 class VirtualMachineExportReconciler:
@@ -288,10 +322,11 @@ class VirtualMachineExportReconciler:
             self.runner.write_file(job_id, TOKEN_FILE, token.value)
         self.certs.renew(self.runner, job_id, [HOST])
         links = self._links(job_id)
-        if links is None or not answers(port, self.certs.ca_pem()):
+        route = ready_route(self, job_id, self._key(obj), port)
+        if links is None or route is None or not answers(port, self.certs.ca_pem()):
             transition(self.client, obj, ExportPhase.PENDING, "Starting", STARTING, fields)
             return Result.requeue(POLL_SECONDS)
-        self.proxy.set_route(export_route(*self._key(obj), port, ready=True))
+        self.proxy.set_route(route)
         message = f"serving on https://{HOST}:{port} and through {self.proxy.base_url}"
         fields["links"] = links
         transition(self.client, obj, ExportPhase.READY, "ExportReady", message, fields)
@@ -328,7 +363,7 @@ class VirtualMachineExportReconciler:
     def _unserve(self, obj: VirtualMachineExport) -> bool:
         """Drop the export's route and stop its server; False while the server still runs."""
         self.proxy.drop_route(*self._key(obj))
-        return self.imports.stop(self.job_id(obj))
+        return stop_server(self, self.job_id(obj))
 
     def _expire(self, obj: VirtualMachineExport) -> Result:
         """The TTL is reached: the server stopped, Terminated without links, then the export

@@ -1,0 +1,108 @@
+"""The export proxy's connections to the export servers, under one bound: a pool of TLS
+connections over TCP, and a pool of plain HTTP connections per Unix socket of a server on
+this host (no TLS to decrypt on that hop). Each pool is kept and reused; a Unix socket's pool
+is closed once no route names the socket and no request uses it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+
+@dataclass
+class PoolSettings:
+    """The shared client pool: sizes and timeouts in seconds (no total timeout on a body)."""
+
+    limit: int = 100
+    per_backend: int = 20
+    idle: float = 30.0
+    connect: float = 10.0
+    headers: float = 30.0
+
+
+class Backends:
+    """At most `limit` requests at once to all servers, `per_backend` to each; `read_bufsize`
+    is what each response may buffer ahead of its reader."""
+
+    def __init__(self, pool: PoolSettings, read_bufsize: int) -> None:
+        self.pool = pool
+        self.read_bufsize = read_bufsize
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=pool.connect, sock_read=pool.headers
+        )
+        # an upload is answered once the server has taken all of it in: no read timeout
+        self.upload_timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=pool.connect, sock_read=None
+        )
+        self._slots = asyncio.Semaphore(pool.limit)
+        self._tcp: aiohttp.ClientSession | None = None
+        self._unix: dict[str, aiohttp.ClientSession] = {}
+        self._using: Counter[str] = Counter()
+
+    def _session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=self.timeout,
+            auto_decompress=False,
+            read_bufsize=self.read_bufsize,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+        )
+
+    async def open(self) -> None:
+        """Make the TCP pool (within the running event loop)."""
+        self._tcp = self._session(
+            aiohttp.TCPConnector(
+                limit=self.pool.limit,
+                limit_per_host=self.pool.per_backend,
+                keepalive_timeout=self.pool.idle,
+            )
+        )
+
+    async def close(self) -> None:
+        """Close every pool."""
+        sessions = [*self._unix.values(), *([self._tcp] if self._tcp is not None else [])]
+        self._unix.clear()
+        self._tcp = None
+        for session in sessions:
+            await session.close()
+
+    @contextlib.asynccontextmanager
+    async def session(
+        self, unix_socket: str | None, named: Callable[[], set[str]]
+    ) -> AsyncIterator[aiohttp.ClientSession]:
+        """The pool for one request, held for as long as the block runs: the Unix socket's
+        when one is given, else the TCP pool; `named` tells which sockets routes still name."""
+        async with self._slots:
+            if unix_socket is None:
+                assert self._tcp is not None, "open() first"
+                yield self._tcp
+                return
+            self._using[unix_socket] += 1
+            try:
+                session = self._unix.get(unix_socket)
+                if session is None:
+                    session = self._unix[unix_socket] = self._session(
+                        aiohttp.UnixConnector(
+                            unix_socket,
+                            limit=self.pool.per_backend,
+                            keepalive_timeout=self.pool.idle,
+                        )
+                    )
+                    await self._close_unnamed(named())
+                yield session
+            finally:
+                self._using[unix_socket] -= 1
+                if not self._using[unix_socket]:
+                    del self._using[unix_socket]
+
+    async def _close_unnamed(self, named: set[str]) -> None:
+        """Close the pools of sockets that no route names and no request uses."""
+        for path in list(self._unix):
+            # checked and taken out with no wait between, so no request gets a closing pool
+            if path in self._unix and path not in named and path not in self._using:
+                await self._unix.pop(path).close()
