@@ -331,9 +331,7 @@ class ResumingReader:
     def readinto(self, buf: bytearray | memoryview) -> int:
         """Read up to len(buf) bytes; 0 only at the true end of the body."""
         view = memoryview(buf).cast("B")
-        # straight from the standard library's response under urllib3's (it is never asked to
-        # decode): urllib3's own readinto reads into a new bytes object and copies that
-        return self._attempt(lambda resp: resp._fp.readinto(view), lambda n: n)
+        return self._attempt(lambda resp: resp.readinto(view), lambda n: n)
 
     def read(self, n: int = 1 << 20) -> bytes:
         """Read up to `n` bytes; b'' only at the true end of the body."""
