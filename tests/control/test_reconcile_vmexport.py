@@ -5,8 +5,10 @@ sources not ready and kinds that cannot be exported."""
 from __future__ import annotations
 
 import logging
+import shutil
 import socket
 import stat
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -245,11 +247,13 @@ class _Stopping:
 
 
 def test_a_stopped_server_leaves_no_socket_even_when_it_was_killed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    # a runtime directory short enough for a socket path (pytest's own may not be)
+    runtime = Path(tempfile.mkdtemp(prefix="dfsock", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     path = export_socket("vmexport-killed")
-    assert path is not None and path.startswith(str(tmp_path))
+    assert path is not None and path.startswith(str(runtime))
     Path(path).parent.mkdir(mode=0o700)
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     left.bind(path)  # as a killed server leaves it: bound, never removed
@@ -258,3 +262,4 @@ def test_a_stopped_server_leaves_no_socket_even_when_it_was_killed(
     assert Path(path).exists()
     assert stop_server(_Stopping(True), "vmexport-killed")  # type: ignore[arg-type]
     assert not Path(path).exists()
+    shutil.rmtree(runtime)
