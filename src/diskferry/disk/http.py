@@ -7,7 +7,6 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.client import HTTPException
 from typing import Any, TypeVar
 
 import urllib3
@@ -230,15 +229,10 @@ class HttpSource:
         return self._head
 
     def open_stream(
-        self,
-        offset: int = 0,
-        cancel: threading.Event | None = None,
-        end: int | None = None,
-        validator: str | None = None,
+        self, offset: int = 0, cancel: threading.Event | None = None, end: int | None = None
     ) -> ResumingReader:
-        """A reader of the body from `offset` (to `end`) that resumes after breaks; with
-        `validator`, only of the version of the resource it names."""
-        return ResumingReader(self, offset, cancel, end, validator)
+        """A reader of the body from `offset` (to `end`) that resumes after breaks."""
+        return ResumingReader(self, offset, cancel, end)
 
     def close(self) -> None:
         """Close pooled connections."""
@@ -246,12 +240,7 @@ class HttpSource:
 
 
 class ResumingReader:
-    """A file-like body reader; a dropped connection is retried with Range from where it broke.
-
-    `validator` (an ETag or Last-Modified of an earlier answer) goes in If-Range from the first
-    request on, so that a resource that changed since is refused rather than read; without
-    it, the first answer's is taken.
-    """
+    """A file-like body reader; a dropped connection is retried with Range from where it broke."""
 
     def __init__(
         self,
@@ -259,7 +248,6 @@ class ResumingReader:
         offset: int = 0,
         cancel: threading.Event | None = None,
         end: int | None = None,
-        validator: str | None = None,
     ) -> None:
         self.source = source
         self.start = offset
@@ -268,10 +256,9 @@ class ResumingReader:
         self.length: int | None = end
         self.content_type: str | None = None
         self.resumes = 0
-        self.ranges = False  # whether the server said it accepts Range
         self._cancel = cancel
         self._resp: urllib3.BaseHTTPResponse | None = None
-        self.validator = validator
+        self._validator: str | None = None
         self._open()
 
     def _open(self) -> None:
@@ -291,17 +278,16 @@ class ResumingReader:
         headers = {}
         if ranged:
             headers["Range"] = f"bytes={self.position}-{last}"
-            if self.validator:
-                headers["If-Range"] = self.validator
+            if self._validator:
+                headers["If-Range"] = self._validator
         resp = self.source.request("GET", headers, cancel=self._cancel)
         where = self.source.shown_url
         if ranged and resp.status != 206:
             resp.close()
-            if self.validator and resp.status == 200:
-                go_on = "resume" if self.position > self.start else "be read"
+            if self._validator and resp.status == 200:
                 raise SourceChangedError(
                     f"{where}: the resource changed during the transfer, "
-                    f"so it cannot {go_on} at byte {self.position}"
+                    f"so it cannot resume at byte {self.position}"
                 )
             raise RangeNotSupportedError(
                 f"{where}: the server does not support Range requests, "
@@ -317,10 +303,8 @@ class ResumingReader:
                     resp.status,
                     transient=False,
                 )
-        if self.validator is None:
-            self.validator = _validator(resp.headers)
-        accepted = resp.headers.get("Accept-Ranges", "").lower() == "bytes"
-        self.ranges = self.ranges or accepted or resp.status == 206
+        if self._validator is None:
+            self._validator = _validator(resp.headers)
         if self.content_type is None:
             self.content_type = resp.headers.get("Content-Type")
         length = resp.headers.get("Content-Length")
@@ -355,7 +339,7 @@ class ResumingReader:
                     raise ProtocolError("connection closed early")
                 self.position += n
                 return got
-            except (Urllib3Error, HTTPException, OSError) as e:
+            except (Urllib3Error, ConnectionError, OSError) as e:
                 attempt += 1
                 if attempt > self.source.retries:
                     raise TruncatedError(
