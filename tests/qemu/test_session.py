@@ -389,4 +389,4 @@ def test_a_point_whose_raw_volume_cannot_be_opened_keeps_qemu_s_map(vm: Vm, tmp_
             with NbdVolume.open(export.url, data_file=data_file) as volume:
                 assert volume.data_file is None
                 data = [(e.start, e.length) for e in volume.extents("zero") if not e.zero]
-        assert data == [(4 * MiB, 64 * KiB)]
+            assert data == [(4 * MiB, 64 * KiB)], data_file

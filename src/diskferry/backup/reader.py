@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from diskferry.backup.entries import Entry
 from diskferry.backup.pack_writer import PackWriter
-from diskferry.disk.blocks import split
+from diskferry.disk.blocks import packed, split
 from diskferry.disk.parallel import parallel_map
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
@@ -94,20 +94,6 @@ class WalkOnce:
         self._kept = kept
 
 
-def _batches(pieces: Iterator[Piece], limit: int) -> Iterator[list[Piece]]:
-    """The pieces in order, in lists of up to `limit` bytes (a larger piece alone)."""
-    batch: list[Piece] = []
-    size = 0
-    for piece in pieces:
-        if batch and size + piece.length > limit:
-            yield batch
-            batch, size = [], 0
-        batch.append(piece)
-        size += piece.length
-    if batch:
-        yield batch
-
-
 def store_pieces(
     volume: Volume,
     pieces: Iterator[Piece],
@@ -143,7 +129,5 @@ def store_pieces(
             for piece, chunk in zip(batch, chunks, strict=True)
         ]
 
-    for stored in parallel_map(
-        store, _batches(pieces, BATCH_BYTES), threads=threads, cancel=cancel
-    ):
+    for stored in parallel_map(store, packed(pieces, BATCH_BYTES), threads=threads, cancel=cancel):
         yield from stored

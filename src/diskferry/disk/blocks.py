@@ -8,7 +8,8 @@ range and the points where a cancel is seen are the same everywhere.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol, TypeVar
 
 from diskferry.disk.errors import check_cancel
 from diskferry.disk.extent import Extent
@@ -17,6 +18,36 @@ from diskferry.disk.zeros import data_runs
 
 # the most one zero call covers, so a cancel is seen between calls even on a huge range
 ZERO_STEP = 64 << 20
+
+
+class _Run(Protocol):
+    @property
+    def length(self) -> int: ...
+
+
+T = TypeVar("T", bound=_Run)
+
+
+def packed(
+    items: Iterable[T],
+    limit: int,
+    alone: Callable[[T], bool] = lambda _: False,
+) -> Iterator[list[T]]:
+    """The runs in lists of up to `limit` bytes in all (one larger run by itself); a run
+    `alone` says is its own list, as it comes, while the others go on filling theirs."""
+    batch: list[T] = []
+    size = 0
+    for item in items:
+        if alone(item):
+            yield [item]
+            continue
+        if batch and size + item.length > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += item.length
+    if batch:
+        yield batch
 
 
 def split(

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from diskferry.disk.blocks import split, write_block, zero_range
+from diskferry.disk.blocks import packed, split, write_block, zero_range
 from diskferry.disk.errors import check_cancel
 from diskferry.disk.extent import Extent
 from diskferry.disk.parallel import parallel_map
@@ -102,22 +102,13 @@ def copy(
     def tasks() -> Iterator[list[Extent]]:
         """Zero runs alone (counted here when the target reads as zeros already), a remote
         source's runs alone, other data blocks packed as many as one buffer holds."""
-        packed: list[Extent] = []
-        size = 0
-        for run in runs:
-            if run.zero and dst_zeroed:
-                done(run.length)
-                result.bytes_zero += run.length
-            elif run.zero or src.run_size is not None:
-                yield [run]
+        remote = src.run_size is not None
+        for task in packed(runs, block_size, alone=lambda e: e.zero or remote):
+            if task[0].zero and dst_zeroed:
+                done(task[0].length)
+                result.bytes_zero += task[0].length
             else:
-                if packed and size + run.length > block_size:
-                    yield packed
-                    packed, size = [], 0
-                packed.append(run)
-                size += run.length
-        if packed:
-            yield packed
+                yield task
 
     if extents is None:
         extents = src.extents("zero")
