@@ -158,7 +158,7 @@ def test_a_daemon_that_cannot_start_is_a_demo_error(tmp_path: Path) -> None:
 _INTERLEAVING = """
 import os, sys, time
 here = os.path.dirname(sys.argv[0])
-half, said = os.path.join(here, "half"), os.path.join(here, "said")
+half, said, whole = (os.path.join(here, name) for name in ("half", "said", "whole"))
 def until(path):
     while not os.path.exists(path):
         time.sleep(0.01)
@@ -167,11 +167,14 @@ if sys.argv[1] == "get":
     open(half, "w").close()
     until(said)
     sys.stdout.write("   50%\\n"); sys.stdout.flush()
+    open(whole, "w").close()
     time.sleep(60)
 else:
     until(half)
     print("virtualdisk.diskferry.io/vd-a condition met", flush=True)
     open(said, "w").close()
+    # the wait ends only once the watch has ended its line, so that stopping the watch cuts none
+    until(whole)
 """
 
 
