@@ -14,6 +14,7 @@ from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
 from diskferry.disk.errors import BAD_USAGE, DiskferryError
 from diskferry.disk.heap import limit_arenas
+from diskferry.disk.quick_exit import freeze_at_exit
 
 app = typer.Typer(
     name="diskferry",
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     A command stopped by SIGINT or SIGTERM prints `diskferry: cancelled` and exits 130 or 143.
     """
+    freeze_at_exit()
     limit_arenas()
     stop_on_signals()
     say_retries()

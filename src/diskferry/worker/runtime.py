@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.heap import limit_arenas
 from diskferry.disk.progress import Progress
+from diskferry.disk.quick_exit import freeze_at_exit
 from diskferry.disk.urls import without_credentials
 from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job
 from diskferry.worker.reporter import Reporter
@@ -187,6 +188,7 @@ def run_worker(
 ) -> NoReturn:
     """Run the job named in `argv` (else sys.argv), of one of `kinds` (`default` when the file
     names none), print its result as the last stdout line and exit with its code."""
+    freeze_at_exit()
     limit_arenas()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     _one_line_hooks()
