@@ -4,9 +4,11 @@ restore, and the repository operations (init, check, forget, prune, chain reset,
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from diskferry.backup.errors import PasswordError
@@ -39,6 +41,7 @@ class RepoAccess(WorkerJob):
         description="an AWS credentials file whose [default] profile holds the keys",
     )
     wait: bool = Field(default=False, description="wait for conflicting locks instead of refusing")
+    _opening: Future[Repository] | None = PrivateAttr(default=None)
 
     def password(self) -> str | None:
         """The password from the file, the named variable, or $DISKFERRY_PASSWORD."""
@@ -65,8 +68,28 @@ class RepoAccess(WorkerJob):
             secret_access_key=secret,
         )
 
+    def start_opening(self) -> None:
+        """Begin opening the repository in a thread of its own, for open_repository to take:
+        the key derivation (scrypt, a fifth of a second, out of the GIL) then goes on while
+        the caller imports and prepares what it runs next."""
+        opening: Future[Repository] = Future()
+
+        def run() -> None:
+            try:
+                opening.set_result(self._open())
+            except BaseException as e:  # handed to open_repository, which raises it
+                opening.set_exception(e)
+
+        self._opening = opening
+        threading.Thread(target=run, name="repository-open", daemon=True).start()
+
     def open_repository(self) -> Repository:
-        """Open the repository with the job's password and S3 settings."""
+        """Open the repository with the job's password and S3 settings (the opening that
+        start_opening began, once)."""
+        opening, self._opening = self._opening, None
+        return opening.result() if opening is not None else self._open()
+
+    def _open(self) -> Repository:
         from diskferry.backup.repository import Repository
 
         return Repository.open(self.repo, self.password(), s3=self.s3_options())

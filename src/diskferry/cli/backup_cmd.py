@@ -61,9 +61,7 @@ def backup_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Back up a VM's disks: incremental where CBT allows, full where it must, saying why."""
-    from diskferry.backup.engine import run_backup
     from diskferry.backup.job import BackupJob, DiskSource
-    from diskferry.disk.progress import Progress
 
     job = build_job(
         BackupJob,
@@ -77,6 +75,10 @@ def backup_command(
         tags=tag or [],
         **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
+    job.start_opening()
+    from diskferry.backup.engine import run_backup
+    from diskferry.disk.progress import Progress
+
     progress = Progress()
     left = "removed what it wrote: the repository is as it was"
     with (
@@ -121,8 +123,6 @@ def restore_command(
 ) -> None:
     """Restore a disk snapshot into a file or block device, in one pass."""
     from diskferry.backup.job import RestoreJob
-    from diskferry.backup.restore import run_restore
-    from diskferry.disk.progress import Progress
 
     if fmt not in ("raw", "qcow2"):
         raise typer.BadParameter("use raw or qcow2", param_hint="--format")
@@ -137,6 +137,10 @@ def restore_command(
         force=force,
         **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
+    job.start_opening()
+    from diskferry.backup.restore import run_restore
+    from diskferry.disk.progress import Progress
+
     progress = Progress()
     left = target_left(target)
     with cancellable(left) as cancel, progress_bar(progress, "restore", enabled=not no_progress):

@@ -1,0 +1,56 @@
+"""A job's repository opened ahead, in a thread: the same repository, the same errors."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from diskferry.backup.config import KdfParams
+from diskferry.backup.errors import PasswordError
+from diskferry.backup.job import RepoAccess
+from diskferry.backup.repository import Repository
+
+PASSWORD = "opening-ahead"
+
+
+@pytest.fixture
+def repo_url(tmp_path: Path) -> str:
+    url = str(tmp_path / "repo")
+    Repository.init(url, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
+    return url
+
+
+def _access(url: str, tmp_path: Path, password: str) -> RepoAccess:
+    secret = tmp_path / "password"
+    secret.write_text(password + "\n")
+    return RepoAccess(repo=url, passwordFile=str(secret))
+
+
+def test_the_opening_runs_in_its_own_thread_and_is_taken_once(
+    repo_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[str] = []
+    real_open = Repository.open
+
+    def recording_open(*args: object, **kwargs: object) -> Repository:
+        threads.append(threading.current_thread().name)
+        return real_open(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Repository, "open", recording_open)
+    access = _access(repo_url, tmp_path, PASSWORD)
+    access.start_opening()
+    with access.open_repository() as ahead, access.open_repository() as again:
+        assert ahead is not again
+        assert ahead.id == again.id
+    assert threads == ["repository-open", threading.current_thread().name]
+
+
+def test_a_wrong_password_fails_where_the_repository_is_taken(
+    repo_url: str, tmp_path: Path
+) -> None:
+    access = _access(repo_url, tmp_path, "not-it")
+    access.start_opening()
+    with pytest.raises(PasswordError, match="wrong password"):
+        access.open_repository()

@@ -1,0 +1,59 @@
+"""`diskferry backup` and `restore` open the repository in a thread of its own, while they
+load the engine they run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from diskferry.backup.config import KdfParams
+from diskferry.backup.repository import Repository
+
+PASSWORD = "opened ahead"
+
+_RUN = """
+import json, sys, threading
+from diskferry.backup.repository import Repository
+from diskferry.cli.main import app
+opened_in = []
+real_open = Repository.open
+def recording_open(*args, **kwargs):
+    opened_in.append(threading.current_thread().name)
+    return real_open(*args, **kwargs)
+Repository.open = recording_open
+code = app(args=sys.argv[1:], standalone_mode=False)
+print(json.dumps({"code": code, "openedIn": opened_in}))
+"""
+
+
+def _opened_in(*args: str) -> list[str]:
+    env = {**os.environ, "DISKFERRY_PASSWORD": PASSWORD}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["code"] in (None, 0), proc.stderr
+    return result["openedIn"]
+
+
+def test_backup_and_restore_open_the_repository_ahead(tmp_path: Path) -> None:
+    repo = str(tmp_path / "repo")
+    Repository.init(repo, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
+    volume = tmp_path / "disk.raw"
+    with open(volume, "wb") as f:
+        f.truncate(4 << 20)
+        f.write(os.urandom(1 << 20))
+    backup = ("backup", "--repo", repo, "--vm", "vm", "--disk", f"d={volume}", "--no-progress")
+    assert _opened_in(*backup) == ["repository-open"]
+    restored = tmp_path / "restored.raw"
+    restore = ("restore", "latest", str(restored), "--repo", repo, "--vm", "vm", "--disk", "d")
+    assert _opened_in(*restore, "--no-progress") == ["repository-open"]
+    assert restored.read_bytes() == volume.read_bytes()
