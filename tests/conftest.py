@@ -371,6 +371,7 @@ class Fault:
     redirect: str | None = None
     range_offset: int = 0
     changing: bool = False
+    validator: bool = True  # whether answers carry an ETag (one that changes when `changing`)
     dropped: int = 0
     answered: int = 0
     version: int = 0
@@ -420,8 +421,10 @@ class FaultServer:
         if fault.changing:
             fault.version += 1
             etag = f'"v{fault.version}"'
-            if request.headers.get("If-Range", etag) != etag:
-                wanted = None
+        elif fault.validator:
+            etag = '"v0"'
+        if etag and request.headers.get("If-Range", etag) != etag:
+            wanted = None
         if wanted and fault.ranges:
             first, _, last = wanted.removeprefix("bytes=").partition("-")
             start = int(first) + fault.range_offset

@@ -250,9 +250,11 @@ def _raw_to_raw(
     plain = not sniffed.compression and checksum is None
     local = bool(stream.local_path) and plain
     ranged = stream.ranged_volume() if plain and not local else None
-    # a source copied by offsets is read again from its start, sniffed head included
     by_offsets = local or ranged is not None
-    progress.set_total((stream.size or 0) + (stream.bytes_read if by_offsets else 0))
+    if by_offsets:
+        # the copy reads the source again from its start: the sniffed head counts once
+        progress.add(-stream.bytes_read)
+    progress.set_total(stream.size or 0)
     with target.open_prime() as dst:
         if by_offsets:
             with ranged or FileVolume(stream.local_path) as src:

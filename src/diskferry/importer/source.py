@@ -155,10 +155,13 @@ class SourceStream:
 
     def ranged_volume(self) -> HttpVolume | None:
         """The source as a volume read with Range requests, several at once, in place of the
-        stream: for an HTTP(S) source of known length whose server said it accepts Range, and
-        of that version of it only. The stream is closed then; None where it cannot be."""
+        stream: for an HTTP(S) source of known length whose server said it accepts Range and
+        named its version (ETag or Last-Modified), and of that version only, so that runs of
+        two versions are never mixed. The stream is closed then; None where it cannot be."""
         reader = self._reader
-        if self._http is None or reader is None or not reader.ranges or reader.length is None:
+        if self._http is None or reader is None or reader.length is None:
+            return None
+        if not reader.ranges or reader.validator is None:
             return None
         from diskferry.disk.http_volume import HttpVolume
 
