@@ -362,6 +362,7 @@ class Fault:
     ranges: bool = True
     drop_after: int | None = None
     drops: int = 1
+    drops_from: int = 0  # how many GET answers come whole before the drops start
     length_delta: int = 0
     trickle: float = 0.0
     piece: int = 64 * 1024
@@ -370,7 +371,9 @@ class Fault:
     redirect: str | None = None
     range_offset: int = 0
     changing: bool = False
+    validator: bool = True  # whether answers carry an ETag (one that changes when `changing`)
     dropped: int = 0
+    answered: int = 0
     version: int = 0
 
 
@@ -380,7 +383,8 @@ class FaultServer:
 
     url: str = ""
     faults: dict[str, Fault] = field(default_factory=dict)
-    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    # method, name, headers and the client's port of each request
+    requests: list[tuple[str, str, dict[str, str], int]] = field(default_factory=list)
 
     def add(self, name: str, path: Path | None = None, **knobs) -> str:
         """Serve `path` at /`name` with the faults in `knobs`; its URL."""
@@ -389,13 +393,18 @@ class FaultServer:
 
     def seen(self, name: str) -> list[dict[str, str]]:
         """Headers of the GET requests for /`name`, in order."""
-        return [h for method, n, h in self.requests if n == name and method == "GET"]
+        return [h for method, n, h, _ in self.requests if n == name and method == "GET"]
+
+    def connections(self, name: str) -> set[int]:
+        """The client ports the GET requests for /`name` came from: one a connection."""
+        return {port for method, n, _, port in self.requests if n == name and method == "GET"}
 
     async def handle(self, request):
         from aiohttp import web
 
         name = request.match_info["name"]
-        self.requests.append((request.method, name, dict(request.headers)))
+        port = request.transport.get_extra_info("peername")[1]
+        self.requests.append((request.method, name, dict(request.headers), port))
         fault = self.faults.get(name)
         if fault is None:
             raise web.HTTPNotFound()
@@ -412,8 +421,10 @@ class FaultServer:
         if fault.changing:
             fault.version += 1
             etag = f'"v{fault.version}"'
-            if request.headers.get("If-Range", etag) != etag:
-                wanted = None
+        elif fault.validator:
+            etag = '"v0"'
+        if etag and request.headers.get("If-Range", etag) != etag:
+            wanted = None
         if wanted and fault.ranges:
             first, _, last = wanted.removeprefix("bytes=").partition("-")
             start = int(first) + fault.range_offset
@@ -433,7 +444,9 @@ class FaultServer:
         if request.method == "HEAD":
             return resp
         cut = None
-        if fault.drop_after is not None and fault.dropped < fault.drops:
+        fault.answered += 1
+        dropping = fault.answered > fault.drops_from and fault.dropped < fault.drops
+        if fault.drop_after is not None and dropping:
             fault.dropped += 1
             cut = fault.drop_after
         body = memoryview(data)[start:end]

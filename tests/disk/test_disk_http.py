@@ -126,3 +126,13 @@ def test_connection_refused_is_an_http_error():
     with pytest.raises(HttpError, match=f"^http://127.0.0.1:{port}/x: cannot connect") as e:
         source.open_stream()
     assert "secret" not in e.value.message
+
+
+def test_volume_of_a_known_size_asks_no_head_and_reads_one_version(faulty, body):
+    url = faulty.add("body", body, changing=True)
+    with HttpVolume(HttpSource(url), size=len(BODY), validator='"v1"') as vol:
+        assert vol.read(1000, 5000) == BODY[1000:6000]
+        with pytest.raises(SourceChangedError, match="cannot be read at byte 7000"):
+            vol.read(7000, 5000)
+    assert [method for method, *_ in faulty.requests] == ["GET", "GET"]
+    assert [h.get("If-Range") for h in faulty.seen("body")] == ['"v1"', '"v1"']

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from export_support import TOKEN, curl, write_routes
+from export_support import TOKEN, MiB, curl, make_disk, write_routes
 from server_support import Running
 
 from diskferry.export.backends import Backends, PoolSettings
+from diskferry.export.download import DownloadRequest, download
 from diskferry.serving.certs import create_ca
 from diskferry.serving.errors import ServeError
 from diskferry.serving.unix_socket import bind_unix
@@ -179,3 +180,31 @@ def test_one_pool_per_socket_is_kept_and_closed_once_no_route_names_it() -> None
         assert b.closed and renewed.closed and tcp.closed
 
     asyncio.run(go())
+
+
+def test_streams_sharing_the_servers_buffers_over_the_unix_hop_stay_exact(
+    export_factory, proxy_factory, tmp_path: Path
+) -> None:
+    # runs of 1 MiB and 4 KiB: each run's last block is small, and is still waiting in the
+    # socket's queue when the next run's first block is read
+    runs = [(i * 3 * MiB, MiB + 4096) for i in range(48)]
+    disk = make_disk(tmp_path / "runs.img", 48 * 3 * MiB, runs, seed=7)
+    sock = tmp_path / "run" / "vm1.sock"
+    export = export_factory({"disk": disk}, "--unix-socket", str(sock))
+    routes = tmp_path / "routes.yaml"
+    route = {"namespace": "default", "name": "vm1", "url": export.url, "unixSocket": str(sock)}
+    write_routes(routes, [route])
+    proxy = proxy_factory(routes)
+    data = disk.read_bytes()
+    for attempt in range(5):
+        out = tmp_path / f"out-{attempt}.img"
+        req = DownloadRequest(
+            url=f"{proxy.url}{PREFIX}/volumes/disk/disk.img",
+            target=out,
+            token=TOKEN,
+            ca_bundle=str(proxy.ca),
+            connections=4,
+        )
+        download(req)
+        assert out.read_bytes() == data, f"download {attempt} differs"
+        out.unlink()

@@ -7,6 +7,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.client import HTTPException
 from typing import Any, TypeVar
 
 import urllib3
@@ -229,10 +230,15 @@ class HttpSource:
         return self._head
 
     def open_stream(
-        self, offset: int = 0, cancel: threading.Event | None = None, end: int | None = None
+        self,
+        offset: int = 0,
+        cancel: threading.Event | None = None,
+        end: int | None = None,
+        validator: str | None = None,
     ) -> ResumingReader:
-        """A reader of the body from `offset` (to `end`) that resumes after breaks."""
-        return ResumingReader(self, offset, cancel, end)
+        """A reader of the body from `offset` (to `end`) that resumes after breaks; with
+        `validator`, only of the version of the resource it names."""
+        return ResumingReader(self, offset, cancel, end, validator)
 
     def close(self) -> None:
         """Close pooled connections."""
@@ -240,7 +246,12 @@ class HttpSource:
 
 
 class ResumingReader:
-    """A file-like body reader; a dropped connection is retried with Range from where it broke."""
+    """A file-like body reader; a dropped connection is retried with Range from where it broke.
+
+    `validator` (an ETag or Last-Modified of an earlier answer) goes in If-Range from the first
+    request on, so that a resource that changed since is refused rather than read; without
+    it, the first answer's is taken.
+    """
 
     def __init__(
         self,
@@ -248,6 +259,7 @@ class ResumingReader:
         offset: int = 0,
         cancel: threading.Event | None = None,
         end: int | None = None,
+        validator: str | None = None,
     ) -> None:
         self.source = source
         self.start = offset
@@ -256,9 +268,10 @@ class ResumingReader:
         self.length: int | None = end
         self.content_type: str | None = None
         self.resumes = 0
+        self.ranges = False  # whether the server said it accepts Range
         self._cancel = cancel
         self._resp: urllib3.BaseHTTPResponse | None = None
-        self._validator: str | None = None
+        self.validator = validator
         self._open()
 
     def _open(self) -> None:
@@ -278,16 +291,19 @@ class ResumingReader:
         headers = {}
         if ranged:
             headers["Range"] = f"bytes={self.position}-{last}"
-            if self._validator:
-                headers["If-Range"] = self._validator
+            if self.validator:
+                headers["If-Range"] = self.validator
         resp = self.source.request("GET", headers, cancel=self._cancel)
         where = self.source.shown_url
         if ranged and resp.status != 206:
             resp.close()
-            if self._validator and resp.status == 200:
+            # a whole answer of the version named is a server that ignores Range
+            changed = _validator(resp.headers) != self.validator
+            if self.validator and resp.status == 200 and changed:
+                go_on = "resume" if self.position > self.start else "be read"
                 raise SourceChangedError(
                     f"{where}: the resource changed during the transfer, "
-                    f"so it cannot resume at byte {self.position}"
+                    f"so it cannot {go_on} at byte {self.position}"
                 )
             raise RangeNotSupportedError(
                 f"{where}: the server does not support Range requests, "
@@ -303,8 +319,10 @@ class ResumingReader:
                     resp.status,
                     transient=False,
                 )
-        if self._validator is None:
-            self._validator = _validator(resp.headers)
+        if self.validator is None:
+            self.validator = _validator(resp.headers)
+        accepted = resp.headers.get("Accept-Ranges", "").lower() == "bytes"
+        self.ranges = self.ranges or accepted or resp.status == 206
         if self.content_type is None:
             self.content_type = resp.headers.get("Content-Type")
         length = resp.headers.get("Content-Length")
@@ -339,7 +357,7 @@ class ResumingReader:
                     raise ProtocolError("connection closed early")
                 self.position += n
                 return got
-            except (Urllib3Error, ConnectionError, OSError) as e:
+            except (Urllib3Error, HTTPException, OSError) as e:
                 attempt += 1
                 if attempt > self.source.retries:
                     raise TruncatedError(

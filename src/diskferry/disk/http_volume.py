@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.http import HttpSource, RangeNotSupportedError, ResumingReader
 from diskferry.disk.volume import RunReader, Volume
@@ -13,22 +15,38 @@ RUN_SIZE = 64 << 20
 class HttpVolume(Volume):
     """Reads are Range requests on pooled, kept-alive connections; safe from many threads.
 
-    A run (`open_run`) is one request whose body is read block by block.
+    A run (`open_run`) is one request whose body is read block by block. `size` and
+    `validator` are what a GET of the resource said when it said Range is accepted; without
+    `size`, a HEAD asks. With a validator, every request names it in If-Range, so that reads
+    of a resource that changed fail instead of mixing two versions. `cancel` stops a run
+    waiting to resume.
     """
 
     readonly = True
     run_size = RUN_SIZE
 
-    def __init__(self, source: HttpSource) -> None:
+    def __init__(
+        self,
+        source: HttpSource,
+        *,
+        size: int | None = None,
+        validator: str | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
         self.source = source
-        length, ranges = source.head()
-        if length is None:
-            raise VolumeError(f"{source.shown_url}: the server sends no Content-Length")
-        if not ranges:
-            raise RangeNotSupportedError(
-                f"{source.shown_url}: the server does not accept Range requests"
-            )
-        self._size = length
+        self.validator = validator
+        self.cancel = cancel
+        self.resumes = 0  # of the runs read whole
+        self._lock = threading.Lock()
+        if size is None:
+            size, ranges = source.head()
+            if size is None:
+                raise VolumeError(f"{source.shown_url}: the server sends no Content-Length")
+            if not ranges:
+                raise RangeNotSupportedError(
+                    f"{source.shown_url}: the server does not accept Range requests"
+                )
+        self._size = size
 
     @property
     def size(self) -> int:
@@ -46,6 +64,11 @@ class HttpVolume(Volume):
         with self.open_run(offset, len(buf)) as run:
             run.read_into(buf)
 
+    def count_resumes(self, n: int) -> None:
+        """Add the `n` resumes of a run to `resumes`."""
+        with self._lock:
+            self.resumes += n
+
     def close(self) -> None:
         """Close pooled connections."""
         self.source.close()
@@ -59,8 +82,11 @@ class _HttpRun(RunReader):
 
     def __init__(self, volume: HttpVolume, offset: int, length: int) -> None:
         super().__init__(volume, offset, length)
+        self._volume = volume
         self._reader: ResumingReader | None = (
-            volume.source.open_stream(offset, end=offset + length) if length else None
+            volume.source.open_stream(offset, volume.cancel, offset + length, volume.validator)
+            if length
+            else None
         )
 
     def _fill(self, buf: memoryview | bytearray) -> None:
@@ -76,5 +102,6 @@ class _HttpRun(RunReader):
     def close(self) -> None:
         """Give the connection back, or drop it when the body was not read whole."""
         if self._reader is not None:
+            self._volume.count_resumes(self._reader.resumes)
             self._reader.close()
             self._reader = None

@@ -192,9 +192,12 @@ class ExportServer:
                 await resp.prepare(request)
                 if request.method != "HEAD":
                     async for block in body:
-                        # Slices keep what waits in each client's transport small.
+                        # Slices keep what waits in each client's transport small. A
+                        # transport may hold what it was given, unsent, after the write
+                        # returns (uvloop's does), while a block of the pool is read over
+                        # once the next is asked for: each slice goes as a copy.
                         for at in range(0, len(block), WRITE_SLICE):
-                            await resp.write(block[at : at + WRITE_SLICE])
+                            await resp.write(bytes(block[at : at + WRITE_SLICE]))
                 await resp.write_eof()
             except ConnectionError:
                 # A client that went away is the access log's line (bytes sent short of the

@@ -242,13 +242,22 @@ def _raw_to_raw(
     progress: Progress,
     cancel: threading.Event | None,
 ) -> tuple[int, int, int]:
-    """Stream (or, for a local plain file, copy extent by extent) straight into the target."""
-    copying = bool(stream.local_path) and not sniffed.compression and checksum is None
-    # a file copied extent by extent is read again from its start, sniffed head included
-    progress.set_total((stream.size or 0) + (stream.bytes_read if copying else 0))
+    """Copy a local plain file extent by extent, or a plain HTTP(S) source whose server
+    accepts Range in several runs at once, else stream the source, straight into the target.
+
+    A checksum is over the bytes in order, so a source to be checked is streamed.
+    """
+    plain = not sniffed.compression and checksum is None
+    local = bool(stream.local_path) and plain
+    ranged = stream.ranged_volume() if plain and not local else None
+    by_offsets = local or ranged is not None
+    if by_offsets:
+        # the copy reads the source again from its start: the sniffed head counts once
+        progress.add(-stream.bytes_read)
+    progress.set_total(stream.size or 0)
     with target.open_prime() as dst:
-        if copying:
-            with FileVolume(stream.local_path) as src:
+        if by_offsets:
+            with ranged or FileVolume(stream.local_path) as src:
                 result = copy(
                     src, dst, progress=progress, dst_zeroed=not target.block_device, cancel=cancel
                 )
@@ -265,12 +274,13 @@ def _raw_to_raw(
             )
             length = writer.write_from(sniffed.stream)
             read, written = stream.bytes_read, writer.bytes_written
-            if not target.block_device:
-                dst.truncate(length)  # a trailing run of zeros was left unwritten
             if sniffed.declared_size is not None and length < sniffed.declared_size:
                 raise ImageRefusedError(
                     f"the stream ended after {length} of {sniffed.declared_size} bytes (truncated)"
                 )
+        if not local:
+            if not target.block_device:
+                dst.truncate(length)  # a trailing run of zeros was left unwritten
             disk = read_fixed_vhd_size(dst, length)
             if disk is not None:
                 dst.zero(disk, length - disk)

@@ -17,7 +17,8 @@ from diskferry.disk.schemes import is_layout_reference, is_reference
 from diskferry.disk.urls import http_url_for_message
 
 if TYPE_CHECKING:
-    from diskferry.disk.http import ResumingReader
+    from diskferry.disk.http import HttpSource, ResumingReader
+    from diskferry.disk.http_volume import HttpVolume
     from diskferry.registry.client import RegistryOptions
     from diskferry.registry.containerdisk import ContainerDiskStream
     from diskferry.registry.digests import BlobOpener
@@ -84,7 +85,9 @@ class SourceStream:
         self._checksum = checksum
         self._progress = progress
         self._cancel = cancel
+        self._http: HttpSource | None = None
         self._reader: ResumingReader | None = None
+        self._volume: HttpVolume | None = None
         self._body = body
         self._file = None
         self._disk: ContainerDiskStream | None = None
@@ -99,10 +102,10 @@ class SourceStream:
         elif is_url(source):
             from diskferry.disk.http import HttpSource
 
-            http = HttpSource(
+            self._http = HttpSource(
                 source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries, timeout=timeout
             )
-            self._reader = http.open_stream(0, cancel)
+            self._reader = self._http.open_stream(0, cancel)
             self.size = self._reader.length
             self.content_type = self._reader.content_type
         elif _SCHEME.match(source):
@@ -150,12 +153,31 @@ class SourceStream:
         self.size = self._disk.layer_size
         self.content_size: int | None = self._disk.size
 
+    def ranged_volume(self) -> HttpVolume | None:
+        """The source as a volume read with Range requests, several at once, in place of the
+        stream: for an HTTP(S) source of known length whose server said it accepts Range and
+        named its version (ETag or Last-Modified), and of that version only, so that runs of
+        two versions are never mixed. The stream is closed then; None where it cannot be."""
+        reader = self._reader
+        if self._http is None or reader is None or reader.length is None:
+            return None
+        if not reader.ranges or reader.validator is None:
+            return None
+        from diskferry.disk.http_volume import HttpVolume
+
+        self._volume = HttpVolume(
+            self._http, size=reader.length, validator=reader.validator, cancel=self._cancel
+        )
+        reader.close()
+        return self._volume
+
     @property
     def resumes(self) -> int:
         """How many times the transfer resumed after a break."""
         if self._disk is not None:
             return self._disk.resumes
-        return self._reader.resumes if self._reader is not None else 0
+        runs = self._volume.resumes if self._volume is not None else 0
+        return runs + (self._reader.resumes if self._reader is not None else 0)
 
     def read(self, n: int = 1 << 20) -> bytes:
         """Up to `n` bytes of the source."""
@@ -195,5 +217,7 @@ class SourceStream:
             self._disk.close()
         if self._reader is not None:
             self._reader.close()
+        if self._volume is not None:
+            self._volume.close()
         if self._file is not None:
             self._file.close()
