@@ -99,3 +99,12 @@ def test_many_threads_add_exactly():
         t.join()
     assert p.done == 80_000
     assert p.percent == 100.0
+
+
+def test_bytes_taken_back_are_counted_once_when_read_again():
+    p = Progress(1000, clock=Clock())
+    p.add(64)
+    p.uncount(64)
+    p.add(1000)
+    assert p.done == 1000
+    assert p.percent == 100.0

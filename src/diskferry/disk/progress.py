@@ -33,6 +33,10 @@ class Progress:
             while len(self._samples) > 2 and now - self._samples[1][0] > _WINDOW_SECONDS:
                 self._samples.popleft()
 
+    def uncount(self, n: int) -> None:
+        """Take back `n` bytes counted done that are to be counted again (a head read twice)."""
+        self.add(-n)
+
     def set_total(self, total: int) -> None:
         """Change the total (when it becomes known or grows)."""
         with self._lock:

@@ -152,7 +152,7 @@ def _open_source(
             if body is not None or restarts >= job.retries:
                 raise
             restarts += 1
-            progress.add(-stream.bytes_read)
+            progress.uncount(stream.bytes_read)
         except BaseException:
             stream.close()
             raise
@@ -253,7 +253,7 @@ def _raw_to_raw(
     by_offsets = local or ranged is not None
     if by_offsets:
         # the copy reads the source again from its start: the sniffed head counts once
-        progress.add(-stream.bytes_read)
+        progress.uncount(stream.bytes_read)
     progress.set_total(stream.size or 0)
     with target.open_prime() as dst:
         if by_offsets:
