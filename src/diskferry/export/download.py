@@ -102,6 +102,7 @@ def _source(req: DownloadRequest, url: str) -> HttpSource:
         retries=req.retries,
         backoff=req.backoff,
         timeout=req.timeout,
+        owned=True,
     )
 
 
