@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import random
@@ -151,6 +152,59 @@ def test_direct_volume_writes_what_o_direct_cannot_take_the_buffered_way(direct_
             vol.write(offset, data)
             expected[offset : offset + len(data)] = data
     assert path.read_bytes() == expected
+
+
+def test_after_o_direct_is_refused_every_write_goes_the_buffered_way(direct_dir, monkeypatch):
+    data = mmap.mmap(-1, MiB)
+    data.write(random.Random(4).randbytes(MiB))
+    real, refused = os.pwrite, []
+
+    def pwrite(fd, buf, offset):
+        if not refused:
+            refused.append(fd)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, buf, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    path = direct_dir / "disk"
+    with FileVolume.create(path, 4 * MiB, direct=True) as vol:
+        vol.write(0, memoryview(data))
+        vol.write(2 * MiB, memoryview(data))
+    assert refused
+    assert cached_pages(path) == 2 * MiB // DIRECT_ALIGN
+    assert path.read_bytes() == data[:] + bytes(MiB) + data[:] + bytes(MiB)
+
+
+def test_o_direct_refused_in_one_thread_leaves_the_write_of_another_whole(direct_dir, monkeypatch):
+    data = mmap.mmap(-1, MiB)
+    data.write(random.Random(5).randbytes(MiB))
+    real, refused = os.pwrite, threading.Event()
+
+    def pwrite(fd, buf, offset):
+        if offset == 0:  # the other thread's write, on its way when the refusal comes
+            refused.wait(10)
+        elif not refused.is_set():
+            refused.set()
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, buf, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    path = direct_dir / "disk"
+    errors: list[BaseException] = []
+    with FileVolume.create(path, 4 * MiB, direct=True) as vol:
+
+        def first() -> None:
+            try:
+                vol.write(0, memoryview(data))
+            except VolumeError as e:
+                errors.append(e)
+
+        other = threading.Thread(target=first)
+        other.start()
+        vol.write(2 * MiB, memoryview(data))
+        other.join(10)
+    assert errors == []
+    assert path.read_bytes() == data[:] + bytes(MiB) + data[:] + bytes(MiB)
 
 
 def test_a_copy_onto_a_direct_target_writes_around_the_page_cache(direct_dir):

@@ -69,6 +69,7 @@ class FileVolume(Volume):
         self._size = self._read_size()
         self._behind = WriteBehind(self._fd, self.path) if writable and write_behind else None
         self._direct = self._open_direct() if writable and direct else -1
+        self._direct_on = self._direct >= 0
 
     def _open_direct(self) -> int:
         """A second descriptor of the file, with O_DIRECT; -1 where it cannot have one."""
@@ -133,33 +134,33 @@ class FileVolume(Volume):
         if self.readonly:
             raise VolumeError(f"{self.path} is open read-only")
         view = memoryview(data).cast("B")
-        if self._direct >= 0 and _aligned(offset, view) and self._write_direct(offset, view):
-            return
-        done = 0
+        direct = (
+            self._write_direct(offset, view) if self._direct_on and _aligned(offset, view) else 0
+        )
+        done = direct
         try:
             while done < len(view):
                 done += os.pwrite(self._fd, view[done:], offset + done)
         except OSError as e:
             raise VolumeError(f"{self.path}: write at offset {offset + done}: {e.strerror}") from e
-        if self._behind is not None:
-            self._behind.written(offset, done)
+        if self._behind is not None and done > direct:
+            self._behind.written(offset + direct, done - direct)
 
-    def _write_direct(self, offset: int, view: memoryview) -> bool:
-        """Write `view` at `offset` with O_DIRECT; False (and O_DIRECT off) where the file
-        system refuses it, so that the caller writes it the buffered way."""
+    def _write_direct(self, offset: int, view: memoryview) -> int:
+        """Write what of `view` O_DIRECT takes at `offset`; the bytes written. Where the file
+        system refuses O_DIRECT, none, and no more O_DIRECT writes."""
         done = 0
         try:
             while done < len(view):
                 done += os.pwrite(self._direct, view[done:], offset + done)
         except OSError as e:
-            if e.errno != errno.EINVAL or done:
+            if e.errno != errno.EINVAL:
                 raise VolumeError(
                     f"{self.path}: write at offset {offset + done}: {e.strerror}"
                 ) from e
-            os.close(self._direct)
-            self._direct = -1
-            return False
-        return True
+            if not done:
+                self._direct_on = False
+        return done
 
     def zero(self, offset: int, length: int) -> None:
         """Punch a hole (file), BLKZEROOUT (block device), or write zeros where neither works."""
