@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
+import random
 import threading
 
 import pytest
+from page_cache import cached_pages
 
+from diskferry.disk.copy import copy
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
-from diskferry.disk.file_volume import FileVolume, is_block_device
+from diskferry.disk.file_volume import DIRECT_ALIGN, FileVolume, is_block_device
 
 MiB = 1 << 20
 
@@ -102,3 +107,111 @@ def test_block_device(loop_device):
     with open(device, "rb") as f:
         assert f.read(4097)[-1] == 0
     assert os.path.exists(device)
+
+
+@pytest.fixture
+def direct_dir(tmp_path):
+    """A folder on a file system that takes O_DIRECT."""
+    probe = tmp_path / "probe"
+    probe.touch()
+    try:
+        os.close(os.open(probe, os.O_RDWR | os.O_DIRECT))
+    except OSError:
+        pytest.skip("the file system of the temporary folder refuses O_DIRECT")
+    return tmp_path
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_direct_writes_of_aligned_pages_go_around_the_page_cache(direct_dir, direct):
+    data = mmap.mmap(-1, MiB)
+    data.write(random.Random(1).randbytes(MiB))
+    path = direct_dir / "disk"
+    with FileVolume.create(path, 4 * MiB, direct=direct) as vol:
+        vol.write(MiB, memoryview(data))
+    assert cached_pages(path) == (0 if direct else MiB // DIRECT_ALIGN)
+    with open(path, "rb") as f:
+        f.seek(MiB)
+        assert f.read(MiB) == data[:]
+
+
+def test_direct_volume_writes_what_o_direct_cannot_take_the_buffered_way(direct_dir):
+    rng = random.Random(2)
+    aligned = mmap.mmap(-1, 2 * DIRECT_ALIGN)
+    aligned.write(rng.randbytes(2 * DIRECT_ALIGN))
+    writes = [
+        (5, rng.randbytes(3000)),  # unaligned offset
+        (DIRECT_ALIGN, rng.randbytes(DIRECT_ALIGN)),  # read-only memory
+        (3 * DIRECT_ALIGN, memoryview(aligned)[1 : DIRECT_ALIGN + 1]),  # unaligned memory
+        (5 * DIRECT_ALIGN, memoryview(aligned)[:100]),  # part of a page
+        (7 * DIRECT_ALIGN, memoryview(aligned)),  # whole aligned pages
+    ]
+    expected = bytearray(16 * DIRECT_ALIGN)
+    path = direct_dir / "disk"
+    with FileVolume.create(path, len(expected), direct=True) as vol:
+        for offset, data in writes:
+            vol.write(offset, data)
+            expected[offset : offset + len(data)] = data
+    assert path.read_bytes() == expected
+
+
+def test_after_o_direct_is_refused_every_write_goes_the_buffered_way(direct_dir, monkeypatch):
+    data = mmap.mmap(-1, MiB)
+    data.write(random.Random(4).randbytes(MiB))
+    real, refused = os.pwrite, []
+
+    def pwrite(fd, buf, offset):
+        if not refused:
+            refused.append(fd)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, buf, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    path = direct_dir / "disk"
+    with FileVolume.create(path, 4 * MiB, direct=True) as vol:
+        vol.write(0, memoryview(data))
+        vol.write(2 * MiB, memoryview(data))
+    assert refused
+    assert cached_pages(path) == 2 * MiB // DIRECT_ALIGN
+    assert path.read_bytes() == data[:] + bytes(MiB) + data[:] + bytes(MiB)
+
+
+def test_o_direct_refused_in_one_thread_leaves_the_write_of_another_whole(direct_dir, monkeypatch):
+    data = mmap.mmap(-1, MiB)
+    data.write(random.Random(5).randbytes(MiB))
+    real, refused = os.pwrite, threading.Event()
+
+    def pwrite(fd, buf, offset):
+        if offset == 0:  # the other thread's write, on its way when the refusal comes
+            refused.wait(10)
+        elif not refused.is_set():
+            refused.set()
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, buf, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    path = direct_dir / "disk"
+    errors: list[BaseException] = []
+    with FileVolume.create(path, 4 * MiB, direct=True) as vol:
+
+        def first() -> None:
+            try:
+                vol.write(0, memoryview(data))
+            except VolumeError as e:
+                errors.append(e)
+
+        other = threading.Thread(target=first)
+        other.start()
+        vol.write(2 * MiB, memoryview(data))
+        other.join(10)
+    assert errors == []
+    assert path.read_bytes() == data[:] + bytes(MiB) + data[:] + bytes(MiB)
+
+
+def test_a_copy_onto_a_direct_target_writes_around_the_page_cache(direct_dir):
+    src_path, dst_path = direct_dir / "src", direct_dir / "dst"
+    body = random.Random(3).randbytes(3 * MiB)
+    sparse_file(src_path, 8 * MiB, [(MiB, body)])
+    with FileVolume(src_path) as src, FileVolume.create(dst_path, 8 * MiB, direct=True) as dst:
+        copy(src, dst, dst_zeroed=True, block_size=MiB)
+    assert cached_pages(dst_path) == 0
+    assert dst_path.read_bytes() == src_path.read_bytes()

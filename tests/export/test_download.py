@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from export_plain_server import PlainServer
 from export_support import TOKEN, MiB, make_disk, write_routes
+from page_cache import cached_pages
 from server_support import Running
 
 from diskferry.disk.http import TlsError
@@ -58,6 +59,17 @@ def test_raw_download_fetches_only_allocated_ranges(
     assert result["bytesFetched"] <= 1.05 * _allocated(disk)
     assert _allocated(out) <= _allocated(disk) + MiB
     assert not list(tmp_path.glob("out.img.*"))
+
+
+def test_a_raw_download_writes_its_aligned_runs_around_the_page_cache(
+    export: Running, disk: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.img"
+    url = f"{export.url}/volumes/disk/disk.img"
+    download(DownloadRequest(url, out, token=TOKEN, ca_bundle=str(export.ca)))
+    # of the runs, only the pages that hold an end not on a page boundary went buffered
+    assert cached_pages(out) <= 2
+    assert out.read_bytes() == disk.read_bytes()
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])

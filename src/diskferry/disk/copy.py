@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -50,7 +51,7 @@ def copy(
     the threads copying holds one buffer of `block_size`.
     """
     threads = max(1, min(workers, max_memory // block_size))
-    buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    buffers: queue.SimpleQueue[mmap.mmap] = queue.SimpleQueue()
     result = CopyResult()
 
     def done(n: int) -> None:
@@ -65,7 +66,8 @@ def copy(
         try:
             buf = buffers.get_nowait()
         except queue.Empty:
-            buf = bytearray(block_size)
+            # page-aligned, so that a target may write it around the page cache
+            buf = mmap.mmap(-1, block_size)
         try:
             if src.run_size is None:
                 return copy_blocks(task, memoryview(buf))

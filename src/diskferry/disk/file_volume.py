@@ -21,6 +21,8 @@ _FALLOC_FL_PUNCH_HOLE = 0x02
 _BLKGETSIZE64 = 0x80081272
 _BLKZEROOUT = 0x127F
 _ZERO_WRITE_BLOCK = 1 << 20
+# what O_DIRECT asks of a write's offset, length and memory: a page (block sizes are at most)
+DIRECT_ALIGN = 4096
 
 LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
@@ -37,11 +39,19 @@ class FileVolume(Volume):
     """A file or block device; files are sparse and report holes from SEEK_DATA/SEEK_HOLE.
 
     With `write_behind` (a target written once, in bulk) what is written goes to the disk
-    as the writing goes on and leaves the page cache (`disk/write_behind.py`).
+    as the writing goes on and leaves the page cache (`disk/write_behind.py`). With `direct`
+    a write of whole pages from page-aligned memory (the copy engine's buffers) goes to the
+    disk around the page cache (O_DIRECT), which saves copying it there; other writes, and
+    all writes where the file system refuses O_DIRECT, go the buffered way.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, writable: bool = False, write_behind: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        writable: bool = False,
+        write_behind: bool = False,
+        direct: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
@@ -58,6 +68,15 @@ class FileVolume(Volume):
         self.sparse = not self.block_device
         self._size = self._read_size()
         self._behind = WriteBehind(self._fd, self.path) if writable and write_behind else None
+        self._direct = self._open_direct() if writable and direct else -1
+        self._direct_on = self._direct >= 0
+
+    def _open_direct(self) -> int:
+        """A second descriptor of the file, with O_DIRECT; -1 where it cannot have one."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
+        except OSError:
+            return -1
 
     @classmethod
     def create(
@@ -67,6 +86,7 @@ class FileVolume(Volume):
         *,
         exclusive: bool = False,
         write_behind: bool = False,
+        direct: bool = False,
     ) -> FileVolume:
         """Create (or truncate) a sparse file of `size` bytes and open it for writing.
 
@@ -79,7 +99,7 @@ class FileVolume(Volume):
             os.close(fd)
         except OSError as e:
             raise VolumeError(f"cannot create {os.fspath(path)}: {e.strerror}") from e
-        return cls(path, writable=True, write_behind=write_behind)
+        return cls(path, writable=True, write_behind=write_behind, direct=direct)
 
     def _read_size(self) -> int:
         if self.block_device:
@@ -114,14 +134,33 @@ class FileVolume(Volume):
         if self.readonly:
             raise VolumeError(f"{self.path} is open read-only")
         view = memoryview(data).cast("B")
-        done = 0
+        direct = (
+            self._write_direct(offset, view) if self._direct_on and _aligned(offset, view) else 0
+        )
+        done = direct
         try:
             while done < len(view):
                 done += os.pwrite(self._fd, view[done:], offset + done)
         except OSError as e:
             raise VolumeError(f"{self.path}: write at offset {offset + done}: {e.strerror}") from e
-        if self._behind is not None:
-            self._behind.written(offset, done)
+        if self._behind is not None and done > direct:
+            self._behind.written(offset + direct, done - direct)
+
+    def _write_direct(self, offset: int, view: memoryview) -> int:
+        """Write what of `view` O_DIRECT takes at `offset`; the bytes written. Where the file
+        system refuses O_DIRECT, none, and no more O_DIRECT writes."""
+        done = 0
+        try:
+            while done < len(view):
+                done += os.pwrite(self._direct, view[done:], offset + done)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise VolumeError(
+                    f"{self.path}: write at offset {offset + done}: {e.strerror}"
+                ) from e
+            if not done:
+                self._direct_on = False
+        return done
 
     def zero(self, offset: int, length: int) -> None:
         """Punch a hole (file), BLKZEROOUT (block device), or write zeros where neither works."""
@@ -194,7 +233,17 @@ class FileVolume(Volume):
         return os.fstat(self._fd).st_blocks * 512
 
     def close(self) -> None:
-        """Close the file descriptor."""
+        """Close the file descriptors."""
+        if self._direct >= 0:
+            os.close(self._direct)
+            self._direct = -1
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _aligned(offset: int, view: memoryview) -> bool:
+    """Whether O_DIRECT can write `view` at `offset`: whole pages from page-aligned memory."""
+    if offset % DIRECT_ALIGN or len(view) % DIRECT_ALIGN or not len(view) or view.readonly:
+        return False
+    return ctypes.addressof(ctypes.c_char.from_buffer(view)) % DIRECT_ALIGN == 0

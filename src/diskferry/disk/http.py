@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.client import HTTPException
 from typing import Any, TypeVar
 
 import urllib3
@@ -17,11 +17,13 @@ from urllib3.exceptions import (
 from urllib3.exceptions import MaxRetryError, ProtocolError, SSLError
 
 from diskferry.disk.errors import CancelledError, DiskferryError, RangeNotSupportedError
+from diskferry.disk.http_owned import REDIRECTS, OwnedPool, OwnedResponse
 from diskferry.disk.retry import fault_text, log, pause
 from diskferry.disk.urls import http_url_for_message
 
 _RETRY_STATUSES = {429, 502, 503, 504}
 _Got = TypeVar("_Got")
+Response = urllib3.BaseHTTPResponse | OwnedResponse
 # how much of an error answer is read for what the server said
 _EXPLAIN_BYTES = 200
 
@@ -94,24 +96,31 @@ def _validator(headers) -> str | None:
     return headers.get("Last-Modified")
 
 
-def http_pool(
-    ca_bundle: str | None, timeout: float, connect_timeout: float | None = None
-) -> urllib3.PoolManager:
-    """A verifying connection pool (the system CAs, or `ca_bundle`); redirects followed.
-
-    `timeout` bounds each wait for an answer, `connect_timeout` (default: `timeout`) the
-    wait for a connection."""
+def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """A verifying TLS context: the system CAs, or `ca_bundle`."""
     try:
-        ctx = ssl.create_default_context(cafile=ca_bundle)
+        return ssl.create_default_context(cafile=ca_bundle)
     except (OSError, ssl.SSLError) as e:
         raise TlsError(
             f"cannot use the CA bundle {ca_bundle}: {getattr(e, 'strerror', None) or e}",
             reason="BadCaBundle",
         ) from e
+
+
+def http_pool(
+    ca_bundle: str | None,
+    timeout: float,
+    connect_timeout: float | None = None,
+    context: ssl.SSLContext | None = None,
+) -> urllib3.PoolManager:
+    """A verifying connection pool (`context`, or one of `ca_bundle`); redirects followed.
+
+    `timeout` bounds each wait for an answer, `connect_timeout` (default: `timeout`) the
+    wait for a connection."""
     return urllib3.PoolManager(
         num_pools=4,
         maxsize=16,
-        ssl_context=ctx,
+        ssl_context=context or tls_context(ca_bundle),
         timeout=urllib3.Timeout(connect=connect_timeout or timeout, read=timeout),
         retries=urllib3.Retry(total=None, connect=0, read=0, other=0, redirect=5, status=0),
     )
@@ -129,9 +138,15 @@ class HttpSource:
     timeout: float = 30.0
     shown: str | None = None  # how messages show the URL, when its path holds a secret
     connect_timeout: float | None = None  # None: `timeout`
+    # streamed GET bodies on connections of its own, read straight into the caller's buffer
+    # (`http_owned`); an answer that redirects is asked again the pooled way
+    owned: bool = False
 
     def __post_init__(self) -> None:
-        self._pool = http_pool(self.ca_bundle, self.timeout, self.connect_timeout)
+        context = tls_context(self.ca_bundle)
+        connect = self.connect_timeout or self.timeout
+        self._pool = http_pool(self.ca_bundle, self.timeout, connect, context)
+        self._owned = OwnedPool(self.url, context, self.timeout, connect) if self.owned else None
         self._head: tuple[int | None, bool] | None = None
 
     @property
@@ -147,7 +162,7 @@ class HttpSource:
         stream: bool = True,
         body: Any = None,
         cancel: threading.Event | None = None,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> Response:
         """Send one request (with `body`, bytes or a file-like object); errors become
         HttpError, with what the server said, or TlsError, statuses >= 400 included.
 
@@ -165,22 +180,12 @@ class HttpSource:
                 attempt += 1
                 pause(attempt, self.backoff, e.fault, cancel)
 
-    def _send(
-        self, method: str, headers: dict[str, str], stream: bool, body: Any
-    ) -> urllib3.BaseHTTPResponse:
-        try:
-            resp = self._pool.request(
-                method,
-                self.url,
-                headers=headers,
-                body=body,
-                preload_content=not stream,
-                decode_content=False,
-            )
-        except MaxRetryError as e:
-            raise self._translate(e.reason or e) from e
-        except Urllib3Error as e:
-            raise self._translate(e) from e
+    def _send(self, method: str, headers: dict[str, str], stream: bool, body: Any) -> Response:
+        resp: Response | None = None
+        if self._owned is not None and stream and method == "GET" and body is None:
+            resp = self._send_owned(headers)
+        if resp is None:
+            resp = self._send_pooled(method, headers, stream, body)
         if resp.status >= 400:
             said = _said(resp.read(_EXPLAIN_BYTES) if stream else resp.data)
             resp.drain_conn()
@@ -192,6 +197,35 @@ class HttpSource:
                 said = ""  # a body that only repeats the status line
             fault = f"server answered {status}" + (f": {said}" if said else "")
             raise HttpError(f"{self.shown_url}: {fault}", resp.status, fault=fault, said=said)
+        return resp
+
+    def _send_pooled(
+        self, method: str, headers: dict[str, str], stream: bool, body: Any
+    ) -> urllib3.BaseHTTPResponse:
+        try:
+            return self._pool.request(
+                method,
+                self.url,
+                headers=headers,
+                body=body,
+                preload_content=not stream,
+                decode_content=False,
+            )
+        except MaxRetryError as e:
+            raise self._translate(e.reason or e) from e
+        except Urllib3Error as e:
+            raise self._translate(e) from e
+
+    def _send_owned(self, headers: dict[str, str]) -> OwnedResponse | None:
+        """A GET on an owned connection; None when its answer redirects."""
+        assert self._owned is not None
+        try:
+            resp = self._owned.get(headers)
+        except (OSError, http.client.HTTPException) as e:
+            raise self._translate(e) from e
+        if resp.status in REDIRECTS:
+            resp.close()
+            return None
         return resp
 
     def _said_to_get(self, headers: dict[str, str]) -> str:
@@ -243,6 +277,8 @@ class HttpSource:
     def close(self) -> None:
         """Close pooled connections."""
         self._pool.clear()
+        if self._owned is not None:
+            self._owned.close()
 
 
 class ResumingReader:
@@ -270,7 +306,7 @@ class ResumingReader:
         self.resumes = 0
         self.ranges = False  # whether the server said it accepts Range
         self._cancel = cancel
-        self._resp: urllib3.BaseHTTPResponse | None = None
+        self._resp: Response | None = None
         self.validator = validator
         self._open()
 
@@ -285,7 +321,7 @@ class ResumingReader:
                 ) from e
             raise
 
-    def _request(self) -> urllib3.BaseHTTPResponse:
+    def _request(self) -> Response:
         ranged = bool(self.position) or self.end is not None
         last = "" if self.end is None else str(self.end - 1)
         headers = {}
@@ -340,9 +376,7 @@ class ResumingReader:
         # the response's own read: its readinto reads this way and copies once more
         return self._attempt(lambda resp: resp.read(n), len)
 
-    def _attempt(
-        self, read: Callable[[urllib3.BaseHTTPResponse], _Got], count: Callable[[_Got], int]
-    ) -> _Got:
+    def _attempt(self, read: Callable[[Response], _Got], count: Callable[[_Got], int]) -> _Got:
         """`read` from the response (`count` says how many bytes it got), resuming after a
         break."""
         attempt = 0
@@ -357,7 +391,7 @@ class ResumingReader:
                     raise ProtocolError("connection closed early")
                 self.position += n
                 return got
-            except (Urllib3Error, HTTPException, OSError) as e:
+            except (Urllib3Error, http.client.HTTPException, OSError) as e:
                 attempt += 1
                 if attempt > self.source.retries:
                     raise TruncatedError(

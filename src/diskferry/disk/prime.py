@@ -108,13 +108,16 @@ class Target:
                 reason="TargetTooSmall",
             )
 
-    def open_prime(self, size: int = 0) -> FileVolume:
-        """The volume to write, with write-behind: a new sparse prime file of `size` bytes,
-        or the block device."""
+    def open_prime(self, size: int = 0, *, direct: bool = False) -> FileVolume:
+        """The volume to write, with write-behind (and O_DIRECT for aligned writes where
+        `direct`, see `FileVolume`): a new sparse prime file of `size` bytes, or the block
+        device."""
         if self.block_device:
-            return FileVolume(self.path, writable=True, write_behind=True)
+            return FileVolume(self.path, writable=True, write_behind=True, direct=direct)
         # a claimed prime file exists already, made exclusively by `claim`
-        return FileVolume.create(self.prime, size, exclusive=not self._held, write_behind=True)
+        return FileVolume.create(
+            self.prime, size, exclusive=not self._held, write_behind=True, direct=direct
+        )
 
     def commit(self, job_id: str | None = None) -> None:
         """Record `job_id` on the prime file, fsync it, rename it over the target, fsync the folder.

@@ -34,7 +34,7 @@ from diskferry.export.token import TOKEN_HEADER
 
 Encoding = Literal["raw", "gzip", "zstd"]
 _SIBLING = {"raw": "disk.img", "gzip": "disk.img.gz", "zstd": "disk.img.zst"}
-_READ = 1 << 20
+_READ = 4 << 20  # a block: a whole run of most disks, one read and one write
 _ADVICE = {
     401: "give the export's token with --token or --token-file",
     403: "the token or headers given do not allow this download",
@@ -102,6 +102,7 @@ def _source(req: DownloadRequest, url: str) -> HttpSource:
         retries=req.retries,
         backoff=req.backoff,
         timeout=req.timeout,
+        owned=True,
     )
 
 
@@ -149,7 +150,7 @@ def _target(path: Path, size: int, force: bool) -> Iterator[tuple[FileVolume, bo
             f"{target.path} exists: give --force to replace it", reason="TargetExists"
         )
     try:
-        with target.open_prime(size) as vol:
+        with target.open_prime(size, direct=True) as vol:
             if vol.size < size:
                 raise DownloadError(f"{path} holds {vol.size} bytes, the disk needs {size}")
             yield vol, not target.block_device
