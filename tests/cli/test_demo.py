@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from diskferry.cli import demo_cmd, demo_steps
-from diskferry.cli.demo_backup import PASSWORD, stop_machines
+from diskferry.cli.demo_backup import PASSWORD, stop_jobs, stop_machines
 from diskferry.control.machines import Machines
+from diskferry.control.runner.local import LocalRunner
 from diskferry.qemu import img
 from diskferry.qemu.system import VmConfig, command
 
@@ -200,3 +202,21 @@ def test_a_wait_that_says_nothing_is_a_demo_error(
     monkeypatch.setattr(demo_steps, "DISKFERRY", [sys.executable, str(script)])
     with pytest.raises(demo_steps.DemoError, match="wait vd vd-a did not say its condition met"):
         demo_steps.watched(tmp_path / "kubeconfig", "vd", [("vd", "vd-a", "Ready", None)])
+
+
+def test_the_workers_a_daemon_left_are_ended_with_the_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lingering.py").write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    data_dir = tmp_path / "data"
+    runner = LocalRunner(data_dir)
+    for job_id in ("export-proxy", "vmexport-left"):
+        runner.start(job_id, "lingering", {})
+    assert all(runner.state(j).running for j in runner.job_ids())
+    stop_jobs(data_dir)
+    deadline = time.monotonic() + 30
+    while any(runner.state(j).running for j in runner.job_ids()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(runner.state(j).running for j in runner.job_ids())
+    assert runner.job_ids() == ["export-proxy", "vmexport-left"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from control_support import wait_until
+from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon
 
 from diskferry.control.model import API_VERSION
@@ -32,6 +32,8 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     running = Daemon(tmp_path / "data")
     yield running
     running.stop()
+    # the workers outlive the daemon, for the next one to take on; an upload waits for ever
+    stop_workers_under(tmp_path)
 
 
 def _disk(daemon: Daemon, name: str, annotations: dict[str, str] | None = None) -> None:

@@ -14,6 +14,7 @@ from diskferry.cli.common import note
 from diskferry.cli.demo_steps import DemoError, apply, get_object, watched
 from diskferry.control.machines import Machines
 from diskferry.control.resources.virtualmachine import CBT_LABEL
+from diskferry.control.runner.local import LocalRunner
 from diskferry.control.volumes import VolumeClass, Volumes
 from diskferry.disk.clone import clone_volume
 from diskferry.qemu.qmp import Qmp
@@ -205,6 +206,15 @@ def _stop_all(kubeconfig: Path, workdir: Path, disk: str) -> None:
     apply(kubeconfig, workdir / "vms-off.yaml", off)
     stopped = [("vm", VM, "Stopped", namespace) for namespace in everywhere]
     watched(kubeconfig, "vm", stopped, all_namespaces=True)
+
+
+def stop_jobs(data_dir: Path) -> None:
+    """End every worker still running under `data_dir` once its daemon is gone: a daemon leaves
+    its workers to the next one started on its data, and the demo's has no next one (a step
+    that failed with an export, or its proxy, still serving)."""
+    runner = LocalRunner(data_dir)
+    for job_id in runner.job_ids():
+        runner.cancel(job_id)
 
 
 def stop_machines(data_dir: Path) -> None:

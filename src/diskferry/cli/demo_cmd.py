@@ -219,6 +219,7 @@ def demo_command(
         backup_and_restore,
         check_socket_paths,
         namespaces,
+        stop_jobs,
         stop_machines,
     )
 
@@ -240,6 +241,7 @@ def demo_command(
                 diskferry(kubeconfig, "delete", "vmexport", _EXPORT, "--wait")
                 backup_and_restore(kubeconfig, workdir, data_dir, _DISK)
     finally:
+        stop_jobs(data_dir)
         stop_machines(data_dir)
     note("daemon stopped")
     made = ", ".join(f"{kind} {name}" for kind, name in _OBJECTS if kind != "vmexport")
