@@ -16,11 +16,9 @@ KiB = 1 << 10
 def write(target: str, offset: int, length: int, pattern: int) -> None:
     """Write `pattern` bytes through qemu-io into a CBT overlay file or an NBD URL."""
     fmt = "raw" if target.startswith("nbd") else "qcow2"
-    subprocess.run(
-        ["qemu-io", "-f", fmt, "-c", f"write -P {pattern:#x} {offset} {length}", target],
-        check=True,
-        capture_output=True,
-    )
+    cmd = ["qemu-io", "-f", fmt, "-c", f"write -P {pattern:#x} {offset} {length}", target]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd)}: {done.stderr.strip() or done.stdout.strip()}"
 
 
 def read(url: str, offset: int, length: int) -> bytes:
