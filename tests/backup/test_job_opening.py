@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from diskferry.backup.config import KdfParams
 from diskferry.backup.errors import PasswordError
 from diskferry.backup.job import RepoAccess
 from diskferry.backup.repository import Repository
+from diskferry.backup.worker import KINDS
+from diskferry.disk.errors import DiskferryError
+from diskferry.disk.progress import Progress
+from diskferry.worker.reporter import QUIET
+from diskferry.worker.runtime import JobContext
 
 PASSWORD = "opening-ahead"
 
@@ -54,3 +60,34 @@ def test_a_wrong_password_fails_where_the_repository_is_taken(
     access.start_opening()
     with pytest.raises(PasswordError, match="wrong password"):
         access.open_repository()
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields"),
+    [
+        ("backup", {"vm": "vm", "disks": [{"name": "d", "path": "no-such-volume.raw"}]}),
+        ("check", {}),
+        ("forget", {"snapshots": ["0123456789abcdef"]}),
+        ("prune", {}),
+        ("chainReset", {"vm": "vm"}),
+        ("restore", {"snapshot": "0123456789abcdef", "target": "restored.raw"}),
+    ],
+)
+def test_the_worker_opens_each_repository_job_s_repository_ahead(
+    repo_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fields: dict
+) -> None:
+    threads: list[str] = []
+    real_open = Repository.open
+
+    def recording_open(*args: object, **kwargs: object) -> Repository:
+        threads.append(threading.current_thread().name)
+        return real_open(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Repository, "open", recording_open)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DISKFERRY_PASSWORD", PASSWORD)
+    job_kind = KINDS[kind]
+    job = job_kind.model.model_validate({"kind": kind, "repo": repo_url, **fields})
+    with contextlib.suppress(DiskferryError):  # no such snapshot, nothing tracked: opened first
+        job_kind.run(job, JobContext(Progress(), QUIET, threading.Event()))
+    assert threads == ["repository-open"]

@@ -86,6 +86,15 @@ def test_qcow2_header_names_its_data_file(tmp_path):
     data = tmp_path / "data.raw"
     header = parse_qcow2_header(qcow2(tmp_path / "x.qcow2", "-o", f"data_file={data}"))
     assert header.data_file == str(data)
+    assert not header.data_file_raw
+
+
+def test_qcow2_header_says_its_data_file_is_raw(tmp_path):
+    data = tmp_path / "data.raw"
+    options = ["-o", f"data_file={data},data_file_raw=on"]
+    header = parse_qcow2_header(qcow2(tmp_path / "x.qcow2", *options))
+    assert header.data_file == str(data)
+    assert header.data_file_raw
 
 
 def test_qcow2_header_says_encrypted(tmp_path):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from qemu_helpers import KiB, MiB, image_bitmaps, write
 
-from diskferry.qemu import cbt
+from diskferry.qemu import cbt, img
 from diskferry.qemu.bitmaps import BASE, Checkpoint, CheckpointNameError, checkpoint_name
 from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon
 
@@ -67,6 +68,42 @@ def test_an_overlay_of_another_volume_is_refused(cbt_volume: cbt.CbtDisk, tmp_pa
     os.rename(cbt_volume.overlay, str(other) + ".cbt.qcow2")
     with pytest.raises(cbt.CbtError, match=r"tracks .*disk\.raw, not .*other\.raw"):
         cbt.find(str(other))
+
+
+def test_the_pair_is_found_from_the_overlay_header_without_qemu_img(
+    cbt_volume: cbt.CbtDisk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_qemu_img(*args: object, **kwargs: object) -> None:
+        raise AssertionError("qemu-img was run")
+
+    monkeypatch.setattr(img, "run", no_qemu_img)
+    monkeypatch.setattr(img, "info", no_qemu_img)
+    assert cbt.find(cbt_volume.volume) == cbt_volume
+
+
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [
+        ([], "it has no raw data file"),
+        (["-o", "data_file={data}"], "it has no raw data file"),
+        (None, "not a qcow2 image"),
+    ],
+)
+def test_an_overlay_that_is_not_one_is_refused(
+    tmp_path: Path, options: list[str] | None, why: str
+) -> None:
+    volume = tmp_path / "disk.raw"
+    volume.write_bytes(b"\0" * 65536)
+    overlay = str(volume) + cbt.SUFFIX
+    if options is None:
+        Path(overlay).write_bytes(b"\0" * 4096)
+    else:
+        extra = [o.format(data=volume) for o in options]
+        subprocess.run(
+            ["qemu-img", "create", "-q", "-f", "qcow2", *extra, overlay, "64K"], check=True
+        )
+    with pytest.raises(cbt.CbtError, match=f"is not a CBT overlay: {why}"):
+        cbt.find(str(volume))
 
 
 def test_enable_twice_and_disable_without_cbt_are_refused(cbt_volume: cbt.CbtDisk) -> None:

@@ -3,7 +3,9 @@ or a Pod: a backup or a restore, or a repository operation; the job's `kind` say
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from diskferry.backup.errors import CheckFailedError
 from diskferry.backup.job import (
@@ -14,11 +16,29 @@ from diskferry.backup.job import (
     ForgetJob,
     InitJob,
     PruneJob,
+    RepoAccess,
     RestoreJob,
 )
 from diskferry.worker.runtime import JobContext, JobKind, run_worker
 
+J = TypeVar("J", bound=RepoAccess)
 
+
+def opened_ahead(
+    run: Callable[[J, JobContext], dict[str, Any]],
+) -> Callable[[J, JobContext], dict[str, Any]]:
+    """`run`, with its job's repository opening begun first: the key derivation goes on
+    while `run` loads the engine it calls."""
+
+    @functools.wraps(run)
+    def with_opening(job: J, ctx: JobContext) -> dict[str, Any]:
+        job.start_opening()
+        return run(job, ctx)
+
+    return with_opening
+
+
+@opened_ahead
 def backup(job: BackupJob, ctx: JobContext) -> dict[str, Any]:
     """Back up the job's disks."""
     from diskferry.backup.engine import run_backup
@@ -26,6 +46,7 @@ def backup(job: BackupJob, ctx: JobContext) -> dict[str, Any]:
     return run_backup(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
+@opened_ahead
 def restore(job: RestoreJob, ctx: JobContext) -> dict[str, Any]:
     """Restore the job's snapshot."""
     from diskferry.backup.restore import run_restore
@@ -40,6 +61,7 @@ def init(job: InitJob, ctx: JobContext) -> dict[str, Any]:
     return init_repository(job, ctx.progress).to_json()
 
 
+@opened_ahead
 def check(job: CheckJob, ctx: JobContext) -> dict[str, Any]:
     """Check the repository; damage fails the job (CheckFailed), naming what is damaged."""
     from diskferry.backup.ops import check_repository
@@ -52,6 +74,7 @@ def check(job: CheckJob, ctx: JobContext) -> dict[str, Any]:
     return report.to_json()
 
 
+@opened_ahead
 def forget(job: ForgetJob, ctx: JobContext) -> dict[str, Any]:
     """Drop the snapshots the job names or its policy lets go."""
     from diskferry.backup.ops import forget_snapshots
@@ -59,6 +82,7 @@ def forget(job: ForgetJob, ctx: JobContext) -> dict[str, Any]:
     return forget_snapshots(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
+@opened_ahead
 def prune(job: PruneJob, ctx: JobContext) -> dict[str, Any]:
     """Delete the data no snapshot names."""
     from diskferry.backup.ops import prune_repository
@@ -66,6 +90,7 @@ def prune(job: PruneJob, ctx: JobContext) -> dict[str, Any]:
     return prune_repository(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
+@opened_ahead
 def chain_reset(job: ChainResetJob, ctx: JobContext) -> dict[str, Any]:
     """Make the VM's next backup full."""
     from diskferry.backup.ops import reset_vm_chain

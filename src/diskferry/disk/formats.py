@@ -20,6 +20,7 @@ _QCOW2_MAGIC = b"QFI\xfb"
 _QCOW2_V3_HEADER = 104
 _QCOW2_EXT_DATA_FILE = 0x44415441
 _QCOW2_INCOMPAT_DATA_FILE = 1 << 2
+_QCOW2_AUTOCLEAR_DATA_FILE_RAW = 1 << 1
 
 
 class FormatError(DiskferryError):
@@ -106,6 +107,8 @@ class Qcow2Header:
     backing_file: str | None
     data_file: str | None
     encrypted: bool
+    # the data file is a valid raw image of the disk: qemu keeps it so (data_file_raw)
+    data_file_raw: bool = False
 
 
 def parse_qcow2_header(header: bytes) -> Qcow2Header:
@@ -123,15 +126,16 @@ def parse_qcow2_header(header: bytes) -> Qcow2Header:
         else:
             backing = header[bf_offset : bf_offset + bf_size].decode("utf-8", "replace")
     data_file = None
-    header_length = 72
+    data_file_raw = False
     if version == 3:
         if len(header) < _QCOW2_V3_HEADER:
             raise FormatError("not a qcow2 image (short version 3 header)")
-        incompatible = struct.unpack_from(">Q", header, 72)[0]
+        incompatible, _, autoclear = struct.unpack_from(">QQQ", header, 72)
         header_length = struct.unpack_from(">I", header, 100)[0]
         if incompatible & _QCOW2_INCOMPAT_DATA_FILE:
             data_file = _qcow2_data_file(header, header_length) or "(unnamed)"
-    return Qcow2Header(version, size, backing, data_file, crypt != 0)
+            data_file_raw = bool(autoclear & _QCOW2_AUTOCLEAR_DATA_FILE_RAW)
+    return Qcow2Header(version, size, backing, data_file, crypt != 0, data_file_raw)
 
 
 def _qcow2_data_file(header: bytes, pos: int) -> str | None:

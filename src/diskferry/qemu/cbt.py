@@ -16,7 +16,13 @@ from typing import Any
 
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
-from diskferry.disk.formats import RAW_DATA, volume_format
+from diskferry.disk.formats import (
+    PROBE_BYTES,
+    RAW_DATA,
+    FormatError,
+    parse_qcow2_header,
+    volume_format,
+)
 from diskferry.qemu import img
 from diskferry.qemu.bitmaps import BASE, PREFIX, Checkpoint
 
@@ -78,11 +84,17 @@ def _qemu_img(image: str, *args: str) -> None:
 
 
 def _overlay_data_file(overlay: str) -> str:
-    info = img.info(overlay, "qcow2", untrusted=False)
-    specific = info.raw.get("format-specific", {}).get("data", {})
-    if not info.data_file or not specific.get("data-file-raw"):
+    """The raw volume the overlay's header names, read without starting qemu-img."""
+    try:
+        with open(overlay, "rb") as f:
+            header = parse_qcow2_header(f.read(PROBE_BYTES))
+    except OSError as e:
+        raise CbtError(f"cannot read {overlay}: {e.strerror}") from e
+    except FormatError as e:
+        raise CbtError(f"{overlay} is not a CBT overlay: {e}") from e
+    if header.data_file is None or not header.data_file_raw:
         raise CbtError(f"{overlay} is not a CBT overlay: it has no raw data file")
-    return info.data_file
+    return header.data_file
 
 
 def find(path: str) -> CbtDisk:
