@@ -57,3 +57,58 @@ def test_backup_and_restore_open_the_repository_ahead(tmp_path: Path) -> None:
     restore = ("restore", "latest", str(restored), "--repo", repo, "--vm", "vm", "--disk", "d")
     assert _opened_in(*restore, "--no-progress") == ["repository-open"]
     assert restored.read_bytes() == volume.read_bytes()
+
+
+_RUN_MAIN = """
+import json, sys, threading
+from diskferry.backup import crypto
+derived_in = []
+real_scrypt = crypto._scrypt
+def recording_scrypt(*args):
+    derived_in.append(threading.current_thread().name)
+    return real_scrypt(*args)
+crypto._scrypt = recording_scrypt
+from diskferry.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    print(json.dumps({"code": e.code, "derivedIn": derived_in}))
+"""
+
+
+def _derived_in(env: dict[str, str], *args: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN_MAIN, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["code"] == 0, proc.stderr
+    return result["derivedIn"]
+
+
+def test_backup_and_restore_derive_the_key_before_parsing_their_command_line(
+    tmp_path: Path,
+) -> None:
+    repo = str(tmp_path / "repo")
+    Repository.init(repo, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
+    volume = tmp_path / "disk.raw"
+    with open(volume, "wb") as f:
+        f.truncate(4 << 20)
+        f.write(os.urandom(1 << 20))
+    with_variable = {**os.environ, "DISKFERRY_PASSWORD": PASSWORD}
+    backup = ("backup", "--repo", repo, "--vm", "vm", "--disk", f"d={volume}", "--no-progress")
+    assert _derived_in(with_variable, *backup) == ["key-derivation"]
+    secret = tmp_path / "password"
+    secret.write_text(PASSWORD + "\n")
+    without = {k: v for k, v in os.environ.items() if k != "DISKFERRY_PASSWORD"}
+    restored = tmp_path / "restored.raw"
+    restore = ("restore", "latest", str(restored), f"--repo={repo}", "--vm", "vm", "--disk", "d")
+    from_file = (*restore, "--password-file", str(secret), "--no-progress")
+    assert _derived_in(without, *from_file) == ["key-derivation"]
+    assert restored.read_bytes() == volume.read_bytes()
+    listing = ("snapshots", "--repo", repo)
+    assert _derived_in(with_variable, *listing) == ["MainThread"]

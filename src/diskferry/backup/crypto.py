@@ -1,8 +1,15 @@
-"""AES-256-GCM sealing with associated data, and scrypt key derivation from a password."""
+"""AES-256-GCM sealing with associated data, and scrypt key derivation from a password.
+
+A derivation can be begun ahead, in a thread (scrypt runs outside the GIL), by a caller
+that knows the inputs before the code that needs the key has loaded: the first
+`derive_key` with the same inputs takes its result.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -34,6 +41,37 @@ def open_sealed(key: bytes, blob: bytes | memoryview, ad: bytes) -> bytes:
         raise OpenError("authentication failed") from None
 
 
-def derive_key(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    """A 32-byte key from the password with scrypt."""
+_KdfInputs = tuple[str, bytes, int, int, int]
+_ahead: dict[_KdfInputs, Future[bytes]] = {}
+_ahead_lock = threading.Lock()
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return Scrypt(salt=salt, length=KEY_SIZE, n=n, r=r, p=p).derive(password.encode())
+
+
+def derive_ahead(password: str, salt: bytes, n: int, r: int, p: int) -> None:
+    """Begin `derive_key(password, salt, n, r, p)` in a thread, for its first call to take."""
+    inputs = (password, salt, n, r, p)
+    derived: Future[bytes] = Future()
+    with _ahead_lock:
+        if inputs in _ahead:
+            return
+        _ahead[inputs] = derived
+
+    def run() -> None:
+        try:
+            derived.set_result(_scrypt(*inputs))
+        except BaseException as e:  # handed to derive_key, which raises it
+            derived.set_exception(e)
+
+    threading.Thread(target=run, name="key-derivation", daemon=True).start()
+
+
+def derive_key(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    """A 32-byte key from the password with scrypt (the one begun ahead, if it was)."""
+    with _ahead_lock:
+        derived = _ahead.pop((password, salt, n, r, p), None)
+    if derived is not None:
+        return derived.result()
+    return _scrypt(password, salt, n, r, p)

@@ -10,6 +10,7 @@ import typer
 from diskferry import __version__
 from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.common import fail_line
+from diskferry.cli.early_key import begin_key_derivation
 from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
 from diskferry.disk.errors import BAD_USAGE, DiskferryError
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     A command stopped by SIGINT or SIGTERM prints `diskferry: cancelled` and exits 130 or 143.
     """
     freeze_at_exit()
+    begin_key_derivation(sys.argv[1:] if argv is None else argv)
     limit_arenas()
     stop_on_signals()
     say_retries()

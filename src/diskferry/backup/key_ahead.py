@@ -1,0 +1,38 @@
+"""A directory repository's key derivation begun ahead, from its key file alone.
+
+scrypt takes a fifth of a second; a command that is about to open a repository can begin
+it before it has loaded what parses its command line and runs the job. This reads only
+what the derivation needs (the key file's salt and scrypt parameters) and checks nothing:
+the opening reads and checks the key file itself, and takes the derived key only where
+its inputs are the same. A repository with several key files is left to the opening,
+which tries them in turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+from diskferry.backup.crypto import derive_ahead
+
+_KEY_FILE_LIMIT = 64 << 10
+
+
+def begin(repo: str, password: str) -> None:
+    """Begin deriving the wrapping key of the directory repository `repo`'s one key file."""
+    folder = os.path.join(repo, "keys")
+    try:
+        names = [n for n in os.listdir(folder) if not n.startswith(".")]
+        if len(names) != 1:
+            return
+        with open(os.path.join(folder, names[0]), "rb") as f:
+            key_file = json.loads(f.read(_KEY_FILE_LIMIT))
+        kdf = key_file["kdf"]
+        if not isinstance(kdf, dict) or kdf.get("name", "scrypt") != "scrypt":
+            return
+        salt = base64.b64decode(key_file["salt"], validate=True)
+        n, r, p = (int(kdf[name]) for name in "nrp")
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    derive_ahead(password, salt, n, r, p)

@@ -1,0 +1,41 @@
+"""The key derivation of `backup` and `restore` begun from the raw command line, before it
+is parsed: for a directory repository whose password is in $DISKFERRY_PASSWORD or in the
+file `--password-file` names. What the parsed command then opens takes the derived key
+only where the repository and password are the same, so a misread line costs time only.
+"""
+
+from __future__ import annotations
+
+_COMMANDS = ("backup", "restore")
+
+
+def _value(argv: list[str], option: str) -> str | None:
+    """The value given to `option` (as `OPTION VALUE` or `OPTION=VALUE`), the last one wins."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg[len(option) + 1 :]
+    return value
+
+
+def begin_key_derivation(argv: list[str]) -> None:
+    """Begin deriving the repository key that the command line `argv` is about to need."""
+    if not argv or argv[0] not in _COMMANDS:
+        return
+    from diskferry.backup import key_ahead
+    from diskferry.backup.errors import PasswordError
+    from diskferry.backup.password import read_password
+
+    repo = _value(argv, "--repo")
+    if not repo or "://" in repo:
+        return
+    try:
+        password = read_password(_value(argv, "--password-file"))
+    except PasswordError:
+        return
+    if password:
+        key_ahead.begin(repo, password)
