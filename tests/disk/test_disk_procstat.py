@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,3 +86,37 @@ def test_a_command_name_with_parentheses_and_spaces_is_read_past(tmp_path: Path)
 def test_the_boot_id_is_this_boots() -> None:
     assert procstat.boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert len(procstat.boot_id()) == 36
+
+
+# the first thread leaves by the exit system call of one thread, not of the process: the
+# other thread goes on, with the files they share, until the file `argv[1]` appears
+_FIRST_THREAD_LEAVES = """
+import ctypes, os, sys, threading, time
+def wait():
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+threading.Thread(target=wait).start()
+ctypes.CDLL(None).syscall({exit_call}, 0)
+"""
+_EXIT_CALL = {"x86_64": 60, "aarch64": 93}
+
+
+def test_a_process_has_ended_only_once_its_last_thread_has(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    script = _FIRST_THREAD_LEAVES.format(exit_call=_EXIT_CALL[os.uname().machine])
+    child = subprocess.Popen([sys.executable, "-c", script, str(release)])
+    try:
+        stat = _wait_zombie(child.pid)
+        assert len(os.listdir(f"/proc/{child.pid}/task")) == 2
+        assert not procstat.is_same(child.pid, stat.start_time)
+        assert not procstat.has_ended(child.pid, stat.start_time)
+        release.touch()
+        deadline = time.monotonic() + 20
+        while not procstat.has_ended(child.pid, stat.start_time):
+            assert time.monotonic() < deadline, "the last thread never ended"
+            time.sleep(0.02)
+        assert procstat.read(child.pid) is not None  # ended, not yet reaped
+    finally:
+        release.touch()
+        child.wait(20)
+    assert procstat.has_ended(child.pid, stat.start_time)

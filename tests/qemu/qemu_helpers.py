@@ -17,8 +17,11 @@ def write(target: str, offset: int, length: int, pattern: int) -> None:
     """Write `pattern` bytes through qemu-io into a CBT overlay file or an NBD URL."""
     fmt = "raw" if target.startswith("nbd") else "qcow2"
     cmd = ["qemu-io", "-f", fmt, "-c", f"write -P {pattern:#x} {offset} {length}", target]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, f"{' '.join(cmd)}: {done.stderr.strip() or done.stdout.strip()}"
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as e:
+        e.add_note(f"qemu-io said: {e.stderr.strip() or e.stdout.strip()}")
+        raise
 
 
 def read(url: str, offset: int, length: int) -> bytes:

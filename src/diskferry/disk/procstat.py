@@ -6,6 +6,7 @@ in clock ticks since boot) names one process for as long as the host runs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,3 +54,20 @@ def start_time(pid: int) -> int | None:
 def is_same(pid: int, started: int) -> bool:
     """Whether `pid` is still the live process that started at `started` clock ticks."""
     return start_time(pid) == started
+
+
+def has_ended(pid: int, started: int) -> bool:
+    """Whether the process that started at `started` has ended with all its threads.
+
+    A killed process's first thread turns zombie while its other threads may still be
+    exiting with the open files they share: until the last has, its locks are held.
+    """
+    stat = read(pid)
+    if stat is None or stat.start_time != started:
+        return True
+    if not stat.zombie:
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True

@@ -181,7 +181,7 @@ class StorageDaemon:
             if procstat.is_same(pid, started) and program.endswith(_BINARY.encode()):
                 os.kill(pid, signal.SIGKILL)
                 deadline = time.monotonic() + self.timeout
-                while procstat.is_same(pid, started) and time.monotonic() < deadline:
+                while not procstat.has_ended(pid, started) and time.monotonic() < deadline:
                     time.sleep(0.02)
         if Path(folder).name.startswith(_FOLDER_PREFIX):
             shutil.rmtree(folder, ignore_errors=True)
