@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,45 @@ def test_a_missing_program_raises_as_popen_does() -> None:
     with pytest.raises(FileNotFoundError) as caught:
         tether.start(["diskferry-no-such-program"])
     assert caught.value.filename == "diskferry-no-such-program"
+
+
+def _running_with(text: str) -> list[int]:
+    """The pids of the processes whose command line holds `text`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_child_whose_process_dies_before_the_signal_is_armed_runs_nothing(tmp_path) -> None:
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    arming = tmp_path / "arming"
+    setpriv = shutil.which("setpriv")
+    (slow / "setpriv").write_text(
+        f"#!/bin/sh\nwhile [ ! -e {arming}.go ]; do sleep 0.01; done\n"
+        f'touch {arming}\nexec {setpriv} "$@"\n'
+    )
+    (slow / "setpriv").chmod(0o755)
+    marker = tmp_path / "ran"
+    script = f"from diskferry.disk import tether\ntether.start(['touch', {str(marker)!r}])\n"
+    env = {**os.environ, "PATH": f"{slow}:{os.environ['PATH']}"}
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.monotonic() + 20
+    while not _running_with(str(slow / "setpriv")):
+        assert time.monotonic() < deadline, "the slow setpriv never ran"
+        time.sleep(0.01)
+    parent.kill()  # before setpriv has armed the signal
+    parent.wait()
+    Path(f"{arming}.go").touch()
+    while not arming.exists() or _running_with(str(marker)):
+        assert time.monotonic() < deadline, "the orphan never ended"
+        time.sleep(0.01)
+    assert not marker.exists()

@@ -12,9 +12,12 @@ SIGKILL included, its tethered children get SIGTERM.
 Each child also runs in a process group of its own, so that a terminal's Ctrl-C reaches
 diskferry, which then stops the child in order, and not the child directly.
 
-`start` returns once setpriv has armed the signal and run the program. A process killed
-in the millisecond before that leaves its child running, so a child that must not
-outlive it is also recorded (pid and start time, see `procstat`) for the next start to end.
+A process killed before setpriv has armed the signal sends none, so between setpriv and
+the program a shell checks that its parent is still the process that started it, and
+runs nothing when it is not: once the signal is armed, the parent's death either sends it
+or has already given the child another parent. `start` returns once setpriv has armed
+the signal. A child that must not outlive the process is also recorded (pid and start
+time, see `procstat`) for the next start to end.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _SETPRIV = ["setpriv", "--pdeathsig", "TERM", "--"]
+# run by setpriv as `sh -c GUARD sh PARENT PROGRAM ARGS...`
+_PARENT_GUARD = '[ "$PPID" = "$1" ] || exit 125; shift; exec "$@"'
 
 
 @dataclass
@@ -95,7 +100,8 @@ def start(args: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
         if _spawner is None:
             _spawner = _Spawner()
         spawner = _spawner
-    process = spawner.spawn([*_SETPRIV, *args], {**popen, "process_group": 0})
+    guarded = ["/bin/sh", "-c", _PARENT_GUARD, "sh", str(os.getpid()), *args]
+    process = spawner.spawn([*_SETPRIV, *guarded], {**popen, "process_group": 0})
     _wait_past_setpriv(process)
     return process
 
