@@ -3,6 +3,7 @@
 Each round starts every tool on a fresh repository: a full backup of the benchmark disk,
 then 1,280 scattered 64 KiB writes through the CBT overlay (so into the raw file the peers
 read: their input is the same bytes), an incremental backup, and a restore of that last point.
+Every run starts after a sync, and each round another tool goes first.
 """
 
 from __future__ import annotations
@@ -249,23 +250,29 @@ def run(workdir: Path, rounds: int) -> list[tuple[Comparison, str]]:
     results: list[dict] = []
     out = root / "restored"
     for r in range(rounds):
-        for tool in [ours, *peers]:
+        # each round another tool goes first, and each run starts with nothing of the run
+        # before it still being written back
+        tools = [ours, *peers]
+        tools = tools[r % len(tools) :] + tools[: r % len(tools)]
+        for tool in tools:
             shutil.rmtree(tool.repo, ignore_errors=True)
             tool.init()
-        os.sync()
-        for tool in [ours, *peers]:
+        for tool in tools:
+            os.sync()
             times["full"][tool.name].append(tool.backup(0))
         change = make_change(root / "writes", seed=r)
         apply_change(change, Path(f"{disk}.cbt.qcow2"))
         compressed.append(change.compressed)
-        for tool in [ours, *peers]:
+        for tool in tools:
             before = tree_size(tool.repo)
+            os.sync()
             times["incremental"][tool.name].append(tool.backup(1))
             growth[tool.name].append(tree_size(tool.repo) - before)
         results += ours.results
-        for tool in [ours, *peers]:
+        for tool in tools:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
+            os.sync()
             times["restore"][tool.name].append(tool.restore(1, out))
             if tool is ours:
                 allocated = os.stat(out / "disk.raw").st_blocks * 512
