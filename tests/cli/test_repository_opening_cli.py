@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from diskferry.backup.config import KdfParams
@@ -112,3 +113,19 @@ def test_backup_and_restore_derive_the_key_before_parsing_their_command_line(
     assert restored.read_bytes() == volume.read_bytes()
     listing = ("snapshots", "--repo", repo)
     assert _derived_in(with_variable, *listing) == ["MainThread"]
+
+
+def test_a_password_file_that_is_a_pipe_is_read_once_by_the_command(tmp_path: Path) -> None:
+    repo = str(tmp_path / "repo")
+    Repository.init(repo, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
+    volume = tmp_path / "disk.raw"
+    volume.write_bytes(os.urandom(1 << 20))
+    pipe = tmp_path / "password"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text(PASSWORD + "\n"), daemon=True)
+    writer.start()
+    without = {k: v for k, v in os.environ.items() if k != "DISKFERRY_PASSWORD"}
+    backup = ("backup", f"--repo={repo}", "--vm", "vm", "--disk", f"d={volume}", "--no-progress")
+    assert _derived_in(without, *backup, "--password-file", str(pipe)) == ["repository-open"]
+    writer.join(10)
+    assert not writer.is_alive()

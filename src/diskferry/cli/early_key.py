@@ -1,10 +1,13 @@
 """The key derivation of `backup` and `restore` begun from the raw command line, before it
 is parsed: for a directory repository whose password is in $DISKFERRY_PASSWORD or in the
-file `--password-file` names. What the parsed command then opens takes the derived key
-only where the repository and password are the same, so a misread line costs time only.
+regular file that `--password-file` names (a pipe is left for the command to read once).
+What the parsed command then opens takes the derived key only where the repository and
+password are the same, so a misread line costs time only.
 """
 
 from __future__ import annotations
+
+import os
 
 _COMMANDS = ("backup", "restore")
 
@@ -33,8 +36,11 @@ def begin_key_derivation(argv: list[str]) -> None:
     repo = _value(argv, "--repo")
     if not repo or "://" in repo:
         return
+    password_file = _value(argv, "--password-file")
+    if password_file and not os.path.isfile(password_file):
+        return  # a pipe is read once, by the command itself
     try:
-        password = read_password(_value(argv, "--password-file"))
+        password = read_password(password_file)
     except PasswordError:
         return
     if password:
