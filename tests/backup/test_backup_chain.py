@@ -274,3 +274,30 @@ def test_a_full_backup_of_a_large_sparse_volume_reads_only_its_data(engine, tmp_
     out = tmp_path / "out.raw"
     engine.restore(point.snapshot, out)
     assert same(out, volume)
+
+
+def test_a_stopped_cbt_disk_s_bytes_are_read_from_its_volume_not_over_nbd(
+    engine, tmp_path, monkeypatch
+):
+    from diskferry.nbd.client import NbdClient
+
+    volume = make_disk(tmp_path / "disk.raw")
+    over_nbd = []
+    for name in ("read_into", "read_many"):
+        real = getattr(NbdClient, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            over_nbd.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(NbdClient, name, counted)
+    full = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(full.snapshot, volume)
+    write(volume + ".cbt.qcow2", 5 * MiB, 64 * KiB, 0x42)
+    incremental = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(incremental.snapshot, volume)
+    assert (full.type, incremental.type) == ("full", "incremental")
+    assert incremental.bytes_read == 64 * KiB
+    assert over_nbd == []
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot)

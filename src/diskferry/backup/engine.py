@@ -122,7 +122,11 @@ def _open_reading(
         walk = WalkOnce(lambda: full_pieces(volume, chunk_size))
         return _Reading(plan, decision, volume, None, walk)
     opened = open_volume(
-        export.url, bitmap=export.bitmap, cancel=cancel, data_file=export.data_file
+        export.url,
+        bitmap=export.bitmap,
+        cancel=cancel,
+        data_file=export.data_file,
+        quiescent=export.quiescent,
     )
     volume = throttled(opened, bucket, cancel)
     pieces = dirty_pieces if decision.mode == "incremental" else full_pieces

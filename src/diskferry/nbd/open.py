@@ -19,11 +19,13 @@ def open_volume(
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     cancel: threading.Event | None = None,
     data_file: str | None = None,
+    quiescent: bool = False,
 ) -> Volume:
     """Open `spec`: nbd:// and nbd+unix:// URLs as NbdVolume, anything else as a FileVolume.
 
     `request_timeout` and `cancel` bound the waits of an NBD volume, and `data_file` names
-    the raw volume under a backup point's fleecing export (see NbdVolume.open).
+    the raw volume under a backup point's fleecing export, which `quiescent` says nothing
+    writes while it lives (see NbdVolume.open).
     """
     if is_nbd_url(spec):
         from diskferry.nbd.volume import NbdVolume
@@ -35,6 +37,7 @@ def open_volume(
             request_timeout=request_timeout,
             cancel=cancel,
             data_file=data_file,
+            quiescent=quiescent,
         )
     if bitmap is not None:
         raise VolumeError(

@@ -26,7 +26,9 @@ class NbdVolume(Volume):
     """An NBD export; `extents("dirty")` needs the dirty bitmap named at open.
 
     With `data_file`, the export is a backup point's fleecing node over that raw volume,
-    and its zeros are the point's (see `point_zeros`).
+    and its zeros are the point's (see `point_zeros`). With `quiescent` too, nothing
+    writes the disk while the export lives, so the point's bytes are the raw volume's:
+    they are read from it, not over NBD.
     """
 
     def __init__(
@@ -36,12 +38,14 @@ class NbdVolume(Volume):
         writable: bool,
         bitmap: str | None = None,
         data_file: Volume | None = None,
+        quiescent: bool = False,
     ) -> None:
         self.client = client
         self.bitmap = bitmap
         self.readonly = not writable or client.readonly
         self.sparse = client.can_zero or client.can_trim
         self.data_file = data_file
+        self._bytes_from = data_file if quiescent else None
 
     @classmethod
     def open(
@@ -53,10 +57,12 @@ class NbdVolume(Volume):
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         cancel: threading.Event | None = None,
         data_file: str | None = None,
+        quiescent: bool = False,
     ) -> NbdVolume:
         """Connect to the export at `url`; `bitmap` names a qemu dirty bitmap it exports.
 
-        `data_file` is the raw volume under a fleecing export, when this host can open it.
+        `data_file` is the raw volume under a fleecing export, when this host can open it;
+        `quiescent` says that nothing writes the disk while the export lives.
         A request unanswered for `request_timeout` seconds breaks the connection; once
         `cancel` is set, waiting reads and writes raise CancelledError.
         """
@@ -84,7 +90,7 @@ class NbdVolume(Volume):
         except BaseException:
             client.close()
             raise
-        return cls(client, writable=writable, bitmap=bitmap, data_file=raw)
+        return cls(client, writable=writable, bitmap=bitmap, data_file=raw, quiescent=quiescent)
 
     def __repr__(self) -> str:
         return f"NbdVolume({str(self.client.url)!r})"
@@ -96,10 +102,16 @@ class NbdVolume(Volume):
 
     def read_into(self, offset: int, buf: memoryview | bytearray) -> None:
         """Fill `buf` with the bytes at `offset`."""
+        if self._bytes_from is not None:
+            self._bytes_from.read_into(offset, buf)
+            return
         self.client.read_into(offset, buf)
 
     def read_into_many(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
         """Fill each `(offset, buf)` of `pieces`, all requests sent before any is waited for."""
+        if self._bytes_from is not None:
+            self._bytes_from.read_into_many(pieces)
+            return
         self.client.read_many(pieces)
 
     def write(self, offset: int, data: bytes | memoryview | bytearray) -> None:

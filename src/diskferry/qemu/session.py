@@ -63,7 +63,9 @@ class DiskExport:
     """What the backup reads of one disk: the NBD URL, and the dirty bitmap for an incremental.
 
     `data_file` is the raw volume under the disk's overlay, of which a full backup skips
-    the holes the fleecing file holds no copy of (see nbd/point_zeros.py).
+    the holes the fleecing file holds no copy of (see nbd/point_zeros.py). `quiescent`
+    says that the session's own storage daemon holds the disk, so that nothing writes it
+    while the export lives and the point's bytes are the data file's.
     """
 
     name: str
@@ -75,6 +77,7 @@ class DiskExport:
     bitmap: str | None = None
     checkpoints: list[Checkpoint] = field(default_factory=list)
     data_file: str | None = None
+    quiescent: bool = False
 
     @property
     def meta_context(self) -> str | None:
@@ -395,6 +398,7 @@ class BackupSession:
                     bitmap=MERGED_BITMAP if disk.mode == "incremental" else None,
                     checkpoints=bitmaps.of_repository(disk.checkpoints, self.repo_id),
                     data_file=disk.data_file,
+                    quiescent=self._daemon is not None,
                 )
             )
 
