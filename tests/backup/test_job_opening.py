@@ -28,15 +28,9 @@ def repo_url(tmp_path: Path) -> str:
     return url
 
 
-def _access(url: str, tmp_path: Path, password: str) -> RepoAccess:
-    secret = tmp_path / "password"
-    secret.write_text(password + "\n")
-    return RepoAccess(repo=url, passwordFile=str(secret))
-
-
-def test_the_opening_runs_in_its_own_thread_and_is_taken_once(
-    repo_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def opened_in(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that opened a repository, in order."""
     threads: list[str] = []
     real_open = Repository.open
 
@@ -45,12 +39,24 @@ def test_the_opening_runs_in_its_own_thread_and_is_taken_once(
         return real_open(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Repository, "open", recording_open)
+    return threads
+
+
+def _access(url: str, tmp_path: Path, password: str) -> RepoAccess:
+    secret = tmp_path / "password"
+    secret.write_text(password + "\n")
+    return RepoAccess(repo=url, passwordFile=str(secret))
+
+
+def test_the_opening_runs_in_its_own_thread_and_is_taken_once(
+    repo_url: str, tmp_path: Path, opened_in: list[str]
+) -> None:
     access = _access(repo_url, tmp_path, PASSWORD)
     access.start_opening()
     with access.open_repository() as ahead, access.open_repository() as again:
         assert ahead is not again
         assert ahead.id == again.id
-    assert threads == ["repository-open", threading.current_thread().name]
+    assert opened_in == ["repository-open", threading.current_thread().name]
 
 
 def test_a_wrong_password_fails_where_the_repository_is_taken(
@@ -74,20 +80,17 @@ def test_a_wrong_password_fails_where_the_repository_is_taken(
     ],
 )
 def test_the_worker_opens_each_repository_job_s_repository_ahead(
-    repo_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fields: dict
+    repo_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    opened_in: list[str],
+    kind: str,
+    fields: dict,
 ) -> None:
-    threads: list[str] = []
-    real_open = Repository.open
-
-    def recording_open(*args: object, **kwargs: object) -> Repository:
-        threads.append(threading.current_thread().name)
-        return real_open(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Repository, "open", recording_open)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DISKFERRY_PASSWORD", PASSWORD)
     job_kind = KINDS[kind]
     job = job_kind.model.model_validate({"kind": kind, "repo": repo_url, **fields})
     with contextlib.suppress(DiskferryError):  # no such snapshot, nothing tracked: opened first
         job_kind.run(job, JobContext(Progress(), QUIET, threading.Event()))
-    assert threads == ["repository-open"]
+    assert opened_in == ["repository-open"]

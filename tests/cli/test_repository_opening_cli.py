@@ -30,10 +30,10 @@ print(json.dumps({"code": code, "openedIn": opened_in}))
 """
 
 
-def _opened_in(*args: str) -> list[str]:
-    env = {**os.environ, "DISKFERRY_PASSWORD": PASSWORD}
+def _run(script: str, env: dict[str, str], *args: str) -> dict:
+    """What `script`, run with the command line `args`, printed last, as JSON; it succeeded."""
     proc = subprocess.run(
-        [sys.executable, "-c", _RUN, *args],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         check=True,
@@ -42,16 +42,26 @@ def _opened_in(*args: str) -> list[str]:
     )
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["code"] in (None, 0), proc.stderr
-    return result["openedIn"]
+    return result
 
 
-def test_backup_and_restore_open_the_repository_ahead(tmp_path: Path) -> None:
+def _opened_in(*args: str) -> list[str]:
+    return _run(_RUN, {**os.environ, "DISKFERRY_PASSWORD": PASSWORD}, *args)["openedIn"]
+
+
+def _repository_and_volume(tmp_path: Path) -> tuple[str, Path]:
+    """A repository (cheap to derive keys for) and a 4 MiB volume with 1 MiB of data."""
     repo = str(tmp_path / "repo")
     Repository.init(repo, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
     volume = tmp_path / "disk.raw"
     with open(volume, "wb") as f:
         f.truncate(4 << 20)
         f.write(os.urandom(1 << 20))
+    return repo, volume
+
+
+def test_backup_and_restore_open_the_repository_ahead(tmp_path: Path) -> None:
+    repo, volume = _repository_and_volume(tmp_path)
     backup = ("backup", "--repo", repo, "--vm", "vm", "--disk", f"d={volume}", "--no-progress")
     assert _opened_in(*backup) == ["repository-open"]
     restored = tmp_path / "restored.raw"
@@ -78,28 +88,13 @@ except SystemExit as e:
 
 
 def _derived_in(env: dict[str, str], *args: str) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUN_MAIN, *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        timeout=120,
-    )
-    result = json.loads(proc.stdout.splitlines()[-1])
-    assert result["code"] == 0, proc.stderr
-    return result["derivedIn"]
+    return _run(_RUN_MAIN, env, *args)["derivedIn"]
 
 
 def test_backup_and_restore_derive_the_key_before_parsing_their_command_line(
     tmp_path: Path,
 ) -> None:
-    repo = str(tmp_path / "repo")
-    Repository.init(repo, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
-    volume = tmp_path / "disk.raw"
-    with open(volume, "wb") as f:
-        f.truncate(4 << 20)
-        f.write(os.urandom(1 << 20))
+    repo, volume = _repository_and_volume(tmp_path)
     with_variable = {**os.environ, "DISKFERRY_PASSWORD": PASSWORD}
     backup = ("backup", "--repo", repo, "--vm", "vm", "--disk", f"d={volume}", "--no-progress")
     assert _derived_in(with_variable, *backup) == ["key-derivation"]
@@ -116,10 +111,7 @@ def test_backup_and_restore_derive_the_key_before_parsing_their_command_line(
 
 
 def test_a_password_file_that_is_a_pipe_is_read_once_by_the_command(tmp_path: Path) -> None:
-    repo = str(tmp_path / "repo")
-    Repository.init(repo, PASSWORD, kdf=KdfParams(n=1 << 10, r=8, p=1)).close()
-    volume = tmp_path / "disk.raw"
-    volume.write_bytes(os.urandom(1 << 20))
+    repo, volume = _repository_and_volume(tmp_path)
     pipe = tmp_path / "password"
     os.mkfifo(pipe)
     writer = threading.Thread(target=lambda: pipe.write_text(PASSWORD + "\n"), daemon=True)
