@@ -12,27 +12,25 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 
 from diskferry.backup.crypto import derive_ahead
-
-_KEY_FILE_LIMIT = 64 << 10
+from diskferry.objstore.errors import ObjectStoreError
+from diskferry.objstore.store import ObjectStore
 
 
 def begin(repo: str, password: str) -> None:
     """Begin deriving the wrapping key of the directory repository `repo`'s one key file."""
-    folder = os.path.join(repo, "keys")
     try:
-        names = [n for n in os.listdir(folder) if not n.startswith(".")]
-        if len(names) != 1:
+        store = ObjectStore(repo, create=False)
+        keys = list(store.list("keys/"))
+        if len(keys) != 1:
             return
-        with open(os.path.join(folder, names[0]), "rb") as f:
-            key_file = json.loads(f.read(_KEY_FILE_LIMIT))
+        key_file = json.loads(store.get(keys[0].path))
         kdf = key_file["kdf"]
         if not isinstance(kdf, dict) or kdf.get("name", "scrypt") != "scrypt":
             return
         salt = base64.b64decode(key_file["salt"], validate=True)
         n, r, p = (int(kdf[name]) for name in "nrp")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ObjectStoreError, ValueError, KeyError, TypeError):
         return
     derive_ahead(password, salt, n, r, p)
