@@ -176,7 +176,7 @@ class ExportServer:
     async def _stream(
         self,
         request: web.Request,
-        body: AsyncIterator[bytes | memoryview],
+        body: AsyncIterator[bytes | bytearray | memoryview],
         *,
         status: int = 200,
         length: int | None = None,
