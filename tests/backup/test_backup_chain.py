@@ -301,3 +301,42 @@ def test_a_stopped_cbt_disk_s_bytes_are_read_from_its_volume_not_over_nbd(
     assert over_nbd == []
     for snapshot in engine.references:
         assert engine.restores_exactly(snapshot)
+
+
+def test_a_stopped_cbt_disk_is_its_own_point_with_no_fleecing_and_no_allocation_status(
+    engine, tmp_path, monkeypatch
+):
+    from diskferry.nbd.client import NbdClient
+    from diskferry.qemu.qmp import Qmp
+
+    volume = make_disk(tmp_path / "disk.raw")
+    commands, asked = [], []
+    real_command, real_connect = Qmp.command, NbdClient.connect.__func__
+
+    def command(self, execute, *args, **kwargs):
+        commands.append(execute)
+        if execute == "transaction":
+            commands.extend(a["type"] for a in kwargs["actions"])
+        return real_command(self, execute, *args, **kwargs)
+
+    def connect(cls, url, *args, contexts=(), **kwargs):
+        asked.append(list(contexts))
+        return real_connect(cls, url, *args, contexts=contexts, **kwargs)
+
+    monkeypatch.setattr(Qmp, "command", command)
+    monkeypatch.setattr(NbdClient, "connect", classmethod(connect))
+    full = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(full.snapshot, volume)
+    write(volume + ".cbt.qcow2", 5 * MiB, 64 * KiB, 0x42)
+    incremental = engine.backup(disks={"d": volume}).disks[0]
+    engine.keep(incremental.snapshot, volume)
+    assert (full.type, incremental.type) == ("full", "incremental")
+    assert 4 * MiB + 12_345 <= full.bytes_read <= 4 * MiB + 16 * KiB  # the raw volume's holes
+    assert incremental.bytes_read == 64 * KiB
+    assert not {"blockdev-add", "blockdev-backup", "blockdev-del", "block-job-cancel"} & set(
+        commands
+    )
+    assert asked == [[], ["qemu:dirty-bitmap:diskferry-merge"]]
+    assert not list(tmp_path.glob("*fleece*"))
+    for snapshot in engine.references:
+        assert engine.restores_exactly(snapshot)

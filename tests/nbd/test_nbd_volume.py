@@ -241,3 +241,24 @@ def test_qemu_img_reads_what_nbdvolume_wrote(
     with open(tmp_path / "o.raw", "rb") as f:
         f.seek(3 * MiB)
         assert f.read(2 * MiB) == data
+
+
+def test_a_quiescent_point_takes_its_zeros_from_its_raw_volume_and_asks_no_allocation(
+    qemu_nbd: Callable[..., Server], sparse_image: Path, tmp_path: Path
+) -> None:
+    server = qemu_nbd(sparse_image)
+    with NbdVolume.open(server.url, data_file=str(sparse_image), quiescent=True) as volume:
+        assert volume.client.contexts == []
+        zero = list(volume.extents("zero"))
+        part = list(volume.extents("zero", 5 * MiB + 100, 10 * MiB))
+    with FileVolume(str(sparse_image)) as raw:
+        assert zero == list(raw.extents("zero"))
+    assert [e.zero for e in zero] == [True, False, True, False, True, False]
+    assert part == list(merge_adjacent(clip(zero, 5 * MiB + 100, 10 * MiB)))
+    other = tmp_path / "other.raw"
+    other.write_bytes(bytes(MiB))
+    with NbdVolume.open(server.url, data_file=str(other), quiescent=True) as volume:
+        assert (volume.data_file, volume.quiescent) == (None, False)
+        assert volume.client.contexts == ["base:allocation"]
+        assert list(volume.extents("zero")) == zero
+        assert volume.read(MiB, 64 * 1024) == pattern(64 * 1024, 1)

@@ -110,7 +110,7 @@ def test_no_child_is_started_with_a_preexec_fn(
     with BackupSession([SessionDisk("d", volume)], "repo1") as session:
         assert session.start({"d": None})[0].mode == "full"
     programs = [_program(args) for args, _ in started]
-    assert programs.count("qemu-img") >= 10
+    assert programs.count("qemu-img") >= 9
     assert "qemu-storage-daemon" in programs
     assert [args for args, kwargs in started if kwargs.get("preexec_fn") is not None] == []
 

@@ -77,7 +77,13 @@ def serve_backup_point(
             point = point_of(exports, session.consistency)
             write_json(job.point_file, point)
             volumes = [
-                ExportVolumeSpec(name=e.name, path=e.url, bitmap=e.bitmap, data_file=e.data_file)
+                ExportVolumeSpec(
+                    name=e.name,
+                    path=e.url,
+                    bitmap=e.bitmap,
+                    data_file=e.data_file,
+                    quiescent=e.quiescent,
+                )
                 for e in exports
             ]
             fleeced = job.model_copy(update={"volumes": volumes})

@@ -24,12 +24,14 @@ class ExportPhase(StrEnum):
 class ExportVolumeSpec(JobModel):
     """One volume of an export: a file, block device, directory or NBD URL, and for an NBD
     volume the dirty bitmap its map shows, or the raw volume under a backup point's
-    fleecing export, whose holes its map shows."""
+    export, whose holes its map shows; `quiescent` says that nothing writes the disk while
+    the export lives, so that the raw volume also holds the point's bytes."""
 
     name: str = Field(pattern=r"^[^/]+$")
     path: str
     bitmap: str | None = None
     data_file: str | None = Field(default=None, alias="dataFile")
+    quiescent: bool = False
 
 
 class LinkSettings(JobModel):

@@ -92,7 +92,9 @@ def serve_export(
     tls = ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings)
     cut = False
     try:
-        volumes += [open_exported(v.name, v.path, v.bitmap, v.data_file) for v in job.volumes]
+        volumes += [
+            open_exported(v.name, v.path, v.bitmap, v.data_file, v.quiescent) for v in job.volumes
+        ]
         server = ExportServer(job.name, volumes, token, manifest)
         links: dict[str, str] = {}
         if job.links is not None:

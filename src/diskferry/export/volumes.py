@@ -39,20 +39,25 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 
 def open_exported(
-    name: str, path: str, bitmap: str | None = None, data_file: str | None = None
+    name: str,
+    path: str,
+    bitmap: str | None = None,
+    data_file: str | None = None,
+    quiescent: bool = False,
 ) -> ExportedVolume:
     """A directory as files (its disk.img as the disk); a file, device or NBD URL as a disk.
 
     `bitmap` names the dirty bitmap an NBD export carries: its map then shows what changed.
-    `data_file` is the raw volume under a backup point's fleecing export.
+    `data_file` is the raw volume under a backup point's export, which `quiescent` says
+    nothing writes while the export lives.
     """
     p = Path(path)
     if bitmap is not None:
-        disk = open_volume(path, bitmap=bitmap, data_file=data_file)
+        disk = open_volume(path, bitmap=bitmap, data_file=data_file, quiescent=quiescent)
         return ExportedVolume(name, disk=disk, bitmap=bitmap)
     if p.is_dir():
         disk = FileVolume(p / DIR_DISK) if (p / DIR_DISK).is_file() else None
         return ExportedVolume(name, disk=disk, directory=p)
     if not is_nbd_url(path) and not p.exists():
         raise ExportError(f"volume {name}: {path} does not exist")
-    return ExportedVolume(name, disk=open_volume(path, data_file=data_file))
+    return ExportedVolume(name, disk=open_volume(path, data_file=data_file, quiescent=quiescent))

@@ -27,8 +27,10 @@ class NbdVolume(Volume):
 
     With `data_file`, the export is a backup point's fleecing node over that raw volume,
     and its zeros are the point's (see `point_zeros`). With `quiescent` too, nothing
-    writes the disk while the export lives, so the point's bytes are the raw volume's:
-    they are read from it, not over NBD.
+    writes the disk while the export lives, so the point's bytes and holes are the raw
+    volume's: they are read from it, not over NBD, and only a dirty bitmap's status is
+    asked of the server (its allocation status walks the overlay's metadata and the raw
+    volume's holes both, 5 ms a GiB, for nothing).
     """
 
     def __init__(
@@ -45,7 +47,8 @@ class NbdVolume(Volume):
         self.readonly = not writable or client.readonly
         self.sparse = client.can_zero or client.can_trim
         self.data_file = data_file
-        self._bytes_from = data_file if quiescent else None
+        self.quiescent = quiescent and data_file is not None
+        self._bytes_from = data_file if self.quiescent else None
 
     @classmethod
     def open(
@@ -66,12 +69,19 @@ class NbdVolume(Volume):
         A request unanswered for `request_timeout` seconds breaks the connection; once
         `cancel` is set, waiting reads and writes raise CancelledError.
         """
-        contexts = [ALLOCATION] + ([DIRTY_BITMAP + bitmap] if bitmap else [])
-        if data_file is not None:
-            contexts.append(ALLOCATION_DEPTH)
-        client = NbdClient.connect(
-            url, contexts=contexts, request_timeout=request_timeout, cancel=cancel
-        )
+        raw = _raw_volume(data_file)
+        quiescent = quiescent and raw is not None
+        contexts = [] if quiescent else [ALLOCATION]
+        contexts += [DIRTY_BITMAP + bitmap] if bitmap else []
+        contexts += [ALLOCATION_DEPTH] if raw is not None and not quiescent else []
+        try:
+            client = NbdClient.connect(
+                url, contexts=contexts, request_timeout=request_timeout, cancel=cancel
+            )
+        except BaseException:
+            if raw is not None:
+                raw.close()
+            raise
         try:
             if writable and client.readonly:
                 raise NbdError(
@@ -86,9 +96,22 @@ class NbdVolume(Volume):
                     f"(it offers: {names}): export the bitmap with the disk",
                     errno_name="ENOENT",
                 )
-            raw = _point_data_file(client, data_file)
+            if raw is not None and not _serves_the_point(client, raw, quiescent):
+                raw.close()
+                if quiescent:
+                    client.close()
+                    return cls.open(
+                        url,
+                        writable=writable,
+                        bitmap=bitmap,
+                        request_timeout=request_timeout,
+                        cancel=cancel,
+                    )
+                raw = None
         except BaseException:
             client.close()
+            if raw is not None:
+                raw.close()
             raise
         return cls(client, writable=writable, bitmap=bitmap, data_file=raw, quiescent=quiescent)
 
@@ -141,6 +164,10 @@ class NbdVolume(Volume):
         """Zeros and holes from base:allocation (a backup point's from its raw volume), or
         dirty runs from the bitmap given at open."""
         end = self.size if length is None else min(self.size, offset + length)
+        if context == "zero" and self.quiescent:
+            assert self.data_file is not None
+            yield from self.data_file.extents("zero", offset, end - offset)
+            return
         if context == "zero" and self.data_file is not None:
             yield from merge_adjacent(point_zeros(self.data_file, self._own_runs, offset, end))
             return
@@ -191,20 +218,21 @@ class NbdVolume(Volume):
             self.data_file.close()
 
 
-def _point_data_file(client: NbdClient, path: str | None) -> FileVolume | None:
-    """The raw volume at `path` under the fleecing export, read-only; None where it cannot
-    say the point's zeros: no path, no allocation depth granted, no regular file this host
-    opens, or not the export's size."""
-    if path is None or ALLOCATION_DEPTH not in client.contexts or not os.path.isfile(path):
+def _raw_volume(path: str | None) -> FileVolume | None:
+    """The raw volume at `path` under a backup point's export, read-only; None where there is
+    none or it is not a regular file this host opens."""
+    if path is None or not os.path.isfile(path):
         return None
     try:
-        raw = FileVolume(path)
+        return FileVolume(path)
     except VolumeError:
         return None
-    if raw.size != client.size:
-        raw.close()
-        return None
-    return raw
+
+
+def _serves_the_point(client: NbdClient, raw: FileVolume, quiescent: bool) -> bool:
+    """Whether `raw` can say the point's zeros (and, quiescent, hold its bytes): it has the
+    export's size, and a fleecing export granted its allocation depth."""
+    return raw.size == client.size and (quiescent or ALLOCATION_DEPTH in client.contexts)
 
 
 def _extent(context: ExtentContext, start: int, length: int, flags: int) -> Extent:

@@ -3,12 +3,15 @@
 Against a running QEMU (its QMP socket) or stopped disks (a qemu-storage-daemon of its
 own). Opened, the session reports the repository's checkpoints on each disk; the caller
 decides full or incremental from them and starts it. Then for each disk the session
-adds a new checkpoint bitmap, disables the repository's older ones and starts image
-fleecing (`blockdev-backup` sync none into a temporary qcow2 whose backing is the disk),
-all in one transaction; and it serves the fleecing node over NBD, with the merge of the
-checkpoint it was told to start from and every newer one of the repository for an
-incremental. Leaving it removes the temporary export, job, node and files; on success
-it also removes the repository's checkpoints older than the new one.
+adds a new checkpoint bitmap and disables the repository's older ones, all in one
+transaction, and serves the point over NBD, with the merge of the checkpoint it was told
+to start from and every newer one of the repository for an incremental. In a running
+QEMU the guest goes on writing, so the same transaction starts image fleecing
+(`blockdev-backup` sync none into a temporary qcow2 whose backing is the disk) and the
+fleecing node is served; the session's own storage daemon holds its disks, nothing else
+writes them, and the disk node itself is the point. Leaving it removes the temporary
+export, job, node and files (a storage daemon of its own takes them with it when it
+quits); on success it also removes the repository's checkpoints older than the new one.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ class DiskExport:
     `data_file` is the raw volume under the disk's overlay, of which a full backup skips
     the holes the fleecing file holds no copy of (see nbd/point_zeros.py). `quiescent`
     says that the session's own storage daemon holds the disk, so that nothing writes it
-    while the export lives and the point's bytes are the data file's.
+    while the export lives: the export is the disk itself, not a fleecing view, and the
+    point's bytes and holes are the data file's.
     """
 
     name: str
@@ -210,7 +214,8 @@ class BackupSession:
         self._started = True
         for disk in self._disks:
             self._prepare(disk, since.get(disk.spec.name))
-        self._add_fleecing_nodes()
+        if self._fleecing:
+            self._add_fleecing_nodes()
         with self._frozen():
             self.qmp.command("transaction", actions=self._transaction())
         self._merge_bitmaps()
@@ -224,6 +229,11 @@ class BackupSession:
         tb: TracebackType | None,
     ) -> None:
         self._close(success=exc_type is None)
+
+    @property
+    def _fleecing(self) -> bool:
+        """Whether the point needs fleecing: only while something else may write the disks."""
+        return self._daemon is None
 
     def _open(self) -> None:
         overlays = [self._overlay(spec) for spec in self.specs]
@@ -325,17 +335,9 @@ class BackupSession:
                 if old.enabled:
                     disable = {"node": node, "name": old.name}
                     actions.append({"type": "block-dirty-bitmap-disable", "data": disable})
-            actions.append(
-                {
-                    "type": "blockdev-backup",
-                    "data": {
-                        "job-id": disk.job,
-                        "device": node,
-                        "target": disk.fleece,
-                        "sync": "none",
-                    },
-                }
-            )
+            if self._fleecing:
+                backup = {"job-id": disk.job, "device": node, "target": disk.fleece, "sync": "none"}
+                actions.append({"type": "blockdev-backup", "data": backup})
         return actions
 
     @contextlib.contextmanager
@@ -379,10 +381,10 @@ class BackupSession:
             args: dict[str, Any] = {
                 "type": "nbd",
                 "id": disk.export,
-                "node-name": disk.fleece,
+                "node-name": disk.fleece if self._fleecing else disk.node,
                 "name": disk.spec.name,
                 "writable": False,
-                "allocation-depth": True,
+                "allocation-depth": self._fleecing,
             }
             if disk.mode == "incremental":
                 args["bitmaps"] = [MERGED_BITMAP]
@@ -412,7 +414,16 @@ class BackupSession:
         shutil.rmtree(self._sockets, ignore_errors=True)
 
     def _remove_temporaries(self) -> None:
-        """Remove every export, job, fleecing node and merged bitmap with a fixed name."""
+        """Remove every export, job, fleecing node and merged bitmap with a fixed name, and
+        the fleecing files; in the session's own storage daemon, which holds none that it
+        does not take with it when it quits, only the files."""
+        if self._daemon is None:
+            self._remove_temporary_nodes()
+        for disk in self._disks:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(disk.fleece_file)
+
+    def _remove_temporary_nodes(self) -> None:
         qmp = self.qmp
         for export in qmp.command("query-block-exports"):
             if export["id"].startswith(EXPORT_ID):
@@ -430,9 +441,6 @@ class BackupSession:
                 qmp.command("blockdev-del", node_name=name)
             if any(b.get("name") == MERGED_BITMAP for b in node.get("dirty-bitmaps", [])):
                 qmp.command("block-dirty-bitmap-remove", node=name, name=MERGED_BITMAP)
-        for disk in self._disks:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(disk.fleece_file)
 
     def _close(self, success: bool) -> None:
         errors: list[BaseException] = []
