@@ -89,13 +89,14 @@ def serve_export(
     manifest = load_manifest(job.manifest) if job.manifest is not None else None
     what = f"export {job.name}"
     volumes: list[ExportedVolume] = []
+    server: ExportServer | None = None
     tls = ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings)
     cut = False
     try:
         volumes += [
             open_exported(v.name, v.path, v.bitmap, v.data_file, v.quiescent) for v in job.volumes
         ]
-        server = ExportServer(job.name, volumes, token, manifest)
+        server = ExportServer(job.name, volumes, token, manifest, job.idle_timeout)
         links: dict[str, str] = {}
         if job.links is not None:
             ca = tls.ca_pem()
@@ -134,6 +135,8 @@ def serve_export(
             drain,
         )
     finally:
+        if server is not None:
+            server.close()
         for v in volumes:
             v.close()
         tls.close()
