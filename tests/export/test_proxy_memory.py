@@ -65,7 +65,7 @@ def test_slow_readers_leave_no_large_buffers_on_kept_connections(
     # not what the C heap keeps of what it freed
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(64 << 10))
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(128 << 10))
-    proxy = proxy_factory(routes)
+    proxy = proxy_factory(routes, "--processes", "1")  # every connection on the one measured
     context = ssl.create_default_context(cafile=str(proxy.ca))
     conns = [_connect(proxy.port, context) for _ in range(CONNECTIONS)]
     for conn in conns:

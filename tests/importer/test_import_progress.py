@@ -12,15 +12,22 @@ from diskferry.importer.job import ImportJob, ImportPhase
 
 
 class PhaseLog(Progress):
-    """Remembers the percent at which each phase began."""
+    """Remembers the percent at which each phase began, and the bytes counted while no total
+    was known (which a status would show as done bytes of an unknown whole)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.phases: list[tuple[str, float]] = []
+        self.counted_before_total = 0
 
     def set_phase(self, phase: str) -> None:
         super().set_phase(phase)
         self.phases.append((phase, self.percent))
+
+    def add(self, n: int) -> None:
+        super().add(n)
+        if not self.total:
+            self.counted_before_total += n
 
 
 @pytest.mark.parametrize(
@@ -44,6 +51,7 @@ def test_every_byte_is_counted_once(images, nginx, tmp_path, fmt, compression, h
     run_import(job, progress)
     assert progress.done == progress.total > 0
     assert progress.percent == 100.0
+    assert progress.counted_before_total == 0
     assert [phase for phase, _ in progress.phases[:2]] == [
         ImportPhase.OPENING,
         ImportPhase.IMPORTING,

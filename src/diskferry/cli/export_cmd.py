@@ -201,6 +201,14 @@ def proxy_serve(
         str, typer.Option(help="Idle pooled backend connections close after this.")
     ] = "30s",
     grace: Grace = "10s",
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Processes accepting on the port (default: one per usable CPU, at most 4).",
+        ),
+    ] = None,
 ) -> None:
     """Route /api/export.kubevirt.io/... requests to the export servers in the routes file."""
     from diskferry.disk.progress import Progress
@@ -211,6 +219,7 @@ def proxy_serve(
         ProxyJob,
         routes=str(routes),
         backend_idle_timeout=parse_duration(backend_idle_timeout),
+        **({} if processes is None else {"processes": processes}),
         **listening(cert_dir, san, address, port, tls_settings),
         **timing_fields(header_timeout, idle_timeout, grace),
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import math
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,6 +25,14 @@ class PoolSettings:
     idle: float = 30.0
     connect: float = 10.0
     headers: float = 30.0
+
+    def share(self, processes: int) -> PoolSettings:
+        """What one of `processes` processes may hold so that together they keep the bounds."""
+        return dataclasses.replace(
+            self,
+            limit=math.ceil(self.limit / processes),
+            per_backend=math.ceil(self.per_backend / processes),
+        )
 
 
 class Backends:

@@ -9,8 +9,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from diskferry.disk.cpus import usable_cpus
 from diskferry.serving.listening import Listening
 from diskferry.worker.job import JobModel, WorkerJob
+
+MAX_DEFAULT_PROXY_PROCESSES = 4
 
 
 class ExportPhase(StrEnum):
@@ -73,13 +76,21 @@ class ExportJob(WorkerJob, Listening):
         return self
 
 
+def default_proxy_processes() -> int:
+    """One proxy process per usable CPU, at most MAX_DEFAULT_PROXY_PROCESSES: each relays
+    its streams through TLS on one core."""
+    return min(usable_cpus(), MAX_DEFAULT_PROXY_PROCESSES)
+
+
 class ProxyJob(WorkerJob, Listening):
-    """What `diskferry proxy serve` and the worker run: the export proxy over a routes file."""
+    """What `diskferry proxy serve` and the worker run: the export proxy over a routes file,
+    in `processes` processes that accept on one port and share the backend pool's bounds."""
 
     kind: Literal["proxy"] = "proxy"
     routes: str = Field(description="the routes file (YAML), re-read when it changes")
     backend_idle_timeout: float = Field(default=30.0, gt=0, alias="backendIdleTimeout")
     grace: float = Field(default=10.0, ge=0)
+    processes: int = Field(default_factory=default_proxy_processes, ge=1, le=64)
 
 
 class ServeResult(BaseModel):

@@ -7,10 +7,13 @@ how it ended. The listening port and URLs are published as details once known.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import socket
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from diskferry.disk.progress import Progress
@@ -21,6 +24,7 @@ from diskferry.export.job import ExportJob, ExportPhase, ProxyJob, ServeResult
 from diskferry.export.links import export_links
 from diskferry.export.manifests import load_manifest
 from diskferry.export.proxy import ExportProxy
+from diskferry.export.proxy_processes import ProxyProcesses
 from diskferry.export.routes import RoutesFile
 from diskferry.export.server import ExportServer
 from diskferry.export.token import TokenFile
@@ -28,6 +32,7 @@ from diskferry.export.volumes import ExportedVolume, open_exported
 from diskferry.serving.certs import default_sans
 from diskferry.serving.listening import Listening
 from diskferry.serving.run import run
+from diskferry.serving.tcp_socket import bind_tcp
 from diskferry.serving.tls import ServerTls
 from diskferry.worker.reporter import QUIET, EventType, Reporter
 
@@ -149,26 +154,62 @@ def serve_export(
     )
 
 
+@dataclasses.dataclass
+class ProxyShare:
+    """One process's part of the proxy: its relay (the routes read, its share of the backend
+    pool) and its TLS."""
+
+    proxy: ExportProxy
+    tls: ServerTls
+
+    @classmethod
+    def of(cls, job: ProxyJob) -> ProxyShare:
+        """The share of one of the job's processes."""
+        pool = PoolSettings(idle=job.backend_idle_timeout).share(job.processes)
+        proxy = ExportProxy(RoutesFile(job.routes), pool)
+        return cls(proxy, ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings))
+
+    def serve(
+        self,
+        job: ProxyJob,
+        sock: socket.socket,
+        stop: threading.Event,
+        on_listening: Callable[[int], None],
+        on_stop: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> None:
+        """Relay what comes to the listening socket `sock` until `stop`; then close the TLS."""
+        options = job.serve_options(None, job.grace, RedactingAccessLogger)
+        run(
+            self.proxy.app(),
+            self.tls,
+            dataclasses.replace(options, sock=sock),
+            stop,
+            on_listening,
+            on_stop,
+        )
+
+
 def serve_proxy(
     job: ProxyJob, progress: Progress, stop: threading.Event, reporter: Reporter = QUIET
 ) -> ServeResult:
-    """Route export API requests to the export servers in the routes file until `stop`."""
+    """Route export API requests to the export servers in the routes file until `stop`, in
+    the job's processes."""
     progress.set_phase(ExportPhase.STARTING)
-    proxy = ExportProxy(RoutesFile(job.routes), PoolSettings(idle=job.backend_idle_timeout))
-    tls = ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings)
+    share = ProxyShare.of(job)
+    try:
+        sock = bind_tcp(job.listen_address, job.listen_port, reuse_port=job.processes > 1)
+    except BaseException:
+        share.tls.close()
+        raise
     announce = _Announcer("export proxy", job, progress, reporter)
+    port = sock.getsockname()[1]
+    with contextlib.closing(sock), ProxyProcesses(job, port, reporter) as others:
 
-    async def drain(expired: bool) -> None:
-        progress.set_phase(ExportPhase.DRAINING)
+        async def drain(expired: bool) -> None:
+            progress.set_phase(ExportPhase.DRAINING)
+            others.stop()
 
-    run(
-        proxy.app(),
-        tls,
-        job.serve_options(None, job.grace, RedactingAccessLogger),
-        stop,
-        announce,
-        drain,
-    )
+        share.serve(job, sock, stop, announce, drain)
     reporter.event(EventType.NORMAL, "Stopped", "export proxy stopped")
     return ServeResult(
         name="proxy", ended="stopped", listen_port=announce.port, transfers_cut=False

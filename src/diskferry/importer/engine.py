@@ -145,6 +145,8 @@ def _open_source(
             body_size=body_size,
             registry=registry_options(job) if is_reference(job.source) else None,
         )
+        # the sniff's reads count: against the source's size until a phase sets its own total
+        progress.set_total(stream.size or 0)
         try:
             return stream, checksum, _sniff(stream)
         except RangeNotSupportedError:

@@ -26,10 +26,12 @@ from aiohttp import web
 
 from diskferry.serving.accesslog import AccessLogger
 from diskferry.serving.errors import ServeError
+from diskferry.serving.tcp_socket import BACKLOG, bind_tcp
 from diskferry.serving.tls import ServerTls
 from diskferry.serving.unix_socket import UnixSocket, bind_unix
 
 _HEADERS_END = b"\r\n\r\n"
+TLS_REFRESH_SECONDS = 1.0
 _AppHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -177,16 +179,21 @@ class HttpsListener:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
+        self._refresher: asyncio.Task[None] | None = None
         self._unix_server: asyncio.Server | None = None
         self._unix_socket: UnixSocket | None = None
         self._connections = _Connections()
         self._grace = 0.0
 
-    async def start(self, host: str, port: int, grace: float = 60.0) -> int:
-        """Listen on host:port (0 picks a free port) and return the port.
+    async def start(
+        self, host: str, port: int, grace: float = 60.0, sock: socket.socket | None = None
+    ) -> int:
+        """Listen on host:port (0 picks a free port), or accept on `sock` when given (bound and
+        listening already), and return the port.
 
         Puts the middleware that times request headers first among the app's middlewares.
         """
+        listening = sock if sock is not None else bind_tcp(host, port)
         self.app.middlewares.insert(0, _mark_requests)
         self._runner = web.AppRunner(
             self.app,
@@ -206,19 +213,26 @@ class HttpsListener:
         try:
             self._server = await asyncio.get_running_loop().create_server(
                 factory,
-                host,
-                port,
+                sock=listening,
                 ssl=self.tls.context,
                 ssl_handshake_timeout=self.timeouts.header,
-                backlog=1024,
-                reuse_address=True,
-                family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                backlog=BACKLOG,
             )
         except OSError as e:
+            listening.close()
             await self._runner.cleanup()
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
         self.port = self._server.sockets[0].getsockname()[1]
+        self._refresher = asyncio.create_task(self._refresh_tls())
         return self.port
+
+    async def _refresh_tls(self) -> None:
+        """Look at the certificate and settings files every few seconds, besides at each new
+        connection: each process of a server that has several sees every good version of them,
+        so none keeps an older one where a later file does not load."""
+        while True:
+            await asyncio.sleep(TLS_REFRESH_SECONDS)
+            self.tls.refresh()
 
     async def listen_unix(self, path: str) -> None:
         """Serve the app started on TLS also in plain HTTP on a Unix socket at `path` (owner-only,
@@ -244,6 +258,8 @@ class HttpsListener:
         Returns once every connection has flushed what it buffered and closed (or the grace
         ran out), so the last bytes of a response are not lost when the process exits.
         """
+        if self._refresher is not None:
+            self._refresher.cancel()
         if self._server is not None:
             self._server.close()
         if self._unix_server is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,11 +24,13 @@ _STOP_POLL_SECONDS = 0.1
 
 @dataclass
 class ServeOptions:
-    """Where to listen (TLS on host:port, and plain HTTP on `unix_socket` for peers on this host
-    when given), how long to live, and the server-side limits."""
+    """Where to listen (TLS on host:port, or on `sock` bound already, and plain HTTP on
+    `unix_socket` for peers on this host when given), how long to live, and the server-side
+    limits."""
 
     host: str = "0.0.0.0"
     port: int = 8443
+    sock: socket.socket | None = None
     unix_socket: str | None = None
     ttl: float | None = None
     grace: float = 60.0
@@ -55,7 +58,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(_WORKERS, thread_name_prefix="diskferry-io"))
     listener = HttpsListener(app, tls, opts.timeouts, opts.access_log_class)
-    await listener.start(opts.host, opts.port, grace=opts.grace)
+    await listener.start(opts.host, opts.port, grace=opts.grace, sock=opts.sock)
     try:
         if opts.unix_socket is not None:
             await listener.listen_unix(opts.unix_socket)
