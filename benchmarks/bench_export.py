@@ -16,7 +16,15 @@ import yaml
 
 from benchmarks.bench_import import DISKFERRY
 from benchmarks.data import make_disk
-from benchmarks.measure import Comparison, Run, alternate, bytes_written, proc_status, run_process
+from benchmarks.measure import (
+    Comparison,
+    Run,
+    alternate,
+    bytes_written,
+    proc_status,
+    run_process,
+    server_peak_rss,
+)
 from benchmarks.nginx import nginx
 from diskferry.serving.certs import issue_server_cert
 
@@ -78,8 +86,9 @@ def _curl(url: str, ca: Path, *extra: str) -> list[str]:
 
 
 def served(run: Run, pid: int) -> Run:
-    """`run` (a client) with the peak RSS of server `pid` in place of the client's."""
-    return Run(run.seconds, proc_status(pid, "VmHWM"))
+    """`run` (a client) with the peak RSS of server `pid` (the largest of its processes) in
+    place of the client's."""
+    return Run(run.seconds, server_peak_rss(pid))
 
 
 def _throughput(cmp: Comparison, goal: float) -> str:

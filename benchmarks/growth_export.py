@@ -22,7 +22,7 @@ from benchmarks.bench_export import (
     prepare,
     served,
 )
-from benchmarks.measure import Run, alternate_peers, proc_status
+from benchmarks.measure import Run, alternate_peers, server_peak_rss
 from benchmarks.nginx import nginx
 from benchmarks.plot import Panel, Plot, Series
 from benchmarks.table import Table, mib
@@ -65,7 +65,7 @@ def _one_count(s: Setup, web: str, count: int, total: int, rounds: int) -> list[
             },
             rounds,
         )
-        peaks = [proc_status(exp.proc.pid, "VmHWM"), proc_status(proxy.proc.pid, "VmHWM"), 0]
+        peaks = [server_peak_rss(exp.proc.pid), server_peak_rss(proxy.proc.pid), 0]
     moved = downloads * LOAD_VOLUME / 2**20
     runs = (via_proxy.ours, via_proxy.peer, via_nginx.peer)
     return [

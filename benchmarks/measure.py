@@ -70,6 +70,15 @@ def proc_status(pid: int, field: str) -> int:
     raise KeyError(f"no {field} in /proc/{pid}/status")
 
 
+def server_peak_rss(pid: int) -> int:
+    """The largest peak RSS (VmHWM) among server `pid` and its children: the export proxy's
+    other processes, each as large as any diskferry process may be."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return max(proc_status(p, "VmHWM") for p in [pid, *children])
+
+
 def bytes_written(pid: int) -> int:
     """Bytes process `pid` has written so far, sockets included (wchar of /proc/<pid>/io)."""
     for line in Path(f"/proc/{pid}/io").read_text().splitlines():
