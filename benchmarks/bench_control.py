@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_import import DISKFERRY
+from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison, Run, run_process
 from benchmarks.run import print_table
 from diskferry.control.controllers import Controllers
@@ -237,7 +238,9 @@ def main() -> None:
     parser.add_argument("--vms", default=",".join(map(str, COUNTS)))
     args = parser.parse_args()
     counts = tuple(int(n) for n in args.vms.split(","))
-    print_table("control", run(args.workdir, args.rounds, counts))
+    with LoadWatch() as load:
+        rows = run(args.workdir, args.rounds, counts)
+    print_table("control", rows, load)
 
 
 if __name__ == "__main__":

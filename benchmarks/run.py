@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison
 from benchmarks.options import chosen, parser_for
 
@@ -31,8 +32,8 @@ def _benchmarks() -> dict[str, Bench]:
     }
 
 
-def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:
-    """One benchmark's rows as a Markdown table."""
+def print_table(title: str, rows: list[tuple[Comparison, str]], load: LoadWatch) -> None:
+    """One benchmark's rows as a Markdown table, and the load average during its run."""
     print(f"\n### {title}\n")
     print("| job | diskferry (median s) | peer (median s) | ratio | diskferry peak RSS | note |")
     print("|---|---|---|---|---|---|")
@@ -43,6 +44,7 @@ def print_table(title: str, rows: list[tuple[Comparison, str]]) -> None:
             f"| {cmp.peak_rss / 2**20:.0f} MiB | {note} |",
             flush=True,
         )
+    print(f"\n{load.summary()}", flush=True)
 
 
 def main() -> None:
@@ -52,8 +54,10 @@ def main() -> None:
     args = parser.parse_args()
     for name in chosen(parser, args, benchmarks):
         # a benchmark that returns no rows printed its own tables
-        if rows := benchmarks[name](args.workdir, args.rounds):
-            print_table(name, rows)
+        with LoadWatch() as load:
+            rows = benchmarks[name](args.workdir, args.rounds)
+        if rows:
+            print_table(name, rows, load)
 
 
 if __name__ == "__main__":
