@@ -262,3 +262,34 @@ def test_a_quiescent_point_takes_its_zeros_from_its_raw_volume_and_asks_no_alloc
         assert volume.client.contexts == ["base:allocation"]
         assert list(volume.extents("zero")) == zero
         assert volume.read(MiB, 64 * 1024) == pattern(64 * 1024, 1)
+
+
+def test_a_quiescent_point_that_cannot_reconnect_closes_its_raw_volume_once(
+    qemu_nbd: Callable[..., Server], sparse_image: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from diskferry.nbd.client import NbdClient
+    from diskferry.nbd.errors import NbdConnectionError
+
+    server = qemu_nbd(sparse_image)
+    other = tmp_path / "other.raw"
+    other.write_bytes(bytes(MiB))  # not the export's size: the volume connects again
+    connect, close = NbdClient.connect.__func__, FileVolume.close
+    asked: list[list[str]] = []
+    closed: list[str] = []
+
+    def second_refused(cls, url, *args, contexts=(), **kwargs):
+        asked.append(list(contexts))
+        if len(asked) == 2:
+            raise NbdConnectionError("refused")
+        return connect(cls, url, *args, contexts=contexts, **kwargs)
+
+    def counted(self) -> None:
+        closed.append(self.path)
+        close(self)
+
+    monkeypatch.setattr(NbdClient, "connect", classmethod(second_refused))
+    monkeypatch.setattr(FileVolume, "close", counted)
+    with pytest.raises(NbdConnectionError):
+        NbdVolume.open(server.url, data_file=str(other), quiescent=True)
+    assert asked == [[], ["base:allocation"]]
+    assert closed == [str(other)]

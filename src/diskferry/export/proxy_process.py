@@ -32,10 +32,10 @@ def main() -> int:
         share = ProxyShare.of(job)
         try:
             sock = bind_tcp(job.listen_address, job.listen_port, reuse_port=True)
-        except BaseException:
+            with sock:
+                share.serve(job, sock, stop, lambda port: print("listening", flush=True))
+        finally:
             share.tls.close()
-            raise
-        share.serve(job, sock, stop, lambda port: print("listening", flush=True))
     except Exception as e:
         log.error("export proxy process failed: %s", e)
         return 1

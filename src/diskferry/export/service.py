@@ -177,7 +177,7 @@ class ProxyShare:
         on_listening: Callable[[int], None],
         on_stop: Callable[[bool], Awaitable[None]] | None = None,
     ) -> None:
-        """Relay what comes to the listening socket `sock` until `stop`; then close the TLS."""
+        """Relay what comes to the listening socket `sock` until `stop`."""
         options = job.serve_options(None, job.grace, RedactingAccessLogger)
         run(
             self.proxy.app(),
@@ -196,20 +196,19 @@ def serve_proxy(
     the job's processes."""
     progress.set_phase(ExportPhase.STARTING)
     share = ProxyShare.of(job)
+    announce = _Announcer("export proxy", job, progress, reporter)
     try:
         sock = bind_tcp(job.listen_address, job.listen_port, reuse_port=job.processes > 1)
-    except BaseException:
+        port = sock.getsockname()[1]
+        with contextlib.closing(sock), ProxyProcesses(job, port, reporter) as others:
+
+            async def drain(expired: bool) -> None:
+                progress.set_phase(ExportPhase.DRAINING)
+                others.stop()
+
+            share.serve(job, sock, stop, announce, drain)
+    finally:
         share.tls.close()
-        raise
-    announce = _Announcer("export proxy", job, progress, reporter)
-    port = sock.getsockname()[1]
-    with contextlib.closing(sock), ProxyProcesses(job, port, reporter) as others:
-
-        async def drain(expired: bool) -> None:
-            progress.set_phase(ExportPhase.DRAINING)
-            others.stop()
-
-        share.serve(job, sock, stop, announce, drain)
     reporter.event(EventType.NORMAL, "Stopped", "export proxy stopped")
     return ServeResult(
         name="proxy", ended="stopped", listen_port=announce.port, transfers_cut=False

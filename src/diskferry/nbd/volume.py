@@ -98,7 +98,8 @@ class NbdVolume(Volume):
                 )
             if raw is not None and not _serves_the_point(client, raw, quiescent):
                 raw.close()
-                if quiescent:
+                raw = None
+                if quiescent:  # connected without the allocation status it now needs
                     client.close()
                     return cls.open(
                         url,
@@ -107,7 +108,6 @@ class NbdVolume(Volume):
                         request_timeout=request_timeout,
                         cancel=cancel,
                     )
-                raw = None
         except BaseException:
             client.close()
             if raw is not None:
