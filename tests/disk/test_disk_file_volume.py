@@ -14,7 +14,7 @@ from page_cache import cached_pages
 from diskferry.disk.copy import copy
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
-from diskferry.disk.file_volume import DIRECT_ALIGN, FileVolume, is_block_device
+from diskferry.disk.file_volume import DIRECT_ALIGN, FileVolume, is_block_device, takes_direct_io
 
 MiB = 1 << 20
 
@@ -119,6 +119,17 @@ def direct_dir(tmp_path):
     except OSError:
         pytest.skip("the file system of the temporary folder refuses O_DIRECT")
     return tmp_path
+
+
+def test_takes_direct_io_says_whether_a_file_opens_for_writing_with_o_direct(direct_dir):
+    disk = direct_dir / "disk"
+    disk.touch()
+    assert takes_direct_io(disk)
+    assert not takes_direct_io(direct_dir / "missing")
+    assert not takes_direct_io(direct_dir)  # a folder
+    read_only = direct_dir / "read-only"
+    read_only.touch(mode=0o444)
+    assert takes_direct_io(read_only) == (os.geteuid() == 0)
 
 
 @pytest.mark.parametrize("direct", [False, True])

@@ -35,6 +35,17 @@ def is_block_device(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def takes_direct_io(path: str | os.PathLike[str]) -> bool:
+    """Whether the file or block device at `path` opens for writing with O_DIRECT (a tmpfs
+    file, for one, does not)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
 class FileVolume(Volume):
     """A file or block device; files are sparse and report holes from SEEK_DATA/SEEK_HOLE.
 

@@ -14,7 +14,7 @@ from diskferry.disk.copy import copy
 from diskferry.disk.cpus import usable_cpus
 from diskferry.disk.decompress import DecompressingReader, Readable
 from diskferry.disk.errors import DiskferryError, RangeNotSupportedError
-from diskferry.disk.file_volume import FileVolume
+from diskferry.disk.file_volume import FileVolume, takes_direct_io
 from diskferry.disk.formats import (
     PROBE_BYTES,
     is_vmdk_descriptor,
@@ -40,6 +40,9 @@ _QCOW2_SLACK_DIVISOR = 64
 _QCOW2_SLACK_FIXED = 16 << 20
 # a raw disk is whole sectors
 SECTOR = 512
+# the formats whose conversion writes the target faster around the page cache (-t none): the
+# benchmark's qcow2 and vhdx by 10-30 %; its vmdk, read in 64 KiB grains, 6 % slower
+DIRECT_FROM = frozenset({"qcow2", "vhdx"})
 
 
 class ImageRefusedError(DiskferryError):
@@ -355,6 +358,7 @@ def _through_qemu_img(
         progress=progress,
         progress_share=share,
         target_exists=target.block_device,
+        direct=sniffed.format in DIRECT_FROM and takes_direct_io(target.prime),
         cancel=cancel,
     )
     final = max(info.virtual_size, job.size or 0)

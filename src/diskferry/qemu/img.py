@@ -229,11 +229,17 @@ def convert(
     progress: Progress | None = None,
     progress_share: int = 0,
     target_exists: bool = False,
+    direct: bool = False,
     cancel: threading.Event | None = None,
 ) -> None:
-    """`qemu-img convert -p`; its percent adds up to `progress_share` bytes of `progress`."""
+    """`qemu-img convert -p`; its percent adds up to `progress_share` bytes of `progress`.
+
+    `direct` writes the target around the page cache (`-t none`, O_DIRECT).
+    """
     args = ["convert", "-p", "-W", "-m", "8", "-f", qemu_format(src_format)]
     args += ["-O", qemu_format(dst_format)]
+    if direct:
+        args += ["-t", "none"]
     if target_exists:
         args.append("-n")
     args += [src, dst]
