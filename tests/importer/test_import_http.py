@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from diskferry.disk.http_owned import OwnedResponse
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob
@@ -30,6 +31,23 @@ def test_import_from_nginx(diskferry, images, nginx, tmp_path, fmt, compression)
     assert out["bytesRead"] == images.get(fmt, compression).stat().st_size
     assert images.allocated(tmp_path / "disk.raw") <= images.data_bytes + 512 * 1024
     assert images.leftovers(tmp_path) == []
+
+
+def test_a_raw_body_is_read_straight_into_the_copy_buffers(images, nginx, tmp_path, monkeypatch):
+    # on connections of the source's own, with no buffer or copy of urllib3's between
+    read: list[int] = []
+    readinto = OwnedResponse.readinto
+
+    def counted(self, buf):
+        n = readinto(self, buf)
+        read.append(n)
+        return n
+
+    monkeypatch.setattr(OwnedResponse, "readinto", counted)
+    target = tmp_path / "disk.raw"
+    run_import(ImportJob(source=nginx.publish(images.get("raw")), target=str(target)), Progress())
+    assert images.same(images.reference, target)
+    assert sum(read) == images.disk_size
 
 
 @pytest.mark.parametrize(("fmt", "compression"), [("raw", "gzip"), ("qcow2", "gzip")])

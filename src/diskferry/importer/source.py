@@ -103,7 +103,12 @@ class SourceStream:
             from diskferry.disk.http import HttpSource
 
             self._http = HttpSource(
-                source, ca_bundle=ca_bundle, headers=headers or {}, retries=retries, timeout=timeout
+                source,
+                ca_bundle=ca_bundle,
+                headers=headers or {},
+                retries=retries,
+                timeout=timeout,
+                owned=True,
             )
             self._reader = self._http.open_stream(0, cancel)
             self.size = self._reader.length
