@@ -10,12 +10,20 @@ from the socket, one TLS record a call, and nothing else. Over TLS on loopback, 
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import threading
 from urllib.parse import urlsplit
 
 # statuses whose answer names another URL: a request that gets one goes the pooled way
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+class UnknownHostError(OSError):
+    """The URL's host name resolves to no address."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"unknown host {host}")
 
 
 class OwnedResponse:
@@ -127,7 +135,10 @@ class OwnedPool:
             )
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self._connect_timeout)
-        conn.connect()
+        try:
+            conn.connect()
+        except socket.gaierror as e:
+            raise UnknownHostError(self._host) from e
         if conn.sock is not None:
             conn.sock.settimeout(self._timeout)
         return conn, False
