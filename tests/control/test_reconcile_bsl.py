@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from control_support import stop_workers_under
+from control_support import stop_workers_under, wait_until
 from datamover_support import (
     CREDENTIALS,
     PASSWORD,
@@ -50,7 +50,7 @@ def test_filesystem_location_is_made_at_first_use_and_opens_after(daemon, tmp_pa
     assert status["lastValidationTime"]
     with Repository.open(str(tmp_path / "backups"), PASSWORD) as repo:
         assert repo.id == status["repositoryID"]
-    assert "RepositoryCreated" in [e["reason"] for e in daemon.events("repo")]
+    wait_until(lambda: "RepositoryCreated" in [e["reason"] for e in daemon.events("repo")])
 
 
 def test_missing_secret_is_unavailable_and_then_available_once_it_exists(daemon, tmp_path):

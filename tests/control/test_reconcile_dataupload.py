@@ -69,7 +69,7 @@ def test_stopped_vm_full_then_incremental(daemon, tmp_path):
     assert by_disk["vd-a"]["type"] == "incremental"
     assert by_disk["vd-a"]["bytesRead"] == 64 * KiB
     assert by_disk["vd-b"]["type"] == "incremental" and by_disk["vd-b"]["bytesRead"] == 0
-    assert "IncrementalBackup" in [e["reason"] for e in daemon.events("up-2")]
+    wait_until(lambda: "IncrementalBackup" in [e["reason"] for e in daemon.events("up-2")])
     with Repository.open(str(tmp_path / "backups"), PASSWORD) as repo:
         ids = {s.id for s in repo.list_snapshots()}
     assert {d["snapshotID"] for d in first["disks"] + second["disks"]} <= ids

@@ -52,7 +52,8 @@ def test_cancel_while_new(daemon):
     wait_until(lambda: "missing" in message(daemon, "up"))
     status = cancel(daemon, "up")
     assert status["phase"] == "Canceled"
-    assert {"Canceling", "Canceled"} <= {e["reason"] for e in daemon.events("up")}
+    # an Event follows its status change: a reader may see the phase first
+    wait_until(lambda: {"Canceling", "Canceled"} <= {e["reason"] for e in daemon.events("up")})
 
 
 def test_cancel_while_accepted(daemon):
@@ -87,7 +88,7 @@ def test_operation_timeout_fails_and_keeps_the_scratch(daemon, tmp_path):
         status = daemon.wait_phase("DataUpload", "up", *ENDED)["status"]
     assert status["phase"] == "Failed"
     assert "did not end within 2s of being accepted" in status["message"]
-    assert "OperationTimeout" in [e["reason"] for e in daemon.events("up")]
+    wait_until(lambda: "OperationTimeout" in [e["reason"] for e in daemon.events("up")])
     assert not workers_under(tmp_path / "data")
     kept = list((tmp_path / "data" / "jobs" / "failed").glob("du-*"))
     assert len(kept) == 1 and (kept[0] / "stderr").exists()
