@@ -204,3 +204,78 @@ def test_check_still_finds_a_damaged_qcow2(tmp_path: Path) -> None:
         f.seek(0x30000)
         f.write((1 << 63 | 1 << 40).to_bytes(8, "big"))
     assert img.check(str(image), "qcow2") is not None
+
+
+def _refusing_io_uring(tmp_path: Path) -> tuple[str, Path]:
+    """A qemu-img that fails as qemu does where the kernel refuses io_uring, and logs each
+    command line it is given; without io_uring it runs the real one."""
+    log = tmp_path / "convert.log"
+    wrapper = tmp_path / "qemu-img"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        'case "$*" in *aio=io_uring*)\n'
+        "  echo \"qemu-img: Could not open 'x': Unable to use io_uring: "
+        'Operation not permitted" >&2; exit 1;;\n'
+        "esac\n"
+        'exec qemu-img "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper), log
+
+
+def _qcow2_with_data(path: Path) -> None:
+    img.run(["create", "-q", "-f", "qcow2", str(path), "4M"], "create")
+    subprocess.run(
+        ["qemu-io", "-f", "qcow2", "-c", "write -P 0x42 4096 8192", str(path)], check=True
+    )
+
+
+def _holds_the_data(raw: Path) -> bool:
+    data = raw.read_bytes()
+    return (
+        len(data) == 4 * MiB
+        and data[4096:12288] == b"\x42" * 8192
+        and data.count(0) == 4 * MiB - 8192
+    )
+
+
+def test_convert_reads_through_io_uring_a_file_whose_name_has_commas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "a,b,,c.qcow2"
+    _qcow2_with_data(source)
+    wrapper, log = _logging_qemu_img(tmp_path)
+    monkeypatch.setattr(img, "QEMU_IMG", wrapper)
+    monkeypatch.setattr(img, "_io_uring_refused", False)
+    out = tmp_path / "out.raw"
+    img.convert(str(source), str(out), src_format="qcow2", dst_format="raw")
+    assert log.read_text().split() == ["convert"]
+    assert _holds_the_data(out)
+
+
+def test_convert_reads_through_the_thread_pool_where_io_uring_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "disk.qcow2"
+    _qcow2_with_data(source)
+    wrapper, log = _refusing_io_uring(tmp_path)
+    monkeypatch.setattr(img, "QEMU_IMG", wrapper)
+    monkeypatch.setattr(img, "_io_uring_refused", False)
+    for name in ("first.raw", "second.raw"):
+        img.convert(str(source), str(tmp_path / name), src_format="qcow2", dst_format="raw")
+        assert _holds_the_data(tmp_path / name)
+    runs = log.read_text().splitlines()
+    # once refused, the second conversion asks no more
+    assert ["aio=io_uring" in run for run in runs] == [True, False, False]
+
+
+def test_an_image_on_a_block_device_converts_through_io_uring(tmp_path: Path, loop_device) -> None:
+    device = loop_device(8 * MiB)
+    image = tmp_path / "disk.qcow2"
+    _qcow2_with_data(image)
+    with open(device, "r+b") as dev:
+        dev.write(image.read_bytes())
+    out = tmp_path / "out.raw"
+    img.convert(device, str(out), src_format="qcow2", dst_format="raw")
+    assert _holds_the_data(out)

@@ -12,6 +12,7 @@ import os
 import re
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Container
@@ -34,6 +35,10 @@ _UNCHECKABLE = frozenset({"raw", "vpc"})
 _QEMU_NAMES = {"vhd": "vpc", "iso": "raw"}
 # how often a waiting run looks at its cancel event
 _CANCEL_POLL_SECONDS = 0.1
+# what qemu says when the kernel (or a seccomp profile) refuses it io_uring
+_IO_URING_REFUSED = "Unable to use io_uring"
+# set once qemu said so: this process reads through qemu's thread pool from then on
+_io_uring_refused = False
 
 
 @dataclass(frozen=True)
@@ -234,15 +239,48 @@ def convert(
 ) -> None:
     """`qemu-img convert -p`; its percent adds up to `progress_share` bytes of `progress`.
 
-    `direct` writes the target around the page cache (`-t none`, O_DIRECT).
+    The source is read through io_uring where the kernel lets qemu use it, and through
+    qemu's thread pool where it does not. `direct` writes the target around the page cache
+    (`-t none`, O_DIRECT).
     """
-    args = ["convert", "-p", "-W", "-m", "8", "-f", qemu_format(src_format)]
-    args += ["-O", qemu_format(dst_format)]
+    global _io_uring_refused
+    target = ["-O", qemu_format(dst_format)]
     if direct:
-        args += ["-t", "none"]
+        target += ["-t", "none"]
     if target_exists:
-        args.append("-n")
-    args += [src, dst]
+        target.append("-n")
+    if not _io_uring_refused:
+        source = ["--image-opts", _io_uring_source(src, src_format)]
+        try:
+            _convert([*source, *target], src, dst, progress, progress_share, cancel)
+            return
+        except QemuImgError as e:
+            if _IO_URING_REFUSED not in e.stderr:
+                raise
+            _io_uring_refused = True
+    source = ["-f", qemu_format(src_format), src]
+    _convert([*source, *target], src, dst, progress, progress_share, cancel)
+
+
+def _io_uring_source(path: str, fmt: str) -> str:
+    """`--image-opts` of the image file at `path` in format `fmt`, read through io_uring."""
+    protocol = "host_device" if stat.S_ISBLK(os.stat(path).st_mode) else "file"
+    escaped = path.replace(",", ",,")
+    return (
+        f"driver={qemu_format(fmt)},file.driver={protocol},file.filename={escaped},"
+        "file.aio=io_uring"
+    )
+
+
+def _convert(
+    options: list[str],
+    src: str,
+    dst: str,
+    progress: Progress | None,
+    progress_share: int,
+    cancel: threading.Event | None,
+) -> None:
+    args = ["convert", "-p", "-W", "-m", "8", *options, dst]
     reported = 0
     tail = b""
 
