@@ -206,22 +206,25 @@ def test_check_still_finds_a_damaged_qcow2(tmp_path: Path) -> None:
     assert img.check(str(image), "qcow2") is not None
 
 
-def _refusing_io_uring(tmp_path: Path) -> tuple[str, Path]:
-    """A qemu-img that fails as qemu does where the kernel refuses io_uring, and logs each
-    command line it is given; without io_uring it runs the real one."""
+def _converting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, refuse: bool) -> Path:
+    """Put in a qemu-img that logs each command line whole and then runs the real one or,
+    with `refuse`, fails where io_uring is asked as qemu does where the kernel refuses it;
+    the process has not been refused io_uring yet. The log's path."""
     log = tmp_path / "convert.log"
     wrapper = tmp_path / "qemu-img"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {log}\n'
+    refusal = (
         'case "$*" in *aio=io_uring*)\n'
         "  echo \"qemu-img: Could not open 'x': Unable to use io_uring: "
         'Operation not permitted" >&2; exit 1;;\n'
         "esac\n"
-        'exec qemu-img "$@"\n'
+    )
+    wrapper.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n{refusal if refuse else ""}exec qemu-img "$@"\n'
     )
     wrapper.chmod(0o755)
-    return str(wrapper), log
+    monkeypatch.setattr(img, "QEMU_IMG", str(wrapper))
+    monkeypatch.setattr(img, "_io_uring_refused", False)
+    return log
 
 
 def _qcow2_with_data(path: Path) -> None:
@@ -245,12 +248,11 @@ def test_convert_reads_through_io_uring_a_file_whose_name_has_commas(
 ) -> None:
     source = tmp_path / "a,b,,c.qcow2"
     _qcow2_with_data(source)
-    wrapper, log = _logging_qemu_img(tmp_path)
-    monkeypatch.setattr(img, "QEMU_IMG", wrapper)
-    monkeypatch.setattr(img, "_io_uring_refused", False)
+    log = _converting(tmp_path, monkeypatch, refuse=False)
     out = tmp_path / "out.raw"
     img.convert(str(source), str(out), src_format="qcow2", dst_format="raw")
-    assert log.read_text().split() == ["convert"]
+    (run,) = log.read_text().splitlines()
+    assert "file.filename=" + str(source).replace(",", ",,") + ",file.aio=io_uring" in run
     assert _holds_the_data(out)
 
 
@@ -259,9 +261,7 @@ def test_convert_reads_through_the_thread_pool_where_io_uring_is_refused(
 ) -> None:
     source = tmp_path / "disk.qcow2"
     _qcow2_with_data(source)
-    wrapper, log = _refusing_io_uring(tmp_path)
-    monkeypatch.setattr(img, "QEMU_IMG", wrapper)
-    monkeypatch.setattr(img, "_io_uring_refused", False)
+    log = _converting(tmp_path, monkeypatch, refuse=True)
     for name in ("first.raw", "second.raw"):
         img.convert(str(source), str(tmp_path / name), src_format="qcow2", dst_format="raw")
         assert _holds_the_data(tmp_path / name)

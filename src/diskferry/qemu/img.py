@@ -12,7 +12,6 @@ import os
 import re
 import selectors
 import signal
-import stat
 import subprocess
 import threading
 from collections.abc import Callable, Container
@@ -21,6 +20,7 @@ from typing import Any
 
 from diskferry.disk import tether
 from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.disk.file_volume import is_block_device
 from diskferry.disk.progress import Progress
 
 QEMU_IMG = "qemu-img"
@@ -264,7 +264,7 @@ def convert(
 
 def _io_uring_source(path: str, fmt: str) -> str:
     """`--image-opts` of the image file at `path` in format `fmt`, read through io_uring."""
-    protocol = "host_device" if stat.S_ISBLK(os.stat(path).st_mode) else "file"
+    protocol = "host_device" if is_block_device(path) else "file"
     escaped = path.replace(",", ",,")
     return (
         f"driver={qemu_format(fmt)},file.driver={protocol},file.filename={escaped},"
