@@ -17,6 +17,7 @@ from store_support import WIDGETS, Widget, make_service, widget
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources.core import EVENTS
 from diskferry.control.runtime.client import EmbeddedClient
+from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.manager import Manager, ObjectKey
 from diskferry.control.runtime.reconciler import Result
 
@@ -118,6 +119,34 @@ def test_an_error_is_a_condition_and_an_event_and_is_retried(objects, run) -> No
         )
     )
     assert condition["reason"] == "Reconciled"
+
+
+class CompletesThenFails(Widgets):
+    """Writes the condition Complete, then fails (as a reconcile whose Event write failed)."""
+
+    def __init__(self, client: EmbeddedClient) -> None:
+        super().__init__()
+        self.client = client
+
+    def reconcile(self, obj: Widget) -> Result:
+        conditions = set_condition([], "Complete", True, "Completed", "done")
+        self.client.patch_status(obj, {"conditions": conditions})
+        self.calls[obj.metadata.name or ""] += 1
+        raise RuntimeError("the Event could not be written")
+
+
+def test_an_error_keeps_the_conditions_the_reconcile_wrote(objects, run) -> None:
+    widgets = CompletesThenFails(EmbeddedClient(objects, objects.registry))
+    run(widgets)
+    _create(objects, "w")
+    wait_until(lambda: widgets.calls["w"] >= 2)
+
+    def conditions() -> dict[str, str]:
+        found = objects.get(WIDGETS, "default", "w")["status"].get("conditions", [])
+        return {c["type"]: c["status"] for c in found}
+
+    wait_until(lambda: conditions().get("Reconciled") == "False")
+    assert conditions() == {"Complete": "True", "Reconciled": "False"}
 
 
 def manager_key(name: str) -> ObjectKey:

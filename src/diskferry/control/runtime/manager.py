@@ -174,36 +174,46 @@ class Manager:
         except Exception as e:
             result = Result.failed(e)
         if result.error is not None:
-            self._failed(key, obj, result.error)
+            self._failed(key, result.error)
             return
         if self.queue.backoff.failures(key):
-            self._recovered(reconciler, key)
+            self._recovered(key)
         self.queue.forget(key)
         if result.requeue_after is not None:
             self.queue.add_after(key, result.requeue_after)
 
-    def _failed(self, key: ObjectKey, obj: Resource, error: Exception) -> None:
+    def _failed(self, key: ObjectKey, error: Exception) -> None:
         delay = self.queue.add_rate_limited(key)
         if isinstance(error, ConflictError):
             return  # the object changed meanwhile: the next reconcile sees the new one
         message = error_message(error)
         log.warning("reconcile of %s failed (again in %.1f s): %s", key, delay, message)
-        status = obj.to_json().get("status") or {}
-        conditions = set_condition(
-            status.get("conditions") or [], RECONCILED, False, RECONCILE_ERROR, message
-        )
         try:
-            self.client.patch_status(obj, {"conditions": conditions})
-            self.client.event(obj, "Warning", RECONCILE_ERROR, message)
+            obj = self._show(key, False, RECONCILE_ERROR, message)
+            if obj is not None:
+                self.client.event(obj, "Warning", RECONCILE_ERROR, message)
         except DiskferryError as e:
             log.warning("cannot show the error on %s: %s", key, e.message)
 
-    def _recovered(self, reconciler: Reconciler, key: ObjectKey) -> None:
-        obj = self.client.get(reconciler.info.model, key.namespace, key.name)
+    def _recovered(self, key: ObjectKey) -> None:
+        self._show(key, True, RECONCILED, only_after_failure=True)
+
+    def _show(
+        self,
+        key: ObjectKey,
+        ok: bool,
+        reason: str,
+        message: str = "",
+        only_after_failure: bool = False,
+    ) -> Resource | None:
+        """Set the `Reconciled` condition on the object as it is now (what the reconcile wrote
+        before it failed is kept), and return that object; None when it is gone."""
+        obj = self.client.get(self.reconcilers[key.kind].info.model, key.namespace, key.name)
         if obj is None:
-            return
+            return None
         conditions = (obj.to_json().get("status") or {}).get("conditions") or []
         before = find(conditions, RECONCILED)
-        if before is not None and before.get("status") == "False":
-            ok = set_condition(conditions, RECONCILED, True, RECONCILED)
-            self.client.patch_status(obj, {"conditions": ok})
+        if only_after_failure and (before is None or before.get("status") != "False"):
+            return obj
+        updated = set_condition(conditions, RECONCILED, ok, reason, message)
+        return self.client.patch_status(obj, {"conditions": updated})
