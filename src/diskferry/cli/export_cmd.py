@@ -33,6 +33,7 @@ from diskferry.cli.server_options import (
     serve_logging,
     timing_fields,
 )
+from diskferry.serving.defaults import DEFAULT_ADDRESS
 
 export_app = typer.Typer(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
 ca_app = typer.Typer(help="The CA that issues export server certificates.")
@@ -60,7 +61,7 @@ def export_serve(
     bitmap: Annotated[
         list[str] | None, typer.Option(help="VOLUME=BITMAP: the dirty bitmap of an NBD volume.")
     ] = None,
-    address: Address = "0.0.0.0",
+    address: Address = DEFAULT_ADDRESS,
     port: Port = 8443,
     ttl: Annotated[str, typer.Option(help="Lifetime; then 410, drain, exit 0.")] = "2h",
     grace: Grace = "60s",
@@ -192,7 +193,7 @@ def proxy_serve(
     routes: Annotated[Path, typer.Option(help="Routes file (YAML), reloaded on change.")],
     cert_dir: CertDir,
     san: Sans = None,
-    address: Address = "0.0.0.0",
+    address: Address = DEFAULT_ADDRESS,
     port: Port = 8443,
     tls_settings: TlsSettingsFile = None,
     header_timeout: HeaderTimeout = "10s",

@@ -42,7 +42,9 @@ class ServingReporter(NoteReporter):
 
 CertDir = Annotated[Path, typer.Option("--cert-dir", help="tls.crt/tls.key, or a CA to issue.")]
 Sans = Annotated[list[str] | None, typer.Option("--san", help="Certificate name, repeatable.")]
-Address = Annotated[str, typer.Option("--address", help="Address to listen on.")]
+Address = Annotated[
+    str, typer.Option("--address", help="Address to listen on; 0.0.0.0 for every interface.")
+]
 Port = Annotated[int, typer.Option("--port", help="Port; 0 picks a free one and prints it.")]
 TlsSettingsFile = Annotated[Path | None, typer.Option("--tls-settings", help="TLS settings YAML.")]
 HeaderTimeout = Annotated[str, typer.Option("--header-timeout", help="Limit for request headers.")]

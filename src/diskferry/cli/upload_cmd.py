@@ -27,6 +27,7 @@ from diskferry.cli.server_options import (
     serve_logging,
     timing_fields,
 )
+from diskferry.serving.defaults import DEFAULT_ADDRESS
 
 _SEND = "send"
 
@@ -104,7 +105,7 @@ def upload_serve(
     format: Annotated[str, typer.Option("--format", help="raw or qcow2 (files only).")] = "raw",
     size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
     checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the uploaded stream.")] = None,
-    address: Address = "0.0.0.0",
+    address: Address = DEFAULT_ADDRESS,
     port: Port = 8443,
     keep_serving: Annotated[
         bool, typer.Option("--keep-serving", help="After the upload, answer 409 until stopped.")

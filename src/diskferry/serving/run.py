@@ -14,6 +14,7 @@ import uvloop
 from aiohttp import web
 
 from diskferry.serving.accesslog import AccessLogger
+from diskferry.serving.defaults import DEFAULT_ADDRESS
 from diskferry.serving.listener import HttpsListener, Timeouts
 from diskferry.serving.tls import ServerTls
 
@@ -28,7 +29,7 @@ class ServeOptions:
     `unix_socket` for peers on this host when given), how long to live, and the server-side
     limits."""
 
-    host: str = "0.0.0.0"
+    host: str = DEFAULT_ADDRESS
     port: int = 8443
     sock: socket.socket | None = None
     unix_socket: str | None = None
