@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import ssl
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import urllib3
 from urllib3.exceptions import (
@@ -96,6 +98,17 @@ def _validator(headers) -> str | None:
     return headers.get("Last-Modified")
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """`url` without its user:password@, and the Basic Authorization header value that they
+    make (percent-escapes decoded, UTF-8), None when the URL has none."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    return urlunsplit(bare), "Basic " + base64.b64encode(pair.encode()).decode()
+
+
 def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
     """A verifying TLS context: the system CAs, or `ca_bundle`."""
     try:
@@ -128,11 +141,15 @@ def http_pool(
 
 @dataclass
 class HttpSource:
-    """An HTTP(S) URL to read, with its CA bundle, headers and resume policy."""
+    """An HTTP(S) URL to read, with its CA bundle, headers and resume policy.
+
+    A user:password@ in the URL goes as Basic auth (as curl sends it) unless `headers` name
+    an Authorization of their own; the URL kept and asked for has none.
+    """
 
     url: str
     ca_bundle: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     retries: int = 5
     backoff: float = 0.5
     timeout: float = 30.0
@@ -143,6 +160,9 @@ class HttpSource:
     owned: bool = False
 
     def __post_init__(self) -> None:
+        self.url, basic = split_credentials(self.url)
+        if basic is not None and not any(k.lower() == "authorization" for k in self.headers):
+            self.headers = {"Authorization": basic, **self.headers}
         context = tls_context(self.ca_bundle)
         connect = self.connect_timeout or self.timeout
         self._pool = http_pool(self.ca_bundle, self.timeout, connect, context)
