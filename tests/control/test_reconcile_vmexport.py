@@ -22,6 +22,7 @@ from diskferry.control.errors import NotFoundError
 from diskferry.control.reconcilers.exportproxy import PROXY_JOB, export_socket
 from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port, stop_server
 from diskferry.control.resources.core import SECRETS
+from diskferry.qemu import storage_daemon
 
 EXPORT = "VirtualMachineExport"
 
@@ -252,9 +253,9 @@ def test_a_stopped_server_leaves_no_socket_even_when_it_was_killed(
     # a runtime directory short enough for a socket path (pytest's own may not be)
     runtime = Path(tempfile.mkdtemp(prefix="dfsock", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setattr(storage_daemon, "ROOT_RUNTIME_DIR", runtime / "diskferry")
     path = export_socket("vmexport-killed")
     assert path is not None and path.startswith(str(runtime))
-    Path(path).parent.mkdir(mode=0o700)
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     left.bind(path)  # as a killed server leaves it: bound, never removed
     left.close()

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -23,6 +24,8 @@ from diskferry.qemu.qmp import Qmp, QmpError
 _BINARY = "qemu-storage-daemon"
 # short names: the sockets' paths must fit in sun_path (108 bytes) under long temp dirs
 _FOLDER_PREFIX = "qs-"
+ROOT_RUNTIME_DIR = Path("/run/diskferry")
+PRIVATE_MODE = 0o700
 
 
 class StorageDaemonError(DiskferryError):
@@ -41,13 +44,58 @@ class DaemonDisk:
     read_only: bool = False
 
 
-def runtime_dir() -> Path:
-    """The directory for pid files and fixed-name sockets of this user."""
+class RuntimeDirError(DiskferryError):
+    """The runtime directory, or a folder in it, is not a private directory of this user's."""
+
+    reason = "UnsafeRuntimeDir"
+
+
+def _runtime_base() -> Path:
+    """/run/diskferry for root; for anyone else a folder of theirs in $XDG_RUNTIME_DIR, or in
+    the temporary directory without one (the daemon's workers get its XDG_RUNTIME_DIR)."""
+    if os.geteuid() == 0:
+        return ROOT_RUNTIME_DIR
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    path = Path(base) / f"diskferry-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    if path.stat().st_uid != os.getuid():
-        raise StorageDaemonError(f"{path} belongs to another user: remove it")
+    return Path(base) / f"diskferry-{os.geteuid()}"
+
+
+def _private_dir(path: Path) -> None:
+    """Make `path` (mode 0700) when missing; refuse it unless it is a real directory (not a
+    symlink) of this user's with mode 0700. One found otherwise is left as it is."""
+    try:
+        os.mkdir(path, PRIVATE_MODE)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise RuntimeDirError(f"cannot make {path}: {e.strerror or e}") from e
+    else:
+        os.chmod(path, PRIVATE_MODE)  # the umask may have taken bits: this one is ours, new
+    found = os.lstat(path)
+    if stat.S_ISLNK(found.st_mode):
+        raise RuntimeDirError(f"{path} is a symbolic link, not a directory: remove it")
+    if not stat.S_ISDIR(found.st_mode):
+        raise RuntimeDirError(f"{path} is not a directory: remove it")
+    if found.st_uid != os.geteuid():
+        raise RuntimeDirError(
+            f"{path} belongs to uid {found.st_uid}, not to this user (uid {os.geteuid()}): "
+            "remove it"
+        )
+    mode = stat.S_IMODE(found.st_mode)
+    if mode != PRIVATE_MODE:
+        raise RuntimeDirError(
+            f"{path} has mode {mode:04o}, not {PRIVATE_MODE:04o}: others may have put "
+            "something in it; remove it"
+        )
+
+
+def runtime_dir(*folders: str) -> Path:
+    """This user's directory for pid files, host locks and fixed-name sockets (`folders` in
+    it when given), each made when missing and checked private; RuntimeDirError otherwise."""
+    path = _runtime_base()
+    _private_dir(path)
+    for folder in folders:
+        path = path / folder
+        _private_dir(path)
     return path
 
 

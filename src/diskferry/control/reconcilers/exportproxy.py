@@ -187,9 +187,10 @@ class ProxyKeeper:
 
 
 def export_socket(job_id: str) -> str | None:
-    """Where the export server `job_id` is to listen for the proxy: a socket in this user's
-    runtime directory (owner-only); None where that path is too long for a socket."""
-    path = str(runtime_dir() / SOCKETS_DIR / f"{job_id}.sock")
+    """Where the export server `job_id` is to listen for the proxy: a socket in the exports
+    folder of this user's runtime directory (each checked private: RuntimeDirError otherwise);
+    None where that path is too long for a socket."""
+    path = str(runtime_dir(SOCKETS_DIR) / f"{job_id}.sock")
     return path if len(os.fsencode(path)) <= SOCKET_PATH_MAX else None
 
 
