@@ -1,7 +1,8 @@
 """The export proxy's connections to the export servers, under one bound: a pool of TLS
 connections over TCP, and a pool of plain HTTP connections per Unix socket of a server on
 this host (no TLS to decrypt on that hop). Each pool is kept and reused; a Unix socket's pool
-is closed once no route names the socket and no request uses it."""
+is closed once no route names the socket and no request uses it. A Unix socket is used only
+while its peer runs as the proxy's own user: another user's gets no request, and no token."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+from aiohttp.connector import Connection
+
+from diskferry.export.errors import UntrustedBackendError
+from diskferry.serving.unix_socket import peer_uid
 
 
 @dataclass
@@ -33,6 +40,25 @@ class PoolSettings:
             limit=math.ceil(self.limit / processes),
             per_backend=math.ceil(self.per_backend / processes),
         )
+
+
+class OwnUserUnixConnector(aiohttp.UnixConnector):
+    """A Unix socket's pool whose every connection is checked to reach this user's server."""
+
+    async def connect(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> Connection:
+        """A connection from the pool, or a new one; UntrustedBackendError (the connection
+        closed) where another user serves the socket."""
+        conn = await super().connect(req, traces, timeout)
+        sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+        uid = peer_uid(sock) if sock is not None else None
+        if uid != os.geteuid():
+            conn.close()
+            raise UntrustedBackendError(
+                f"{self.path} is served by uid {uid}, not by this user (uid {os.geteuid()})"
+            )
+        return conn
 
 
 class Backends:
@@ -97,7 +123,7 @@ class Backends:
                 session = self._unix.get(unix_socket)
                 if session is None:
                     session = self._unix[unix_socket] = self._session(
-                        aiohttp.UnixConnector(
+                        OwnUserUnixConnector(
                             unix_socket,
                             limit=self.pool.per_backend,
                             keepalive_timeout=self.pool.idle,

@@ -19,3 +19,9 @@ class DownloadError(ExportError):
     """A download from an export failed."""
 
     reason = "DownloadFailed"
+
+
+class UntrustedBackendError(ExportError):
+    """An export server's Unix socket is served by another user than the proxy's."""
+
+    reason = "BackendNotTrusted"

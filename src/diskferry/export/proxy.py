@@ -12,6 +12,7 @@ from aiohttp import web
 from yarl import URL
 
 from diskferry.export.backends import Backends, PoolSettings
+from diskferry.export.errors import UntrustedBackendError
 from diskferry.export.routes import Route, RoutesFile
 from diskferry.export.server import problem_response
 
@@ -133,6 +134,11 @@ class ExportProxy:
                     502,
                     "BackendCertificateRefused",
                     f"the server of {namespace}/{name} is not trusted",
+                )
+            except UntrustedBackendError as e:
+                log.warning("export %s/%s: %s", namespace, name, e)
+                return problem_response(
+                    502, e.reason, f"the server of {namespace}/{name} is not the proxy's user's"
                 )
             except TimeoutError:
                 return problem_response(504, "BackendTimeout", f"{namespace}/{name} did not answer")

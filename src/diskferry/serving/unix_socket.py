@@ -1,10 +1,14 @@
-"""A Unix socket a server listens on for peers on its own host: owner-only, a stale one replaced.
+"""A Unix socket a server listens on for peers on its own host: owner-only, a stale one replaced;
+and what a client of such a socket checks, that its peer runs as its own user.
 
 The socket is bound under a temporary name beside its path, made owner-only (0600), then
 renamed onto the path, so that it is never reachable with looser permissions and a stale socket
 (left by a server that was killed) is replaced in one step. A socket that another server still
 accepts on is not taken over. The directory is made owner-only (0700) when it does not exist.
 `remove` unlinks the path only while it is still this socket: a successor's is left alone.
+
+A client asks the kernel who its peer is (SO_PEERCRED: the user that made the listening
+socket), not the file's owner or mode, which say nothing of who accepts on it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import secrets
 import socket
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +29,8 @@ DIRECTORY_MODE = 0o700
 SOCKET_PATH_MAX = 107
 _BACKLOG = 1024
 _PROBE_TIMEOUT = 1.0
+# struct ucred: pid, uid, gid
+_UCRED = struct.Struct("3i")
 
 
 @dataclass(frozen=True)
@@ -94,3 +101,9 @@ def bind_unix(path: str | os.PathLike[str]) -> UnixSocket:
         staging.unlink(missing_ok=True)
         raise ServeError(f"cannot listen on {target}: {e.strerror or e}") from e
     return UnixSocket(target, sock, found.st_dev, found.st_ino)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of the connected Unix socket `sock`."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return _UCRED.unpack(raw)[1]
