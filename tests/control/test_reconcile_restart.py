@@ -1,5 +1,6 @@
 """A daemon killed mid-import loses nothing: started again, it re-attaches to the worker, which
-finishes without downloading its source again, and takes up what was applied meanwhile."""
+finishes without downloading its source again, and takes up what was applied meanwhile; one
+killed in the middle of starting the worker has the import run once, by one worker."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from control_support import wait_until
+import pytest
+from control_support import wait_until, workers_under
 from reconcile_support import Daemon
 from reconcile_support import http_source as _http
 
@@ -28,6 +30,23 @@ from diskferry.control.resources import REGISTRY
 data = Path(sys.argv[1])
 Controllers(data, ObjectService(data / "state.db", REGISTRY)).start()
 print("serving", flush=True)
+time.sleep(600)
+"""
+_DIES_STARTING = """
+import os, signal, sys, time
+from pathlib import Path
+from diskferry.control.controllers import Controllers
+from diskferry.control.objects import ObjectService
+from diskferry.control.resources import REGISTRY
+from diskferry.control.runner import local
+
+def die(step):
+    if step == sys.argv[2]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+local.on_start_step = die
+data = Path(sys.argv[1])
+Controllers(data, ObjectService(data / "state.db", REGISTRY)).start()
 time.sleep(600)
 """
 
@@ -75,5 +94,33 @@ def test_a_killed_daemon_started_again_finishes_the_import(faulty, tmp_path: Pat
         assert ranges == [None, f"bytes=0-{8 * MiB - 1}"]
         other = again.wait_phase("VirtualDisk", "meanwhile", "Ready", "Failed")
         assert again.claim(other).read_bytes() == quick.read_bytes()
+    finally:
+        again.stop()
+
+
+@pytest.mark.parametrize("step", ["spawned", "recorded"])
+def test_a_daemon_killed_starting_the_worker_imports_once(faulty, tmp_path: Path, step: str):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    source = tmp_path / "source.raw"
+    source.write_bytes(os.urandom(2 * MiB))
+    url = faulty.add("once.raw", source, piece=128 * 1024, trickle=0.05)
+    objects = ObjectService(data_dir / "state.db", REGISTRY)
+    objects.create(VIRTUAL_DISKS, "default", _disk("vd", url))
+    objects.close()
+
+    daemon = subprocess.Popen([sys.executable, "-c", _DIES_STARTING, str(data_dir), step])
+    assert daemon.wait(timeout=60) == -signal.SIGKILL
+    # what the killed daemon left reads the source (it runs on) or ends (it never will)
+    wait_until(lambda: faulty.seen("once.raw") or not workers_under(data_dir), 60)
+
+    again = Daemon(data_dir)
+    try:
+        disk = again.wait_phase("VirtualDisk", "vd", "Ready", "Failed")
+        assert disk["status"]["phase"] == "Ready", disk["status"]
+        assert again.claim(disk).read_bytes() == source.read_bytes()
+        ranges = [h.get("Range") for h in faulty.seen("once.raw")]
+        assert ranges == [None, f"bytes=0-{2 * MiB - 1}"]
+        wait_until(lambda: not workers_under(data_dir), 30)
     finally:
         again.stop()

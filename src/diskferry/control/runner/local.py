@@ -11,6 +11,11 @@ the daemon's death reach it. A runner made afresh (after a daemon restart) reads
 files: it re-attaches to workers still running and reads the results of those that ended; a pid
 reused by another process is told apart by its start time and the boot id. A job purged without
 its scratch leaves the tail of its log in DATA_DIR/jobs/logs/<job-id>.log, until `forget`.
+
+A worker starts behind a gate (`diskferry.worker.gate`) and does nothing until the runner,
+having written its state.json, releases it; one whose starter died before that ends at once
+and leaves `never-ran`, and the job counts as never started: a job runs at most once, and
+never unrecorded, whenever the daemon is killed.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,13 +40,24 @@ from diskferry.control.runner.base import LOG_LINES, JobState
 from diskferry.control.runner.tail import first_line, tail_lines
 from diskferry.disk import procstat
 from diskferry.disk.errors import DiskferryError
+from diskferry.worker.gate import NEVER_RAN, RELEASE
 from diskferry.worker.job import JOB_ID_PATTERN
 
 PROGRESS_TIMEOUT = 1.0
 FAILED = "failed"
 LOGS = "logs"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_RESERVED = {"job.json", "stdout", "stderr", "state.json", "scratch"}
+GATE = "diskferry.worker.gate"
+_RESERVED = {"job.json", "stdout", "stderr", "state.json", "scratch", NEVER_RAN}
+
+# Called by `LocalRunner.start` at "spawned" (the worker exists, unrecorded) and "recorded"
+# (state.json written, the worker not released): a test sets it to kill the starter there.
+on_start_step: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if on_start_step is not None:
+        on_start_step(name)
 
 
 class JobStartError(DiskferryError):
@@ -118,19 +134,20 @@ class LocalRunner:
             if name not in (files or {}):
                 raise JobStartError(f"{name!r} names no file given to the job")
         with self._lock:
-            if self._dir(job_id) is not None:
+            found = self._dir(job_id)
+            if found is not None and not (found / NEVER_RAN).exists():
                 return
             directory = self.root / job_id
-            # a directory without state.json is a start that died before it recorded its worker
+            # anything here is of a start that died before it released its worker: it never ran
             shutil.rmtree(directory, ignore_errors=True)
             (directory / "scratch").mkdir(parents=True, mode=0o700)
             for name, data in (files or {}).items():
                 write_atomically(directory / name, data)
             write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
-            self._children[job_id] = self._spawn(directory, module)
-            child = self._children[job_id]
-            stat = procstat.read(child.pid)  # a zombie's too: the child is not reaped yet
-            started = stat.start_time if stat else None
+            child = self._spawn(directory, module)
+            self._children[job_id] = child
+            _step("spawned")
+            started = procstat.start_time(child.pid)  # it waits at the gate: alive
             self._save(
                 directory,
                 {
@@ -145,6 +162,8 @@ class LocalRunner:
                     "credentials": sorted(credentials),
                 },
             )
+            _step("recorded")
+            _release(child)
 
     def _spawn(self, directory: Path, module: str) -> subprocess.Popen[bytes]:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
@@ -152,9 +171,9 @@ class LocalRunner:
         err = os.open(directory / "stderr", flags, 0o600)
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", module, "job.json"],
+                [sys.executable, "-m", GATE, module, "job.json"],
                 cwd=directory,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 env=self._env(directory),
@@ -200,6 +219,9 @@ class LocalRunner:
                 return None
             record = _read_json(directory / "state.json") or {}
             running, code = self._alive(job_id, record)
+            if not running and (directory / NEVER_RAN).exists():
+                shutil.rmtree(directory)  # its starter died before releasing it: never started
+                return None
             port = record.get("port") or self._port(directory)
             if (port, code) != (record.get("port"), record.get("exitCode")):
                 self._save(directory, {**record, "port": port, "exitCode": code})
@@ -288,6 +310,17 @@ class LocalRunner:
             return False
         (self.logs_root / f"{job_id}.log").unlink(missing_ok=True)
         return True
+
+
+def _release(child: subprocess.Popen[bytes]) -> None:
+    """Let the worker waiting at its gate run; its stdin closed."""
+    assert child.stdin is not None
+    try:
+        os.write(child.stdin.fileno(), RELEASE)
+    except BrokenPipeError:
+        pass  # it ended already, as state() will tell
+    finally:
+        child.stdin.close()
 
 
 def _remove_credentials(directory: Path, record: dict[str, Any]) -> None:
