@@ -12,7 +12,7 @@ from aiohttp import web
 from yarl import URL
 
 from diskferry.export.backends import Backends, PoolSettings
-from diskferry.export.errors import UntrustedBackendError
+from diskferry.export.errors import BusyError, UntrustedBackendError
 from diskferry.export.routes import Route, RoutesFile
 from diskferry.export.server import problem_response
 
@@ -52,6 +52,8 @@ _UNIX_BASE = "http://localhost"
 _READ_BUFFER = 64 << 10
 _WRITE_BUFFER = 64 << 10
 _PIECE = 64 << 10
+# what a client that finds an export or the pool busy is told to wait before it asks again
+RETRY_AFTER_SECONDS = 5
 
 
 def _forwardable(headers: object, length: bool = False) -> dict[str, str]:
@@ -119,35 +121,50 @@ class ExportProxy:
             return problem_response(502, "BadBackendCA", f"no usable CA for {namespace}/{name}")
         if request.body_exists:
             how.update(data=request.content, timeout=self.backends.upload_timeout)
-        async with self.backends.session(route.unix_socket, self.routes.unix_sockets) as session:
-            try:
-                upstream = await session.request(
-                    request.method,
-                    url,
-                    headers=_forwardable(request.headers, length=request.body_exists),
-                    allow_redirects=False,
-                    **how,
-                )
-            except aiohttp.ClientConnectorCertificateError as e:
-                log.warning("export %s/%s: backend certificate refused: %s", namespace, name, e)
-                return problem_response(
-                    502,
-                    "BackendCertificateRefused",
-                    f"the server of {namespace}/{name} is not trusted",
-                )
-            except UntrustedBackendError as e:
-                log.warning("export %s/%s: %s", namespace, name, e)
-                return problem_response(
-                    502, e.reason, f"the server of {namespace}/{name} is not the proxy's user's"
-                )
-            except TimeoutError:
-                return problem_response(504, "BackendTimeout", f"{namespace}/{name} did not answer")
-            except (aiohttp.ClientError, OSError) as e:
-                log.warning("export %s/%s: backend failed: %s", namespace, name, e)
-                return problem_response(
-                    502, "BackendUnavailable", f"cannot reach {namespace}/{name}"
-                )
-            return await self._relay(request, upstream)
+        try:
+            async with (
+                self.backends.slot(route.unix_socket or route.url),
+                self.backends.session(route.unix_socket, self.routes.unix_sockets) as session,
+            ):
+                return await self._exchange(request, session, url, how, f"{namespace}/{name}")
+        except BusyError as e:
+            response = problem_response(
+                503, e.reason, f"{namespace}/{name}: {e}; ask again in {RETRY_AFTER_SECONDS} s"
+            )
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            return response
+
+    async def _exchange(
+        self,
+        request: web.Request,
+        session: aiohttp.ClientSession,
+        url: URL,
+        how: dict[str, Any],
+        export: str,
+    ) -> web.StreamResponse:
+        """Send the request to the export `export`'s server and relay its answer."""
+        try:
+            upstream = await session.request(
+                request.method,
+                url,
+                headers=_forwardable(request.headers, length=request.body_exists),
+                allow_redirects=False,
+                **how,
+            )
+        except aiohttp.ClientConnectorCertificateError as e:
+            log.warning("export %s: backend certificate refused: %s", export, e)
+            return problem_response(
+                502, "BackendCertificateRefused", f"the server of {export} is not trusted"
+            )
+        except UntrustedBackendError as e:
+            log.warning("export %s: %s", export, e)
+            return problem_response(502, e.reason, f"the server of {export} is not the proxy's")
+        except TimeoutError:
+            return problem_response(504, "BackendTimeout", f"{export} did not answer")
+        except (aiohttp.ClientError, OSError) as e:
+            log.warning("export %s: backend failed: %s", export, e)
+            return problem_response(502, "BackendUnavailable", f"cannot reach {export}")
+        return await self._relay(request, upstream)
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse
