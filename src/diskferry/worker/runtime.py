@@ -1,8 +1,9 @@
 """The runtime every engine's `python -m diskferry.<engine>.worker JOB.json` entry point shares.
 
 It reads and validates the job, answers GET /progress and GET /metrics while the job runs,
-turns SIGTERM and SIGINT into the job's cancel event, logs to stderr, and ends with a
-one-line JSON result as the last stdout line, whatever happened, and never a traceback:
+turns SIGTERM and SIGINT, and the removal of the job file's directory (see `jobdir`), into the
+job's cancel event, logs to stderr, and ends with a one-line JSON result as the last stdout
+line, whatever happened, and never a traceback:
 
 - `{"ok": true, "jobId": ..., ...}` and exit 0 when the job is done;
 - `{"ok": false, "reason": ..., "message": ..., "jobId": ...}` and exit 1 when it failed or
@@ -33,6 +34,7 @@ from diskferry.disk.progress import Progress
 from diskferry.disk.quick_exit import freeze_at_exit
 from diskferry.disk.urls import without_credentials
 from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job
+from diskferry.worker.jobdir import JobDirectoryWatch
 from diskferry.worker.reporter import Reporter
 from diskferry.worker.server import StatusServer
 from diskferry.worker.status import JobStatus
@@ -173,7 +175,8 @@ def _run(kinds: Mapping[str, JobKind], default: str, args: list[str]) -> tuple[i
     try:
         print(json.dumps({"port": port}), flush=True)
         log.info("%s job %s started; /progress on port %d", kind, job.job_id or "-", port)
-        result = kinds[kind].run(job, JobContext(status.progress, status, cancel))
+        with JobDirectoryWatch(Path(args[0]).absolute().parent, cancel):
+            result = kinds[kind].run(job, JobContext(status.progress, status, cancel))
     except Exception as e:
         return 1, _failed(kind, e, cancel, job.job_id)
     finally:
