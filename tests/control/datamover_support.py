@@ -167,7 +167,12 @@ class PhaseWatch:
 
 
 def download(
-    daemon: Daemon, name: str, snapshot: str, pvc: str, annotations: dict[str, str] | None = None
+    daemon: Daemon,
+    name: str,
+    snapshot: str,
+    pvc: str,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
 ) -> None:
     """A DataDownload of `snapshot` from the location `repo` into the new VirtualDisk `pvc`."""
     body = {
@@ -178,6 +183,7 @@ def download(
             "backupStorageLocation": "repo",
             "snapshotID": snapshot,
             "targetVolume": {"pvc": pvc, "namespace": "default"},
+            **spec,
         },
     }
     daemon.objects.create(daemon.registry.by_kind("DataDownload"), "default", body)

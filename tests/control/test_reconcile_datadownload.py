@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, download, repository_held
+
+from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 
 ENDED = ("Completed", "Failed", "Canceled")
 MiB = 1 << 20
@@ -128,3 +131,43 @@ def test_deleting_a_download_that_writes_removes_the_half_written_disk(backed_up
     assert not workers_under(daemon.data_dir)
     assert not [n for n in os.listdir(claim.parent) if n.startswith(claim.stem)]
     assert not list((daemon.data_dir / "jobs").glob("dd-*"))
+
+
+def test_a_download_that_ended_while_the_daemon_was_down_keeps_its_disk(backed_up, tmp_path):
+    daemon, snapshot, claim = backed_up
+    with repository_held(tmp_path / "backups"):
+        download(daemon, "dd", snapshot, "vd-restored", operationTimeout="3s")
+        accepted = time.monotonic()
+        daemon.wait_phase("DataDownload", "dd", "InProgress")
+        daemon.stop()
+    wait_until(lambda: not workers_under(tmp_path / "data"), 60)
+    wait_until(lambda: time.monotonic() - accepted > 4, 10)
+    again = MoverDaemon(tmp_path / "data")
+    try:
+        status = again.wait_phase("DataDownload", "dd", *ENDED)["status"]
+        restored = again.claim(again.wait_phase("VirtualDisk", "vd-restored", "Ready"))
+        assert status["phase"] == "Completed", status
+        assert restored.read_bytes() == claim.read_bytes()
+    finally:
+        again.stop()
+
+
+def test_a_failed_download_removes_its_disk_before_it_says_failed(backed_up, tmp_path, monkeypatch):
+    daemon, snapshot, _ = backed_up
+    cleanup = DataDownloadReconciler.cleanup
+    calls = []
+
+    def killed_at_first(self, obj, succeeded):
+        calls.append(succeeded)
+        if len(calls) == 1:
+            raise RuntimeError("the daemon was killed here")
+        return cleanup(self, obj, succeeded)
+
+    monkeypatch.setattr(DataDownloadReconciler, "cleanup", killed_at_first)
+    with repository_held(tmp_path / "backups"):
+        download(daemon, "dd", snapshot, "vd-restored", operationTimeout="2s")
+        status = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
+    assert status["phase"] == "Failed", status
+    assert "did not end within 2s" in status["message"]
+    assert daemon.get("VirtualDisk", "vd-restored") is None
+    assert calls[0] is False

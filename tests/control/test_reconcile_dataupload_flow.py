@@ -4,6 +4,8 @@ blocking. A repository held exclusively (as a prune holds it) keeps workers wait
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, PhaseWatch, repository_held
@@ -92,6 +94,25 @@ def test_operation_timeout_fails_and_keeps_the_scratch(daemon, tmp_path):
     assert not workers_under(tmp_path / "data")
     kept = list((tmp_path / "data" / "jobs" / "failed").glob("du-*"))
     assert len(kept) == 1 and (kept[0] / "stderr").exists()
+
+
+def test_an_upload_that_ended_while_the_daemon_was_down_is_judged_by_its_result(daemon, tmp_path):
+    vms(daemon, 1)
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up", "vm-0", operationTimeout="3s")
+        accepted = time.monotonic()
+        daemon.wait_phase("DataUpload", "up", "InProgress")
+        daemon.stop()
+    # the worker goes on alone, and ends past its deadline
+    wait_until(lambda: not workers_under(tmp_path / "data"), 60)
+    wait_until(lambda: time.monotonic() - accepted > 4, 10)
+    again = MoverDaemon(tmp_path / "data")
+    try:
+        status = again.wait_phase("DataUpload", "up", *ENDED)["status"]
+    finally:
+        again.stop()
+    assert status["phase"] == "Completed", status
+    assert status["snapshotID"] and status["disks"][0]["snapshotID"]
 
 
 def test_cap_is_filled_and_never_exceeded(daemon, tmp_path):

@@ -5,11 +5,13 @@ Accepted needs the storage location Available (and what the kind adds: one uploa
 Prepared is the kind's own preparation; the scheduler admits InProgress under the cap; the
 worker's /progress is copied into `status.progress`; every worker gets the DataMoverConfig's
 `bandwidthLimit` (bytes a second) as its job's. `operationTimeout` runs from Accepted:
-on expiry the worker's log is captured and the worker stopped, and the resource Failed. A
+a worker still running at its expiry is stopped and the resource Failed; a worker that
+ended (while the daemon was down, or in the last moment) is judged by its result. A
 worker's last lines go to the daemon's log tagged with the kind's words ("data mover log",
 "downloader log"), the resource and its VM; a failed worker's scratch stays until the
 resource is deleted, at most FAILED_KEPT of each kind; a succeeded or cancelled one's goes.
-Every phase change is an Event.
+Every phase change is an Event. What a failed or cancelled mover made is removed before its
+final phase is written, so a daemon killed between the two finishes the removal.
 
 Each mover carries the finalizer `diskferry.io/data-mover`: deleting one stops its worker
 (which removes what it made, a backup's fleecing nodes and files, a restore's prime copy),
@@ -50,6 +52,8 @@ WAIT_SECONDS = 2.0
 FAILED_KEPT = 10
 """Failed workers' scratch kept for debugging, per kind; older ones are removed."""
 FINALIZER = "diskferry.io/data-mover"
+CANCELLED = "Cancelled"
+"""The reason of a worker's result once it was stopped."""
 
 
 class MoverFailure(DiskferryError):
@@ -135,6 +139,8 @@ class MoverReconciler(ABC):
         obj = held(self.client, obj, FINALIZER)
         phase = obj.status.phase
         if phase in ENDED:
+            # a daemon killed after the final status may not have purged the job
+            self.runner.purge(self.job_id(obj), keep_scratch=phase == MoverPhase.FAILED)
             return Result.done()
         if obj.spec.cancel:
             return self._cancel(obj)
@@ -144,7 +150,10 @@ class MoverReconciler(ABC):
         config = load_config(self.client)
         try:
             if phase != MoverPhase.NEW and self._timed_out(obj, config):
-                return self._time_out(obj, config)
+                state = self.runner.state(self.job_id(obj))
+                if state is None or state.running:
+                    return self._time_out(obj, state)
+                # a job that ended is judged by its result, whatever the clock says
             if phase == MoverPhase.NEW:
                 return self._accept(obj, config)
             if phase in (MoverPhase.ACCEPTED, MoverPhase.PREPARED):
@@ -220,15 +229,16 @@ class MoverReconciler(ABC):
         if state.running:
             self._progress(obj, state)
             return Result.requeue(POLL_SECONDS)
-        self._emit_log(obj, config)
         if not state.succeeded:
             reason, message = self._failure(state)
-            return self._fail(obj, reason, message, config, logged=True)
+            if reason == CANCELLED and self._timed_out(obj, config):
+                reason, message = self._timeout_failure(obj, config)
+            return self._fail(obj, reason, message, config)
         fields = self.completed(obj, state.result or {})
         fields["completionTimestamp"] = rfc3339(self.clock.now())
+        self._emit_log(obj, config)
         self._move(obj, MoverPhase.COMPLETED, "Completed", fields.pop("message", "done"), fields)
         self.runner.purge(job_id, keep_scratch=False)
-        self.cleanup(obj, succeeded=True)
         return Result.done()
 
     def _progress(self, obj: Any, state: JobState) -> None:
@@ -259,18 +269,23 @@ class MoverReconciler(ABC):
         given = obj.spec.operation_timeout or config.operation_timeout
         return parse_duration(given).total_seconds()
 
-    def _time_out(self, obj: Any, config: DataMoverConfigSpec) -> Result:
-        job_id = self.job_id(obj)
-        state = self.runner.state(job_id)
-        if state is not None and state.running:
-            self.runner.cancel(job_id)
+    def _time_out(self, obj: Any, state: JobState | None) -> Result:
+        """Stop a job still running at its deadline (judged once it has ended), or fail a
+        mover that started none."""
+        if state is not None:
+            self.runner.cancel(state.job_id)
             return Result.requeue(STOP_POLL)
-        self._emit_log(obj, config)
+        config = load_config(self.client)
+        return self._fail(obj, *self._timeout_failure(obj, config), config)
+
+    def _timeout_failure(self, obj: Any, config: DataMoverConfigSpec) -> tuple[str, str]:
         timeout = format_duration(timedelta(seconds=round(self._timeout(obj, config))))
-        tail = self.runner.log_tail(job_id, 1) if state is not None else []
+        tail = self.runner.log_tail(self.job_id(obj), 1)
         last = f"; the worker's last line: {tail[-1]}" if tail else ""
-        message = f"the operation did not end within {timeout} of being accepted{last}"
-        return self._fail(obj, "OperationTimeout", message, config, logged=True)
+        return (
+            "OperationTimeout",
+            f"the operation did not end within {timeout} of being accepted{last}",
+        )
 
     def _cancel(self, obj: Any) -> Result:
         if obj.status.phase != MoverPhase.CANCELING:
@@ -279,26 +294,28 @@ class MoverReconciler(ABC):
         self.runner.cancel(job_id)
         if not self.runner.purge(job_id, keep_scratch=False):
             return Result.requeue(STOP_POLL)
-        self.cleanup(obj, succeeded=False)
+        if not self.cleanup(obj, succeeded=False):
+            return Result.requeue(STOP_POLL)
         fields = {"completionTimestamp": rfc3339(self.clock.now())}
         self._move(obj, MoverPhase.CANCELED, "Canceled", "canceled as asked", fields)
         return Result.done()
 
-    def _fail(
-        self, obj: Any, reason: str, message: str, config: DataMoverConfigSpec, logged: bool = False
-    ) -> Result:
+    def _fail(self, obj: Any, reason: str, message: str, config: DataMoverConfigSpec) -> Result:
+        """Stop the worker, remove what the mover made, and only then say Failed: a daemon
+        killed on the way finds the mover not ended and fails it again."""
         job_id = self.job_id(obj)
         state = self.runner.state(job_id)
         if state is not None and state.running:
             self.runner.cancel(job_id)
             return Result.requeue(STOP_POLL)
-        if state is not None and not logged:
+        if not self.cleanup(obj, succeeded=False):
+            return Result.requeue(STOP_POLL)
+        if state is not None:
             self._emit_log(obj, config)
         log.warning("%s of %s failed: %s: %s", tag(obj), self.who(obj), reason, message)
         fields = {"completionTimestamp": rfc3339(self.clock.now())}
         self._move(obj, MoverPhase.FAILED, reason, message, fields)
         self.runner.purge(job_id, keep_scratch=True)
-        self.cleanup(obj, succeeded=False)
         self._bound_failed()
         return Result.done()
 
