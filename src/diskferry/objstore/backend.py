@@ -50,5 +50,8 @@ class Backend(Protocol):
     def list(self, folder: str) -> Iterator[ObjectInfo]:
         """Every object under `folder` ("" for all)."""
 
+    def empty(self) -> bool:
+        """Whether nothing is under the root."""
+
     def delete(self, path: str) -> None:
         """Remove the object durably; a missing one is not an error."""

@@ -25,3 +25,10 @@ class CredentialsRefusedError(ObjectStoreError):
     """The object store refused the credentials."""
 
     reason = "CredentialsRefused"
+
+
+class ForeignEntryError(ObjectStoreError):
+    """A store's directory holds what no store writes: a symbolic link (never followed), a FIFO,
+    a device or a socket."""
+
+    reason = "ForeignEntry"

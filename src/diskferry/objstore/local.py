@@ -1,4 +1,4 @@
-"""A directory as an object store that a power cut cannot tear: temporary name, fsync, rename.
+"""A directory as an object store that a power cut cannot tear, and that a link cannot lead out of.
 
 Each object is written under a temporary name in its own directory
 (`.<name>.<random>.tmp`), fsynced, renamed into place (linked, for `put_new`, so that of
@@ -7,6 +7,13 @@ directory made on the way, or first used by this process, has its entry fsynced 
 parent, up to the root. A delete unlinks and fsyncs the directory. Names starting with
 "." are never objects: listings skip them, and remove the temporary files that no writer
 has touched for ABANDONED_AFTER seconds (those a killed or powered-off writer left).
+
+Others may write the directory. Every name under the root is reached from its folder's
+descriptor, one component at a time, never through a symbolic link (O_NOFOLLOW; an entry
+is looked at with lstat before it is unlinked): a link, a FIFO, a device or a socket where
+an object or a folder of objects should be is refused with ForeignEntryError naming it,
+by listings too. The root is the operator's path, followed as given. Files are made 0600
+and folders 0700, whatever the umask.
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ import functools
 import os
 import secrets
 import stat
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -26,14 +32,22 @@ from typing import Any, BinaryIO
 
 from diskferry.disk.libc import LIBC
 from diskferry.objstore.backend import Data, ObjectInfo
-from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError
+from diskferry.objstore.errors import ForeignEntryError, ObjectNotFoundError, ObjectStoreError
 
 TEMPORARY_SUFFIX = ".tmp"
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
 _FILE_PIECE = 8 << 20
 _IOV_MAX = os.sysconf("SC_IOV_MAX")
 ABANDONED_AFTER = 3600.0
-_AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
+_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FOLDER = _ROOT | os.O_NOFOLLOW
+# O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused once open)
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# what a fresh filesystem holds at its root, which does not make the store's root in use
+_LOST_AND_FOUND = "lost+found"
 
 
 class LocalBackend:
@@ -42,27 +56,27 @@ class LocalBackend:
     def __init__(self, url: str, root: str, *, create: bool) -> None:
         self.url = url
         self.root = root
-        self._durable = {root}  # directories whose entry, and each parent's, is fsynced
-        self._dirs_lock = threading.Lock()
+        self._durable = {""}  # folders (from the root) whose entry, and each parent's, is fsynced
         if not os.path.isdir(root):
             if not create:
                 raise ObjectNotFoundError(f"{url} does not exist")
             with self._errors(""):
                 made = _missing(root)
-                os.makedirs(root, exist_ok=True)
+                os.makedirs(root, mode=FOLDER_MODE, exist_ok=True)
+                if root in made:
+                    os.chmod(root, FOLDER_MODE)
                 _sync_entries(made)
 
     def put(self, path: str, data: Data | BinaryIO | Sequence[Data]) -> None:
         """Write the object whole and durably: after a power cut, old or new, never a part."""
-        with self._errors(path):
-            final = self._place(path)
-            temporary = _write_temporary(final, data)
+        with self._errors(path), self._folder_of(path, make=True) as (folder, name):
+            temporary = _write_temporary(folder, name, data)
             try:
-                os.rename(temporary, final)
+                os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
             except BaseException:
-                _remove(temporary)
+                _remove(folder, temporary)
                 raise
-            _fsync_dir(os.path.dirname(final))
+            os.fsync(folder)
 
     def put_parts(self, path: str, parts: Sequence[Data]) -> None:
         """`put` of the parts one after another, written as they are (writev), not joined."""
@@ -74,16 +88,17 @@ class LocalBackend:
 
     def put_new(self, path: str, data: Data) -> bool:
         """Write the object only if none exists (a hard link never replaces a name); else False."""
-        with self._errors(path):
-            final = self._place(path)
-            temporary = _write_temporary(final, data)
+        with self._errors(path), self._folder_of(path, make=True) as (folder, name):
+            temporary = _write_temporary(folder, name, data)
             try:
-                os.link(temporary, final)
+                os.link(
+                    temporary, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False
+                )
             except FileExistsError:
                 return False
             finally:
-                _remove(temporary)
-            _fsync_dir(os.path.dirname(final))
+                _remove(folder, temporary)
+            os.fsync(folder)
             return True
 
     def replace(self, path: str, data: Data) -> bool:
@@ -91,38 +106,40 @@ class LocalBackend:
         filesystem has one (renameat2 RENAME_EXCHANGE), else a check then a rename, where a
         deletion in between is overwritten."""
         with self._errors(path):
-            final = self._file(path)
-            if not os.path.isfile(final):
-                return False
-            temporary = _write_temporary(final, data)
             try:
-                if not _exchange(temporary, final):
-                    if not os.path.isfile(final):
+                with self._folder_of(path) as (folder, name):
+                    if not self._is_object(folder, name, path):
                         return False
-                    os.rename(temporary, final)
-            except FileNotFoundError:
+                    temporary = _write_temporary(folder, name, data)
+                    try:
+                        if not _exchange(folder, temporary, name):
+                            if not self._is_object(folder, name, path):
+                                return False
+                            os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+                    finally:
+                        _remove(folder, temporary)
+                    os.fsync(folder)
+                    return True
+            except (FileNotFoundError, NotADirectoryError):
                 return False
-            finally:
-                _remove(temporary)
-            _fsync_dir(os.path.dirname(final))
-            return True
 
     def get(self, path: str) -> bytes:
         """The whole object."""
-        with self._errors(path), open(self._file(path), "rb") as f:
+        with self._errors(path), self._opened(path) as f:
             return f.read()
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
         """Up to `length` bytes of the object from `start`."""
-        with self._errors(path), open(self._file(path), "rb") as f:
+        with self._errors(path), self._opened(path) as f:
             f.seek(start)
             return f.read(length)
 
     def head(self, path: str) -> ObjectInfo | None:
         """What the file says of the object, or None when there is none."""
         try:
-            with self._errors(path):
-                st = os.stat(self._file(path))
+            with self._errors(path), self._folder_of(path) as (folder, name):
+                st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                self._refuse_foreign(folder, name, path, st)
         except ObjectNotFoundError:
             return None
         if not stat.S_ISREG(st.st_mode):
@@ -131,57 +148,171 @@ class LocalBackend:
 
     def list(self, folder: str) -> Iterator[ObjectInfo]:
         """Every object under `folder`, skipping (and cleaning up) temporary files."""
-        base = self._file(folder) if folder else self.root
-        if not os.path.isdir(base):
-            return
         with self._errors(folder):
-            for where, folders, names in os.walk(base, onerror=_raise):
-                folders[:] = [f for f in folders if not f.startswith(".")]
-                for name in names:
-                    full = os.path.join(where, name)
-                    if name.startswith("."):
-                        _clean_temporary(full)
-                        continue
-                    try:
-                        st = os.stat(full)
-                    except FileNotFoundError:
-                        continue
-                    path = os.path.relpath(full, self.root).replace(os.sep, "/")
-                    yield ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+            try:
+                fd = self._open_folder(self._parts(folder) if folder else [])
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            try:
+                yield from self._walk(fd, folder)
+            finally:
+                os.close(fd)
+
+    def empty(self) -> bool:
+        """Whether the root holds nothing at all (but a fresh filesystem's lost+found)."""
+        with self._errors(""), os.scandir(self.root) as entries:
+            return all(entry.name == _LOST_AND_FOUND for entry in entries)
 
     def delete(self, path: str) -> None:
         """Unlink the object and fsync its directory; a missing one is not an error."""
         with self._errors(path):
-            final = self._file(path)
             try:
-                os.unlink(final)
-            except FileNotFoundError:
+                with self._folder_of(path) as (folder, name):
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                    self._refuse_foreign(folder, name, path, st)
+                    os.unlink(name, dir_fd=folder)
+                    os.fsync(folder)
+            except (FileNotFoundError, NotADirectoryError):
                 return
-            _fsync_dir(os.path.dirname(final))
 
-    def _file(self, path: str) -> str:
+    def _walk(self, fd: int, where: str) -> Iterator[ObjectInfo]:
+        """The objects in the open folder `fd` (at `where`) and in its folders."""
+        with os.scandir(fd) as scan:
+            entries = list(scan)
+        for entry in entries:
+            path = f"{where}/{entry.name}" if where else entry.name
+            if entry.name.startswith("."):
+                if entry.name.endswith(TEMPORARY_SUFFIX):
+                    _clean_temporary(fd, entry.name)
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            self._refuse_foreign(fd, entry.name, path, st)
+            if stat.S_ISREG(st.st_mode):
+                yield ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+                continue
+            try:
+                child = self._step(fd, entry.name, path, make=False)
+            except FileNotFoundError:
+                continue
+            try:
+                yield from self._walk(child, path)
+            finally:
+                os.close(child)
+
+    def _parts(self, path: str) -> list[str]:
         parts = path.split("/")
         if any(not part or part.startswith(".") for part in parts):
             raise ObjectStoreError(
                 f"{self.url}: {path!r} is not an object path", reason="BadObjectPath"
             )
-        return os.path.join(self.root, *parts)
+        return parts
 
-    def _place(self, path: str) -> str:
-        """The file of the object, in a directory made if missing and durable up to the root."""
-        final = self._file(path)
-        folder = os.path.dirname(final)
-        if folder not in self._durable:
-            with self._dirs_lock:
-                chain = []
-                step = folder
-                while step not in self._durable:
-                    chain.append(step)
-                    step = os.path.dirname(step)
-                os.makedirs(folder, exist_ok=True)
-                _sync_entries(chain)
-                self._durable.update(chain)
-        return final
+    @contextlib.contextmanager
+    def _folder_of(self, path: str, *, make: bool = False) -> Iterator[tuple[int, str]]:
+        """The open folder of the object at `path`, and the object's name in it; the folder is
+        made (durable up to the root) when missing and `make`."""
+        parts = self._parts(path)
+        folder = self._open_folder(parts[:-1], make=make)
+        try:
+            yield folder, parts[-1]
+        finally:
+            os.close(folder)
+
+    @contextlib.contextmanager
+    def _opened(self, path: str) -> Iterator[BinaryIO]:
+        """The object's file open for reading; a link or a special file is refused."""
+        with self._folder_of(path) as (folder, name):
+            try:
+                fd = os.open(name, _READ, dir_fd=folder)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    self._refuse_foreign(folder, name, path)
+                raise
+            with os.fdopen(fd, "rb") as f:
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+                if not stat.S_ISREG(mode):
+                    raise self._special(path)
+                yield f
+
+    def _open_folder(self, parts: list[str], *, make: bool = False) -> int:
+        """A descriptor of the folder `parts` under the root, reached one step at a time."""
+        fd = os.open(self.root, _ROOT)
+        try:
+            for depth, part in enumerate(parts):
+                child = self._step(fd, part, "/".join(parts[: depth + 1]), make=make)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _step(self, parent: int, name: str, where: str, *, make: bool) -> int:
+        """Open the folder `name` in `parent` without following a link; with `make`, made 0700
+        if missing, and its entry fsynced the first time this store uses it."""
+        made = False
+        try:
+            try:
+                child = os.open(name, _FOLDER, dir_fd=parent)
+            except FileNotFoundError:
+                if not make:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, FOLDER_MODE, dir_fd=parent)
+                    made = True
+                child = os.open(name, _FOLDER, dir_fd=parent)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                self._refuse_foreign(parent, name, where)
+            raise
+        try:
+            if made:
+                os.fchmod(child, FOLDER_MODE)
+            if make and where not in self._durable:
+                os.fsync(parent)
+                self._durable.add(where)
+        except BaseException:
+            os.close(child)
+            raise
+        return child
+
+    def _is_object(self, folder: int, name: str, path: str) -> bool:
+        """Whether a regular file is at `name`; a link or a special file is refused."""
+        try:
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        self._refuse_foreign(folder, name, path, st)
+        return stat.S_ISREG(st.st_mode)
+
+    def _refuse_foreign(
+        self, folder: int, name: str, path: str, st: os.stat_result | None = None
+    ) -> None:
+        """ForeignEntryError when `name` in `folder` is neither a file nor a folder."""
+        if st is None:
+            try:
+                st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(name, dir_fd=folder)
+            raise ForeignEntryError(
+                f"{self.url}: {path} is a symbolic link (to {target!r}), which the store never "
+                "follows: someone with write access to it put it there; remove it"
+            )
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            raise self._special(path)
+
+    def _special(self, path: str) -> ForeignEntryError:
+        return ForeignEntryError(
+            f"{self.url}: {path} is not a regular file (a FIFO, a device or a socket): someone "
+            "with write access to the store put it there; remove it"
+        )
 
     @contextlib.contextmanager
     def _errors(self, path: str) -> Iterator[None]:
@@ -207,12 +338,13 @@ def _write_parts(fd: int, parts: Sequence[Data]) -> None:
             views[first] = views[first][done:]
 
 
-def _write_temporary(final: str, data: Data | BinaryIO | Sequence[Data]) -> str:
-    """Write `data` (bytes, parts of it, or an open file) beside `final` and fsync it; its path."""
-    folder, name = os.path.split(final)
-    temporary = os.path.join(folder, f".{name[:200]}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+def _write_temporary(folder: int, name: str, data: Data | BinaryIO | Sequence[Data]) -> str:
+    """Write `data` (bytes, parts of it, or an open file) beside `name` in the open `folder`,
+    0600, and fsync it; its name."""
+    temporary = f".{name[:200]}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}"
+    fd = os.open(temporary, _CREATE, FILE_MODE, dir_fd=folder)
     try:
+        os.fchmod(fd, FILE_MODE)
         if isinstance(data, bytes | bytearray | memoryview):
             _write_parts(fd, [data])
         elif isinstance(data, Sequence):
@@ -223,18 +355,19 @@ def _write_temporary(final: str, data: Data | BinaryIO | Sequence[Data]) -> str:
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        _remove(temporary)
+        _remove(folder, temporary)
         raise
     os.close(fd)
     return temporary
 
 
-def _exchange(a: str, b: str) -> bool:
-    """Swap two names atomically; False where the filesystem (or the C library) cannot."""
+def _exchange(folder: int, a: str, b: str) -> bool:
+    """Swap two names in the open `folder` atomically; False where the filesystem (or the C
+    library) cannot."""
     renameat2 = _renameat2()
     if renameat2 is None:
         return False
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(folder, os.fsencode(a), folder, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
@@ -275,19 +408,15 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _clean_temporary(path: str) -> None:
-    """Remove a temporary file that no writer has touched for ABANDONED_AFTER seconds."""
-    if not path.endswith(TEMPORARY_SUFFIX):
-        return
+def _clean_temporary(folder: int, name: str) -> None:
+    """Remove the temporary file `name` in the open `folder` if no writer has touched it for
+    ABANDONED_AFTER seconds."""
     with contextlib.suppress(FileNotFoundError):
-        if time.time() - os.stat(path).st_mtime > ABANDONED_AFTER:
-            os.unlink(path)
+        st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > ABANDONED_AFTER:
+            os.unlink(name, dir_fd=folder)
 
 
-def _remove(path: str) -> None:
+def _remove(folder: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def _raise(error: OSError) -> None:
-    raise error
+        os.unlink(name, dir_fd=folder)

@@ -144,6 +144,10 @@ class S3Backend:
                 for meta in batch:
                     yield ObjectInfo(meta["path"], meta["size"], meta["last_modified"])
 
+    def empty(self) -> bool:
+        """Whether no object is under the prefix."""
+        return next(self.list(""), None) is None
+
     def delete(self, path: str) -> None:
         """Remove the object; a missing one is not an error."""
         try:

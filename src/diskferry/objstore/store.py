@@ -117,6 +117,11 @@ class ObjectStore:
         self._check()
         return self._backend.list(prefix.rstrip("/"))
 
+    def empty(self) -> bool:
+        """Whether nothing is under the root: no object, and (a directory) no file of any kind."""
+        self._check()
+        return self._backend.empty()
+
     def delete(self, path: str) -> None:
         """Remove the object; a missing one is not an error."""
         self._check()
