@@ -208,3 +208,24 @@ def test_deleting_a_served_backup_ends_its_session(daemon: ExportDaemon) -> None
     block_node(vm)  # no fleecing node left
     with Qmp(vm["qmpSocket"]) as qmp:
         assert qmp.command("query-block-exports") == []
+
+
+def test_a_push_whose_upload_is_deleted_fails_and_makes_no_other(daemon: ExportDaemon) -> None:
+    directory = location(daemon)
+    ready_disk(daemon, "vd-x")
+    spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "vd-x"}]}
+    create_vm(daemon, "vm-x", spec, {})
+    daemon.wait_phase("VirtualMachine", "vm-x", "Stopped", timeout=30)
+    with (
+        Repository.open(str(directory), PASSWORD) as repo,
+        repo.lock("exclusive", "prune"),
+    ):
+        source = {"kind": "VirtualMachine", "name": "vm-x"}
+        backup(daemon, "push-x", source, mode="Push", storageLocation="repo")
+        daemon.wait_phase("DataUpload", "vmbackup-push-x", "InProgress", timeout=60)
+        daemon.objects.delete(daemon.registry.by_kind("DataUpload"), "default", "vmbackup-push-x")
+        obj = daemon.wait_phase(BACKUP, "push-x", *ENDED, timeout=60)
+    failed = condition(obj, "Failed")
+    assert failed["reason"] == "DataUploadDeleted"
+    assert failed["message"] == "DataUpload vmbackup-push-x was deleted"
+    assert daemon.get("DataUpload", "vmbackup-push-x") is None

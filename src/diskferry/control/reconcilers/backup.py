@@ -288,10 +288,15 @@ class BackupReconciler:
                 vms[key] = False
                 continue
             upload = uploads.get(entry["dataUpload"])
-            phase = None if upload is None else upload.status.phase
-            if upload is None or phase not in ENDED:
+            if upload is None:  # made before the status named it: it was deleted since
+                entry["phase"] = "Failed"
+                entry["reason"] = f"DataUpload {entry['dataUpload']} was deleted"
+                vms[key] = False
+                continue
+            phase = upload.status.phase
+            if phase not in ENDED:
                 done = False
-                entry["phase"] = "InProgress" if upload is not None else "Pending"
+                entry["phase"] = "InProgress"
                 continue
             entry["phase"] = "Completed" if phase == "Completed" else "Failed"
             if phase == "Completed":

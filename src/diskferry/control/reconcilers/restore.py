@@ -195,13 +195,9 @@ class RestoreReconciler:
         for machine in machines:
             if machine["phase"] != "Restoring":
                 continue
-            phases = []
             for disk in machine["disks"]:
-                download = self.client.get(
-                    DataDownload, obj.metadata.namespace, disk["dataDownload"]
-                )
-                disk["phase"] = None if download is None else download.status.phase
-                phases.append(disk["phase"])
+                self._follow_disk(obj, disk)
+            phases = [disk["phase"] for disk in machine["disks"]]
             if any(p not in ENDED for p in phases):
                 continue
             if all(p == "Completed" for p in phases):
@@ -209,9 +205,9 @@ class RestoreReconciler:
                 machine["phase"] = "Completed"
             else:
                 machine["phase"] = "Failed"
+                why = "; ".join(d["message"] for d in machine["disks"] if d.get("message"))
                 message = (
-                    f"VirtualMachine {machine['namespace']}/{machine['name']} left AlwaysOff: "
-                    "a DataDownload of it did not complete"
+                    f"VirtualMachine {machine['namespace']}/{machine['name']} left AlwaysOff: {why}"
                 )
                 self.client.event(obj, "Warning", "VirtualMachineLeftOff", message)
         restored = sum(1 for m in machines if m["phase"] == "Completed")
@@ -237,6 +233,18 @@ class RestoreReconciler:
         obj = self.client.patch_status(obj, status)
         self.client.event(obj, kind, phase.value, message)
         return Result.done()
+
+    def _follow_disk(self, obj: Restore, disk: dict[str, Any]) -> None:
+        """The phase of the disk's DataDownload, and why it did not complete; one that the
+        status named and that is gone was deleted, and counts as failed."""
+        name = disk["dataDownload"]
+        download = self.client.get(DataDownload, obj.metadata.namespace, name)
+        if download is None:
+            disk["phase"], disk["message"] = "Failed", f"DataDownload {name} was deleted"
+            return
+        disk["phase"] = download.status.phase
+        if disk["phase"] in ENDED and disk["phase"] != "Completed":
+            disk["message"] = f"DataDownload {name} {disk['phase']}: {download.status.message}"
 
     def _give_back(self, obj: Restore, machine: dict[str, Any]) -> None:
         """The VM's own runPolicy again, now that every disk of it is back."""

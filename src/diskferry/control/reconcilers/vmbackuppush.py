@@ -48,6 +48,9 @@ class PushBackup:
         """Create the upload, or follow it to its end."""
         name = upload_name(obj)
         upload = self.client.get(DataUpload, obj.metadata.namespace, name)
+        if upload is None and obj.status.data_upload_name == name:
+            # made before the status named it: deleted since, not to be made again
+            raise BackupFailure(f"DataUpload {name} was deleted", reason="DataUploadDeleted")
         if upload is None:
             self._create(obj, source, name)
             message = f"backing up VirtualMachine {source.name} through DataUpload {name}"

@@ -51,6 +51,9 @@ class RestoredDisk(ApiModel):
     snapshot_id: str = Field(alias="snapshotID")
     data_download: str = Field(alias="dataDownload")
     phase: str | None = None
+    message: str | None = Field(
+        default=None, description="Why the disk was not restored, once its DataDownload ended."
+    )
 
 
 class RestoredMachine(ApiModel):
