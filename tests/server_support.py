@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -57,3 +60,18 @@ def start_diskferry(args: list[str], log: Path, ca: Path) -> Running:
         proc.kill()
         raise AssertionError(f"server did not start: {line!r} {log.read_text()}")
     return Running(proc, int(line), log, ca)
+
+
+def send_raw(server: Running, raw: bytes) -> bytes:
+    """Send the bytes `raw` to `server` on a new TLS connection; what came back before it
+    closed (a server that stops reading and closes may have answered all the same)."""
+    context = ssl.create_default_context(cafile=str(server.ca))
+    plain = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    got = b""
+    with context.wrap_socket(plain, server_hostname="127.0.0.1") as conn:
+        with contextlib.suppress(OSError):
+            conn.sendall(raw)
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(65536):
+                got += chunk
+    return got

@@ -11,24 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from upload_support import ORIGINAL, TOKEN, PartialUpload, UploadSetup, bearer, curl
-
-from diskferry.serving.certs import create_ca
+from upload_support import TOKEN, PartialUpload, UploadSetup, bearer, curl
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[UploadSetup]:
     """A CA, the token, and a target holding ORIGINAL."""
-    create_ca(tmp_path / "ca")
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
-    target_dir = tmp_path / "volumes"
-    target_dir.mkdir()
-    target = target_dir / "disk.img"
-    target.write_bytes(ORIGINAL)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    setup = UploadSetup(tmp_path / "ca", token, target, logs)
+    setup = UploadSetup.made_in(tmp_path)
     yield setup
     setup.stop_servers()
 

@@ -20,20 +20,12 @@ from upload_support import ORIGINAL, TOKEN, UploadSetup, bearer, curl
 
 from diskferry.importer.upload_client import upload_file
 from diskferry.importer.upload_resume import PARTIAL_SUFFIX
-from diskferry.serving.certs import create_ca
 
 
 @pytest.fixture
 def resumable(tmp_path: Path) -> Iterator[UploadSetup]:
     """A CA, the token, and a target holding ORIGINAL."""
-    create_ca(tmp_path / "ca")
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
-    (tmp_path / "volumes").mkdir()
-    target = tmp_path / "volumes" / "disk.img"
-    target.write_bytes(ORIGINAL)
-    (tmp_path / "logs").mkdir()
-    setup = UploadSetup(tmp_path / "ca", token, target, tmp_path / "logs")
+    setup = UploadSetup.made_in(tmp_path)
     yield setup
     setup.stop_servers()
 

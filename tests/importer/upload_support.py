@@ -11,6 +11,8 @@ from pathlib import Path
 
 from server_support import Running, start_diskferry
 
+from diskferry.serving.certs import create_ca
+
 TOKEN = "upload-t0ken-value"
 ORIGINAL = b"\xab" * (1 << 20)
 
@@ -33,6 +35,18 @@ class UploadSetup:
         server = start_diskferry(args, log, self.ca_dir / "ca.crt")
         self.servers.append(server)
         return server
+
+    @classmethod
+    def made_in(cls, folder: Path) -> UploadSetup:
+        """A CA, the token and a target holding ORIGINAL, in `folder`."""
+        create_ca(folder / "ca")
+        token = folder / "token"
+        token.write_text(TOKEN + "\n")
+        (folder / "volumes").mkdir()
+        target = folder / "volumes" / "disk.img"
+        target.write_bytes(ORIGINAL)
+        (folder / "logs").mkdir()
+        return cls(folder / "ca", token, target, folder / "logs")
 
     def stop_servers(self) -> None:
         """Stop every server started on the setup that still runs."""

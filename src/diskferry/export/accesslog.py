@@ -1,5 +1,5 @@
-"""The export servers' access log: tokens in the query, and upload secrets the proxy routes
-(`.../upload/<secret>`), redacted."""
+"""The export servers' access log: the paging parameters shown, and the upload secrets the
+proxy routes (`.../upload/<secret>`) hidden."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ import re
 
 from aiohttp.web import BaseRequest
 
-from diskferry.export.token import redact
-from diskferry.serving.accesslog import AccessLogger
+from diskferry.serving.accesslog import REDACTED, AccessLogger
 
 # Deckhouse's upload path, whose last segment is its secret
 _UPLOAD_SECRET = re.compile(r"/upload/[^/?]+")
 
 
 class RedactingAccessLogger(AccessLogger):
-    """The access log with any export token in the query replaced."""
+    """The access log of the export servers and the proxy."""
 
     logger_name = "diskferry.export.access"
+    plain_query = frozenset({"offset", "length", "page_size", "context"})
 
     def shown_path(self, request: BaseRequest) -> str:
-        """The path and query with the token and an upload secret redacted."""
-        return _UPLOAD_SECRET.sub("/upload/REDACTED", redact(request.rel_url))
+        """The path with an upload secret redacted."""
+        return _UPLOAD_SECRET.sub(f"/upload/{REDACTED}", request.rel_url.raw_path)

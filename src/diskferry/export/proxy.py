@@ -15,11 +15,13 @@ from diskferry.export.backends import Backends, PoolSettings
 from diskferry.export.errors import BusyError, UntrustedBackendError
 from diskferry.export.routes import Route, RoutesFile
 from diskferry.export.server import problem_response
+from diskferry.serving.accesslog import SHOWN_PATH
 
 log = logging.getLogger(__name__)
 
 # the versions of export.kubevirt.io whose paths the proxy routes
 VERSIONS = ("v1", "v1beta1")
+_EXPORTS = "/api/export.kubevirt.io/-"
 _PATH = re.compile(
     rf"/api/export\.kubevirt\.io/(?:{'|'.join(VERSIONS)})/namespaces/([^/]+)"
     r"/virtualmachineexports/([^/]+)/(.*)",
@@ -112,6 +114,8 @@ class ExportProxy:
         route = self.routes.get(namespace, name)
         if route is None:
             return problem_response(404, "UnknownExport", f"no export {namespace}/{name}")
+        # an export routed: its names are no secret, what follows them may be
+        request[SHOWN_PATH] = f"{_EXPORTS}/namespaces/{namespace}/virtualmachineexports/{name}/-"
         if not route.ready:
             return problem_response(503, "ExportNotReady", f"{namespace}/{name} is not ready")
         try:

@@ -6,13 +6,9 @@ import hmac
 import os
 from pathlib import Path
 
-from multidict import MultiDict
-from yarl import URL
-
 from diskferry.export.errors import ExportError
 
 TOKEN_HEADER = "x-kubevirt-export-token"
-REDACTED = "REDACTED"
 
 
 class TokenFile:
@@ -37,11 +33,3 @@ class TokenFile:
         if offered is None:
             return False
         return hmac.compare_digest(offered.encode(), self.read().encode())
-
-
-def redact(url: URL) -> str:
-    """The path and query of `url` with any token in the query replaced."""
-    if TOKEN_HEADER not in url.query:
-        return url.raw_path_qs
-    query = MultiDict((k, REDACTED if k == TOKEN_HEADER else v) for k, v in url.query.items())
-    return str(url.with_query(query))

@@ -35,7 +35,7 @@ from diskferry.importer.upload_resume import (
     parse_content_range,
 )
 from diskferry.importer.upload_token import UploadToken
-from diskferry.serving.accesslog import AccessLogger
+from diskferry.serving.accesslog import REDACTED, AccessLogger
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class UploadAccessLogger(AccessLogger):
     def shown_path(self, request: web.BaseRequest) -> str:
         """The path with an upload secret replaced."""
         if request.path.startswith(UPLOAD_PREFIX):
-            return f"{UPLOAD_PREFIX}REDACTED"
-        return request.rel_url.raw_path_qs
+            return f"{UPLOAD_PREFIX}{REDACTED}"
+        return request.rel_url.raw_path
 
 
 class UploadServer:

@@ -7,10 +7,13 @@ then deliver each request's headers, within `header_timeout` seconds (counted fr
 handshake, and for later requests on a keep-alive connection from their first byte).
 
 Each connection is aiohttp's own protocol wrapped in a `_Connection` that sees every byte
-first. Between requests it looks for the blank line that ends the next request's headers; a
-middleware tells it when the app starts and finishes a request, so that nothing of a request
-in progress, its body above all, is ever counted. Where neither sees a request (one that
-aiohttp refuses before the app), aiohttp's idle keep-alive limit still closes the connection.
+first. Between requests it reads the next request's head up to the blank line that ends it,
+checking it as it comes (see `request_head`): a head that fails is answered and logged in one
+fixed line and the connection closed, and aiohttp never sees it. A middleware tells the
+connection when the app starts and finishes a request, so that nothing of a request in
+progress, its body above all, is ever counted or checked. Where neither sees a request (one
+that aiohttp refuses before the app), aiohttp's idle keep-alive limit still closes the
+connection, and its log of the refusal is cut to one line without the request's bytes.
 """
 
 from __future__ import annotations
@@ -21,16 +24,18 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
-from diskferry.serving.accesslog import AccessLogger
+from diskferry.serving.accesslog import AccessLogger, note_route_shape
 from diskferry.serving.errors import ServeError
+from diskferry.serving.request_head import BadHead, RequestHead
 from diskferry.serving.tcp_socket import BACKLOG, bind_tcp
 from diskferry.serving.tls import ServerTls
 from diskferry.serving.unix_socket import UnixSocket, bind_unix
 
-_HEADERS_END = b"\r\n\r\n"
 TLS_REFRESH_SECONDS = 1.0
 _AppHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -41,20 +46,6 @@ class Timeouts:
 
     header: float = 10.0
     idle: float = 60.0
-
-
-class HeaderEnd:
-    """Finds the blank line that ends a request's headers, in whatever pieces they arrive."""
-
-    def __init__(self) -> None:
-        self._tail = b""
-
-    def feed(self, data: bytes) -> bool:
-        """Whether the headers end within `data`, given the bytes fed before it."""
-        keep = len(_HEADERS_END) - 1
-        found = _HEADERS_END in self._tail + data[:keep] or _HEADERS_END in data
-        self._tail = (self._tail + data[-keep:])[-keep:]
-        return found
 
 
 class _Connections:
@@ -81,18 +72,49 @@ class _Connections:
                 await self._none_open.wait()
 
 
+class _ShortParseErrors(logging.Filter):
+    """aiohttp's record of a request it could not parse, which holds the request's bytes (a
+    token in a header among them), made one line that names only the peer and the fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "-"
+            record.msg = '%s "-" %s bad request refused: aiohttp cannot parse it (%s)'
+            record.args = (peer, error.code, type(error).__name__)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_SHORT_PARSE_ERRORS = _ShortParseErrors()
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """The peer's address as the access log names it."""
+    name = transport.get_extra_info("peername")
+    return str(name[0]) if isinstance(name, tuple) else "unix"
+
+
 class _Connection(asyncio.Protocol):
-    """aiohttp's protocol of one connection, closed when a request's headers come too late."""
+    """aiohttp's protocol of one connection, closed when a request's head comes too late, and
+    answered and closed when it fails its check."""
 
     def __init__(
-        self, inner: asyncio.Protocol, header_timeout: float, connections: _Connections
+        self,
+        inner: asyncio.Protocol,
+        header_timeout: float,
+        connections: _Connections,
+        log: logging.Logger,
     ) -> None:
         self._inner = inner
         self._header_timeout = header_timeout
         self._connections = connections
+        self._log = log
         self._transport: asyncio.BaseTransport | None = None
         self._awaiting_headers = True
-        self._header_end = HeaderEnd()
+        self._head = RequestHead()
+        self._refused = False
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,12 +124,30 @@ class _Connection(asyncio.Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._awaiting_headers:
             if self._deadline is None:
                 self._arm()
-            if self._header_end.feed(data):
+            try:
+                ended = self._head.feed(data)
+            except BadHead as bad:
+                self._refuse(bad)
+                return
+            if ended:
                 self.request_started()
         self._inner.data_received(data)
+
+    def _refuse(self, bad: BadHead) -> None:
+        """Answer a head that failed its check, log it in one line, and close."""
+        self._refused = True
+        self._disarm()
+        # uvloop's TLS transport writes without being an asyncio.WriteTransport
+        transport = cast(asyncio.WriteTransport, self._transport)
+        peer = _peer(transport)
+        self._log.warning('%s "-" %d bad request refused: %s', peer, bad.status, bad.why)
+        transport.write(bad.answer())
+        transport.close()
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received()
@@ -131,7 +171,7 @@ class _Connection(asyncio.Protocol):
     def request_finished(self) -> None:
         """The app is done with a request: the next byte starts the next request's deadline."""
         self._awaiting_headers = True
-        self._header_end = HeaderEnd()
+        self._head = RequestHead()
 
     def _arm(self) -> None:
         loop = asyncio.get_running_loop()
@@ -191,10 +231,14 @@ class HttpsListener:
         """Listen on host:port (0 picks a free port), or accept on `sock` when given (bound and
         listening already), and return the port.
 
-        Puts the middleware that times request headers first among the app's middlewares.
+        Puts the middlewares that time request headers and note the route for the access log
+        first among the app's middlewares.
         """
         listening = sock if sock is not None else bind_tcp(host, port)
-        self.app.middlewares.insert(0, _mark_requests)
+        self.app.middlewares[:0] = [_mark_requests, note_route_shape]
+        server_log = logging.getLogger("aiohttp.server")
+        if _SHORT_PARSE_ERRORS not in server_log.filters:
+            server_log.addFilter(_SHORT_PARSE_ERRORS)
         self._runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -250,7 +294,12 @@ class HttpsListener:
     def _connection(self) -> _Connection:
         """A new connection's protocol: aiohttp's, under the header deadline."""
         assert self._runner is not None and self._runner.server is not None, "start() first"
-        return _Connection(self._runner.server(), self.timeouts.header, self._connections)
+        return _Connection(
+            self._runner.server(),
+            self.timeouts.header,
+            self._connections,
+            logging.getLogger(self.access_log_class.logger_name),
+        )
 
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close the rest.
