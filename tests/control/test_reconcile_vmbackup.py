@@ -27,6 +27,7 @@ from vmbackup_support import (
 from vmexport_support import ExportDaemon, connect, get_when_up
 
 from diskferry.backup.repository import Repository
+from diskferry.control.reconcilers import vmbackuppull
 from diskferry.export.token import TOKEN_HEADER
 from diskferry.qemu.qmp import Qmp
 
@@ -189,7 +190,8 @@ def test_a_pull_of_disks_without_cbt_fails_with_the_sessions_reason(daemon: Expo
     obj = daemon.wait_phase(BACKUP, "no-cbt", *ENDED, timeout=60)
     failed = condition(obj, "Failed")
     assert failed["reason"] == "BackupSessionFailed" and "CBT is off" in failed["message"]
-    assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
+    # the ended status is written first, then the worker's files go
+    wait_until(lambda: not list((daemon.data_dir / "jobs").glob("vmbackup-*")), 10)
 
 
 def test_deleting_a_served_backup_ends_its_session(daemon: ExportDaemon) -> None:
@@ -229,3 +231,26 @@ def test_a_push_whose_upload_is_deleted_fails_and_makes_no_other(daemon: ExportD
     assert failed["reason"] == "DataUploadDeleted"
     assert failed["message"] == "DataUpload vmbackup-push-x was deleted"
     assert daemon.get("DataUpload", "vmbackup-push-x") is None
+
+
+def test_a_pull_whose_checkpoint_write_fails_once_completes_and_records_it(
+    daemon: ExportDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def fails_once(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+        if len(calls) == 1:
+            raise RuntimeError("the store failed here")
+        real(*args, **kwargs)
+
+    real = vmbackuppull.advance
+    monkeypatch.setattr(vmbackuppull, "advance", fails_once)
+    running_vm(daemon, "vm-k", "vd-k")
+    tracker(daemon, "vmbt-k", "vm-k")
+    backup(daemon, "pull-k", through("vmbt-k"), mode="Pull", ttlDuration="10s")
+    ready(daemon, "pull-k")
+    done = complete(daemon, "pull-k")
+    assert len(calls) == 2
+    assert latest(daemon, "vmbt-k")["name"] == done["checkpointName"]
+    wait_until(lambda: not list((daemon.data_dir / "jobs").glob("vmbackup-*")), 10)

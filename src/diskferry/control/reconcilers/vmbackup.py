@@ -75,8 +75,8 @@ class VirtualMachineBackupReconciler:
             release(self.client, obj)
             return Result.done()
         obj = held(self.client, obj)
-        if obj.status.phase in ENDED:
-            return Result.done()
+        if obj.status.phase in ENDED:  # a Pull point still served stops now
+            return Result.done() if self.pull.unserve(obj) else Result.requeue(STOP_POLL)
         try:
             source = self._source(obj)
             if obj.spec.mode == BackupMode.PUSH:
@@ -86,12 +86,10 @@ class VirtualMachineBackupReconciler:
             return self.fail(obj, e.reason, e.message)
 
     def fail(self, obj: VirtualMachineBackup, reason: str, message: str) -> Result:
-        """Failed, with the Pull server (if any) stopped."""
-        if not self.pull.unserve(obj):
-            return Result.requeue(STOP_POLL)
+        """Failed, recorded first; then the Pull server (if any) is stopped."""
         log.warning("%s failed: %s: %s", tag(obj), reason, message)
-        move(self.client, obj, BackupPhase.FAILED, reason, message, {"links": None})
-        return Result.done()
+        obj = move(self.client, obj, BackupPhase.FAILED, reason, message, {"links": None})
+        return Result.done() if self.pull.unserve(obj) else Result.requeue(STOP_POLL)
 
     def _source(self, obj: VirtualMachineBackup) -> Source:
         namespace = obj.metadata.namespace

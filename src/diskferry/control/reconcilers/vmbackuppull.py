@@ -101,9 +101,14 @@ class PullBackup:
         return created + obj.spec.ttl
 
     def unserve(self, obj: VirtualMachineBackup) -> bool:
-        """Drop the route and stop the worker; False while it still runs."""
+        """Drop the route and stop the worker (its last lines to the daemon's log when it
+        failed); False while it still runs."""
         self.proxy.drop_route(*self._route(obj))
-        return stop_server(self, self.job_id(obj))
+        job_id = self.job_id(obj)
+        state = self.runner.state(job_id)
+        if state is not None and state.failed:
+            self.imports.finish(job_id, tag(obj), keep=False)
+        return stop_server(self, job_id)
 
     def step(self, obj: VirtualMachineBackup, source: Source) -> Result:
         """Start the point, follow it while it is served, and complete it at its end."""
@@ -117,7 +122,6 @@ class PullBackup:
             reason = str(result.get("reason") or "BackupPointFailed")
             tail = self.runner.log_tail(state.job_id, 1)
             message = result.get("message") or (tail[-1] if tail else "the worker ended")
-            self.imports.finish(state.job_id, tag(obj), keep=False)  # its log to the daemon's
             raise BackupFailure(str(message), reason=reason)
         return self._follow(obj)
 
@@ -219,8 +223,8 @@ class PullBackup:
     def _complete(
         self, obj: VirtualMachineBackup, source: Source, result: dict[str, Any]
     ) -> Result:
-        if not self.unserve(obj):
-            return Result.requeue(POLL_SECONDS / 3)
+        """Record the checkpoint and Complete while the job's result is still there, then stop
+        serving: a daemon killed in between finds the backup ended and stops it then."""
         disks = result.get("disks") or []
         checkpoint = disks[0]["checkpoint"] if disks else None
         volumes = [d["name"] for d in disks]
@@ -236,5 +240,5 @@ class PullBackup:
             "links": None,
         }
         message = "the TTL ended: the backup point is no longer served"
-        move(self.client, obj, BackupPhase.COMPLETE, "Completed", message, fields)
-        return Result.done()
+        obj = move(self.client, obj, BackupPhase.COMPLETE, "Completed", message, fields)
+        return Result.done() if self.unserve(obj) else Result.requeue(POLL_SECONDS / 3)
