@@ -79,12 +79,14 @@ class Backends:
     def __init__(self, pool: PoolSettings, read_bufsize: int) -> None:
         self.pool = pool
         self.read_bufsize = read_bufsize
+        # `connect` bounds a wait for a pooled connection, which the slots leave for none but
+        # a server that two routes name differently
         self.timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=pool.connect, sock_read=pool.headers
+            total=None, connect=pool.queue, sock_connect=pool.connect, sock_read=pool.headers
         )
         # an upload is answered once the server has taken all of it in: no read timeout
         self.upload_timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=pool.connect, sock_read=None
+            total=None, connect=pool.queue, sock_connect=pool.connect, sock_read=None
         )
         self._slots = asyncio.Semaphore(pool.limit)
         self._backend_slots: dict[str, asyncio.Semaphore] = {}

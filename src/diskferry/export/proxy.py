@@ -127,7 +127,7 @@ class ExportProxy:
             how.update(data=request.content, timeout=self.backends.upload_timeout)
         try:
             async with (
-                self.backends.slot(route.unix_socket or route.url),
+                self.backends.slot(route.unix_socket or str(url.origin())),
                 self.backends.session(route.unix_socket, self.routes.unix_sockets) as session,
             ):
                 return await self._exchange(request, session, url, how, f"{namespace}/{name}")
