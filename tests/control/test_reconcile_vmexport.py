@@ -183,7 +183,9 @@ def _volume_urls(link: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def test_a_stopped_vm_has_its_disks_served_and_a_running_one_waits(daemon, nginx, images) -> None:
+def test_a_stopped_vm_has_its_disks_served_and_a_running_one_and_its_disk_wait(
+    daemon, nginx, images
+) -> None:
     daemon.ready_disk(nginx, images.reference)
     daemon.apply("VirtualDisk", "vd2", {"persistentVolumeClaim": {"size": "4Mi"}})
     blank = daemon.wait_phase("VirtualDisk", "vd2", "Ready", "Failed", timeout=30)
@@ -218,6 +220,18 @@ def test_a_stopped_vm_has_its_disks_served_and_a_running_one_waits(daemon, nginx
     assert not pending["status"].get("links")
     job = f"vmexport-{export['metadata']['uid']}"
     wait_until(lambda: not daemon.workers(job), 30)
+    _export(daemon, "one-disk", "VirtualDisk", "vd1")
+    one = wait_until(
+        lambda: (
+            (found := daemon.get(EXPORT, "one-disk"))
+            and any(c["reason"] == "InUse" for c in found["status"].get("conditions", []))
+            and found
+        ),
+        30,
+    )
+    assert one["status"]["phase"] == "Pending" and not one["status"].get("links")
+    assert "in use by the running VirtualMachine vm1" in _condition(one)["message"]
+    daemon.delete(EXPORT, "one-disk")
     daemon.delete(EXPORT, "vm")
     daemon.delete("VirtualMachine", "vm1")
     wait_until(lambda: daemon.get("VirtualMachine", "vm1") is None, 60)

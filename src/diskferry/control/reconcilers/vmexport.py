@@ -38,6 +38,7 @@ from diskferry.control.reconcilers.exportproxy import (
 )
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports, Source
+from diskferry.control.reconcilers.inuse import disk_holders, holds_disks
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import status_of, transition
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
@@ -45,7 +46,6 @@ from diskferry.control.reconcilers.teardown import STOP_POLL
 from diskferry.control.resources.common import DataSource, DataSourceType, ObjectRef
 from diskferry.control.resources.virtualmachine import (
     BlockDeviceKind,
-    MachinePhase,
     VirtualMachine,
 )
 from diskferry.control.resources.vmexport import (
@@ -76,7 +76,6 @@ CHECK_SECONDS = 5.0
 PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
 UNLINKED = {"links": None}
-STOPPED_PHASES = (MachinePhase.STOPPED, MachinePhase.PENDING)
 
 
 class ExportServerError(DiskferryError):
@@ -242,12 +241,20 @@ class VirtualMachineExportReconciler:
     def _served(self, obj: VirtualMachineExport) -> list[tuple[str, Source]] | Waiting:
         """Each volume to serve, by name, or why the export waits."""
         namespace, source = obj.metadata.namespace, obj.spec.source
+        if source.kind is ExportSourceKind.VIRTUAL_DISK:
+            holders = disk_holders(self.client, namespace, source.name)
+            if holders:
+                message = (
+                    f"the VirtualDisk {source.name} is in use by the running VirtualMachine "
+                    f"{', '.join(holders)}: stop it to export"
+                )
+                return Waiting(message, "InUse")
         if source.kind is not ExportSourceKind.VIRTUAL_MACHINE:
             return self._volume(namespace, str(source.kind), source.name)
         vm = self.client.get(VirtualMachine, namespace, source.name)
         if vm is None:
             return Waiting(f"waiting for the VirtualMachine {source.name}: it does not exist")
-        if vm.status.phase not in STOPPED_PHASES and vm.status.phase is not None:
+        if holds_disks(vm):
             message = f"the VirtualMachine {source.name} is {vm.status.phase}: stop it to export"
             return Waiting(message, "InUse")
         disks = [
