@@ -2,8 +2,10 @@
 
 import random
 import subprocess
+import threading
 import time
 
+import pytest
 from backup_support import (  # noqa: F401
     KiB,
     MiB,
@@ -15,8 +17,13 @@ from backup_support import (  # noqa: F401
 )
 
 from diskferry.backup.check import check
+from diskferry.backup.engine import run_backup
+from diskferry.backup.job import BackupJob, DiskSource
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
+from diskferry.disk.errors import CancelledError
+from diskferry.disk.progress import Progress
+from diskferry.worker.reporter import EventType, Reporter
 
 
 def test_full_then_incrementals_restore_exactly_and_upload_what_changed(engine, tmp_path):
@@ -340,3 +347,30 @@ def test_a_stopped_cbt_disk_is_its_own_point_with_no_fleecing_and_no_allocation_
     assert not list(tmp_path.glob("*fleece*"))
     for snapshot in engine.references:
         assert engine.restores_exactly(snapshot)
+
+
+class CancelAtDisk(Reporter):
+    """Cancels the backup as it starts on the disk `name`."""
+
+    def __init__(self, name: str, cancel: threading.Event) -> None:
+        self.name, self.cancel = name, cancel
+
+    def event(self, type: EventType, reason: str, message: str) -> None:
+        if message.startswith(f"disk {self.name}:"):
+            self.cancel.set()
+
+
+def test_a_backup_that_fails_on_its_second_disk_leaves_no_snapshot_of_the_first(engine, tmp_path):
+    a = make_disk(tmp_path / "a.raw")
+    b = make_disk(tmp_path / "b.raw")
+    job = BackupJob(
+        repo=engine.url,
+        vm="vm",
+        disks=[DiskSource(name="a", path=a), DiskSource(name="b", path=b)],
+    )
+    cancel = threading.Event()
+    with pytest.raises(CancelledError):
+        run_backup(job, Progress(), cancel, CancelAtDisk("b", cancel))
+    with Repository.open(engine.url, "correct horse") as repo:
+        assert repo.list_snapshots("vm") == []
+        assert repo.load_tracker("vm") is None

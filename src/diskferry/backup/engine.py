@@ -33,7 +33,7 @@ from diskferry.backup.snapshots import (
     snapshot_path,
 )
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
-from diskferry.disk.errors import BAD_USAGE, CancelledError
+from diskferry.disk.errors import BAD_USAGE, CancelledError, DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.disk.progress import Progress
@@ -203,13 +203,34 @@ def run_backup(
                 readings.append(reading)
             progress.set_total(_bytes_to_read(readings, cancel))
             progress.set_phase(BackupPhase.READING)
-            results = [
-                _back_up_disk(repo, job, backup_id, r, progress, cancel, reporter) for r in readings
-            ]
+            results = _back_up_disks(repo, job, backup_id, readings, progress, cancel, reporter)
             progress.set_phase(BackupPhase.SAVING_TRACKER)
             _update_tracker(tracker, readings, results)
             repo.save_tracker(tracker)
         return BackupResult(backup=backup_id, vm=job.vm, consistency=consistency, disks=results)
+
+
+def _back_up_disks(
+    repo: Repository,
+    job: BackupJob,
+    backup_id: str,
+    readings: list[_Reading],
+    progress: Progress,
+    cancel: threading.Event | None,
+    reporter: Reporter,
+) -> list[DiskResult]:
+    """Each disk's snapshot, or none: a disk that fails takes the snapshots of the disks
+    before it out again, so no half of a backup stays named by nothing (their data goes at the
+    next prune)."""
+    results: list[DiskResult] = []
+    try:
+        for reading in readings:
+            results.append(_back_up_disk(repo, job, backup_id, reading, progress, cancel, reporter))
+    except BaseException:
+        with contextlib.suppress(DiskferryError, OSError):  # the first failure is the one told
+            repo.forget([r.snapshot for r in results])
+        raise
+    return results
 
 
 def _back_up_disk(
