@@ -39,6 +39,21 @@ def save_snapshot(repo: Repository, info: SnapshotInfo, entries: Iterable[Entry]
         repo.save_snapshot(writer, info)
 
 
+def files_under(folder: str | os.PathLike[str]) -> dict[str, bytes]:
+    """Every file under `folder` and its bytes (a symbolic link: where it points), links not
+    followed."""
+    found = {}
+    for where, folders, names in os.walk(folder):
+        for name in folders + names:
+            path = os.path.join(where, name)
+            if os.path.islink(path):
+                found[os.path.relpath(path, folder)] = os.readlink(path).encode()
+            elif not os.path.isdir(path):
+                with open(path, "rb") as f:
+                    found[os.path.relpath(path, folder)] = f.read()
+    return found
+
+
 def same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether `qemu-img compare` finds the two images equal."""
     proc = subprocess.run(

@@ -214,3 +214,20 @@ def test_a_lock_brings_a_stale_index_cache_up_to_date(three, repo_url, tmp_path)
         assert not other.index.has(c.entries[0].chunk)
         assert other.index.has(a.entries[0].chunk)
     other.close()
+
+
+def test_check_reads_every_index_object_however_warm_the_cache(three, repo_url, new_repo):
+    repo, *_ = three
+    assert check(repo, read_data=True).ok  # the local cache has seen every index object
+    index = sorted(info.path for info in repo.store.list("index/"))[0]
+    damaged = bytearray(repo.store.get(index))
+    damaged[len(damaged) // 2] ^= 0x01
+    repo.store.put(index, bytes(damaged))
+    report = check(repo, read_data=True)
+    assert not report.ok and index in {p.object for p in report.problems}
+    other = new_repo(repo_url + "-other")
+    store_snapshot(other, "vmo", make_data(3))
+    copied = next(iter(other.store.list("index/"))).path
+    repo.store.put(index, other.store.get(copied))
+    report = check(repo, read_data=True)
+    assert not report.ok and index in {p.object for p in report.problems}

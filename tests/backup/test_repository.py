@@ -15,6 +15,7 @@ from backup_support import save_snapshot
 from diskferry.backup.entries import Entry, full_entries
 from diskferry.backup.errors import (
     CorruptObjectError,
+    NotEmptyError,
     PasswordError,
     RepositoryError,
     RepositoryExistsError,
@@ -26,6 +27,7 @@ from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id, now_rfc3339
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
+from diskferry.objstore.store import ObjectStore
 
 PASSWORD = "correct horse"
 
@@ -51,7 +53,7 @@ def test_init_and_open(repo_url, new_repo, cache_dir):
         assert opened.config.encrypted
     raw = made.store.get("config")
     fields = {"id", "version", "chunk_size", "cipher", "compression", "kdf", "max_incrementals"}
-    assert set(json.loads(raw)) == fields
+    assert set(json.loads(raw)) == fields | {"mac"}
     secrets = (made.codec._keys.data, made.codec._keys.ids)
     for info in made.store.list("keys/"):
         stored = made.store.get(info.path)
@@ -74,6 +76,22 @@ def test_no_repository_and_existing_repository(repo_url, new_repo):
     new_repo(repo_url)
     with pytest.raises(RepositoryExistsError):
         new_repo(repo_url)
+
+
+def test_init_refuses_a_place_that_holds_anything_else(repo_url, new_repo):
+    store = ObjectStore(repo_url)
+    store.put("photos/cat.jpg", b"not a repository")
+    with pytest.raises(NotEmptyError, match=f"{repo_url} is not empty and holds no repository"):
+        new_repo(repo_url)
+    assert [o.path for o in store.list()] == ["photos/cat.jpg"]
+
+
+def test_init_takes_an_empty_folder_or_a_new_filesystem(tmp_path, new_repo):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "mounted" / "lost+found").mkdir(parents=True)
+    for place in ("empty", "mounted"):
+        made = new_repo(str(tmp_path / place))
+        assert made.store.exists("config")
 
 
 def test_unencrypted_repository_needs_no_password(repo_url, new_repo):
@@ -226,8 +244,12 @@ def test_an_older_repository_or_manifest_is_refused_clearly(repo, repo_url):
     with pytest.raises(CorruptObjectError, match="not a manifest of format 2"):
         repo.load_snapshot(info.path)
     config = json.loads(repo.store.get("config"))
-    repo.store.put("config", json.dumps({**config, "version": 1}).encode())
-    with pytest.raises(RepositoryError, match="format 1; this diskferry reads format 2 only"):
+    del config["mac"]
+    repo.store.put("config", json.dumps({**config, "version": 2}).encode())
+    with pytest.raises(RepositoryError, match="format 2, whose config is not authenticated; this"):
+        Repository.open(repo_url, PASSWORD)
+    repo.store.put("config", json.dumps({**config, "version": 4}).encode())
+    with pytest.raises(RepositoryError, match="format 4; this diskferry reads format 3 only"):
         Repository.open(repo_url, PASSWORD)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import CorruptObjectError
+from diskferry.backup.names import listing
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.prune import Unused, unused_space, unused_text
 from diskferry.backup.repository import Repository
@@ -76,12 +77,24 @@ class CheckReport:
 def check(
     repo: Repository, read_data: bool = False, on_pack: Callable[[int], None] | None = None
 ) -> CheckReport:
-    """Check the repository; with `read_data`, open and verify every chunk too."""
+    """Check the repository; with `read_data`, open and verify every chunk too.
+
+    The index is read from every index object of the repository now, each authenticated:
+    what the local cache holds is no evidence.
+    """
     report = CheckReport(read_data=read_data)
-    for error in repo.refresh_index():
-        report.add(error.objects[0] if error.objects else "index", error.message)
+    with repo.index_read_now() as (checked, problems):
+        for error in problems:
+            report.add(error.objects[0] if error.objects else "index", error.message)
+        _check(checked, report, on_pack)
+    return report
+
+
+def _check(repo: Repository, report: CheckReport, on_pack: Callable[[int], None] | None) -> None:
+    """Check the repository over the index it holds, into `report`."""
+    read_data = report.read_data
     index = repo.index
-    present = {info.path: info.size for info in repo.store.list("packs/")}
+    present = {info.path: info.size for info in listing(repo.store, "packs")}
     indexed = index.pack_names()
     report.packs = len(indexed)
     report.chunks = index.totals()[0]
@@ -117,14 +130,13 @@ def check(
     for path in repo.snapshot_paths():
         report.snapshots += 1
         _check_snapshot(repo, path, bad_packs, bad_chunks, report)
-    for info in repo.store.list("trackers/"):
+    for info in listing(repo.store, "trackers"):
         try:
             repo.load_tracker(info.path.split("/", 1)[1])
         except CorruptObjectError as e:
             report.add(info.path, e.message)
     if report.ok:
         report.unused = unused_space(repo)
-    return report
 
 
 def _read_pack(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-# 2: manifests stored in pages (snapshots.py)
-FORMAT_VERSION = 2
+# 2: manifests stored in pages (snapshots.py); 3: config authenticated by the keys (config_seal.py)
+FORMAT_VERSION = 3
 DEFAULT_CHUNK_SIZE = 1 << 20
 MAX_CHUNK_SIZE = 64 << 20
 
@@ -24,7 +24,9 @@ class KdfParams(BaseModel):
 class RepoConfig(BaseModel):
     """What a client must know before it can open a repository."""
 
-    id: str
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[0-9a-f]{32}$")
     version: int = FORMAT_VERSION
     chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, gt=0, le=MAX_CHUNK_SIZE)
     cipher: Literal["aes-256-gcm", "none"] = "aes-256-gcm"

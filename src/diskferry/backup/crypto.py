@@ -1,4 +1,5 @@
-"""AES-256-GCM sealing with associated data, and scrypt key derivation from a password.
+"""AES-256-GCM sealing with associated data, scrypt key derivation from a password, and MACs
+under keys derived (HKDF) from the repository keys.
 
 A derivation can be begun ahead, in a thread (scrypt runs outside the GIL), by a caller
 that knows the inputs before the code that needs the key has loaded: the first
@@ -7,12 +8,15 @@ that knows the inputs before the code that needs the key has loaded: the first
 
 from __future__ import annotations
 
+import hmac
 import os
 import threading
 from concurrent.futures import Future
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 NONCE_SIZE = 12
@@ -39,6 +43,12 @@ def open_sealed(key: bytes, blob: bytes | memoryview, ad: bytes) -> bytes:
         return AESGCM(key).decrypt(bytes(view[:NONCE_SIZE]), bytes(view[NONCE_SIZE:]), ad)
     except InvalidTag:
         raise OpenError("authentication failed") from None
+
+
+def mac(material: bytes, purpose: bytes, data: bytes) -> bytes:
+    """HMAC-SHA256 of `data` under HKDF-SHA256(`material`, no salt, info `purpose`, 32 bytes)."""
+    key = HKDF(algorithm=hashes.SHA256(), length=KEY_SIZE, salt=None, info=purpose).derive(material)
+    return hmac.digest(key, data, "sha256")
 
 
 _KdfInputs = tuple[str, bytes, int, int, int]

@@ -21,6 +21,19 @@ class RepositoryExistsError(RepositoryError):
     reason = "RepositoryExists"
 
 
+class NotEmptyError(RepositoryError):
+    """A repository was to be made where other things are."""
+
+    reason = "NotEmpty"
+
+
+class TamperingError(RepositoryError):
+    """The repository is not what its keys vouch for: a config that fails its MAC, a key file of
+    another kind than the config says, encryption turned off."""
+
+    reason = "Tampered"
+
+
 class PasswordError(RepositoryError):
     """The password is missing or does not open the repository."""
 
@@ -35,6 +48,12 @@ class CorruptObjectError(RepositoryError):
     def __init__(self, message: str, *, objects: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.objects = objects
+
+
+class ForeignObjectError(CorruptObjectError):
+    """The repository holds an object under a name it never writes."""
+
+    reason = "ForeignObject"
 
 
 class SnapshotNotFoundError(RepositoryError):

@@ -12,6 +12,7 @@ from pathlib import Path
 from diskferry.backup.codec import Codec
 from diskferry.backup.errors import CorruptObjectError, RepositoryError
 from diskferry.backup.index import IndexEntry, decode_index
+from diskferry.backup.names import listing
 from diskferry.objstore.store import ObjectStore
 
 _SCHEMA = """
@@ -28,6 +29,8 @@ CREATE TABLE IF NOT EXISTS index_packs (
 """
 # 2: chunks_by_pack covers what in_pack reads, so a pack's chunks come in one index scan
 _VERSION = 2
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
 # chunk ids looked up by one query (SQLite allows 999 parameters at the least)
 _LOOKUP_BATCH = 500
 _SELECT = (
@@ -44,15 +47,31 @@ def cache_root() -> Path:
 
 
 def cache_folder(repo_id: str, root: Path | None = None) -> Path:
-    """The cache folder of one repository under `root` (or `cache_root()`), made if missing."""
-    folder = (root or cache_root()) / repo_id
+    """The cache folder of one repository under `root` (or `cache_root()`), made if missing;
+    both are 0700 when made here, and the repository's folder always."""
+    base = root or cache_root()
+    folder = base / repo_id
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            for level in (base, folder):
+                if not level.is_dir():
+                    level.mkdir(PRIVATE_FOLDER, parents=True, exist_ok=True)
+                    level.chmod(PRIVATE_FOLDER)
+        folder.chmod(PRIVATE_FOLDER)
     except OSError as e:
         raise RepositoryError(
             f"cannot make the cache folder {folder}: {e.strerror}; set DISKFERRY_CACHE_DIR"
         ) from e
     return folder
+
+
+def private_file(path: Path) -> None:
+    """Make the file at `path` 0600 (and empty, if missing), without following a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)
+    finally:
+        os.close(fd)
 
 
 class IndexCache:
@@ -61,16 +80,21 @@ class IndexCache:
     Only a cache: deleting the file loses nothing, the next refresh rebuilds it.
     """
 
-    def __init__(self, repo_id: str, root: Path | None = None) -> None:
-        self.path = cache_folder(repo_id, root) / "index.sqlite"
+    def __init__(self, path: Path) -> None:
+        """The cache in the SQLite database at `path` (made 0600, with its journal, if missing)."""
+        self.path = path
         self._lock = threading.Lock()
         try:
-            self._db = self._connect()
-        except sqlite3.DatabaseError:
-            self.path.unlink(missing_ok=True)
-            self._db = self._connect()
+            try:
+                self._db = self._connect()
+            except sqlite3.DatabaseError:
+                self.path.unlink(missing_ok=True)
+                self._db = self._connect()
+        except OSError as e:
+            raise RepositoryError(f"cannot open the index cache {path}: {e.strerror}") from e
 
     def _connect(self) -> sqlite3.Connection:
+        private_file(self.path)
         db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -92,7 +116,7 @@ class IndexCache:
 
         Returns the errors of index objects that could not be read (they stay unseen).
         """
-        present = {info.path.rsplit("/", 1)[-1] for info in store.list("index/")}
+        present = {info.path.removeprefix("index/") for info in listing(store, "index")}
         with self._lock:
             known = {row[0] for row in self._db.execute("SELECT name FROM indexes")}
         if known - present:

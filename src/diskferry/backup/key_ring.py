@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from diskferry.backup.errors import CorruptObjectError, PasswordError, RepositoryError
 from diskferry.backup.keys import KeyFile, wrap_keys
+from diskferry.backup.names import listing
 from diskferry.backup.repository import Repository
 
 _PREFIX = "keys/"
@@ -43,7 +44,7 @@ class KeyInfo:
 def list_keys(repo: Repository) -> list[KeyInfo]:
     """The repository's key files, oldest first (those without a date first)."""
     found = []
-    for info in repo.store.list(_PREFIX):
+    for info in listing(repo.store, "keys"):
         try:
             key = KeyFile.model_validate_json(repo.store.get(info.path))
         except ValidationError:

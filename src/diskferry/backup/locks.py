@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from diskferry.backup.errors import LockedError, LockLostError
+from diskferry.backup.names import listing
 from diskferry.disk import procstat
 from diskferry.disk.errors import CancelledError
 from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError
@@ -247,7 +248,7 @@ def acquire(
 def _blockers(store: ObjectStore, mine: LockInfo, notify: Callable[[str], None]) -> list[LockInfo]:
     found = []
     now = time.time()
-    for obj in store.list("locks/"):
+    for obj in listing(store, "locks"):
         if obj.path == f"locks/{mine.id}":
             continue
         try:

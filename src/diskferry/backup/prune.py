@@ -12,6 +12,7 @@ from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
 from diskferry.backup.index_cache import IndexCache
+from diskferry.backup.names import listing
 from diskferry.backup.pack_writer import INDEX_BATCH
 from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
 from diskferry.backup.repository import Repository
@@ -87,7 +88,7 @@ def prune(
 def _sweep(repo: Repository, used: ChunkUse, repack_share: float, pack_size: int) -> PruneStats:
     """Delete and repack what `used` does not name, in the crash-safe order."""
     index = repo.index
-    present = {info.path: info.size for info in repo.store.list("packs/")}
+    present = {info.path: info.size for info in listing(repo.store, "packs")}
     stats = PruneStats()
     keep: list[str] = []
     repack: list[str] = []

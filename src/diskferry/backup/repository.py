@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
+import tempfile
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -12,31 +15,31 @@ from typing import Any
 from pydantic import ValidationError
 
 from diskferry.backup.codec import Codec
-from diskferry.backup.config import (
-    DEFAULT_CHUNK_SIZE,
-    FORMAT_VERSION,
-    MAX_CHUNK_SIZE,
-    KdfParams,
-    RepoConfig,
-)
+from diskferry.backup.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, KdfParams, RepoConfig
+from diskferry.backup.config_seal import decode_config, encode_config, verify_config
 from diskferry.backup.errors import (
     CorruptObjectError,
+    NotEmptyError,
     PasswordError,
     RepositoryError,
     RepositoryExistsError,
     RepositoryNotFoundError,
     SnapshotNotFoundError,
+    TamperingError,
 )
 from diskferry.backup.index import IndexEntry
 from diskferry.backup.index_cache import IndexCache, cache_folder
-from diskferry.backup.keys import new_keys, unwrap_keys, wrap_keys
+from diskferry.backup.keys import Keys, new_keys, unwrap_keys, wrap_keys
 from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
+from diskferry.backup.names import listing
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.packs import pack_path
+from diskferry.backup.seen_encrypted import remember_encrypted, was_encrypted
 from diskferry.backup.snapshots import (
     Manifest,
     ManifestWriter,
     SnapshotInfo,
+    check_name,
     decode_info,
     lead_length,
 )
@@ -99,13 +102,13 @@ class Repository:
         s3: S3Options | None = None,
         cache_root: Path | None = None,
     ) -> Repository:
-        """Make a new repository at `url`; keys first, `config` last marks it complete.
+        """Make a new repository at `url`, which must not exist or be empty; keys first,
+        `config` last marks it complete.
 
         What can fail before a write (a bad option, a missing password, the key's derivation
         stopped) fails before the folder is made: a failed init leaves nothing behind.
         """
-        if _has_config(url, s3):
-            raise RepositoryExistsError(f"a repository already exists at {url}")
+        _refuse_taken(url, s3)
         if encrypted and not password:
             raise PasswordError(
                 "a password is needed: set DISKFERRY_PASSWORD or give --password-file "
@@ -128,7 +131,9 @@ class Repository:
         store = ObjectStore(url, s3)
         key_path = f"keys/{os.urandom(16).hex()}"
         store.put(key_path, wrapped)
-        store.put("config", config.model_dump_json(indent=2).encode())
+        store.put("config", encode_config(config, keys))
+        if encrypted:
+            remember_encrypted(config.id, cache_root)
         return cls(store, config, Codec(keys), cache_root, key_path=key_path)
 
     @classmethod
@@ -141,7 +146,11 @@ class Repository:
         cache_root: Path | None = None,
         lease: float = LEASE_SECONDS,
     ) -> Repository:
-        """Open the repository at `url` with `password`; its locks are leased for `lease` s."""
+        """Open the repository at `url` with `password`; its locks are leased for `lease` s.
+
+        The config must carry the MAC the keys make; a repository is never taken as plaintext
+        when a password is given, nor when this host opened it encrypted before.
+        """
         try:
             store = ObjectStore(url, s3, create=False)
             raw = store.get("config")
@@ -149,25 +158,19 @@ class Repository:
             raise RepositoryNotFoundError(
                 f"no repository at {url}: make one with 'diskferry repo init --repo {url}'"
             ) from None
-        try:
-            config = RepoConfig.model_validate_json(raw)
-        except ValidationError:
-            raise CorruptObjectError(f"{url}: config is malformed", objects=("config",)) from None
-        if config.version != FORMAT_VERSION:
-            raise RepositoryError(
-                f"{url} is a repository of format {config.version}; this diskferry reads "
-                f"format {FORMAT_VERSION} only",
-                reason="UnsupportedFormat",
-            )
+        stored = decode_config(raw, url)
+        config = stored.config
         if config.encrypted and not password:
             raise PasswordError(
                 f"repository {url} is encrypted: set DISKFERRY_PASSWORD or give --password-file"
             )
-        for info in store.list("keys/"):
-            keys = unwrap_keys(store.get(info.path), password)
-            if keys is not None:
-                return cls(store, config, Codec(keys), cache_root, lease=lease, key_path=info.path)
-        raise PasswordError(f"wrong password for repository {url}")
+        if not config.encrypted:
+            _refuse_plaintext(config, url, password, cache_root)
+        keys, key_path = _unlock(store, config, password)
+        verify_config(stored, keys, url)
+        if config.encrypted:
+            remember_encrypted(config.id, cache_root)
+        return cls(store, config, Codec(keys), cache_root, lease=lease, key_path=key_path)
 
     def close(self) -> None:
         """Close the index cache."""
@@ -185,9 +188,23 @@ class Repository:
     def index(self) -> IndexCache:
         """The index cache, refreshed from the repository the first time it is used."""
         if self._cache is None:
-            self._cache = IndexCache(self.id, self._cache_root)
+            self._cache = IndexCache(self.cache_folder / "index.sqlite")
             self._cache.refresh(self.store, self.codec)
         return self._cache
+
+    @contextlib.contextmanager
+    def index_read_now(self) -> Iterator[tuple[Repository, list[CorruptObjectError]]]:
+        """This repository over an index read from its index objects now, each authenticated,
+        into a database of its own that is dropped on exit (the local cache is neither trusted
+        nor changed); and the errors of the index objects that did not open."""
+        with tempfile.TemporaryDirectory(prefix="index-", dir=self.cache_folder) as folder:
+            fresh = IndexCache(Path(folder) / "index.sqlite")
+            view = copy.copy(self)
+            view._cache = fresh
+            try:
+                yield view, fresh.refresh(self.store, self.codec)
+            finally:
+                fresh.close()
 
     def refresh_index(self) -> list[CorruptObjectError]:
         """Load index objects written since the cache last looked; the ones that did not open."""
@@ -271,8 +288,8 @@ class Repository:
 
     def snapshot_paths(self, vm: str | None = None) -> list[str]:
         """The object paths of the manifests, of one VM or all."""
-        prefix = f"snapshots/{vm}/" if vm else "snapshots/"
-        return [info.path for info in self.store.list(prefix)]
+        folder = f"snapshots/{check_name('VM', vm)}" if vm else "snapshots"
+        return [info.path for info in listing(self.store, folder)]
 
     def find_snapshot(self, snapshot_id: str) -> str:
         """The path of the manifest with this id; SnapshotNotFoundError if none."""
@@ -344,7 +361,7 @@ class Repository:
     def stats(self) -> dict[str, Any]:
         """Counts and sizes of what the repository holds."""
         chunks, plain, stored = self.index.totals()
-        packs = [info.size for info in self.store.list("packs/")]
+        packs = [info.size for info in listing(self.store, "packs")]
         snapshots = self.list_snapshots()
         return {
             "repository": self.id,
@@ -363,9 +380,58 @@ class Repository:
         }
 
 
-def _has_config(url: str, s3: S3Options | None) -> bool:
-    """Whether a repository's `config` is at `url`; a folder that is not there is not made."""
+def _refuse_taken(url: str, s3: S3Options | None) -> None:
+    """Refuse to make a repository where one is, or where anything else is; a folder that is
+    not there is not made."""
     try:
-        return ObjectStore(url, s3, create=False).exists("config")
+        store = ObjectStore(url, s3, create=False)
     except ObjectNotFoundError:
-        return False
+        return
+    if store.exists("config"):
+        raise RepositoryExistsError(f"a repository already exists at {url}")
+    if not store.empty():
+        raise NotEmptyError(
+            f"{url} is not empty and holds no repository: give a new or empty directory "
+            "(or S3 prefix), or move away what it holds"
+        )
+
+
+def _refuse_plaintext(
+    config: RepoConfig, url: str, password: str | None, cache_root: Path | None
+) -> None:
+    """TamperingError where a plaintext config cannot be believed: a password was given, or
+    this host opened the repository encrypted before."""
+    if password:
+        raise TamperingError(
+            f"repository {url} says it is not encrypted, but a password was given: open it "
+            "without one if it was made with --no-encryption; otherwise someone with write "
+            "access to its storage turned its encryption off, and it must not be used"
+        )
+    if was_encrypted(config.id, cache_root):
+        raise TamperingError(
+            f"repository {config.id} at {url} was encrypted when this host last opened it, and "
+            "now says it is not: someone with write access to its storage turned its "
+            "encryption off; do not use it"
+        )
+
+
+def _unlock(store: ObjectStore, config: RepoConfig, password: str | None) -> tuple[Keys, str]:
+    """The keys the password opens, and the key file that held them; an unsealed key file in
+    an encrypted repository is refused."""
+    for info in listing(store, "keys"):
+        try:
+            keys = unwrap_keys(store.get(info.path), password)
+        except ValidationError:
+            raise CorruptObjectError(
+                f"{store.url}: {info.path} is malformed", objects=(info.path,)
+            ) from None
+        if keys is None:
+            continue
+        if config.encrypted and keys.data is None:
+            raise TamperingError(
+                f"{info.path} holds an unsealed key, but repository {store.url} is encrypted: "
+                "someone with write access to its storage put it there to turn encryption "
+                "off; do not use the repository until you know who"
+            )
+        return keys, info.path
+    raise PasswordError(f"wrong password for repository {store.url}")

@@ -35,9 +35,10 @@ from pydantic import BaseModel, Field
 from diskferry.backup.codec import ID_SIZE, Codec
 from diskferry.backup.entries import Entry, check_cover
 from diskferry.backup.errors import CorruptObjectError, RepositoryError
+from diskferry.backup.names import NAME
 
 PAGE_ENTRIES = 16384
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_NAME = re.compile(rf"^{NAME}$")
 _MAGIC = b"DFMANIF2"
 _LEN = struct.Struct("<I")
 _ROW = struct.Struct("<QQiQ")
