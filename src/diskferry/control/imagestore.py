@@ -1,7 +1,8 @@
 """The embedded image store (the DVCR role): DATA_DIR/images, one OCI image layout per
 repository, as `diskferry image serve DATA_DIR/images` serves it; an image of a VirtualImage is
 `vi/<namespace>/<name>`, of a ClusterVirtualImage `cvi/<name>`, tagged with the object's uid,
-as Deckhouse names them in DVCR."""
+as Deckhouse names them in DVCR. A reference is made only from the object's kind and metadata,
+each part a valid Kubernetes name, never from a URL a status names."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import json
 import shutil
 from pathlib import Path
 
+from diskferry.control.model import Resource
+from diskferry.control.volumes import checked_name
 from diskferry.registry.layout import REF_NAME, parse_layout_reference
 
 STORE_DIR = "images"
+REPOSITORIES = {"VirtualImage": "vi", "ClusterVirtualImage": "cvi"}
+"""The kinds kept in the store, and the repository each one's images are under."""
 
 
 class ImageStore:
@@ -20,10 +25,12 @@ class ImageStore:
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir) / STORE_DIR
 
-    def reference(self, prefix: str, namespace: str | None, name: str, uid: str) -> str:
-        """The `oci:` reference of one object's image."""
-        parts = [prefix, *([namespace] if namespace else []), name]
-        return f"oci:{self.root.joinpath(*parts)}:{uid}"
+    def reference(self, obj: Resource) -> str:
+        """The `oci:` reference of the image of a VirtualImage or ClusterVirtualImage."""
+        meta = obj.metadata
+        parts = [REPOSITORIES[obj.kind], *([meta.namespace] if meta.namespace else []), meta.name]
+        folder = self.root.joinpath(*(checked_name(part or "", "image part") for part in parts))
+        return f"oci:{folder}:{checked_name(meta.uid or '', 'uid')}"
 
     def holds(self, reference: str) -> bool:
         """Whether the store has the image tagged as `reference` says."""

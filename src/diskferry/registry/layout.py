@@ -1,4 +1,7 @@
-"""OCI image layout directories (`oci:DIR[:TAG]`, as skopeo writes them): read and write."""
+"""OCI image layout directories (`oci:DIR[:TAG]`, as skopeo writes them): read and write.
+
+What is written is its writer's alone, whatever the umask: folders (the layout's and the
+parents it makes) 0700, files 0600, as a disk image is."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from diskferry.registry.errors import (
 from diskferry.registry.images import Image, Manifest, is_index, pick_platform
 
 REF_NAME = "org.opencontainers.image.ref.name"
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
 
 
 def parse_layout_reference(text: str) -> tuple[Path, str | None]:
@@ -47,7 +52,7 @@ class Layout:
     def create(cls, folder: Path) -> Layout:
         """The layout at `folder`, made when it does not exist or is empty."""
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private_folder(folder)
             if not (folder / "oci-layout").exists() and not any(folder.iterdir()):
                 _replace(folder / "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}))
                 _replace(folder / "index.json", json.dumps({"schemaVersion": 2, "manifests": []}))
@@ -138,11 +143,26 @@ class Layout:
         return Image(f"oci:{self.folder}@{manifest.digest}", manifest, config)
 
 
+def private_folder(folder: Path) -> None:
+    """Make `folder` and the parents it lacks, each 0700 whatever the umask (what a layout is
+    written into, and any other folder kept from other users)."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            made.mkdir(mode=FOLDER_MODE)
+        os.chmod(made, FOLDER_MODE)
+
+
 def _replace(path: Path, text: str | bytes) -> None:
-    """Write `path` whole through a temporary file and a rename."""
+    """Write `path` whole, 0600, through a temporary file and a rename."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     data = text.encode() if isinstance(text, str) else text
-    with open(tmp, "wb") as f:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(tmp, flags, FILE_MODE), "wb") as f:
+        os.fchmod(f.fileno(), FILE_MODE)
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -157,7 +177,7 @@ class LayoutBlobWriter:
         self._hash = hasher("sha256:")
         self.size = 0
         folder = layout.folder / "blobs" / "sha256"
-        folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder)
         self._file = tempfile.NamedTemporaryFile(dir=folder, prefix=".upload-", delete=False)  # noqa: SIM115
 
     def write(self, data: bytes) -> int:

@@ -33,7 +33,7 @@ from diskferry.control.reconcilers.phases import (
     transition,
     update_fields,
 )
-from diskferry.control.reconcilers.sources import Waiting, claim_of, resolve_source
+from diskferry.control.reconcilers.sources import Waiting, claim_name, claim_of, resolve_source
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
@@ -41,7 +41,7 @@ from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Claim, VolumeClass, Volumes
+from diskferry.control.volumes import Claim, VolumeClass, VolumeError, Volumes, private_file
 from diskferry.disk.prime import Target
 from diskferry.disk.urls import http_url_for_message
 
@@ -138,21 +138,22 @@ class ClaimedKind(ABC):
         """The id of the object's import job."""
         return f"{self.prefix}-{obj.metadata.uid}"
 
-    def claim_name(self, obj: Resource) -> str:
-        """The name of the object's claim, as Deckhouse names its PVC."""
-        return f"{self.prefix}-{obj.metadata.name}-{obj.metadata.uid}"
-
     def claim_fields(self, volume_class: VolumeClass, obj: Resource) -> dict[str, Any]:
-        """Where the object's data lives."""
+        """Where the object's data lives, as status shows it (the daemon never reads it back)."""
         return {
             "storageClassName": volume_class.name,
-            "target": {"persistentVolumeClaimName": self.claim_name(obj)},
+            "target": {"persistentVolumeClaimName": claim_name(obj)},
         }
 
     def reconcile(self, obj: Any) -> Result:
         """One step of the object's life."""
         if deleting(obj):
-            return terminate(self.client, self.volumes, self.imports, obj, self.job_id(obj))
+            try:
+                wanted = resolve(self.client, self.storage_class_name(obj))
+            except StorageClassError:
+                wanted = None
+            job_id = self.job_id(obj)
+            return terminate(self.client, self.volumes, self.imports, obj, job_id, wanted)
         obj = held(self.client, obj)
         status = status_of(obj)
         phase = status.get("phase")
@@ -188,10 +189,14 @@ class ClaimedKind(ABC):
                 "persistentVolumeClaim.size",
             )
         where = self.claim_fields(volume_class, obj)
-        # written before the claim is made, so that a delete finds whatever was made
-        obj = update_fields(self.client, obj, where)
-        namespace = obj.metadata.namespace
-        claim = self.volumes.claim(volume_class, namespace, self.claim_name(obj), size or 0)
+        obj = update_fields(self.client, obj, where)  # shown while the claim is filled
+        try:
+            claim = self.volumes.claim(
+                volume_class, obj.metadata.namespace, claim_name(obj), size or 0
+            )
+        except VolumeError as e:
+            transition(self.client, obj, PENDING, e.reason, e.message)
+            return Result.requeue(WAIT_SECONDS)
         if source is None:
             assert size is not None
             self._blank(claim, size, self.job_id(obj))
@@ -257,6 +262,7 @@ class ClaimedKind(ABC):
             target.discard()
 
     def _ready(self, obj: Any, claim: Claim, result: dict[str, Any]) -> Result:
+        private_file(claim.file)
         fields = {
             **self.claim_fields(claim.volume_class, obj),
             **self.ready_fields(obj, claim, result),
@@ -291,4 +297,6 @@ class ClaimedKind(ABC):
             claim = claim_of(self.client, self.volumes, obj)
             if claim is None or not claim.ready:
                 transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
+            else:
+                update_fields(self.client, obj, self.claim_fields(claim.volume_class, obj))
         return Result.done()

@@ -35,10 +35,9 @@ class ClusterVirtualImageReconciler:
         runner: Runner,
         volumes: Volumes,
         certs: ServerCerts | None = None,
-        store: ImageStore | None = None,
         proxy: ProxyKeeper | None = None,
     ) -> None:
-        store = store or ImageStore(volumes.root.parent)
+        store = ImageStore(volumes.data_dir)
         self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 
     def job_id(self, obj: ClusterVirtualImage) -> str:

@@ -1,16 +1,21 @@
 """A data source as an import reads it: an HTTP URL, an image in a container registry, an
 upload, the claim of a Ready image, disk or snapshot, or an image in the image store; a
-source not Ready yet (or a pull Secret not there yet) is waited for."""
+source not Ready yet (or a pull Secret not there yet) is waited for.
+
+Where an object's data is comes from what the daemon decided, never from its status, which a
+client may patch: its claim is named by its kind, name and uid and found in whichever
+StorageClass holds it, and its image in the store by its kind, namespace, name and uid."""
 
 from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
 
+from diskferry.control.imagestore import REPOSITORIES, ImageStore
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.phases import READY
-from diskferry.control.reconcilers.storage import StorageClassError, resolve
+from diskferry.control.reconcilers.storage import volume_class
 from diskferry.control.resources.common import (
     ContainerImage,
     DataSource,
@@ -19,16 +24,20 @@ from diskferry.control.resources.common import (
     registry_reference,
 )
 from diskferry.control.resources.core import Secret
+from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
-from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
+from diskferry.control.resources.virtualimage import (
+    ClusterVirtualImage,
+    StorageType,
+    VirtualImage,
+)
 from diskferry.control.runtime.client import Client
 from diskferry.control.volumes import Claim, Volumes
 from diskferry.disk.errors import DiskferryError
 from diskferry.registry.client import is_loopback
 from diskferry.registry.reference import parse_reference
 
-STORAGE_CLASS_ANNOTATION = "diskferry.io/storage-class"
 _CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
 DOCKER_CONFIG_KEY = ".dockerconfigjson"
 UPLOAD = Source("the upload", upload=True)
@@ -38,6 +47,8 @@ _REFERABLE: dict[str, type[Resource]] = {
     "VirtualDisk": VirtualDisk,
     "VirtualDiskSnapshot": VirtualDiskSnapshot,
 }
+CLAIM_PREFIXES = {"VirtualDisk": "vd", "VirtualImage": "vi", "VirtualDiskSnapshot": "vds"}
+"""The kinds kept in claims, and how their claims' names begin, as Deckhouse names its PVCs."""
 
 
 class SourceRefusedError(DiskferryError):
@@ -89,32 +100,32 @@ def container_image_source(
     return Source(reference, ca_bundle=bundle, authfile=authfile, insecure=insecure)
 
 
-def stored_image(obj: Resource) -> Source | None:
+def stored_image(volumes: Volumes, obj: Resource) -> Source | None:
     """The image in the store a Ready image was written to, None when it is kept in a claim."""
-    status = obj.to_json().get("status") or {}
-    url = (status.get("target") or {}).get("registryURL")
-    if not url:
+    if obj.kind not in REPOSITORIES or (isinstance(obj, VirtualImage) and not in_store(obj)):
         return None
-    unpacked = (status.get("size") or {}).get("unpackedBytes")
-    return Source(url, size=int(unpacked) if unpacked else None, uid=obj.metadata.uid)
+    reference = ImageStore(volumes.data_dir).reference(obj)
+    unpacked = ((obj.to_json().get("status") or {}).get("size") or {}).get("unpackedBytes")
+    return Source(reference, size=int(unpacked) if unpacked else None, uid=obj.metadata.uid)
+
+
+def in_store(image: VirtualImage) -> bool:
+    """Whether the VirtualImage is kept in the image store (else in a claim)."""
+    return image.spec.storage is StorageType.CONTAINER_REGISTRY
+
+
+def claim_name(obj: Resource) -> str:
+    """The name of the claim of a disk, an image or a snapshot, made of its kind, name and uid."""
+    return f"{CLAIM_PREFIXES[obj.kind]}-{obj.metadata.name}-{obj.metadata.uid}"
 
 
 def claim_of(client: Client, volumes: Volumes, obj: Resource) -> Claim | None:
     """The claim a disk, image or snapshot was written to, None when it has none (yet)."""
-    status = obj.to_json().get("status") or {}
-    if isinstance(obj, VirtualDiskSnapshot):
-        class_name = obj.metadata.annotations.get(STORAGE_CLASS_ANNOTATION)
-        claim_name = status.get("volumeSnapshotName")
-    else:
-        class_name = status.get("storageClassName")
-        claim_name = (status.get("target") or {}).get("persistentVolumeClaimName")
-    if not class_name or not claim_name or obj.metadata.namespace is None:
+    namespace = obj.metadata.namespace
+    if obj.kind not in CLAIM_PREFIXES or namespace is None:
         return None
-    try:
-        volume_class = resolve(client, class_name)
-    except StorageClassError:
-        return None
-    return volumes.find(volume_class, obj.metadata.namespace, claim_name)
+    classes = sorted(client.list(StorageClass), key=lambda sc: sc.metadata.name or "")
+    return volumes.locate([volume_class(sc) for sc in classes], namespace, claim_name(obj))
 
 
 def resolve_source(
@@ -141,7 +152,7 @@ def resolve_source(
     phase = (found.to_json().get("status") or {}).get("phase")
     if phase != READY:
         return Waiting(f"waiting for the {kind} {ref.name} to be Ready (it is {phase or 'new'})")
-    stored = stored_image(found)
+    stored = stored_image(volumes, found)
     if stored is not None:
         return stored
     claim = claim_of(client, volumes, found)

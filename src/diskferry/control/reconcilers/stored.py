@@ -89,8 +89,7 @@ class StoredImages:
 
     def reference(self, obj: Resource) -> str:
         """Where the image is kept: its `oci:` reference in the store."""
-        meta = obj.metadata
-        return self.store.reference(self.prefix, meta.namespace, meta.name or "", meta.uid or "")
+        return self.store.reference(obj)
 
     def _staged(self, obj: Resource) -> Claim:
         return self.volumes.claim(self.staging, self.prefix, obj.metadata.uid or "", 0)
@@ -210,7 +209,8 @@ class StoredImages:
         if phase == READY and not self.store.holds(self.reference(obj)):
             transition(self.client, obj, IMAGE_LOST, IMAGE_LOST, "the image store lost the image")
         elif phase == READY:
-            transition(self.client, obj, READY, READY, "the image is in the image store")
+            fields = {"target": {"registryURL": self.reference(obj)}}
+            transition(self.client, obj, READY, READY, "the image is in the image store", fields)
         return Result.done()
 
     def _terminate(self, obj: Any) -> Result:

@@ -3,23 +3,32 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.lifecycle import release
 from diskferry.control.reconcilers.phases import status_of, transition
-from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.reconcilers.sources import claim_name, claim_of
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Volumes
+from diskferry.control.volumes import VolumeClass, VolumeError, Volumes
 
 TERMINATING = "Terminating"
 STOP_POLL = 0.5
 
 
 def terminate(
-    client: Client, volumes: Volumes, imports: Imports, obj: Resource, job_id: str
+    client: Client,
+    volumes: Volumes,
+    imports: Imports,
+    obj: Resource,
+    job_id: str,
+    wanted: VolumeClass | None = None,
 ) -> Result:
-    """One step of the delete: Terminating, the job stopped, the claim removed, released."""
+    """One step of the delete: Terminating, the job stopped, the claim removed, released; with
+    no claim file found (an import that failed), what is left of it in the class it was `wanted`
+    in (its folder, when empty) is removed."""
     if status_of(obj).get("phase") != TERMINATING:
         obj = transition(client, obj, TERMINATING, TERMINATING, "being deleted")
     if not imports.stop(job_id):
@@ -27,5 +36,8 @@ def terminate(
     claim = claim_of(client, volumes, obj)
     if claim is not None and not claim.volume_class.retain:
         volumes.remove(claim.volume_class, claim.namespace, claim.name)
+    elif claim is None and wanted is not None and not wanted.retain:
+        with contextlib.suppress(VolumeError):  # a class refused holds nothing of it
+            volumes.remove(wanted, obj.metadata.namespace or "", claim_name(obj))
     release(client, obj)
     return Result.done()

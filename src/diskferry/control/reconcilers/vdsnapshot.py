@@ -14,15 +14,21 @@ from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, ta
 from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
-from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
-from diskferry.control.reconcilers.sources import STORAGE_CLASS_ANNOTATION, claim_of
+from diskferry.control.reconcilers.phases import (
+    FAILED,
+    READY,
+    status_of,
+    transition,
+    update_fields,
+)
+from diskferry.control.reconcilers.sources import claim_name, claim_of
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Claim, Volumes
+from diskferry.control.volumes import Claim, VolumeError, Volumes, private_file
 
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
@@ -42,10 +48,6 @@ class VirtualDiskSnapshotReconciler:
         """The id of the snapshot's copy job."""
         return f"vds-{obj.metadata.uid}"
 
-    def claim_name(self, obj: VirtualDiskSnapshot) -> str:
-        """The snapshot's claim."""
-        return f"vds-{obj.metadata.name}-{obj.metadata.uid}"
-
     def reconcile(self, obj: VirtualDiskSnapshot) -> Result:
         """One step of the snapshot's life."""
         if deleting(obj):
@@ -55,6 +57,8 @@ class VirtualDiskSnapshotReconciler:
         phase = status.get("phase")
         if phase in (READY, FAILED) and status.get("observedGeneration") == obj.metadata.generation:
             self.imports.settle(self.job_id(obj), keep=phase == FAILED)
+            if phase == READY:  # as the daemon named it, whatever a client patched in
+                update_fields(self.client, obj, {"volumeSnapshotName": claim_name(obj)})
             return Result.done()
         if phase is None:
             obj = transition(self.client, obj, PENDING, PENDING, "waiting for the disk")
@@ -74,17 +78,20 @@ class VirtualDiskSnapshotReconciler:
         return self._copy(obj, source, disk)
 
     def _copy(self, obj: VirtualDiskSnapshot, source: Claim, disk: VirtualDisk) -> Result:
-        obj = self._annotated(obj, source.volume_class.name)
-        fields = {"volumeSnapshotName": self.claim_name(obj)}
+        fields = {"volumeSnapshotName": claim_name(obj)}
         obj = transition(self.client, obj, IN_PROGRESS, IN_PROGRESS, "copying the disk", fields)
         size = source.size()
-        claim = self.volumes.claim(
-            source.volume_class, obj.metadata.namespace, self.claim_name(obj), size
-        )
+        try:
+            claim = self.volumes.claim(
+                source.volume_class, obj.metadata.namespace, claim_name(obj), size
+            )
+        except VolumeError as e:
+            transition(self.client, obj, PENDING, e.reason, e.message)
+            return Result.requeue(WAIT_SECONDS)
         job_id = self.job_id(obj)
         cloned = not claim.block and not self.imports.started(job_id)
         if cloned and (claim.ready or reflink(str(source.file), claim, job_id)):
-            return self._ready(obj, disk)
+            return self._ready(obj, claim, disk)
         outcome = self.imports.step(job_id, claim, Source(str(source.file), size=size), size)
         if outcome.running:
             return Result.requeue(POLL_SECONDS)
@@ -92,20 +99,13 @@ class VirtualDiskSnapshotReconciler:
             self._fail(obj, outcome.reason or "CopyFailed", outcome.message or "")
             self.imports.finish(job_id, tag(obj), keep=True)
             return Result.done()
-        self._ready(obj, disk)
+        self._ready(obj, claim, disk)
         self.imports.finish(job_id, tag(obj), keep=False)
         return Result.done()
 
-    def _annotated(self, obj: VirtualDiskSnapshot, class_name: str) -> VirtualDiskSnapshot:
-        """The snapshot naming its claim's class, written before the claim is made."""
-        if obj.metadata.annotations.get(STORAGE_CLASS_ANNOTATION) == class_name:
-            return obj
-        annotations = {**obj.metadata.annotations, STORAGE_CLASS_ANNOTATION: class_name}
-        meta = obj.metadata.model_copy(update={"annotations": annotations})
-        return self.client.update(obj.model_copy(update={"metadata": meta}))
-
-    def _ready(self, obj: VirtualDiskSnapshot, disk: VirtualDisk) -> Result:
-        fields: dict[str, Any] = {"consistent": True, "volumeSnapshotName": self.claim_name(obj)}
+    def _ready(self, obj: VirtualDiskSnapshot, claim: Claim, disk: VirtualDisk) -> Result:
+        private_file(claim.file)
+        fields: dict[str, Any] = {"consistent": True, "volumeSnapshotName": claim_name(obj)}
         message = f"a copy of the VirtualDisk {disk.metadata.name}"
         transition(self.client, obj, READY, READY, message, fields)
         return Result.done()

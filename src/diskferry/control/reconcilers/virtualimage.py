@@ -10,9 +10,10 @@ from diskferry.control.imagestore import ImageStore
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.sources import in_store
 from diskferry.control.reconcilers.stored import StoredImages
 from diskferry.control.resources.common import DataSource
-from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, StorageType, VirtualImage
+from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, VirtualImage
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
@@ -38,16 +39,15 @@ class VirtualImageReconciler(ClaimedKind):
         runner: Runner,
         volumes: Volumes,
         certs: ServerCerts | None = None,
-        store: ImageStore | None = None,
         proxy: ProxyKeeper | None = None,
     ) -> None:
         super().__init__(client, runner, volumes, certs, proxy)
-        store = store or ImageStore(volumes.root.parent)
+        store = ImageStore(volumes.data_dir)
         self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 
     def reconcile(self, obj: VirtualImage) -> Result:
         """One step: through the store for ContainerRegistry, through a claim otherwise."""
-        if obj.spec.storage is StorageType.CONTAINER_REGISTRY:
+        if in_store(obj):
             return self.stored.reconcile(obj, obj.spec.data_source, obj.metadata.namespace)
         return super().reconcile(obj)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Literal
@@ -38,7 +39,9 @@ class VolumeBindingMode(StrEnum):
 
 
 class StorageClassParameters(ApiModel):
-    """The directory claims are kept in (the data directory's when unset), and their type."""
+    """The directory claims are kept in (the data directory's when unset), and their type; a
+    directory of its own must be one that only root or the daemon's user can write, below
+    folders others cannot change (claims are then refused, saying why)."""
 
     path: str | None = None
     type: VolumeType = VolumeType.FILE
@@ -48,6 +51,8 @@ class StorageClassParameters(ApiModel):
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None and not PurePosixPath(value).is_absolute():
             raise invalid("must be an absolute directory")
+        if value is not None and ("\0" in value or posixpath.normpath(value) != value):
+            raise invalid("must be a normal path: no '..', '.', '//', trailing '/' or NUL")
         return value
 
 

@@ -38,7 +38,8 @@ class VirtualDiskSnapshotSpec(ApiModel):
 
 
 class VirtualDiskSnapshotStatus(Status):
-    """What was observed of the snapshot."""
+    """What was observed of the snapshot; `volumeSnapshotName` shows its claim, which the
+    daemon finds by the snapshot's name and uid, never by this."""
 
     phase: SnapshotPhase | None = None
     consistent: bool | None = None

@@ -84,7 +84,8 @@ class VirtualDiskSpec(ApiModel):
 
 
 class DiskTarget(ApiModel):
-    """The claim the disk was written to."""
+    """The claim the disk was written to, as shown: the daemon finds the claim by the disk's
+    kind, name and uid, never by this."""
 
     persistent_volume_claim_name: str | None = Field(
         default=None, alias="persistentVolumeClaimName"

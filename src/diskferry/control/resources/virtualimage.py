@@ -69,7 +69,8 @@ class ImageStatusSize(ApiModel):
 
 
 class ImageStatusTarget(ApiModel):
-    """Where the image was written: the registry's URL or the claim's name."""
+    """Where the image was written, as shown (the store's reference or the claim's name): the
+    daemon finds the image by its kind, name and uid, never by this."""
 
     registry_url: str | None = Field(default=None, alias="registryURL")
     persistent_volume_claim_name: str | None = Field(
