@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -74,7 +75,7 @@ def test_label_on_a_stopped_vm_enables_cbt_at_once(daemon: Daemon) -> None:
     create_vm(daemon, "vm-f", stopped, {"diskferry.io/changed-block-tracking": "true"})
     daemon.wait_phase("VirtualMachine", "vm-f", "Stopped", timeout=30)
     wait_until(lambda: cbt_state(daemon, "vm-f") == "Enabled", 30)
-    assert os.path.exists(f"{disk}.cbt.qcow2")
+    assert stat.S_IMODE(os.stat(f"{disk}.cbt.qcow2").st_mode) == 0o600  # as its disk
     vms, disks = REGISTRY.by_kind("VirtualMachine"), REGISTRY.by_kind("VirtualDisk")
     daemon.objects.delete(vms, "default", "vm-f")
     daemon.objects.delete(disks, "default", "vd-e")

@@ -65,6 +65,7 @@ def prepare_data_dir(path: Path) -> Path:
     """`path` made (mode 0700) and checked writable; DataDirError in one line otherwise."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.chmod(0o700)  # one made before, or under another umask, is closed too
         probe = path / ".writable"
         probe.touch()
         probe.unlink()
@@ -170,6 +171,7 @@ class Daemon:
             ssl_keyfile=str(self.pki.server_key),
             log_config=None,
             access_log=False,
+            proxy_headers=False,  # a client's address is its own, not what X-Forwarded-For says
             timeout_graceful_shutdown=GRACE_SECONDS,
             lifespan="off",
         )

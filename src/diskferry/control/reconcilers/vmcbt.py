@@ -5,15 +5,18 @@ its labels or its namespace's) or when it carries the label `diskferry.io/change
 tracking: "true"`. A disk is moved onto its CBT overlay (`diskferry.qemu.cbt`) only while no
 QEMU has it open: at the VM's next start, or at once when the VM is stopped. CBT no longer
 wanted removes the overlays at that moment too, so that no write ever bypasses a bitmap
-that would later claim to have seen every write.
+that would later claim to have seen every write. An overlay is 0600, as its volume is.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from diskferry.control.resources.core import Namespace
 from diskferry.control.resources.datamoverconfig import load_config
 from diskferry.control.resources.virtualmachine import CBT_LABEL, CbtState, VirtualMachine
 from diskferry.control.runtime.client import Client
+from diskferry.control.volumes import private_file
 from diskferry.qemu import cbt
 
 
@@ -41,7 +44,10 @@ def prepare(volume: str, track: bool) -> tuple[str, str]:
         disk = cbt.enable(volume)
     elif not track and disk.overlay is not None:
         disk = cbt.disable(volume)
-    return (disk.overlay, "qcow2") if disk.overlay else (disk.volume, "raw")
+    if disk.overlay is None:
+        return disk.volume, "raw"
+    private_file(Path(disk.overlay))  # qemu-img made it with the daemon's umask
+    return disk.overlay, "qcow2"
 
 
 def state(track: bool, on_overlays: bool) -> CbtState:
