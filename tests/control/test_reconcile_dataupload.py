@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 
 import pytest
 from control_support import stop_workers_under, wait_until
@@ -118,7 +117,8 @@ def running_vm(daemon):
     disk's claim and the QMP socket."""
     claim = daemon.disk("vd-a", data=os.urandom(128 * KiB))
     cbt.enable(str(claim))
-    sockets = tempfile.mkdtemp(dir="/tmp")
+    sockets = daemon.data_dir / "vm-sockets"  # where the daemon takes a VM's spec.qmpSocket
+    sockets.mkdir(mode=0o700)
     monitor = os.path.join(sockets, "qmp.sock")
     overlay = cbt.overlay_path(str(claim))
     qemu = subprocess.Popen(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -44,6 +45,8 @@ def test_always_on_runs_and_guest_writes_land_then_always_off_stops(daemon: Daem
         assert f.read(65536) == b"\x5a" * 65536
     pid = pid_of(daemon, "vm-a")
     assert pid and procstat.start_time(pid) is not None
+    for folder in ("vms", "vms/default", "vms/default/vm-a"):  # the VM's sockets and logs
+        assert stat.S_IMODE((daemon.data_dir / folder).stat().st_mode) == 0o700
 
     patch_vm(daemon, "vm-a", {"spec": {"runPolicy": "AlwaysOff"}})
     vm = daemon.wait_phase("VirtualMachine", "vm-a", "Stopped", timeout=30)
@@ -95,10 +98,11 @@ def test_manual_leaves_a_new_vm_stopped(daemon: Daemon) -> None:
 
 
 def test_a_vm_with_qmp_socket_is_watched_never_started_or_stopped(daemon: Daemon) -> None:
-    """A QEMU run by someone else: Running with its own node names; AlwaysOff leaves it
-    running; once it ends, the VM is Stopped."""
+    """A QEMU run by someone else, its socket in DATA_DIR/vm-sockets: Running with its own
+    node names; AlwaysOff leaves it running; once it ends, the VM is Stopped."""
     disk = ready_disk(daemon, "vd-x")
-    socket = daemon.data_dir / "outside.sock"
+    socket = daemon.data_dir / "vm-sockets" / "outside.sock"
+    socket.parent.mkdir(mode=0o700)
     config = VmConfig(
         name="outside",
         cores=1,

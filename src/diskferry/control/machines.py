@@ -4,10 +4,15 @@ Each VM lives in DATA_DIR/vms/<ns>/<name>/: `qmp.sock` (the QMP monitor others u
 of the running VM, a user), `control.sock` (a second monitor only the controller uses, so
 a long session on `qmp.sock` never blocks it), `agent.sock` (the guest agent, when asked),
 `qemu.log` (QEMU's stdout and stderr), `serial.log` and `state.json` (pid, start time, boot id,
-and what the VM was launched with). QEMU runs in a session of its own, as engine workers do
-(see `runner.local`): a daemon that stops or is killed leaves its VMs running, as a
-hypervisor's management daemon does, and the next one re-attaches to them by pid and start
-time; only deleting the VM, or its run policy, stops one.
+and what the VM was launched with); every folder down to it is 0700. QEMU runs in a session
+of its own, as engine workers do (see `runner.local`): a daemon that stops or is killed leaves
+its VMs running, as a hypervisor's management daemon does, and the next one re-attaches to
+them by pid and start time; only deleting the VM, or its run policy, stops one.
+
+A VM that runs elsewhere names its QMP socket in `spec.qmpSocket`; the daemon (root) speaks to
+it only when it lies in DATA_DIR/vm-sockets (or a folder below, none of them a symlink) and is
+a socket, not a symlink, owned by root or the daemon's user: a client cannot make the daemon
+connect to any other socket of the host.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -28,8 +34,10 @@ from diskferry.control.runner.tail import tail_lines
 from diskferry.disk import procstat
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu.qmp import Qmp
+from diskferry.registry.layout import private_folder
 
 SOCKET_PATH_MAX = 107
+SOCKETS_DIR = "vm-sockets"
 STOP_SECONDS = 10.0
 MONITOR_TIMEOUT = 5.0
 
@@ -40,11 +48,18 @@ class MachineError(DiskferryError):
     reason = "MachineFailed"
 
 
+class SocketRefusedError(MachineError):
+    """A QMP socket named for a VM that runs elsewhere is not one the daemon may use."""
+
+    reason = "QmpSocketRefused"
+
+
 class Machines:
     """Starts, finds and stops VMs' QEMU processes under DATA_DIR/vms."""
 
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir) / "vms"
+        self.sockets = Path(os.path.abspath(data_dir)) / SOCKETS_DIR
         self._lock = threading.Lock()
         self._children: dict[Path, subprocess.Popen[bytes]] = {}
 
@@ -67,6 +82,34 @@ class Machines:
     def serial_log(self, namespace: str, name: str) -> Path:
         """Where the VM's serial console is written."""
         return self.directory(namespace, name) / "serial.log"
+
+    def external_socket(self, path: str) -> str:
+        """`path`, a VM's `spec.qmpSocket`, when it is a socket the daemon may speak QMP to: in
+        DATA_DIR/vm-sockets, through no symlink, owned by root or the daemon's user;
+        SocketRefusedError saying why otherwise, MachineError while it does not exist."""
+        socket = Path(path)
+        if os.path.normpath(path) != path or not socket.is_relative_to(self.sockets):
+            raise SocketRefusedError(
+                f"the QMP socket {path} is not in {self.sockets}, where the sockets of VMs "
+                "that run elsewhere must be"
+            )
+        below = socket.relative_to(self.sockets).parts
+        parts = [self.sockets.joinpath(*below[:n]) for n in range(len(below) + 1)]
+        for part in parts:
+            try:
+                found = os.lstat(part)
+            except FileNotFoundError:
+                raise MachineError(f"the QMP socket {path} does not exist") from None
+            wanted, what = (
+                (stat.S_ISSOCK, "a socket") if part == socket else (stat.S_ISDIR, "a folder")
+            )
+            if not wanted(found.st_mode):
+                raise SocketRefusedError(f"{part} is not {what} (a symlink is never followed)")
+            if found.st_uid not in (0, os.geteuid()):
+                raise SocketRefusedError(
+                    f"{part} is owned by uid {found.st_uid}, not by root or the daemon's user"
+                )
+        return path
 
     def check_paths(self, namespace: str, name: str) -> None:
         """Refuse a VM whose socket paths are longer than a Unix socket address holds."""
@@ -91,7 +134,7 @@ class Machines:
         with self._lock:
             if self._alive(directory):
                 return
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_folder(directory)
             for stale in ("qmp.sock", "control.sock", "agent.sock"):
                 (directory / stale).unlink(missing_ok=True)
             log = os.open(directory / "qemu.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

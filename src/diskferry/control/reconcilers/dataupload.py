@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.control.duration import parse_duration
+from diskferry.control.machines import Machines
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
 from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.phases import READY
@@ -23,6 +24,7 @@ from diskferry.control.reconcilers.quiesce import agent_silence
 from diskferry.control.reconcilers.scheduler import age_order
 from diskferry.control.reconcilers.sources import claim_of
 from diskferry.control.reconcilers.space import DiskRoom, shortfall
+from diskferry.control.reconcilers.virtualmachine import sockets_of
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.dataupload import (
@@ -165,11 +167,7 @@ class DataUploadReconciler(MoverReconciler):
                 int(limit) if limit is not None else config.max_incremental_backups
             )
         if running:
-            if not vm.status.qmp_socket:
-                return Waiting(
-                    f"waiting for the running VirtualMachine {name} to name its QMP socket"
-                )
-            job["qmp"] = vm.status.qmp_socket
+            job["qmp"] = sockets_of(Machines(self.volumes.data_dir), vm).qmp
             self._quiesce(obj, vm, job)
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
 
@@ -178,7 +176,7 @@ class DataUploadReconciler(MoverReconciler):
         wanted = {**vm.metadata.annotations, **obj.metadata.annotations}
         if wanted.get(SKIP_QUIESCE, "").lower() == "true":
             return
-        socket_path = vm.status.guest_agent_socket
+        socket_path = sockets_of(Machines(self.volumes.data_dir), vm).agent
         silence = agent_silence(socket_path)
         if silence is None:
             job["qga"] = socket_path

@@ -6,7 +6,11 @@ stops it; Manual leaves it as it is. A VM waits in Pending until every disk and 
 names is Ready. Stopping ends QEMU with SIGTERM, on which it quits cleanly at once (the
 guest gets no ACPI shutdown). Deleting the VM stops it, then removes its directory. A VM
 with `spec.qmpSocket` runs elsewhere: diskferry only watches it (its phase, its disks'
-targets, its CBT state) and never starts or stops it.
+targets, its CBT state) and never starts or stops it; a socket outside DATA_DIR/vm-sockets
+(see `machines`) is refused, and the VM Degraded, without a connection.
+
+The sockets the daemon reaches a VM's QEMU by (`sockets_of`) are the ones it decided: status
+shows them, and is never read back for them.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from diskferry.control.machines import MachineError, Machines
+from diskferry.control.machines import MachineError, Machines, SocketRefusedError
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
@@ -55,6 +59,25 @@ _PREFIX = {
     BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE: "cvi",
 }
 _NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,30}$")
+
+
+@dataclass(frozen=True)
+class Sockets:
+    """How the daemon reaches a VM's QEMU: its QMP socket, and its guest agent's (or None)."""
+
+    qmp: str
+    agent: str | None
+
+
+def sockets_of(machines: Machines, vm: VirtualMachine) -> Sockets:
+    """The VM's sockets as the daemon decided them: its own for a VM it runs, the checked
+    `spec.qmpSocket` (and no agent) for one that runs elsewhere (SocketRefusedError when that
+    is not one the daemon may use); never what the VM's status says."""
+    if vm.spec.qmp_socket:
+        return Sockets(machines.external_socket(vm.spec.qmp_socket), None)
+    namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
+    agent = machines.agent_socket(namespace, name) if vm.spec.enable_guest_agent else None
+    return Sockets(str(machines.qmp_socket(namespace, name)), None if agent is None else str(agent))
 
 
 @dataclass(frozen=True)
@@ -222,10 +245,10 @@ class VirtualMachineReconciler:
             return self._stop(obj, GUEST_SHUTDOWN, "the guest powered itself off")
         launch = self.machines.launch(namespace, name)
         phase = MachinePhase.RUNNING if run_state == "running" else MachinePhase.PAUSE
-        agent = self.machines.agent_socket(namespace, name) if obj.spec.enable_guest_agent else None
+        sockets = sockets_of(self.machines, obj)
         fields = {
-            "qmpSocket": str(self.machines.qmp_socket(namespace, name)),
-            "guestAgentSocket": None if agent is None else str(agent),
+            "qmpSocket": sockets.qmp,
+            "guestAgentSocket": sockets.agent,
             "blockDevices": launch.get("blockDevices", []),
             **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
         }
@@ -263,12 +286,16 @@ class VirtualMachineReconciler:
         return "QEMU ended" + (f": {' | '.join(lines)}" if lines else "")
 
     def _watch_external(self, obj: VirtualMachine) -> Result:
-        socket = obj.spec.qmp_socket or ""
         try:
+            socket = sockets_of(self.machines, obj).qmp
             with Qmp(socket, timeout=WATCH_SECONDS) as qmp:
                 run_state = qmp.command("query-status")["status"]
                 nodes = qmp.command("query-named-block-nodes", flat=True)
-        except QmpError as e:
+        except SocketRefusedError as e:
+            fields = _gone_fields()
+            transition(self.client, obj, MachinePhase.DEGRADED, e.reason, e.message, fields)
+            return Result.requeue(RETRY_SECONDS)
+        except (MachineError, QmpError) as e:  # no socket, or no QEMU on it
             fields = _gone_fields()
             transition(self.client, obj, MachinePhase.STOPPED, "QmpUnreachable", e.message, fields)
             return Result.requeue(WATCH_SECONDS)

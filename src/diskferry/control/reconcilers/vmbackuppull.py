@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.machines import Machines
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
 from diskferry.control.reconcilers.dataupload import vm_claims
@@ -24,6 +25,7 @@ from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.quiesce import agent_silence
+from diskferry.control.reconcilers.virtualmachine import sockets_of
 from diskferry.control.reconcilers.vmbackupstate import (
     BackupFailure,
     Source,
@@ -145,11 +147,8 @@ class PullBackup:
         status = source.vm.status
         job: dict[str, Any] = {}
         if status.phase is MachinePhase.RUNNING:
-            if not status.qmp_socket:
-                message = f"waiting for the running VirtualMachine {source.name} to name its QMP"
-                return self._waiting(obj, message)
-            job["qmp"] = status.qmp_socket
-            agent = status.guest_agent_socket
+            sockets = sockets_of(Machines(self.volumes.data_dir), source.vm)
+            job["qmp"], agent = sockets.qmp, sockets.agent
             if not obj.spec.skip_quiesce and agent_silence(agent) is None:
                 job["qga"] = agent
         obj, port = recorded_port(self.client, obj)

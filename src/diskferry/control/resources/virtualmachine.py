@@ -3,9 +3,10 @@
 A VM needs only `spec.blockDeviceRefs` and `spec.runPolicy`. VirtualDisks attach as
 writable SCSI disks, VirtualImages and ClusterVirtualImages as read-only CD-ROMs.
 `spec.enableGuestAgent` adds a guest-agent channel; `spec.qmpSocket` names the QMP socket
-of a QEMU that something else runs, which diskferry then only watches. Besides Deckhouse's
-phases, the status has KubeVirt's `changedBlockTracking.state`, and, while the VM runs,
-`qmpSocket` and each disk's QEMU `target` in `blockDevices`.
+of a QEMU that something else runs (in DATA_DIR/vm-sockets), which diskferry then only
+watches. Besides Deckhouse's phases, the status has KubeVirt's `changedBlockTracking.state`,
+and, while the VM runs, `qmpSocket` and each disk's QEMU `target` in `blockDevices`: shown
+to users, never read back by the daemon.
 """
 
 from __future__ import annotations
@@ -78,7 +79,17 @@ class VirtualMachineSpec(ApiModel):
     cpu: CpuSpec = Field(default_factory=CpuSpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
     enable_guest_agent: bool = Field(default=False, alias="enableGuestAgent")
-    qmp_socket: str | None = Field(default=None, alias="qmpSocket", pattern=r"^/\S+$")
+    qmp_socket: str | None = Field(
+        default=None,
+        alias="qmpSocket",
+        pattern=r"^/\S+$",
+        description=(
+            "The QMP socket of a QEMU something else runs, which diskferry then only watches: "
+            "an absolute path in the daemon's DATA_DIR/vm-sockets (or a folder below it), a "
+            "Unix socket owned by root or the daemon's user, reached through no symlink. Any "
+            "other socket is refused (the VM is Degraded, QmpSocketRefused) unconnected."
+        ),
+    )
 
 
 class MachinePhase(StrEnum):
