@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -42,8 +41,10 @@ class Served:
         return (self.data_dir / "token").read_text().strip()
 
     def stop(self) -> int:
-        """SIGTERM the daemon and return its exit code."""
-        self.process.send_signal(signal.SIGTERM)
+        """Stop the daemon and every worker it started (`diskferry serve --stop`); the daemon's
+        exit code."""
+        command = [sys.executable, "-m", "diskferry.cli.main", "serve", "--stop"]
+        subprocess.run([*command, "--data-dir", str(self.data_dir)], check=True, timeout=300)
         return self.process.wait(timeout=30)
 
 

@@ -17,6 +17,9 @@ from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.vmexport import free_port
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import EVENTS
+from diskferry.control.runner.stop import stop_data_dir
+
+STOP_SECONDS = 30
 
 
 class Daemon:
@@ -38,9 +41,13 @@ class Daemon:
         )
         self.controllers.start()
 
-    def stop(self) -> None:
+    def stop(self, *, workers: bool = False) -> None:
+        """Stop the controllers; with `workers`, every worker of the data directory too, as
+        `diskferry serve --stop` does (else they run on, for a daemon started again)."""
         self.controllers.stop()
         self.objects.close()
+        if workers:
+            stop_data_dir(self.data_dir, STOP_SECONDS)
 
     def detach_loops(self) -> None:
         """Detach the loop devices a test left over claims of this data directory."""

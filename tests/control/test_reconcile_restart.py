@@ -95,7 +95,7 @@ def test_a_killed_daemon_started_again_finishes_the_import(faulty, tmp_path: Pat
         other = again.wait_phase("VirtualDisk", "meanwhile", "Ready", "Failed")
         assert again.claim(other).read_bytes() == quick.read_bytes()
     finally:
-        again.stop()
+        again.stop(workers=True)
 
 
 @pytest.mark.parametrize("step", ["spawned", "recorded"])
@@ -123,4 +123,4 @@ def test_a_daemon_killed_starting_the_worker_imports_once(faulty, tmp_path: Path
         assert ranges == [None, f"bytes=0-{2 * MiB - 1}"]
         wait_until(lambda: not workers_under(data_dir), 30)
     finally:
-        again.stop()
+        again.stop(workers=True)

@@ -7,14 +7,21 @@ kept at that point. The VMs are set AlwaysOff at the end, so that no QEMU outliv
 from __future__ import annotations
 
 import filecmp
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from diskferry.cli.common import note
-from diskferry.cli.demo_steps import DemoError, apply, get_object, watched
+from diskferry.cli.demo_steps import (
+    DISKFERRY,
+    STEP_SECONDS,
+    DemoError,
+    apply,
+    get_object,
+    watched,
+)
 from diskferry.control.machines import Machines
 from diskferry.control.resources.virtualmachine import CBT_LABEL
-from diskferry.control.runner.local import LocalRunner
 from diskferry.control.volumes import VolumeClass, Volumes
 from diskferry.disk.clone import clone_volume
 from diskferry.qemu.qmp import Qmp
@@ -209,12 +216,13 @@ def _stop_all(kubeconfig: Path, workdir: Path, disk: str) -> None:
 
 
 def stop_jobs(data_dir: Path) -> None:
-    """End every worker still running under `data_dir` once its daemon is gone: a daemon leaves
-    its workers to the next one started on its data, and the demo's has no next one (a step
-    that failed with an export, or its proxy, still serving)."""
-    runner = LocalRunner(data_dir)
-    for job_id in runner.job_ids():
-        runner.cancel(job_id)
+    """`diskferry serve --stop` on `data_dir`, when there is one: the demo's daemon, if it still
+    runs, and every worker under it end, and are waited for. A daemon stopped by SIGTERM
+    leaves its workers to the next one started on its data, and the demo's has no next one (a
+    step that failed with an export, or its proxy, still serving)."""
+    if data_dir.is_dir():
+        stop = [*DISKFERRY, "serve", "--stop", "--data-dir", str(data_dir)]
+        subprocess.run(stop, timeout=STEP_SECONDS, check=False)
 
 
 def stop_machines(data_dir: Path) -> None:

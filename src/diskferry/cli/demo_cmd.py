@@ -114,7 +114,10 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _daemon(data_dir: Path, log: Path) -> Iterator[Path]:
-    """Run `diskferry serve` on `data_dir`; yield its kubeconfig once written, SIGTERM it after."""
+    """Run `diskferry serve` on `data_dir`; yield its kubeconfig once written, then stop it and
+    its workers with `diskferry serve --stop`."""
+    from diskferry.cli.demo_backup import stop_jobs
+
     kubeconfig = data_dir / "kubeconfig"
     serve = [*DISKFERRY, "serve", "--data-dir", str(data_dir), "--port", str(_free_port())]
     serve += ["--proxy-port", str(_free_port())]
@@ -128,7 +131,8 @@ def _daemon(data_dir: Path, log: Path) -> Iterator[Path]:
             time.sleep(0.1)
         yield kubeconfig
     finally:
-        proc.terminate()
+        stop_jobs(data_dir)
+        proc.terminate()  # a daemon stopped before it recorded itself: nothing once it ended
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -219,7 +223,6 @@ def demo_command(
         backup_and_restore,
         check_socket_paths,
         namespaces,
-        stop_jobs,
         stop_machines,
     )
 
@@ -241,7 +244,6 @@ def demo_command(
                 diskferry(kubeconfig, "delete", "vmexport", _EXPORT, "--wait")
                 backup_and_restore(kubeconfig, workdir, data_dir, _DISK)
     finally:
-        stop_jobs(data_dir)
         stop_machines(data_dir)
     note("daemon stopped")
     made = ", ".join(f"{kind} {name}" for kind, name in _OBJECTS if kind != "vmexport")

@@ -1,4 +1,5 @@
-"""`diskferry serve`: the daemon with its Kubernetes-shaped API on HTTPS."""
+"""`diskferry serve`: the daemon with its Kubernetes-shaped API on HTTPS; `--stop` stops it and
+its workers for good."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Annotated
 
 import typer
 
+from diskferry.cli.common import note
 from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT, PROXY_PORT, default_data_dir
+
+# how long `--stop` gives the daemon, then its workers, to end after SIGTERM before SIGKILL
+STOP_SECONDS = 90
 
 
 def serve(
@@ -35,12 +40,28 @@ def serve(
             help="Reconcile the resources (run imports, exports, snapshots), or only serve them.",
         ),
     ] = True,
+    stop: Annotated[
+        bool,
+        typer.Option(
+            "--stop",
+            help="Stop for good the daemon serving --data-dir, if one runs, and every worker "
+            f"it started (SIGTERM, then SIGKILL after {STOP_SECONDS} s), wait for them, and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Run the daemon: the API kubectl drives and the controllers, until SIGTERM or SIGINT.
 
-    Workers keep running when the daemon stops; the next one re-attaches to them."""
+    A daemon stopped by SIGTERM or SIGINT leaves its workers (imports, exports, the export
+    proxy, backups) running, and the next one started on the same data directory re-attaches
+    to them: a restart or an upgrade cuts no transfer. To stop the daemon and all its workers,
+    run `diskferry serve --stop --data-dir DIR`; a worker whose data directory is removed
+    stops by itself within seconds."""
+    if stop:
+        _stop(data_dir or default_data_dir())
+        return
     from diskferry.control.controllers import Controllers
     from diskferry.control.daemon import Daemon
+    from diskferry.control.runner.stop import serving
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
@@ -50,7 +71,24 @@ def serve(
         return Controllers(daemon.data_dir, daemon.service, proxy_port=proxy_port)
 
     background = [reconcile] if controllers else []
-    Daemon(data_dir or default_data_dir(), address=address, port=port, background=background).run()
+    daemon = Daemon(
+        data_dir or default_data_dir(), address=address, port=port, background=background
+    )
+    with serving(daemon.data_dir):
+        daemon.run()
+
+
+def _stop(data_dir: Path) -> None:
+    """Stop the daemon of `data_dir` and its workers, and say what was stopped."""
+    from diskferry.control.runner.stop import stop_data_dir
+
+    stopped = stop_data_dir(data_dir, STOP_SECONDS)
+    count = len(stopped.workers)
+    workers = f"{count} worker{'' if count == 1 else 's'} of {data_dir}"
+    if stopped.daemon is not None:
+        workers = f"the daemon (pid {stopped.daemon}) and {workers}"
+    named = f": {', '.join(stopped.workers)}" if stopped.workers else ""
+    note(f"stopped {workers}{named}")
 
 
 def register(app: typer.Typer) -> None:

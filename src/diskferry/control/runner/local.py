@@ -15,7 +15,9 @@ its scratch leaves the tail of its log in DATA_DIR/jobs/logs/<job-id>.log, until
 A worker starts behind a gate (`diskferry.worker.gate`) and does nothing until the runner,
 having written its state.json, releases it; one whose starter died before that ends at once
 and leaves `never-ran`, and the job counts as never started: a job runs at most once, and
-never unrecorded, whenever the daemon is killed.
+never unrecorded, whenever the daemon is killed. `stop_all` ends every worker for good (what
+`diskferry serve --stop` does once the daemon is gone), and a worker whose job directory is
+removed ends by itself (`diskferry.worker.jobdir`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from diskferry.control.runner.base import LOG_LINES, JobState
 from diskferry.control.runner.tail import first_line, tail_lines
@@ -44,6 +47,9 @@ from diskferry.worker.gate import NEVER_RAN, RELEASE
 from diskferry.worker.job import JOB_ID_PATTERN
 
 PROGRESS_TIMEOUT = 1.0
+STOP_POLL_SECONDS = 0.1
+# how long a worker sent SIGKILL may take to be gone
+KILL_SECONDS = 10.0
 FAILED = "failed"
 LOGS = "logs"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -58,6 +64,14 @@ on_start_step: Callable[[str], None] | None = None
 def _step(name: str) -> None:
     if on_start_step is not None:
         on_start_step(name)
+
+
+class _Look(NamedTuple):
+    """A job as `LocalRunner._look` found it."""
+
+    directory: Path
+    record: dict[str, Any]
+    running: bool
 
 
 class JobStartError(DiskferryError):
@@ -211,26 +225,38 @@ class LocalRunner:
         alive = same_boot and known and procstat.is_same(pid, started)
         return alive, record.get("exitCode")
 
+    def _look(self, job_id: str) -> _Look | None:
+        """The job as it is now, its record brought up to date (port, exit code) and an ended
+        job's credential files removed; None when there is no such job, or it never ran. The
+        caller holds the lock."""
+        directory = self._dir(job_id)
+        if directory is None:
+            return None
+        record = _read_json(directory / "state.json") or {}
+        running, code = self._alive(job_id, record)
+        if not running and (directory / NEVER_RAN).exists():
+            shutil.rmtree(directory)  # its starter died before releasing it: never started
+            return None
+        port = record.get("port") or self._port(directory)
+        if (port, code) != (record.get("port"), record.get("exitCode")):
+            record = {**record, "port": port, "exitCode": code}
+            self._save(directory, record)
+        if not running:
+            _remove_credentials(directory, record)
+        return _Look(directory, record, running)
+
     def state(self, job_id: str) -> JobState | None:
         """The job's state: /progress while it runs, the last stdout line's result once ended."""
         with self._lock:
-            directory = self._dir(job_id)
-            if directory is None:
-                return None
-            record = _read_json(directory / "state.json") or {}
-            running, code = self._alive(job_id, record)
-            if not running and (directory / NEVER_RAN).exists():
-                shutil.rmtree(directory)  # its starter died before releasing it: never started
-                return None
-            port = record.get("port") or self._port(directory)
-            if (port, code) != (record.get("port"), record.get("exitCode")):
-                self._save(directory, {**record, "port": port, "exitCode": code})
-            if not running:
-                _remove_credentials(directory, record)
-        if running:
+            look = self._look(job_id)
+        if look is None:
+            return None
+        port = look.record["port"]
+        if look.running:
             progress = _progress(port) if port else None
             return JobState(job_id, True, progress=progress, port=port)
-        return JobState(job_id, False, result=self._result(directory), exit_code=code, port=port)
+        result = self._result(look.directory)
+        return JobState(job_id, False, result=result, exit_code=look.record["exitCode"], port=port)
 
     def _port(self, directory: Path) -> int | None:
         line = first_line(directory / "stdout")
@@ -257,13 +283,42 @@ class LocalRunner:
 
     def cancel(self, job_id: str) -> None:
         """SIGTERM to the worker's process group while the worker is the one started."""
+        self._signal(job_id, signal.SIGTERM)
+
+    def _signal(self, job_id: str, sig: int) -> bool:
+        """Send `sig` to the worker's process group while the worker is the one started;
+        whether it was running."""
         with self._lock:
-            directory = self._dir(job_id)
-            record = _read_json(directory / "state.json") if directory else None
-            if record is None or not self._alive(job_id, record)[0]:
-                return
+            look = self._look(job_id)
+        if look is None or not look.running:
+            return False
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(record["pid"], signal.SIGTERM)
+            os.killpg(look.record["pid"], sig)
+        return True
+
+    def stop_all(self, timeout: float) -> list[str]:
+        """SIGTERM every worker still running and wait for each to end, SIGKILL those left
+        after `timeout` seconds; the ids of the jobs that were running."""
+        running = [job_id for job_id in self.job_ids() if self._signal(job_id, signal.SIGTERM)]
+        if not self._wait_ended(running, timeout):
+            for job_id in running:
+                self._signal(job_id, signal.SIGKILL)
+            self._wait_ended(running, KILL_SECONDS)
+        return running
+
+    def _wait_ended(self, job_ids: list[str], timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the workers of `job_ids` to end; whether they did."""
+        deadline = time.monotonic() + timeout
+        while any(self._running(job_id) for job_id in job_ids):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(STOP_POLL_SECONDS)
+        return True
+
+    def _running(self, job_id: str) -> bool:
+        with self._lock:
+            look = self._look(job_id)
+        return look is not None and look.running
 
     def read_file(self, job_id: str, name: str) -> bytes | None:
         """A file in the job's directory, None when the job or the file is not there."""
