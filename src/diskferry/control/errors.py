@@ -110,3 +110,27 @@ class InvalidError(ApiError):
 
     code = 422
     reason = "Invalid"
+
+
+class RequestEntityTooLargeError(ApiError):
+    """The request's body, or the object it would store, is larger than the server takes."""
+
+    code = 413
+    reason = "RequestEntityTooLarge"
+
+
+class TooManyRequestsError(ApiError):
+    """The server takes no more such requests now; the client may try again after a while."""
+
+    code = 429
+    reason = "TooManyRequests"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def to_status(self) -> dict[str, Any]:
+        """The Status, with the seconds to wait before trying again."""
+        status = super().to_status()
+        status.setdefault("details", {})["retryAfterSeconds"] = self.retry_after
+        return status

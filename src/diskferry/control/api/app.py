@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from diskferry.control.api import discovery, media, openapi
+from diskferry.control.api.limits import RequestLimits, answer
 from diskferry.control.api.metrics import Metrics
 from diskferry.control.api.resources import ResourceApi
 from diskferry.control.api.watch import Watcher
@@ -68,7 +69,10 @@ class ApiServer:
     def _authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip(), self.token)
+        # bytes, so that a token of any characters is compared (strings must be ASCII)
+        return scheme.lower() == "bearer" and secrets.compare_digest(
+            given.strip().encode(), self.token.encode()
+        )
 
     def _object_counts(self) -> dict[str, int]:
         counts = {}
@@ -85,6 +89,9 @@ class ApiServer:
             redoc_url=None,
             redirect_slashes=False,
         )
+        # inside the authentication (added after, it wraps this): only requests whose token
+        # passed count, and the 413 rises in the handler's frames, to the ApiError handler
+        app.add_middleware(RequestLimits)
 
         @app.middleware("http")
         async def authenticate(request: Request, call_next: Any) -> Response:
@@ -100,7 +107,7 @@ class ApiServer:
 
         @app.exception_handler(ApiError)
         async def api_error(request: Request, error: ApiError) -> Response:
-            return JSONResponse(error.to_status(), status_code=error.code)
+            return answer(error)
 
         @app.exception_handler(HTTPException)
         async def http_error(request: Request, error: HTTPException) -> Response:

@@ -102,7 +102,10 @@ def _fields(data: bytes) -> list[tuple[int, int, Any]]:
 
 def _scalar(kind: str, value: Any) -> Any:
     if kind == "string":
-        return bytes(value).decode()
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            raise BadRequestError("protobuf body: a string is not UTF-8") from None
     if kind == "bytes":
         return base64.b64encode(bytes(value)).decode()
     if kind == "bool":
@@ -112,14 +115,21 @@ def _scalar(kind: str, value: Any) -> Any:
     return bytes(value)
 
 
+def _wire(kind: str) -> int:
+    """The wire type a field of `kind` is sent in: numbers as varints, the rest as bytes."""
+    return VARINT if kind in ("int", "bool") else BYTES
+
+
 def message(name: str, data: bytes) -> dict[str, Any]:
     """The message `name` encoded in `data`, as its JSON object."""
     schema = MESSAGES[name]
     out: dict[str, Any] = {}
-    for number, _, value in _fields(data):
+    for number, wire, value in _fields(data):
         if number not in schema:
             continue
         key, kind, repeated = schema[number]
+        if wire != _wire(kind):
+            raise BadRequestError(f"protobuf body: {name}.{key} is sent in wire type {wire}")
         if kind.startswith("map_"):
             entry = message("MapString" if kind == "map_string" else "MapBytes", value)
             out.setdefault(key, {})[entry.get("key", "")] = entry.get("value", "")

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-import yaml
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from diskferry.control.api import media, protobuf
+from diskferry.control.api import bodies, media
 from diskferry.control.api.paths import Target, resolve
 from diskferry.control.api.tables import table
 from diskferry.control.api.watch import Watcher
@@ -79,16 +77,7 @@ def _answer(body: Any, code: int = 200, warnings: list[str] | None = None) -> JS
 
 
 async def _decode(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        return None
-    kind = media.body_type(request.headers.get("content-type"))
-    if kind == protobuf.MEDIA_TYPE:
-        return protobuf.decode(raw)
-    try:
-        return yaml.safe_load(raw) if kind == "application/yaml" else json.loads(raw)
-    except (ValueError, yaml.YAMLError) as error:
-        raise BadRequestError(f"the body of the request cannot be decoded: {error}") from None
+    return bodies.decode(await request.body(), request.headers.get("content-type"))
 
 
 async def _object(request: Request) -> dict[str, Any]:
@@ -272,13 +261,7 @@ class ResourceApi:
         self, request: Request, target: Target, dry_run: bool, validation: Any
     ) -> Response:
         """Server-side apply: the configuration's fields owned by its field manager."""
-        raw = await request.body()
-        try:
-            body = yaml.safe_load(raw)
-        except yaml.YAMLError as error:
-            raise BadRequestError(f"the apply configuration cannot be decoded: {error}") from None
-        if not isinstance(body, dict):
-            raise BadRequestError("the apply configuration must be an object")
+        body = bodies.apply_configuration(await request.body())
         manager = request.query_params.get("fieldManager")
         if not manager:
             raise BadRequestError("fieldManager: Required value: is required for apply patch")

@@ -7,7 +7,13 @@ import copy
 import json
 from typing import Any
 
-from diskferry.control.errors import BadRequestError, InvalidError, UnsupportedMediaTypeError
+from diskferry.control.errors import (
+    BadRequestError,
+    InvalidError,
+    RequestEntityTooLargeError,
+    UnsupportedMediaTypeError,
+)
+from diskferry.control.store.values import MAX_DEPTH, depth, loads, too_deep
 
 PATCH_TYPES = {
     "merge": "merge",
@@ -31,6 +37,11 @@ DIRECTIVE = "$patch"
 DELETE_FROM = "$deleteFromPrimitiveList/"
 ELEMENT_ORDER = "$setElementOrder/"
 RETAIN_KEYS = "$retainKeys"
+PATCH = "the patch"
+# as kube-apiserver: operations in one JSON patch; and what its copies may add up to, in
+# encoded bytes (more than an object may hold would never be stored)
+MAX_JSON_PATCH_OPERATIONS = 10_000
+MAX_COPIED_BYTES = 3 << 19
 
 
 def patch_kind(patch_type: str, *, strategic: bool) -> str:
@@ -48,12 +59,10 @@ def patch_kind(patch_type: str, *, strategic: bool) -> str:
 
 
 def decode(patch: Any) -> Any:
-    """The patch as JSON values, from bytes, text or values already decoded."""
+    """The patch as JSON values, from bytes, text or values already decoded; BadRequestError
+    when it is no JSON or is nested too deep."""
     if isinstance(patch, bytes | str):
-        try:
-            return json.loads(patch)
-        except ValueError as error:
-            raise BadRequestError(f"error decoding patch: {error}") from None
+        return loads(patch, PATCH)
     return patch
 
 
@@ -147,11 +156,29 @@ def _add(doc: Any, parts: list[str], value: Any) -> Any:
     return doc
 
 
+def _placed(parts: list[str], value: Any) -> Any:
+    """`value`, when put at `parts` it is nested MAX_DEPTH deep at most; else the 400."""
+    if len(parts) + depth(value) > MAX_DEPTH:
+        raise too_deep("the patched object")
+    return value
+
+
 def json_patch(target: Any, operations: Any) -> Any:
-    """RFC 6902: add, remove, replace, move, copy and test, applied in order, all or nothing."""
+    """RFC 6902: add, remove, replace, move, copy and test, applied in order, all or nothing.
+
+    As kube-apiserver: at most MAX_JSON_PATCH_OPERATIONS operations, and copies of at most
+    MAX_COPIED_BYTES in all (each copy may double the object); nothing is nested deeper than
+    MAX_DEPTH.
+    """
     if not isinstance(operations, list):
         raise BadRequestError("a JSON patch must be a JSON array of operations")
+    if len(operations) > MAX_JSON_PATCH_OPERATIONS:
+        raise RequestEntityTooLargeError(
+            f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS},"
+            f" got {len(operations)}"
+        )
     doc = copy.deepcopy(target)
+    copied = 0
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise BadRequestError(f"invalid JSON patch operation {op!r}")
@@ -159,19 +186,28 @@ def json_patch(target: Any, operations: Any) -> Any:
         if name in ("add", "replace", "test") and "value" not in op:
             raise BadRequestError(f"JSON patch {name} at {op['path']} has no value")
         if name == "add":
-            doc = _add(doc, parts, copy.deepcopy(op["value"]))
+            doc = _add(doc, parts, copy.deepcopy(_placed(parts, op["value"])))
         elif name == "remove":
             _remove(doc, parts)
         elif name == "replace":
+            _placed(parts, op["value"])
             if parts:
                 _remove(doc, parts)
             doc = _add(doc, parts, copy.deepcopy(op["value"]))
-        elif name in ("move", "copy"):
+        elif name == "move":
             source = _pointer(op.get("from"))
-            if name == "move" and parts[: len(source)] == source and parts != source:
+            if parts[: len(source)] == source and parts != source:
                 raise InvalidError(f"cannot move {op.get('from')} into itself")
-            value = _remove(doc, source) if name == "move" else copy.deepcopy(_get(doc, source))
-            doc = _add(doc, parts, value)
+            _placed(parts, _get(doc, source))
+            doc = _add(doc, parts, _remove(doc, source))
+        elif name == "copy":
+            value = _placed(parts, _get(doc, _pointer(op.get("from"))))
+            copied += len(json.dumps(value, separators=(",", ":")))
+            if copied > MAX_COPIED_BYTES:
+                raise RequestEntityTooLargeError(
+                    f"the JSON patch copies more than {MAX_COPIED_BYTES} bytes"
+                )
+            doc = _add(doc, parts, copy.deepcopy(value))
         elif name == "test":
             if _get(doc, parts) != op["value"]:
                 raise InvalidError(f"test operation at {op['path']} failed")
@@ -193,22 +229,36 @@ def strategic_merge_patch(target: Any, patch: Any, path: str = "") -> Any:
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != DIRECTIVE}
     result = dict(target) if isinstance(target, dict) else {}
     if RETAIN_KEYS in patch:
-        result = {k: v for k, v in result.items() if k in patch[RETAIN_KEYS]}
+        result = {k: v for k, v in result.items() if k in _listed(patch, RETAIN_KEYS)}
     for key, value in patch.items():
         if key in (DIRECTIVE, RETAIN_KEYS) or key.startswith(ELEMENT_ORDER):
             continue
         if key.startswith(DELETE_FROM):
             field = key[len(DELETE_FROM) :]
-            result[field] = [v for v in result.get(field) or [] if v not in value]
+            deleted = _listed(patch, key)
+            result[field] = [v for v in _list(result.get(field)) if v not in deleted]
             continue
         where = f"{path}.{key}" if path else key
         if value is None or (isinstance(value, dict) and value.get(DIRECTIVE) == "delete"):
             result.pop(key, None)
         elif isinstance(value, list) and where in MERGE_KEYS:
-            result[key] = _merge_list(result.get(key) or [], value, MERGE_KEYS[where], where)
+            result[key] = _merge_list(_list(result.get(key)), value, MERGE_KEYS[where], where)
         else:
             result[key] = strategic_merge_patch(result.get(key), value, where)
     return result
+
+
+def _listed(patch: dict[str, Any], directive: str) -> list[Any]:
+    """The list a directive of the patch gives; BadRequestError when it gives something else."""
+    value = patch[directive]
+    if not isinstance(value, list):
+        raise BadRequestError(f"{directive} must be a list")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    """A list field of the object, as a list: what is no list counts as none."""
+    return value if isinstance(value, list) else []
 
 
 def _merge_list(target: list[Any], patch: list[Any], key: str, path: str) -> list[Any]:
@@ -218,7 +268,14 @@ def _merge_list(target: list[Any], patch: list[Any], key: str, path: str) -> lis
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise BadRequestError(f"{path}: every item needs the merge key {key!r}")
-        at = next((i for i, old in enumerate(merged) if old.get(key) == item[key]), None)
+        at = next(
+            (
+                i
+                for i, old in enumerate(merged)
+                if isinstance(old, dict) and old.get(key) == item[key]
+            ),
+            None,
+        )
         if item.get(DIRECTIVE) == "delete":
             if at is not None:
                 merged.pop(at)
