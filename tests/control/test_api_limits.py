@@ -1,5 +1,6 @@
-"""Hostile requests answered with a Status, never a 500 nor an unbounded object: the body
-limit, nesting, YAML anchors and aliases, JSON patch copies, protobuf fields and tokens."""
+"""Hostile requests answered with a Status, never a 500 nor an unbounded object: the body and
+object size limits, nesting, YAML anchors and aliases, JSON patch copies, managedFields,
+protobuf fields and tokens."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from diskferry.control.api.app import ApiServer
 from diskferry.control.api.limits import MAX_BODY_BYTES
+from diskferry.control.store.db import MAX_OBJECT_BYTES
 from diskferry.control.store.values import MAX_DEPTH
 
 __all__ = ["client", "server"]
@@ -160,11 +162,85 @@ def test_a_chunked_body_over_the_limit_is_413(client: TestClient) -> None:
     _status(client.post(VD, content=chunks()), 413, "RequestEntityTooLarge")
 
 
+def test_an_object_over_the_size_limit_is_413_and_not_stored(client: TestClient) -> None:
+    big = disk("big")
+    big["metadata"]["annotations"] = {"a": "x" * MAX_OBJECT_BYTES}
+    answer = client.post(VD, json=big)
+    assert "object" in _status(answer, 413, "RequestEntityTooLarge")["message"]
+    assert client.get(f"{VD}/big").status_code == 404
+    small = client.post(VD, json=disk("big")).json()
+    grown = {"metadata": {"annotations": {"a": "x" * MAX_OBJECT_BYTES}}}
+    answer = client.patch(f"{VD}/big", content=json.dumps(grown), headers=MERGE)
+    _status(answer, 413, "RequestEntityTooLarge")
+    assert client.get(f"{VD}/big").json() == small
+
+
 def test_too_many_json_patch_operations_are_413(client: TestClient) -> None:
     client.post(VD, json=disk())
     operations = [{"op": "test", "path": "/kind", "value": "VirtualDisk"}] * 10001
     answer = client.patch(f"{VD}/vd1", content=json.dumps(operations), headers=JSON_PATCH)
     assert "10000" in _status(answer, 413, "RequestEntityTooLarge")["message"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"manager": "m" * 129, "operation": "Apply"}, "metadata.managedFields[0].manager"),
+        ({"manager": "m\n", "operation": "Apply"}, "metadata.managedFields[0].manager"),
+        ({"manager": "m", "operation": "Apply", "bogus": {"x": 1}}, "bogus"),
+        ({"manager": "m", "operation": "Apply", "subresource": "s" * 257}, "subresource"),
+        ({"manager": "m", "operation": "Update", "time": "yesterday"}, "time"),
+        ({"manager": ["m"], "operation": "Update"}, "metadata.managedFields[0].manager"),
+    ],
+)
+def test_managed_fields_entries_are_checked(client: TestClient, entry: dict, field: str) -> None:
+    manifest = disk()
+    manifest["metadata"]["managedFields"] = [entry]
+    body = _status(client.post(VD, json=manifest), 422, "Invalid")
+    assert any(field in cause["field"] for cause in body["details"]["causes"]), body
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"manager": "m", "operation": "Delete"},
+        {"manager": "m", "operation": "Apply", "fieldsType": "FieldsV2"},
+        {"manager": "m", "operation": "Apply", "fieldsV1": {"f:a": {"f:b": 1}}},
+        {"manager": "m", "operation": "Apply", "fieldsV1": {"a": {}}},
+    ],
+    ids=["operation", "fieldsType", "fieldsV1-value", "fieldsV1-key"],
+)
+def test_managed_fields_kubernetes_cannot_decode_are_not_stored(
+    client: TestClient, entry: dict
+) -> None:
+    manifest = disk()
+    manifest["metadata"]["managedFields"] = [entry]
+    created = client.post(VD, json=manifest, headers={"User-Agent": ""})
+    assert created.status_code == 201, created.text
+    assert "managedFields" not in created.json()["metadata"]
+    applied = {"spec": {"persistentVolumeClaim": {"size": "1Gi"}}}
+    owned = client.patch(f"{VD}/vd1", content=json.dumps(applied), headers=MERGE)
+    kept = owned.json()["metadata"]["managedFields"]
+    updated = {**owned.json(), "metadata": {**owned.json()["metadata"], "managedFields": [entry]}}
+    answer = client.put(f"{VD}/vd1", json=updated, headers={"User-Agent": ""})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["metadata"]["managedFields"] == kept
+
+
+def test_managed_fields_entries_as_kubernetes_writes_them_are_taken(client: TestClient) -> None:
+    manifest = disk()
+    entry = {
+        "manager": "kubectl-client-side-apply",
+        "operation": "Update",
+        "apiVersion": "diskferry.io/v1alpha1",
+        "time": "2026-01-02T03:04:05Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:persistentVolumeClaim": {"f:size": {}}}, ".": {}},
+    }
+    manifest["metadata"]["managedFields"] = [entry]
+    answer = client.post(VD, json=manifest, headers={"User-Agent": ""})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["metadata"]["managedFields"] == [entry]
 
 
 def _varint(value: int) -> bytes:

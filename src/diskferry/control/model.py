@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GROUP = "diskferry.io"
 VERSION = "v1alpha1"
@@ -34,6 +34,46 @@ class OwnerReference(ApiModel):
     block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion")
 
 
+class ManagedFieldsEntry(ApiModel):
+    """The fields one manager owns, as kube-apiserver's ManagedFieldsEntry and its checks."""
+
+    manager: str = Field(default="", max_length=128)
+    operation: Literal["Apply", "Update"]
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    time: datetime | None = None
+    fields_type: Literal["FieldsV1"] | None = Field(default=None, alias="fieldsType")
+    fields_v1: dict[str, Any] | None = Field(default=None, alias="fieldsV1")
+    subresource: str | None = Field(default=None, max_length=256)
+
+    @field_validator("manager")
+    @classmethod
+    def _printable(cls, manager: str) -> str:
+        if not manager.isprintable():
+            raise ValueError("must hold printable characters only")
+        return manager
+
+    @field_validator("fields_v1")
+    @classmethod
+    def _fields_set(cls, tree: dict[str, Any] | None) -> dict[str, Any] | None:
+        if tree is not None and not is_fields_v1(tree):
+            raise ValueError("a FieldsV1 set holds objects under keys '.', f:, k:, v: or i:")
+        return tree
+
+
+def is_fields_v1(tree: Any) -> bool:
+    """Whether `tree` is a FieldsV1 set: objects under keys `.`, `f:`, `k:`, `v:` or `i:`,
+    down to `{}` (walked without recursion)."""
+    nodes = [tree]
+    while nodes:
+        node = nodes.pop()
+        if not isinstance(node, dict):
+            return False
+        if any(key != "." and key[:2] not in ("f:", "k:", "v:", "i:") for key in node):
+            return False
+        nodes.extend(node.values())
+    return True
+
+
 class ObjectMeta(ApiModel):
     """The metadata of every object, as Kubernetes has it."""
 
@@ -49,7 +89,7 @@ class ObjectMeta(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     finalizers: list[str] = Field(default_factory=list)
     owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
-    managed_fields: list[dict[str, Any]] | None = Field(default=None, alias="managedFields")
+    managed_fields: list[ManagedFieldsEntry] | None = Field(default=None, alias="managedFields")
 
 
 class Condition(ApiModel):

@@ -283,6 +283,8 @@ class ObjectService:
         meta = body["metadata"]
         if meta.get("resourceVersion"):
             raise BadRequestError("resourceVersion should not be set on objects to be created")
+        if not applies.decodable(meta.get("managedFields", [])):  # as kube-apiserver: none
+            meta.pop("managedFields")
         scope = self._create_scope(info, namespace, meta)
         for key in SERVER_FIELDS:
             meta.pop(key, None)
@@ -495,8 +497,9 @@ class ObjectService:
                 meta[key] = cur_meta[key]
             else:
                 meta.pop(key, None)
-        if meta.get("managedFields") is None and "managedFields" in cur_meta:
-            meta["managedFields"] = copy.deepcopy(cur_meta["managedFields"])
+        given = meta.get("managedFields")
+        if given is None or not applies.decodable(given):  # as kube-apiserver: the object's own
+            meta["managedFields"] = copy.deepcopy(cur_meta.get("managedFields"))
         if info.has_status:
             if "status" in current:
                 new["status"] = copy.deepcopy(current["status"])

@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from diskferry.control.errors import ConflictError
+from diskferry.control.model import is_fields_v1
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]
@@ -33,6 +34,19 @@ UNTRACKED_META = (
     "managedFields",
     "selfLink",
 )
+
+
+def decodable(entries: Any) -> bool:
+    """Whether `entries` are managedFields kube-apiserver decodes: objects whose operation is
+    Apply or Update, whose fieldsType is FieldsV1 (or none), and whose fieldsV1 is a FieldsV1
+    set. Entries it cannot decode it does not refuse: it keeps the object's own instead."""
+    return isinstance(entries, list) and all(
+        isinstance(entry, dict)
+        and entry.get("operation") in (APPLY, UPDATE)
+        and entry.get("fieldsType", FIELDS_TYPE) == FIELDS_TYPE
+        and is_fields_v1(entry.get("fieldsV1", {}))
+        for entry in entries
+    )
 
 
 def _leaves(value: Any, prefix: Path = ()) -> set[Path]:

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diskferry.control.errors import RequestEntityTooLargeError
 from diskferry.disk.errors import DiskferryError
 
 SCHEMA_VERSION = 1
 TRIM_EVERY = 64
+# what one object may take encoded, as etcd's request limit: no write makes one larger
+MAX_OBJECT_BYTES = 3 << 19
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -179,7 +182,8 @@ class Tx:
         """Store `obj` (remove it, for DELETED) at the next resourceVersion; returns it so.
 
         The change feed keeps the object as it was before, for watches filtering on it and
-        for continued lists reading an older snapshot.
+        for continued lists reading an older snapshot. RequestEntityTooLargeError when the
+        object would be larger than MAX_OBJECT_BYTES encoded, and larger than it was.
         """
         self.rv += 1
         meta = obj["metadata"]
@@ -193,12 +197,18 @@ class Tx:
             meta.pop("resourceVersion", None)
         else:
             meta["resourceVersion"] = version
+        data = _dumps(obj)
+        grown = row is None or len(data) > len(row[0])
+        if type_ != "DELETED" and len(data) > MAX_OBJECT_BYTES and grown:
+            raise RequestEntityTooLargeError(
+                f"{kind} {namespace}/{name}: the object would take {len(data)} bytes encoded,"
+                f" more than the {MAX_OBJECT_BYTES} an object may take"
+            )
         self.conn.execute("UPDATE counters SET value = ? WHERE name = 'rv'", (self.rv,))
         if row is not None:
             self.conn.execute(
                 "DELETE FROM owners WHERE kind = ? AND namespace = ? AND name = ?", key
             )
-        data = _dumps(obj)
         if type_ == "DELETED":
             self.conn.execute(
                 "DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", key
