@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from diskferry.control.api import watch
 from diskferry.control.api.app import ApiServer
+from diskferry.control.errors import TooManyRequestsError
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
@@ -93,3 +95,39 @@ def test_bookmarks_when_allowed(client: TestClient, monkeypatch: pytest.MonkeyPa
     assert allowed[-1]["object"]["metadata"]["resourceVersion"] == rv
     assert allowed[-1]["object"]["kind"] == "VirtualDisk"
     assert _events(client, VD, resourceVersion=rv, timeoutSeconds=1) == []
+
+
+def test_watches_are_bounded_per_client_and_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "MAX_WATCHES", 3)
+    monkeypatch.setattr(watch, "MAX_WATCHES_PER_CLIENT", 2)
+    service = ObjectService(tmp_path / "state.db", REGISTRY)
+    watcher = watch.Watcher()
+
+    def start() -> object:
+        return service.watch(VIRTUAL_DISKS, None, resource_version=service.resource_version())
+
+    async def open_from(client: str) -> object:
+        return await watcher.response(start, None, client=client, timeout=1, bookmarks=False)
+
+    async def scenario() -> list[str]:
+        refusals = []
+        first = await open_from("a")
+        await open_from("a")
+        for address in ("a", "b", "c"):
+            try:
+                await open_from(address)
+            except TooManyRequestsError as error:
+                assert error.retry_after == 1
+                refusals.append(address)
+        first.done()
+        await open_from("c")
+        return refusals
+
+    try:
+        assert asyncio.run(scenario()) == ["a", "c"]
+        assert watcher.open == 3 and dict(watcher.by_client) == {"a": 1, "b": 1, "c": 1}
+    finally:
+        watcher.close()
+        service.close()

@@ -33,7 +33,7 @@ from diskferry.control.resources.updates import check_update
 from diskferry.control.store import apply as applies
 from diskferry.control.store import patch as patches
 from diskferry.control.store.db import Database, Key, Tx
-from diskferry.control.store.feed import Feed, Watch, WatchEvent, too_old
+from diskferry.control.store.feed import Feed, Watch
 from diskferry.control.store.selectors import matcher, parse_fields, parse_labels
 from diskferry.control.validation import FieldValidation, validate
 
@@ -129,14 +129,12 @@ class ObjectService:
         self.registry = registry
         self.clock = clock or Clock()
         self.db = Database(db_path, keep_changes=keep_changes)
-        self.feed = Feed()
+        self.feed = Feed(self.db)
         self._kinds = {kind_key(info): info for info in registry.kinds}
         with self._writing(dry_run=False) as tx:
             if tx.get(kind_key(NAMESPACES), "", DEFAULT_NAMESPACE) is None:
                 body = self._body(NAMESPACES, {"metadata": {"name": DEFAULT_NAMESPACE}})
                 self._insert(tx, NAMESPACES, None, body)
-        with self.db.read() as tx:
-            self.feed.published(tx.current_rv())
 
     def close(self) -> None:
         """Wake every watch for good and close the state file."""
@@ -145,11 +143,8 @@ class ObjectService:
 
     @contextmanager
     def _writing(self, *, dry_run: bool) -> Iterator[Tx]:
-        with self.db.write(commit=not dry_run) as tx:
+        with self.db.write(commit=not dry_run) as tx:  # the feed gets what it commits
             yield tx
-            rv = tx.rv
-        if not dry_run:
-            self.feed.published(rv)
 
     def resource_version(self) -> str:
         """The store's current resourceVersion."""
@@ -705,17 +700,10 @@ class ObjectService:
         match = matcher(parse_labels(label_selector), parse_fields(field_selector, info))
         scope = namespace if namespace and (info is None or info.namespaced) else None
         kinds = [info] if info is not None else self.registry.kinds
-        initial: list[WatchEvent] = []
-        with self.db.read() as tx:
-            if resource_version in (None, "", "0"):
-                start = tx.current_rv()
-                for each in kinds:
-                    rows = tx.rows_at(kind_key(each), scope, None, start)
-                    initial.extend(WatchEvent("ADDED", obj) for _, obj in rows if match(obj))
-            else:
-                start = _parse_rv(resource_version)
-                if start < tx.trimmed():
-                    raise too_old(start, tx.trimmed())
+        if resource_version in (None, "", "0"):
+            start, listing = int(self.resource_version()), [kind_key(each) for each in kinds]
+        else:
+            start, listing = _parse_rv(resource_version), []
 
         def bookmark(rv: int) -> Obj:
             api_version, kind = (info.api_version, info.kind) if info else ("v1", "Status")
@@ -732,7 +720,7 @@ class ObjectService:
             kind=kind_key(info) if info else None,
             namespace=scope,
             match=match,
-            initial=initial,
+            listing=listing,
             bookmark=bookmark,
         )
 

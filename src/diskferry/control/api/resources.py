@@ -195,9 +195,11 @@ class ResourceApi:
                 target.info, target.namespace, resource_version=rv, **selectors
             )
 
+        wants_table = media.wants_table(request.headers.get("accept"))
         return await self.watcher.response(
             start,
-            self._encoder(request, target.info),
+            self._encoder(request, target.info) if wants_table else None,
+            client=request.client.host if request.client else "",
             timeout=timeout,
             bookmarks=_flag(request, "allowWatchBookmarks"),
         )

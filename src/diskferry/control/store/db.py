@@ -10,13 +10,14 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from diskferry.control.errors import RequestEntityTooLargeError
+from diskferry.control.store.document import Document
 from diskferry.disk.errors import DiskferryError
 
 SCHEMA_VERSION = 1
@@ -56,23 +57,35 @@ class StoreError(DiskferryError):
 
 @dataclass(frozen=True)
 class Change:
-    """One row of the change feed: what happened to which object at which resourceVersion."""
+    """One row of the change feed: what happened to which object at which resourceVersion,
+    the object as written and as it was before (None when it did not exist)."""
 
     rv: int
     type: str
     kind: str
     namespace: str
     name: str
-    data: dict[str, Any]
-    old: dict[str, Any] | None
+    data: Document
+    old: Document | None
+
+    @property
+    def size(self) -> int:
+        """The bytes of its encoded objects."""
+        return len(self.data.text) + (len(self.old.text) if self.old else 0)
+
+
+# what a listener is given of each commit: its changes, and where the feed now starts after
+Listener = Callable[[list[Change], int], None]
 
 
 def _dumps(obj: dict[str, Any]) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _loads(text: str | None) -> dict[str, Any] | None:
-    return None if text is None else json.loads(text)
+def _change(row: tuple[Any, ...]) -> Change:
+    rv, type_, kind, namespace, name, data, old = row
+    before = None if old is None else Document(old.encode())
+    return Change(rv, type_, kind, namespace, name, Document(data.encode()), before)
 
 
 class Tx:
@@ -88,6 +101,7 @@ class Tx:
         self.keep_changes = keep_changes
         self.dry_run = dry_run
         self.rv = self.current_rv()
+        self.written: list[Change] = []
 
     def _counter(self, name: str) -> int:
         row = self.conn.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
@@ -136,47 +150,51 @@ class Tx:
             self.conn.execute(f"SELECT count(*) FROM objects WHERE {where}", args).fetchone()[0]
         )
 
-    def rows_at(
+    def texts_at(
         self, kind: str, namespace: str | None, after: Key | None, snapshot: int
-    ) -> Iterator[tuple[Key, dict[str, Any]]]:
-        """The objects of `kind` as they were at resourceVersion `snapshot`, in key order.
+    ) -> Iterator[tuple[Key, str]]:
+        """The encoded objects of `kind` as they were at resourceVersion `snapshot`, in key
+        order, each read when the iterator comes to it.
 
         Objects written since are taken back to their state before the first change after
         `snapshot`, which the feed keeps as long as `snapshot` is not older than `trimmed()`.
         """
         where, args = _where(kind, namespace, after)
-        changed: dict[Key, str | None] = {}
+        changed: dict[Key, int | None] = {}  # the change that holds the object as it was
         if snapshot < self.current_rv():
             rows = self.conn.execute(
-                f"SELECT namespace, name, old, min(rv) FROM changes WHERE rv > ? AND {where}"
-                " GROUP BY namespace, name",
+                "SELECT namespace, name, min(rv), old IS NOT NULL FROM changes"
+                f" WHERE rv > ? AND {where} GROUP BY namespace, name",
                 (snapshot, *args),
             )
-            changed = {(ns, name): old for ns, name, old, _ in rows}
-        then = sorted((key, old) for key, old in changed.items() if old is not None)
+            changed = {(ns, name): rv if existed else None for ns, name, rv, existed in rows}
+        then = sorted((key, rv) for key, rv in changed.items() if rv is not None)
         cursor = self.conn.execute(
             f"SELECT namespace, name, data FROM objects WHERE {where} ORDER BY namespace, name",
             args,
         )
         current = (((ns, name), data) for ns, name, data in cursor if (ns, name) not in changed)
-        merged = _merge(current, iter(then))
-        for key, data in merged:
-            yield key, json.loads(data)
+        older = ((key, self._old_text(rv)) for key, rv in then)
+        yield from _merge(current, older)
 
-    def changes_after(
-        self, rv: int, kind: str | None, namespace: str | None, limit: int
-    ) -> list[Change]:
-        """Up to `limit` changes after `rv` (of `kind`, in `namespace` when given), oldest first."""
-        sql = "SELECT rv, type, kind, namespace, name, data, old FROM changes WHERE rv > ?"
-        args: list[Any] = [rv]
-        if kind is not None:
-            sql += " AND kind = ?"
-            args.append(kind)
-        if namespace is not None:
-            sql += " AND namespace = ?"
-            args.append(namespace)
-        rows = self.conn.execute(f"{sql} ORDER BY rv LIMIT ?", (*args, limit))
-        return [Change(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), _loads(r[6])) for r in rows]
+    def _old_text(self, rv: int) -> str:
+        row = self.conn.execute("SELECT old FROM changes WHERE rv = ?", (rv,)).fetchone()
+        return str(row[0])
+
+    def rows_at(
+        self, kind: str, namespace: str | None, after: Key | None, snapshot: int
+    ) -> Iterator[tuple[Key, dict[str, Any]]]:
+        """The objects of `kind` as they were at resourceVersion `snapshot`, in key order (see
+        `texts_at`)."""
+        for key, text in self.texts_at(kind, namespace, after, snapshot):
+            yield key, json.loads(text)
+
+    def latest_changes(self) -> Iterator[Change]:
+        """The changes the feed keeps, newest first, each read when the iterator comes to it."""
+        rows = self.conn.execute(
+            "SELECT rv, type, kind, namespace, name, data, old FROM changes ORDER BY rv DESC"
+        )
+        return map(_change, rows)
 
     def write(self, kind: str, obj: dict[str, Any], type_: str) -> dict[str, Any]:
         """Store `obj` (remove it, for DELETED) at the next resourceVersion; returns it so.
@@ -222,10 +240,12 @@ class Tx:
                 "INSERT OR IGNORE INTO owners VALUES (?, ?, ?, ?)",
                 [(ref["uid"], *key) for ref in meta.get("ownerReferences", [])],
             )
+        old = None if row is None else row[0]
         self.conn.execute(
-            "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (self.rv, type_, *key, data, None if row is None else row[0]),
+            "INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?, ?)", (self.rv, type_, *key, data, old)
         )
+        if not self.dry_run:
+            self.written.append(_change((self.rv, type_, *key, data, old)))
         if self.rv % TRIM_EVERY == 0 and self.rv > self.keep_changes:
             self.trim(self.rv - self.keep_changes)
         return obj
@@ -285,6 +305,7 @@ class Database:
         self._write_lock = threading.Lock()
         self._connections: dict[threading.Thread, sqlite3.Connection] = {}
         self._connections_lock = threading.Lock()
+        self._listeners: list[Listener] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
         os.chmod(path, 0o600)
@@ -321,16 +342,30 @@ class Database:
 
     @contextmanager
     def write(self, *, commit: bool = True) -> Iterator[Tx]:
-        """A write transaction; kept only when `commit` (a dry run rolls it back)."""
+        """A write transaction; kept only when `commit` (a dry run rolls it back). Once it
+        is committed, the listeners get its changes."""
         conn = self._connection()
         with self._write_lock:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield Tx(conn, self.keep_changes, dry_run=not commit)
+                tx = Tx(conn, self.keep_changes, dry_run=not commit)
+                yield tx
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT" if commit else "ROLLBACK")
+            if commit and tx.written:
+                trimmed = tx.trimmed()
+                for listener in self._listeners:
+                    listener(tx.written, trimmed)
+
+    def subscribe(self, listener: Listener) -> int:
+        """Give `listener` the changes of every transaction committed from now on, in their
+        order, each before the next transaction begins; the resourceVersion it starts after."""
+        with self._write_lock:
+            self._listeners.append(listener)
+            with self.read() as tx:
+                return tx.current_rv()
 
     @contextmanager
     def read(self) -> Iterator[Tx]:

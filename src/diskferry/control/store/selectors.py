@@ -245,11 +245,25 @@ def parse_fields(text: str | None, info: KindInfo | None) -> FieldSelector:
     return FieldSelector(tuple(terms))
 
 
-def matcher(labels: LabelSelector, fields: FieldSelector) -> Callable[[dict[str, Any]], bool]:
-    """One test of an object against both selectors."""
+@dataclass(frozen=True)
+class Matcher:
+    """One test of an object against a label and a field selector."""
 
-    def match(obj: dict[str, Any]) -> bool:
+    labels: LabelSelector
+    fields: FieldSelector
+
+    @property
+    def everything(self) -> bool:
+        """Whether every object matches (neither selector has a term): no object need be read
+        to tell."""
+        return not self.labels.requirements and not self.fields.terms
+
+    def __call__(self, obj: dict[str, Any]) -> bool:
+        """Whether `obj` matches both selectors."""
         meta = obj.get("metadata") or {}
-        return labels.matches(meta.get("labels") or {}) and fields.matches(obj)
+        return self.labels.matches(meta.get("labels") or {}) and self.fields.matches(obj)
 
-    return match
+
+def matcher(labels: LabelSelector, fields: FieldSelector) -> Matcher:
+    """One test of an object against both selectors."""
+    return Matcher(labels, fields)
