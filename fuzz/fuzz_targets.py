@@ -2,8 +2,10 @@
 
 Each target takes bytes and feeds them to one parser the way diskferry does; it lets only
 the project's typed errors (DiskferryError) through, so anything else it raises is a
-defect. `seeds()` gives well-formed inputs to start from. The atheris runner (run.py) and
-the hypothesis tests under tests/ use the same targets.
+defect. The API's targets let only client errors through (an ApiError answered 4xx), and
+check that what they return is a JSON value the store takes. `seeds()` gives well-formed
+inputs to start from. The atheris runner (run.py) and the hypothesis tests under tests/ use
+the same targets.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from functools import cache, wraps
 from pathlib import Path
+from typing import Any
 
+import yaml
 import zstandard
 
 from diskferry.backup.codec import Codec
@@ -34,6 +38,11 @@ from diskferry.backup.index import IndexEntry, decode_index, encode_index
 from diskferry.backup.keys import Keys
 from diskferry.backup.packs import PackBuilder, pack_path, read_trailer
 from diskferry.backup.snapshots import Manifest, ManifestWriter, SnapshotInfo, snapshot_path
+from diskferry.control.api import bodies, protobuf
+from diskferry.control.errors import ApiError, BadRequestError
+from diskferry.control.store import apply as applies
+from diskferry.control.store import patch as patches
+from diskferry.control.store.values import check
 from diskferry.disk.decompress import DecompressingReader, Readable
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.formats import (
@@ -84,6 +93,28 @@ def _typed(parse: Target) -> Target:
             parse(data)
 
     return target
+
+
+def _client_error(parse: Target) -> Target:
+    """`parse`, with the API's client errors (a 4xx Status) taken as a proper answer."""
+
+    @wraps(parse)
+    def target(data: bytes) -> None:
+        try:
+            parse(data)
+        except ApiError as error:
+            if not 400 <= error.code < 500:
+                raise
+
+    return target
+
+
+def _json_value(value: Any) -> None:
+    """Fail (not as a client error) unless `value` is a JSON value the store takes."""
+    try:
+        check(value, "the value")
+    except BadRequestError as error:
+        raise AssertionError(error.message) from None
 
 
 def _scratch_file(data: bytes) -> Path:
@@ -227,6 +258,94 @@ def nbd_reply(data: bytes) -> None:
             client.close()
 
 
+# a stored object, as patches and applies find it: two managers own its fields
+_STORED = {
+    "apiVersion": "diskferry.io/v1alpha1",
+    "kind": "VirtualDisk",
+    "metadata": {
+        "name": "vd1",
+        "namespace": "default",
+        "labels": {"a": "b"},
+        "finalizers": ["f"],
+        "managedFields": [
+            {
+                "manager": "kubectl",
+                "operation": "Apply",
+                "apiVersion": "diskferry.io/v1alpha1",
+                "time": "2026-01-01T00:00:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}},
+            },
+            {
+                "manager": "other",
+                "operation": "Update",
+                "apiVersion": "diskferry.io/v1alpha1",
+                "time": "2026-01-01T00:00:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:persistentVolumeClaim": {"f:size": {}}}},
+            },
+        ],
+    },
+    "spec": {"persistentVolumeClaim": {"size": "64Mi"}},
+    "status": {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True"}]},
+}
+
+
+@_client_error
+def api_json(data: bytes) -> None:
+    """A JSON request body."""
+    _json_value(bodies.decode(data, "application/json"))
+
+
+@_client_error
+def api_yaml(data: bytes) -> None:
+    """A YAML request body."""
+    _json_value(bodies.decode(data, "application/yaml"))
+
+
+@_client_error
+def api_protobuf(data: bytes) -> None:
+    """A protobuf request body (kubectl's for Namespaces, Secrets and DeleteOptions)."""
+    _json_value(bodies.decode(data, protobuf.MEDIA_TYPE))
+
+
+def _patched(data: bytes, kind: str) -> None:
+    before = json.dumps(_STORED)
+    _json_value(patches.apply(_STORED, patches.decode(data), kind))
+    assert json.dumps(_STORED) == before, "the patch changed the stored object"
+
+
+@_client_error
+def merge_patch(data: bytes) -> None:
+    """A JSON merge patch of a stored object."""
+    _patched(data, "merge")
+
+
+@_client_error
+def json_patch(data: bytes) -> None:
+    """A JSON patch of a stored object."""
+    _patched(data, "json")
+
+
+@_client_error
+def strategic_patch(data: bytes) -> None:
+    """A strategic merge patch of a stored object."""
+    _patched(data, "strategic")
+
+
+@_client_error
+def apply_patch(data: bytes) -> None:
+    """A server-side apply configuration, applied by a manager to a stored object."""
+    config = bodies.apply_configuration(data)
+    config["metadata"]["name"] = "vd1"
+    before = json.dumps(_STORED)
+    applied = applies.apply(
+        _STORED, config, "fuzz", force=len(data) % 2 == 1, with_status=True, now="2026"
+    )
+    _json_value(applied)
+    assert json.dumps(_STORED) == before, "the apply changed the stored object"
+
+
 TARGETS: dict[str, Target] = {
     t.__name__: t
     for t in (
@@ -244,6 +363,13 @@ TARGETS: dict[str, Target] = {
         tls_settings,
         nbd_handshake,
         nbd_reply,
+        api_json,
+        api_yaml,
+        api_protobuf,
+        merge_patch,
+        json_patch,
+        strategic_patch,
+        apply_patch,
     )
 }
 
@@ -334,7 +460,54 @@ def seeds() -> dict[str, list[bytes]]:
         "tls_settings": [b'minVersion: "1.3"\nciphers: "ECDHE+AESGCM"\n'],
         "nbd_handshake": [handshake_bytes()],
         "nbd_reply": [_read_reply()],
+        "api_json": [json.dumps(_STORED).encode(), b'{"a": [1, 2.5, true, null, "\\u00e9"]}'],
+        "api_yaml": [yaml.safe_dump(_STORED).encode(), b"a: {b: [1, '2', 2026-01-02]}\n"],
+        "api_protobuf": [_protobuf_secret()],
+        "merge_patch": [b'{"metadata": {"labels": {"a": null, "c": "d"}}, "spec": {"x": [1]}}'],
+        "json_patch": [
+            json.dumps(
+                [
+                    {"op": "add", "path": "/metadata/labels/c", "value": "d"},
+                    {"op": "copy", "from": "/spec", "path": "/spec/copy"},
+                    {"op": "move", "from": "/spec/copy", "path": "/status/moved"},
+                    {"op": "test", "path": "/kind", "value": "VirtualDisk"},
+                    {"op": "replace", "path": "/metadata/finalizers/0", "value": "g"},
+                    {"op": "remove", "path": "/status/conditions/0"},
+                ]
+            ).encode()
+        ],
+        "strategic_patch": [
+            json.dumps(
+                {
+                    "metadata": {
+                        "finalizers": ["g"],
+                        "$deleteFromPrimitiveList/finalizers": ["f"],
+                        "$retainKeys": ["finalizers", "labels"],
+                    },
+                    "status": {"conditions": [{"type": "Ready", "$patch": "delete"}]},
+                    "spec": {"$patch": "replace", "persistentVolumeClaim": {"size": "1Gi"}},
+                }
+            ).encode()
+        ],
+        "apply_patch": [
+            yaml.safe_dump({**_STORED, "metadata": {"name": "vd1", "labels": {"a": "c"}}}).encode(),
+            b'{"apiVersion": "diskferry.io/v1alpha1", "kind": "VirtualDisk", "spec": {}}',
+        ],
     }
+
+
+def _protobuf_field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (short: lengths under 128)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _protobuf_secret() -> bytes:
+    """A Secret in the k8s protobuf envelope, as kubectl sends one."""
+    type_meta = _protobuf_field(1, b"v1") + _protobuf_field(2, b"Secret")
+    meta = _protobuf_field(1, b"s") + _protobuf_field(11, _protobuf_field(1, b"a"))
+    data = _protobuf_field(2, _protobuf_field(1, b"k") + _protobuf_field(2, b"\x00\xff"))
+    secret = _protobuf_field(1, meta) + data + _protobuf_field(3, b"Opaque") + b"\x28\x01"
+    return protobuf.MAGIC + _protobuf_field(1, type_meta) + _protobuf_field(2, secret)
 
 
 def _read_reply() -> bytes:
