@@ -21,7 +21,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,7 @@ from typing import Any, Literal
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu import bitmaps, cbt, img
 from diskferry.qemu.bitmaps import Checkpoint
+from diskferry.qemu.freeze import frozen
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.storage_daemon import DaemonDisk, StorageDaemon, runtime_dir
@@ -216,7 +217,7 @@ class BackupSession:
             self._prepare(disk, since.get(disk.spec.name))
         if self._fleecing:
             self._add_fleecing_nodes()
-        with self._frozen():
+        with frozen(self.qga_socket, self.timeout):
             self.qmp.command("transaction", actions=self._transaction())
         self._merge_bitmaps()
         self._export()
@@ -339,18 +340,6 @@ class BackupSession:
                 backup = {"job-id": disk.job, "device": node, "target": disk.fleece, "sync": "none"}
                 actions.append({"type": "blockdev-backup", "data": backup})
         return actions
-
-    @contextlib.contextmanager
-    def _frozen(self) -> Iterator[None]:
-        if self.qga_socket is None:
-            yield
-            return
-        with Qmp(self.qga_socket, timeout=self.timeout, guest_agent=True) as agent:
-            agent.command("guest-fsfreeze-freeze")
-            try:
-                yield
-            finally:
-                agent.command("guest-fsfreeze-thaw")
 
     def _merge_bitmaps(self) -> None:
         for disk in self._disks:

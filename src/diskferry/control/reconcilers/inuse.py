@@ -18,14 +18,22 @@ def holds_disks(vm: VirtualMachine) -> bool:
     return vm.status.phase is not None and vm.status.phase not in IDLE_PHASES
 
 
-def disk_holders(client: Client, namespace: str | None, disk: str) -> list[str]:
-    """The names of the VMs of `namespace` that hold the VirtualDisk `disk`, sorted."""
+def disk_holders(client: Client, namespace: str | None, disk: str) -> list[VirtualMachine]:
+    """The VMs of `namespace` that hold the VirtualDisk `disk`, by name."""
     return sorted(
-        vm.metadata.name or ""
-        for vm in client.list(VirtualMachine, namespace)
-        if holds_disks(vm)
-        and any(
-            ref.kind is BlockDeviceKind.VIRTUAL_DISK and ref.name == disk
-            for ref in vm.spec.block_device_refs
-        )
+        (
+            vm
+            for vm in client.list(VirtualMachine, namespace)
+            if holds_disks(vm)
+            and any(
+                ref.kind is BlockDeviceKind.VIRTUAL_DISK and ref.name == disk
+                for ref in vm.spec.block_device_refs
+            )
+        ),
+        key=lambda vm: vm.metadata.name or "",
     )
+
+
+def names(vms: list[VirtualMachine]) -> str:
+    """The VMs' names, comma-separated."""
+    return ", ".join(vm.metadata.name or "" for vm in vms)

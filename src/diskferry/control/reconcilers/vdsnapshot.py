@@ -2,17 +2,24 @@
 
 A file claim is cloned with `cp --reflink=always` where the filesystem shares extents (at
 once, nothing copied); otherwise, and for block claims, the import worker copies it with
-the copy engine (holes skipped). No machine writes to a disk here while it is copied, so
-every snapshot is consistent. Phases Pending, InProgress, Ready, Failed, Terminating.
+the copy engine (holes skipped). A disk that a running VirtualMachine holds is copied as
+Deckhouse's `requiredConsistency` says: when required (the default), only at an instant
+(a reflink) with the guest's filesystems frozen through its agent, and otherwise the
+snapshot waits Pending (PotentiallyInconsistent) for the VM to stop or its agent to answer;
+when not required, at once, with `consistent: false`. A VM that takes up the disk while it
+is copied also makes the copy `consistent: false`. Phases Pending, InProgress, Ready,
+Failed, Terminating.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from diskferry.control.machines import MachineError, Machines
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
-from diskferry.control.reconcilers.clone import reflink
+from diskferry.control.reconcilers.clone import reflink, reflink_works
 from diskferry.control.reconcilers.imports import Imports, Source
+from diskferry.control.reconcilers.inuse import disk_holders, names
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
     FAILED,
@@ -21,10 +28,13 @@ from diskferry.control.reconcilers.phases import (
     transition,
     update_fields,
 )
+from diskferry.control.reconcilers.quiesce import agent_silence, guests_frozen
 from diskferry.control.reconcilers.sources import claim_name, claim_of
 from diskferry.control.reconcilers.teardown import terminate
+from diskferry.control.reconcilers.virtualmachine import sockets_of
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
@@ -32,6 +42,7 @@ from diskferry.control.volumes import Claim, VolumeError, Volumes, private_file
 
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
+POTENTIALLY_INCONSISTENT = "PotentiallyInconsistent"
 
 
 class VirtualDiskSnapshotReconciler:
@@ -78,7 +89,20 @@ class VirtualDiskSnapshotReconciler:
         return self._copy(obj, source, disk)
 
     def _copy(self, obj: VirtualDiskSnapshot, source: Claim, disk: VirtualDisk) -> Result:
-        fields = {"volumeSnapshotName": claim_name(obj)}
+        job_id = self.job_id(obj)
+        copying = self.imports.started(job_id)
+        namespace, name = obj.metadata.namespace, obj.spec.virtual_disk_name
+        holders = [] if copying else disk_holders(self.client, namespace, name)
+        required = obj.spec.required_consistency
+        agents = self._agents(holders) if holders and required else []
+        if isinstance(agents, str):
+            return self._wait_for_consistency(obj, agents)
+        if holders and required and (source.block or not reflink_works(str(source.file.parent))):
+            why = f"its class {source.volume_class.name} cannot take an instant copy"
+            return self._wait_for_consistency(obj, why)
+        fields: dict[str, Any] = {"volumeSnapshotName": claim_name(obj)}
+        if holders and not required:
+            fields["consistent"] = False
         obj = transition(self.client, obj, IN_PROGRESS, IN_PROGRESS, "copying the disk", fields)
         size = source.size()
         try:
@@ -88,10 +112,11 @@ class VirtualDiskSnapshotReconciler:
         except VolumeError as e:
             transition(self.client, obj, PENDING, e.reason, e.message)
             return Result.requeue(WAIT_SECONDS)
-        job_id = self.job_id(obj)
-        cloned = not claim.block and not self.imports.started(job_id)
-        if cloned and (claim.ready or reflink(str(source.file), claim, job_id)):
-            return self._ready(obj, claim, disk)
+        if not claim.block and not copying:
+            with guests_frozen(agents):
+                cloned = claim.ready or reflink(str(source.file), claim, job_id)
+            if cloned:
+                return self._ready(obj, claim, disk, frozen=bool(holders) and required)
         outcome = self.imports.step(job_id, claim, Source(str(source.file), size=size), size)
         if outcome.running:
             return Result.requeue(POLL_SECONDS)
@@ -103,9 +128,44 @@ class VirtualDiskSnapshotReconciler:
         self.imports.finish(job_id, tag(obj), keep=False)
         return Result.done()
 
-    def _ready(self, obj: VirtualDiskSnapshot, claim: Claim, disk: VirtualDisk) -> Result:
+    def _agents(self, holders: list[VirtualMachine]) -> list[str] | str:
+        """The guest-agent sockets of the VMs that hold the disk, or why one cannot freeze."""
+        machines = Machines(self.volumes.data_dir)
+        agents = []
+        for vm in holders:
+            try:
+                agent = sockets_of(machines, vm).agent
+            except MachineError as e:
+                return f"the VirtualMachine {vm.metadata.name}: {e.message}"
+            silence = agent_silence(agent)
+            if silence is not None:
+                return f"the VirtualMachine {vm.metadata.name}: {silence}"
+            agents.append(str(agent))
+        return agents
+
+    def _wait_for_consistency(self, obj: VirtualDiskSnapshot, why: str) -> Result:
+        disk = obj.spec.virtual_disk_name
+        holders = disk_holders(self.client, obj.metadata.namespace, disk)
+        message = (
+            f"the VirtualDisk {disk} is in use by the running VirtualMachine {names(holders)} "
+            f"and {why}: the snapshot waits for the VM to stop or for its guest agent to "
+            "freeze it (requiredConsistency: false takes it now, not consistent)"
+        )
+        transition(self.client, obj, PENDING, POTENTIALLY_INCONSISTENT, message)
+        return Result.requeue(WAIT_SECONDS)
+
+    def _ready(
+        self, obj: VirtualDiskSnapshot, claim: Claim, disk: VirtualDisk, frozen: bool = False
+    ) -> Result:
+        """Ready; consistent when taken at an instant with the guests frozen, or while no VM
+        held the disk (none took it up while it was copied)."""
         private_file(claim.file)
-        fields: dict[str, Any] = {"consistent": True, "volumeSnapshotName": claim_name(obj)}
+        taken_unfrozen = status_of(obj).get("consistent") is False
+        held_now = disk_holders(self.client, obj.metadata.namespace, obj.spec.virtual_disk_name)
+        fields: dict[str, Any] = {
+            "consistent": frozen or not (taken_unfrozen or held_now),
+            "volumeSnapshotName": claim_name(obj),
+        }
         message = f"a copy of the VirtualDisk {disk.metadata.name}"
         transition(self.client, obj, READY, READY, message, fields)
         return Result.done()

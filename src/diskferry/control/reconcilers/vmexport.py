@@ -38,7 +38,7 @@ from diskferry.control.reconcilers.exportproxy import (
 )
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports, Source
-from diskferry.control.reconcilers.inuse import disk_holders, holds_disks
+from diskferry.control.reconcilers.inuse import disk_holders, holds_disks, names
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import status_of, transition
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
@@ -246,7 +246,7 @@ class VirtualMachineExportReconciler:
             if holders:
                 message = (
                     f"the VirtualDisk {source.name} is in use by the running VirtualMachine "
-                    f"{', '.join(holders)}: stop it to export"
+                    f"{names(holders)}: stop it to export"
                 )
                 return Waiting(message, "InUse")
         if source.kind is not ExportSourceKind.VIRTUAL_MACHINE:
