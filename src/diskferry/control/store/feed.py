@@ -53,7 +53,7 @@ class Feed:
     """
 
     def __init__(self, db: Database) -> None:
-        self._condition = threading.Condition()
+        self._condition = threading.Condition()  # reentrant: `after` holds it to `check`
         self._changes: list[Change] = []
         self._bytes = 0
         self._closed = False
@@ -100,8 +100,7 @@ class Feed:
         GoneError when the window no longer holds every change after `rv`.
         """
         with self._condition:
-            if rv < self._first:
-                raise too_old(rv, self._first)
+            self.check(rv)
             start = bisect.bisect_right(self._changes, rv, key=lambda change: change.rv)
             found: list[Change] = []
             for change in itertools.islice(self._changes, start, None):
