@@ -121,8 +121,8 @@ def test_deleting_a_download_that_writes_removes_the_half_written_disk(backed_up
     daemon, snapshot, _ = backed_up
     daemon.mover_config(bandwidthLimit="4Ki")  # 200 KB take most of a minute to write
     download(daemon, "dd", snapshot, "vd-restored")
-    claim = daemon.claim(daemon.wait_phase("VirtualDisk", "vd-restored", "Ready"))
     dd = daemon.wait_phase("DataDownload", "dd", "InProgress")
+    claim = daemon.claim(daemon.wait_phase("VirtualDisk", "vd-restored", "Provisioning"))
     assert "diskferry.io/data-mover" in dd["metadata"]["finalizers"]
     wait_until(lambda: [n for n in os.listdir(claim.parent) if ".prime-" in n], 30)
     daemon.objects.delete(daemon.registry.by_kind("DataDownload"), "default", "dd")
@@ -171,3 +171,18 @@ def test_a_failed_download_removes_its_disk_before_it_says_failed(backed_up, tmp
     assert "did not end within 2s" in status["message"]
     assert daemon.get("VirtualDisk", "vd-restored") is None
     assert calls[0] is False
+
+
+def test_the_disk_restored_into_is_not_ready_before_the_download_completed(backed_up, tmp_path):
+    daemon, snapshot, claim = backed_up
+    with repository_held(tmp_path / "backups"):
+        download(daemon, "dd", snapshot, "vd-restored")
+        daemon.wait_phase("DataDownload", "dd", "InProgress")
+        disk = daemon.get("VirtualDisk", "vd-restored")
+        assert disk["status"]["phase"] == "Provisioning", disk["status"]
+        [ready] = [c for c in disk["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready["status"] == "False" and ready["reason"] == "WaitingForDataDownload"
+        assert "DataDownload default/dd" in ready["message"]
+    assert daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]["phase"] == "Completed"
+    restored = daemon.claim(daemon.wait_phase("VirtualDisk", "vd-restored", "Ready"))
+    assert restored.read_bytes() == claim.read_bytes()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,15 @@ WAIT_FOR_USER_UPLOAD = "WaitForUserUpload"
 WAITING_FOR_SOURCE = "WaitingForDataSource"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Filling:
+    """Another fills a blank claim (a restore): why its object is not Ready yet, or failed."""
+
+    reason: str
+    message: str
+    failed: bool = False
 
 
 def tag(obj: Resource) -> str:
@@ -127,6 +137,11 @@ class ClaimedKind(ABC):
     def waited_fields(self, obj: Any) -> dict[str, Any]:
         """The status fields that say how long the object waited for its source."""
         return {}
+
+    def filled_elsewhere(self, obj: Any) -> Filling | None:
+        """What else fills the object's blank claim before it may be Ready, None when nothing
+        does (or it is done)."""
+        return None
 
     def _waited(self, obj: Resource) -> bool:
         """Whether the object was waiting for its data source until now."""
@@ -200,6 +215,12 @@ class ClaimedKind(ABC):
         if source is None:
             assert size is not None
             self._blank(claim, size, self.job_id(obj))
+            filling = self.filled_elsewhere(obj)
+            if filling is not None and filling.failed:
+                return self._fail(obj, filling.reason, filling.message)
+            if filling is not None:
+                transition(self.client, obj, PROVISIONING, filling.reason, filling.message, where)
+                return Result.requeue(WAIT_SECONDS)
             return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
         job_id = self.job_id(obj)
         local = source.local_file and not self.imports.started(job_id)

@@ -2,8 +2,9 @@
 
 The disk is made blank of the snapshot's size, or of the annotation
 `diskferry.io/backup-pvc-size` when that is larger (a smaller one is refused), labelled with
-the download's uid; once it is Ready the restore worker writes the snapshot into its claim
-(replaced whole only on success). A download that fails or is cancelled deletes the disk
+the download's uid; once its claim is made the restore worker writes the snapshot into it
+(replaced whole only on success). The disk stays Provisioning until the download Completed,
+so that nothing uses it blank. A download that fails or is cancelled deletes the disk
 it made; a disk of that name that it did not make is refused.
 """
 
@@ -17,12 +18,15 @@ from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReco
 from diskferry.control.reconcilers.location import Location, snapshot_size
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.sources import claim_of
-from diskferry.control.resources.datadownload import BACKUP_PVC_SIZE, DATA_DOWNLOADS, DataDownload
+from diskferry.control.resources.datadownload import (
+    BACKUP_PVC_SIZE,
+    DATA_DOWNLOADS,
+    MADE_BY,
+    DataDownload,
+)
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.disk.errors import DiskferryError
-
-MADE_BY = "diskferry.io/data-download-uid"
 
 
 class DataDownloadReconciler(MoverReconciler):
@@ -95,13 +99,13 @@ class DataDownloadReconciler(MoverReconciler):
                 f"the VirtualDisk {namespace}/{name} exists already: restore into a new disk",
                 reason="TargetExists",
             )
-        if disk.status.phase != READY:
-            return Waiting(f"waiting for the VirtualDisk {name} to be Ready")
         claim = claim_of(self.client, self.volumes, disk)
-        if claim is None or not claim.ready:
+        if (claim is None or not claim.ready) and disk.status.phase == READY:
             raise MoverFailure(
                 f"the claim of the VirtualDisk {name} is gone", reason="DiskClaimLost"
             )
+        if claim is None or not claim.ready:
+            return Waiting(f"waiting for the claim of the VirtualDisk {name} to be made")
         fields, files = location.job()
         job: dict[str, Any] = {
             **fields,

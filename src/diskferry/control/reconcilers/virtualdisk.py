@@ -1,15 +1,22 @@
 """VirtualDisk: a claim filled from HTTP, an image or a snapshot, or left blank; Deckhouse's
-phases Pending, Provisioning, Ready, Failed, PVCLost and Terminating."""
+phases Pending, Provisioning, Ready, Failed, PVCLost and Terminating. A blank disk that a
+DataDownload made to restore into (labelled with its uid) stays Provisioning until that
+download Completed, and fails when it failed or is gone."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from diskferry.control.quantity import format_bytes
-from diskferry.control.reconcilers.claimed import ClaimedKind, age
+from diskferry.control.reconcilers.claimed import ClaimedKind, Filling, age
 from diskferry.control.resources.common import DataSource
+from diskferry.control.resources.datadownload import MADE_BY, DataDownload
+from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS, VirtualDisk
 from diskferry.control.volumes import Claim
+
+WAITING_FOR_RESTORE = "WaitingForDataDownload"
+RESTORE_LOST = "DataDownloadNotCompleted"
 
 
 class VirtualDiskReconciler(ClaimedKind):
@@ -29,6 +36,24 @@ class VirtualDiskReconciler(ClaimedKind):
     def data_source(self, obj: VirtualDisk) -> DataSource | None:
         """The disk's source, None for a blank disk."""
         return obj.spec.data_source
+
+    def filled_elsewhere(self, obj: VirtualDisk) -> Filling | None:
+        """The DataDownload that restores into the disk, until it Completed."""
+        uid = obj.metadata.labels.get(MADE_BY)
+        if uid is None:
+            return None
+        download = next((d for d in self.client.list(DataDownload) if d.metadata.uid == uid), None)
+        if download is None:
+            return Filling(
+                RESTORE_LOST, "the DataDownload that was restoring the disk is gone", failed=True
+            )
+        where = f"DataDownload {download.metadata.namespace}/{download.metadata.name}"
+        phase = download.status.phase
+        if phase == MoverPhase.COMPLETED:
+            return None
+        if phase in ENDED:
+            return Filling(RESTORE_LOST, f"the {where} that restores the disk is {phase}", True)
+        return Filling(WAITING_FOR_RESTORE, f"the {where} restores the disk")
 
     def resized_fields(self, obj: VirtualDisk, claim: Claim) -> dict[str, Any]:
         """The capacity the claim has now."""

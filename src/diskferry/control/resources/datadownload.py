@@ -14,6 +14,9 @@ from diskferry.control.resources.common import ApiVersion
 from diskferry.control.resources.datamover import MoverSpec, MoverStatus, mover_columns
 
 BACKUP_PVC_SIZE = "diskferry.io/backup-pvc-size"
+MADE_BY = "diskferry.io/data-download-uid"
+"""On a VirtualDisk a DataDownload made to restore into: the download's uid. The disk is not
+Ready before the download has Completed."""
 
 
 class TargetVolume(ApiModel):
