@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from api_support import SECRETS, TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
@@ -61,6 +62,22 @@ def test_discovery_plain_and_aggregated(client: TestClient) -> None:
     core_v2 = client.get("/api", headers={"Accept": DISCOVERY}).json()
     assert core_v2["items"][0]["versions"][0]["version"] == "v1"
     assert client.get("/version").json()["major"] == "1"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/version", "/api", "/apis", "/api/v1", "/apis/diskferry.io", "/apis/diskferry.io/v1alpha1"],
+)
+def test_discovery_with_a_trailing_slash_answers_the_same(client: TestClient, path: str) -> None:
+    plain = client.get(path)
+    slashed = client.get(f"{path}/")
+    assert plain.status_code == slashed.status_code == 200
+    assert slashed.json() == plain.json()
+
+
+def test_version_with_a_trailing_slash_needs_no_token(server: ApiServer) -> None:
+    with TestClient(server.app) as anonymous:
+        assert anonymous.get("/version/").status_code == 200
 
 
 def test_create_get_list_update_delete(client: TestClient) -> None:

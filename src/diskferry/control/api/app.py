@@ -22,7 +22,7 @@ from diskferry.control.kinds import Registry
 from diskferry.control.objects import ObjectService
 
 log = logging.getLogger(__name__)
-PUBLIC = ("/healthz", "/readyz", "/livez", "/version")
+PUBLIC = ("/healthz", "/readyz", "/livez", "/version", "/version/")
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 PROTOBUF = "application/com.github.proto-openapi.spec.v2"
 
@@ -122,13 +122,20 @@ class ApiServer:
 
         for path in ("/healthz", "/readyz", "/livez"):
             app.add_api_route(path, self._health, methods=["GET"])
-        app.add_api_route("/version", self._version, methods=["GET"])
         app.add_api_route("/metrics", self._metrics, methods=["GET"])
-        app.add_api_route("/api", self._core_versions, methods=["GET"])
-        app.add_api_route("/apis", self._groups, methods=["GET"])
-        app.add_api_route("/api/{version}", self._core_resources, methods=["GET"])
-        app.add_api_route("/apis/{group}", self._group, methods=["GET"])
-        app.add_api_route("/apis/{group}/{version}", self._group_resources, methods=["GET"])
+        discovered = {
+            "/version": self._version,
+            "/api": self._core_versions,
+            "/apis": self._groups,
+            "/api/{version}": self._core_resources,
+            "/apis/{group}": self._group,
+            "/apis/{group}/{version}": self._group_resources,
+        }
+        for path, endpoint in discovered.items():
+            # kube-apiserver answers these with a trailing slash too (kr8s and the kubernetes
+            # client ask for `/version/`); before the resources, whose path may be empty
+            for each in (path, f"{path}/"):
+                app.add_api_route(each, endpoint, methods=["GET"])
         app.add_api_route("/api/{version}/{path:path}", self._core, methods=METHODS)
         app.add_api_route("/apis/{group}/{version}/{path:path}", self._named, methods=METHODS)
         app.add_api_route("/openapi/v2", self._openapi_v2, methods=["GET"])
