@@ -1,6 +1,9 @@
 """AES-256-GCM sealing with associated data, scrypt key derivation from a password, and MACs
 under keys derived (HKDF) from the repository keys.
 
+scrypt is run only within bounds (check_cost): its parameters come from key files, which a
+writer of the storage can forge to make the derivation take all memory or all time.
+
 A derivation can be begun ahead, in a thread (scrypt runs outside the GIL), by a caller
 that knows the inputs before the code that needs the key has loaded: the first
 `derive_key` with the same inputs takes its result.
@@ -22,6 +25,16 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 NONCE_SIZE = 12
 TAG_SIZE = 16
 KEY_SIZE = 32
+# scrypt's bounds: 16 times the memory of what diskferry makes (n=2^16, r=8, p=1: 64 MiB), and
+# 16 passes over it at most
+MAX_SCRYPT_N = 1 << 20
+MAX_SCRYPT_R = 32
+MAX_SCRYPT_P = 16
+MAX_SCRYPT_MEMORY = 1 << 30  # 128·n·r bytes
+
+
+class CostError(ValueError):
+    """scrypt parameters past the bounds a key is derived with."""
 
 
 class OpenError(Exception):
@@ -56,7 +69,28 @@ _ahead: dict[_KdfInputs, Future[bytes]] = {}
 _ahead_lock = threading.Lock()
 
 
+def check_cost(n: int, r: int, p: int) -> None:
+    """CostError unless n is a power of two from 2 to 2^20, r is 1 to 32, p is 1 to 16, and
+    the derivation's memory, 128·n·r bytes, is at most 1 GiB."""
+    if not (2 <= n <= MAX_SCRYPT_N and n & (n - 1) == 0):
+        raise CostError(f"n={_power(n)}, where n is a power of two from 2 to 2^20")
+    if not 1 <= r <= MAX_SCRYPT_R:
+        raise CostError(f"r={r}, where r is 1 to {MAX_SCRYPT_R}")
+    if not 1 <= p <= MAX_SCRYPT_P:
+        raise CostError(f"p={p}, where p is 1 to {MAX_SCRYPT_P}")
+    if 128 * n * r > MAX_SCRYPT_MEMORY:
+        raise CostError(
+            f"n={_power(n)} and r={r}, {128 * n * r >> 20} MiB of memory, where 1 GiB is the most"
+        )
+
+
+def _power(n: int) -> str:
+    """`n` as 2^k when it is a power of two."""
+    return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
+
+
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    check_cost(n, r, p)
     return Scrypt(salt=salt, length=KEY_SIZE, n=n, r=r, p=p).derive(password.encode())
 
 

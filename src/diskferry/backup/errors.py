@@ -56,6 +56,13 @@ class ForeignObjectError(CorruptObjectError):
     reason = "ForeignObject"
 
 
+class KdfBoundsError(CorruptObjectError):
+    """A key file asks for a key derivation past the bounds of any diskferry makes; it is refused
+    before anything is derived."""
+
+    reason = "KdfOutOfBounds"
+
+
 class SnapshotNotFoundError(RepositoryError):
     """No snapshot has the given id."""
 

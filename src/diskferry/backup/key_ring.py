@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from diskferry.backup.errors import CorruptObjectError, PasswordError, RepositoryError
-from diskferry.backup.keys import KeyFile, wrap_keys
+from diskferry.backup.errors import PasswordError, RepositoryError
+from diskferry.backup.keys import read_key_file, wrap_keys
 from diskferry.backup.names import listing
 from diskferry.backup.repository import Repository
 
@@ -45,10 +43,7 @@ def list_keys(repo: Repository) -> list[KeyInfo]:
     """The repository's key files, oldest first (those without a date first)."""
     found = []
     for info in listing(repo.store, "keys"):
-        try:
-            key = KeyFile.model_validate_json(repo.store.get(info.path))
-        except ValidationError:
-            raise CorruptObjectError(f"{info.path} is malformed", objects=(info.path,)) from None
+        key = read_key_file(repo.store.get(info.path), info.path, repo.url)
         found.append(
             KeyInfo(
                 id=info.path.removeprefix(_PREFIX),

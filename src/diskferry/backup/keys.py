@@ -9,10 +9,19 @@ import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from diskferry.backup.config import KdfParams
-from diskferry.backup.crypto import KEY_SIZE, OpenError, derive_key, open_sealed, seal
+from diskferry.backup.crypto import (
+    KEY_SIZE,
+    CostError,
+    OpenError,
+    check_cost,
+    derive_key,
+    open_sealed,
+    seal,
+)
+from diskferry.backup.errors import CorruptObjectError, KdfBoundsError
 
 _WRAP_AD = b"diskferry-keys-v1"
 
@@ -62,9 +71,28 @@ def wrap_keys(keys: Keys, password: str | None, kdf: KdfParams) -> bytes:
     return made.model_dump_json().encode()
 
 
-def unwrap_keys(blob: bytes, password: str | None) -> Keys | None:
+def read_key_file(blob: bytes, path: str, url: str) -> KeyFile:
+    """The key file stored at `path` in the repository at `url`: CorruptObjectError when it is
+    malformed, KdfBoundsError when its scrypt parameters are past the bounds (crypto.check_cost)."""
+    try:
+        key_file = KeyFile.model_validate_json(blob)
+    except ValidationError:
+        raise CorruptObjectError(f"{url}: {path} is malformed", objects=(path,)) from None
+    if key_file.kdf is not None:
+        try:
+            check_cost(key_file.kdf.n, key_file.kdf.r, key_file.kdf.p)
+        except CostError as e:
+            raise KdfBoundsError(
+                f"{url}: {path} asks scrypt for {e}: no diskferry makes such a key file; someone "
+                "with write access to the storage put it there to exhaust the memory or the time "
+                "of whoever opens the repository; move it away",
+                objects=(path,),
+            ) from None
+    return key_file
+
+
+def unwrap_keys(key_file: KeyFile, password: str | None) -> Keys | None:
     """The keys in a key file, or None when the password does not open it."""
-    key_file = KeyFile.model_validate_json(blob)
     if key_file.kdf is None:
         return Keys(None, base64.b64decode(key_file.id_key))
     if not password:

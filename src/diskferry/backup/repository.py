@@ -12,8 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from diskferry.backup.codec import Codec
 from diskferry.backup.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, KdfParams, RepoConfig
 from diskferry.backup.config_seal import decode_config, encode_config, verify_config
@@ -29,7 +27,7 @@ from diskferry.backup.errors import (
 )
 from diskferry.backup.index import IndexEntry
 from diskferry.backup.index_cache import IndexCache, cache_folder
-from diskferry.backup.keys import Keys, new_keys, unwrap_keys, wrap_keys
+from diskferry.backup.keys import Keys, new_keys, read_key_file, unwrap_keys, wrap_keys
 from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
 from diskferry.backup.names import listing
 from diskferry.backup.pack_writer import PackWriter
@@ -419,12 +417,7 @@ def _unlock(store: ObjectStore, config: RepoConfig, password: str | None) -> tup
     """The keys the password opens, and the key file that held them; an unsealed key file in
     an encrypted repository is refused."""
     for info in listing(store, "keys"):
-        try:
-            keys = unwrap_keys(store.get(info.path), password)
-        except ValidationError:
-            raise CorruptObjectError(
-                f"{store.url}: {info.path} is malformed", objects=(info.path,)
-            ) from None
+        keys = unwrap_keys(read_key_file(store.get(info.path), info.path, store.url), password)
         if keys is None:
             continue
         if config.encrypted and keys.data is None:
