@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,19 @@ def kubectl(daemon: Served, *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
+def diskferry(daemon: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the diskferry CLI against the daemon's data directory."""
+    command = [
+        sys.executable,
+        "-m",
+        "diskferry.cli.main",
+        *args,
+        "--data-dir",
+        str(daemon.data_dir),
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=90)
+
+
 def qemu_pid(base: Path) -> int:
     """The pid of vm-k's QEMU."""
     return json.loads((base / "data/vms/default/vm-k/state.json").read_text())["pid"]
@@ -83,6 +97,9 @@ def test_kubectl_runs_a_vm_that_outlives_a_killed_daemon(base: Path) -> None:
         wide = kubectl(first, "get", "virtualmachines", "-o", "wide").splitlines()[0].split()
         assert "RUNPOLICY" in wide and "QMP" in wide
         pid = qemu_pid(base)
+        logged = diskferry(first, "logs", "vm", "vm-k")
+        assert logged.returncode == 0, logged.stderr
+        assert "qemu-system-x86_64 -name guest=default.vm-k" in logged.stdout
     finally:
         first.process.send_signal(signal.SIGKILL)
         first.process.wait()

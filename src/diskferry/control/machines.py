@@ -3,7 +3,8 @@
 Each VM lives in DATA_DIR/vms/<ns>/<name>/: `qmp.sock` (the QMP monitor others use: a backup
 of the running VM, a user), `control.sock` (a second monitor only the controller uses, so
 a long session on `qmp.sock` never blocks it), `agent.sock` (the guest agent, when asked),
-`qemu.log` (QEMU's stdout and stderr), `serial.log` and `state.json` (pid, start time, boot id,
+`qemu.log` (the command QEMU was started with, as libvirt logs it, then QEMU's stdout and
+stderr, each line stamped), `serial.log` and `state.json` (pid, start time, boot id,
 and what the VM was launched with); every folder down to it is 0700. QEMU runs in a session
 of its own, as engine workers do (see `runner.local`): a daemon that stops or is killed leaves
 its VMs running, as a hypervisor's management daemon does, and the next one re-attaches to
@@ -20,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import stat
 import subprocess
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,7 @@ SOCKET_PATH_MAX = 107
 SOCKETS_DIR = "vm-sockets"
 STOP_SECONDS = 10.0
 MONITOR_TIMEOUT = 5.0
+STARTING = " starting: "
 
 
 class MachineError(DiskferryError):
@@ -52,6 +56,11 @@ class SocketRefusedError(MachineError):
     """A QMP socket named for a VM that runs elsewhere is not one the daemon may use."""
 
     reason = "QmpSocketRefused"
+
+
+def _stamp() -> str:
+    """Now, as QEMU stamps its own log lines (`-msg timestamp=on`)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Machines:
@@ -139,6 +148,7 @@ class Machines:
                 (directory / stale).unlink(missing_ok=True)
             log = os.open(directory / "qemu.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
+                os.write(log, f"{_stamp()}{STARTING}{shlex.join(argv)}\n".encode())
                 child = subprocess.Popen(
                     argv,
                     cwd=directory,
@@ -195,8 +205,14 @@ class Machines:
         return Qmp(str(self.control_socket(namespace, name)), timeout=MONITOR_TIMEOUT)
 
     def log_tail(self, namespace: str, name: str, lines: int = 20) -> list[str]:
-        """The last lines QEMU wrote to its stdout and stderr."""
+        """The last lines of the VM's log: the command QEMU was started with, then what QEMU
+        wrote to its stdout and stderr."""
         return tail_lines(self.directory(namespace, name) / "qemu.log", lines)
+
+    def last_words(self, namespace: str, name: str, lines: int) -> list[str]:
+        """The last lines QEMU itself wrote (its command line left out)."""
+        tail = self.log_tail(namespace, name, lines + 1)
+        return [line for line in tail if STARTING not in line][-lines:]
 
     def _wait_gone(self, namespace: str, name: str, seconds: float) -> bool:
         deadline = time.monotonic() + seconds

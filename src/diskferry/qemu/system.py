@@ -91,7 +91,7 @@ def command(config: VmConfig) -> list[str]:
         "-machine", "pc", *accel,
         "-smp", str(config.cores),
         "-m", f"{max(config.memory_bytes >> 20, 16)}M",
-        "-nodefaults", "-nographic", "-no-shutdown",
+        "-nodefaults", "-nographic", "-no-shutdown", "-msg", "timestamp=on",
         "-serial", f"file:{config.serial_log}",
     ]  # fmt: skip
     for i, monitor in enumerate(config.monitors):

@@ -282,7 +282,7 @@ class VirtualMachineReconciler:
         return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
 
     def _exit_message(self, obj: VirtualMachine) -> str:
-        lines = self.machines.log_tail(obj.metadata.namespace or "", obj.metadata.name or "", 3)
+        lines = self.machines.last_words(obj.metadata.namespace or "", obj.metadata.name or "", 3)
         return "QEMU ended" + (f": {' | '.join(lines)}" if lines else "")
 
     def _watch_external(self, obj: VirtualMachine) -> Result:
