@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import shutil
 import ssl
 from collections.abc import Iterator
@@ -159,6 +160,37 @@ def test_an_image_in_the_store_and_a_disk_from_it(daemon, nginx, images) -> None
     wait_until(lambda: daemon.get("VirtualImage", "vi1") is None)
     assert not folder.exists()
     assert daemon.get("VirtualDisk", "vd-from-store")["status"]["phase"] == "Ready"
+
+
+def test_an_image_from_a_disk_stores_what_the_disk_holds(daemon) -> None:
+    """A VirtualImage in the store made from a 1 GiB VirtualDisk holding 8 MiB keeps about
+    8 MiB (a qcow2 of what is allocated), not the disk's virtual size; a disk made from it
+    has the same bytes."""
+    daemon.apply("VirtualDisk", "big", {"persistentVolumeClaim": {"size": "1Gi"}})
+    disk = daemon.claim(daemon.wait_phase("VirtualDisk", "big", "Ready", "Failed"))
+    written = {i * 128 * MiB: os.urandom(MiB) for i in range(8)}
+    with disk.open("r+b") as f:
+        for offset, data in written.items():
+            f.seek(offset)
+            f.write(data)
+    source = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "big"}}
+    daemon.apply("VirtualImage", "from-disk", {"dataSource": source})
+    image = daemon.wait_phase("VirtualImage", "from-disk", "Ready", "Failed", timeout=300)
+    status = image["status"]
+    assert status["phase"] == "Ready", status
+    layout = parse_layout_reference(status["target"]["registryURL"])[0]
+    kept = sum(blob.stat().st_size for blob in (layout / "blobs").rglob("*") if blob.is_file())
+    assert 8 * MiB < kept < 10 * MiB
+    assert 8 * MiB < int(status["size"]["storedBytes"]) < 10 * MiB
+    assert status["size"]["unpackedBytes"] == str(1 << 30)
+    ref = {"type": "ObjectRef", "objectRef": {"kind": "VirtualImage", "name": "from-disk"}}
+    daemon.apply("VirtualDisk", "back", {"dataSource": ref})
+    back = daemon.claim(daemon.wait_phase("VirtualDisk", "back", "Ready", "Failed"))
+    assert back.stat().st_size == 1 << 30
+    with back.open("rb") as f:
+        for offset, data in written.items():
+            f.seek(offset)
+            assert f.read(MiB) == data
 
 
 def test_an_image_whose_store_entry_is_gone_is_image_lost(daemon, nginx, images) -> None:

@@ -2,12 +2,13 @@
 default) and every ClusterVirtualImage.
 
 Pending (waiting for its source) -> Provisioning (a `push` worker imports the source and
-stores it as a containerDisk in DATA_DIR/images) -> Ready with `status.size {stored,
-unpacked}`, `format`, `cdrom` and `status.target.registryURL` (the image's `oci:` reference),
-or Failed with the worker's reason. An Upload source first waits in WaitForUserUpload for an
-upload server worker to take the upload into a staging file, which the push then stores. A
-Ready image whose store entry went missing is ImageLost. Deleting it stops its workers and
-removes its image and staging file.
+stores it as a containerDisk in DATA_DIR/images; the claim of a disk, a snapshot or an image
+is stored as qcow2, so the image keeps what the claim has allocated, not its whole size) ->
+Ready with `status.size {stored, unpacked}`, `format`, `cdrom` and `status.target.registryURL`
+(the image's `oci:` reference), or Failed with the worker's reason. An Upload source first
+waits in WaitForUserUpload for an upload server worker to take the upload into a staging file,
+which the push then stores. A Ready image whose store entry went missing is ImageLost.
+Deleting it stops its workers and removes its image and staging file.
 """
 
 from __future__ import annotations
@@ -161,6 +162,8 @@ class StoredImages:
             }
             if source.checksum:
                 job["checksum"] = source.checksum
+            if source.local_file:  # a raw claim: a tar of it would hold every byte of its size
+                job["storeFormat"] = "qcow2"
             files: dict[str, bytes] = {}
             job.update(source_files(source, files))
             self.runner.start(job_id, IMPORT, job, files, credential_files(files))
