@@ -113,3 +113,47 @@ def test_bad_credentials_file_is_unavailable(daemon, s3_endpoint):
     bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
     assert bsl["status"]["phase"] == "Unavailable"
     assert "not an AWS credentials file" in bsl["status"]["message"]
+
+
+def test_a_location_without_a_password_is_unavailable_and_makes_no_repository(daemon, tmp_path):
+    spec = filesystem_bsl(tmp_path / "backups")
+    del spec["encryptionSecretRef"]
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Unavailable"
+    message = bsl["status"]["message"]
+    assert "spec.encryptionSecretRef" in message and "spec.config.encryption: none" in message
+    assert not (tmp_path / "backups").exists()
+    [warning] = [e for e in daemon.events("repo") if e["type"] == "Warning"]
+    assert warning["reason"] == "EncryptionNotConfigured"
+
+
+def test_encryption_none_makes_an_unencrypted_repository_and_says_so(daemon, tmp_path):
+    spec = filesystem_bsl(tmp_path / "backups", config={"encryption": "none"})
+    del spec["encryptionSecretRef"]
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Available", bsl["status"]
+    [encrypted] = [c for c in bsl["status"]["conditions"] if c["type"] == "Encrypted"]
+    assert (encrypted["status"], encrypted["reason"]) == ("False", "EncryptionDisabled")
+    assert "unencrypted" in encrypted["message"]
+    with Repository.open(str(tmp_path / "backups"), None) as repo:
+        assert repo.id == bsl["status"]["repositoryID"]
+    warnings = wait_until(
+        lambda: [e for e in daemon.events("repo") if e["reason"] == "Unencrypted"]
+    )
+    assert warnings[0]["type"] == "Warning"
+
+
+def test_an_encrypted_location_says_so_in_its_condition(daemon, tmp_path):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    daemon.apply("BackupStorageLocation", "repo", filesystem_bsl(tmp_path / "backups"))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    [encrypted] = [c for c in bsl["status"]["conditions"] if c["type"] == "Encrypted"]
+    assert (encrypted["status"], encrypted["reason"]) == ("True", "PasswordSet")
+
+
+def test_a_password_and_encryption_none_together_are_refused(daemon, tmp_path):
+    spec = filesystem_bsl(tmp_path / "backups", config={"encryption": "none"})
+    with pytest.raises(Exception, match="encryptionSecretRef"):
+        daemon.apply("BackupStorageLocation", "repo", spec)

@@ -1,5 +1,9 @@
 """BackupStorageLocation: its repository opened now and then (Velero's validation), made at
-first use when absent, the phase Available or Unavailable with the reason and an Event."""
+first use when absent, the phase Available or Unavailable with the reason and an Event.
+
+A location without a password is Unavailable unless `spec.config.encryption: none` asks for an
+unencrypted repository; such a location's condition `Encrypted` is False and a Warning Event
+says so each time it becomes Available."""
 
 from __future__ import annotations
 
@@ -18,10 +22,15 @@ from diskferry.control.resources.backupstoragelocation import (
     BSLPhase,
 )
 from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
 
 log = logging.getLogger("diskferry.control")
+ENCRYPTED = "Encrypted"
+UNENCRYPTED_MESSAGE = (
+    "spec.config.encryption is none: the repository's data and metadata are stored unencrypted"
+)
 VALIDATION_SECONDS = 60.0
 """How often a location is looked at when its spec does not say (Velero's default, 1m)."""
 
@@ -65,6 +74,7 @@ class BackupStorageLocationReconciler:
 
     def _validate(self, obj: BackupStorageLocation, now: datetime) -> None:
         fields: dict[str, Any]
+        unencrypted = False
         try:
             location = location_of(self.client, obj)
             repo_id, made = open_or_create(location, obj.spec.access_mode == "ReadWrite")
@@ -77,6 +87,8 @@ class BackupStorageLocationReconciler:
             said = "created the repository" if made else "the repository opens"
             message = f"{said} {repo_id} at {location.url}"
             fields = {"message": message, "repositoryID": repo_id}
+            unencrypted = location.password is None
+            fields["conditions"] = self._encrypted(obj, not unencrypted)
         before = obj.status.phase
         self.client.patch_status(
             obj,
@@ -92,3 +104,17 @@ class BackupStorageLocationReconciler:
             self.client.event(obj, "Warning" if warning else "Normal", reason, message)
             if warning:
                 log.warning("%s is Unavailable: %s", tag(obj), message)
+            elif unencrypted:
+                self.client.event(obj, "Warning", "Unencrypted", UNENCRYPTED_MESSAGE)
+
+    @staticmethod
+    def _encrypted(obj: BackupStorageLocation, encrypted: bool) -> list[dict[str, Any]]:
+        """The conditions with `Encrypted` saying whether the repository is."""
+        conditions = [c.to_json() for c in obj.status.conditions]
+        if encrypted:
+            return set_condition(
+                conditions, ENCRYPTED, True, "PasswordSet", "the repository is encrypted"
+            )
+        return set_condition(
+            conditions, ENCRYPTED, False, "EncryptionDisabled", UNENCRYPTED_MESSAGE
+        )

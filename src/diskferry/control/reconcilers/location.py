@@ -9,7 +9,11 @@ from typing import Any
 
 from diskferry.backup.errors import RepositoryNotFoundError
 from diskferry.backup.repository import Repository
-from diskferry.control.resources.backupstoragelocation import BackupStorageLocation, SecretKeyRef
+from diskferry.control.resources.backupstoragelocation import (
+    UNENCRYPTED,
+    BackupStorageLocation,
+    SecretKeyRef,
+)
 from diskferry.control.resources.core import Secret
 from diskferry.control.runtime.client import Client
 from diskferry.disk.errors import DiskferryError
@@ -74,13 +78,20 @@ class Location:
 
 
 def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
-    """The repository of `bsl`, its Secrets read."""
+    """The repository of `bsl`, its Secrets read; LocationError when it names no password and
+    does not ask for an unencrypted repository."""
     spec, namespace = bsl.spec, bsl.metadata.namespace
     prefix = (spec.object_storage.prefix or "").strip("/")
     password = None
     if spec.encryption_secret_ref is not None:
         raw = secret_value(client, namespace, spec.encryption_secret_ref, "repository password")
         password = raw.decode(errors="replace").rstrip("\n")
+    elif spec.config.encryption != UNENCRYPTED:
+        raise LocationError(
+            "no spec.encryptionSecretRef: name the Secret key holding the repository's password, "
+            "or set spec.config.encryption: none for a repository kept unencrypted",
+            reason="EncryptionNotConfigured",
+        )
     if spec.provider == "filesystem":
         return Location(os.path.join(spec.object_storage.bucket, prefix), password)
     credentials = None

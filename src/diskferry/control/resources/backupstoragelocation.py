@@ -3,7 +3,9 @@
 `spec.provider` is `filesystem` (the bucket is an absolute directory) or `aws` (an S3 bucket,
 `spec.config.s3Url` for another endpoint than AWS's, `spec.credential` a Secret holding an AWS
 credentials file); `spec.encryptionSecretRef` names the Secret key holding the repository's
-password. Status: `phase` Available or Unavailable, `lastValidationTime`, `message`.
+password, and a location without one is Unavailable unless `spec.config.encryption: none` asks
+for an unencrypted repository. Status: `phase` Available or Unavailable, `lastValidationTime`,
+`message`, the condition `Encrypted`.
 """
 
 from __future__ import annotations
@@ -42,13 +44,24 @@ class ObjectStorageLocation(ApiModel):
     prefix: str | None = None
 
 
+UNENCRYPTED = "none"
+"""`spec.config.encryption` of a location whose repository is kept unencrypted."""
+
+
 class LocationConfig(ApiModel):
-    """The provider's settings, as Velero's AWS plugin names them."""
+    """The provider's settings, as Velero's AWS plugin names them, and `encryption`."""
 
     region: str | None = None
     s3_url: str | None = Field(default=None, alias="s3Url", pattern=r"^https?://\S+$")
     s3_force_path_style: str | None = Field(default=None, alias="s3ForcePathStyle")
     profile: str | None = None
+    encryption: Literal["none"] | None = Field(
+        default=None,
+        description="`none`: the repository is made and opened unencrypted, and the location "
+        "says so (condition Encrypted False, a Warning Event). Unset (the default): the "
+        "repository is encrypted with the password `spec.encryptionSecretRef` names, and a "
+        "location without that reference is Unavailable.",
+    )
 
 
 class SecretKeyRef(ApiModel):
@@ -66,7 +79,12 @@ class BackupStorageLocationSpec(ApiModel):
     config: LocationConfig = Field(default_factory=LocationConfig)
     credential: SecretKeyRef | None = None
     default: bool = False
-    encryption_secret_ref: SecretKeyRef | None = Field(default=None, alias="encryptionSecretRef")
+    encryption_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        alias="encryptionSecretRef",
+        description="The Secret key holding the repository's password (diskferry's; Velero "
+        "keeps one static key). Required unless `config.encryption` is `none`.",
+    )
     validation_frequency: Duration | None = Field(default=None, alias="validationFrequency")
     access_mode: Literal["ReadWrite", "ReadOnly"] = Field(default="ReadWrite", alias="accessMode")
 
@@ -77,6 +95,11 @@ class BackupStorageLocationSpec(ApiModel):
             raise invalid(f"objectStorage.bucket: {bucket!r} is not an absolute directory")
         if self.provider == "aws" and "/" in bucket:
             raise invalid(f"objectStorage.bucket: {bucket!r} is not a bucket name")
+        if self.config.encryption == UNENCRYPTED and self.encryption_secret_ref is not None:
+            raise invalid(
+                "config.encryption: none and encryptionSecretRef cannot both be set: "
+                "remove one (a repository is encrypted with a password, or not at all)"
+            )
         return self
 
 
