@@ -3,6 +3,7 @@ on S3; Unavailable saying why when a Secret, the password or the bucket is wrong
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import pytest
@@ -156,4 +157,55 @@ def test_an_encrypted_location_says_so_in_its_condition(daemon, tmp_path):
 def test_a_password_and_encryption_none_together_are_refused(daemon, tmp_path):
     spec = filesystem_bsl(tmp_path / "backups", config={"encryption": "none"})
     with pytest.raises(Exception, match="encryptionSecretRef"):
+        daemon.apply("BackupStorageLocation", "repo", spec)
+
+
+@pytest.fixture(scope="module")
+def tls_endpoint(tls):
+    with running_moto(tls=tls) as endpoint:
+        make_bucket(endpoint, BUCKET, tls.ca)
+        yield endpoint
+
+
+def test_an_s3_endpoint_behind_a_private_ca_needs_that_ca(daemon, tls_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud=CREDENTIALS)
+    daemon.apply("BackupStorageLocation", "repo", s3_bsl(tls_endpoint, BUCKET, "untrusted"))
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert "TLS certificate is not trusted" in bsl["status"]["message"]
+
+
+def test_an_inline_ca_cert_is_trusted(daemon, tls, tls_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud=CREDENTIALS)
+    spec = s3_bsl(tls_endpoint, BUCKET, uuid.uuid4().hex)
+    spec["objectStorage"]["caCert"] = base64.b64encode(tls.ca.read_bytes()).decode()
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Available", bsl["status"]
+
+
+def test_a_ca_cert_ref_to_a_missing_secret_is_unavailable_unless_optional(daemon, tls_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud=CREDENTIALS)
+    spec = s3_bsl(tls_endpoint, BUCKET, uuid.uuid4().hex)
+    spec["objectStorage"]["caCertRef"] = {"name": "s3-ca", "key": "ca-bundle.crt"}
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    assert (
+        "the Secret s3-ca with the S3 endpoint's CA certificate does not exist"
+        in (bsl["status"]["message"])
+    )
+    spec["objectStorage"]["caCertRef"]["optional"] = True
+    daemon.apply("BackupStorageLocation", "optional", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "optional", "Available", "Unavailable")
+    assert "TLS certificate is not trusted" in bsl["status"]["message"]
+
+
+def test_ca_cert_and_ca_cert_ref_together_are_refused(daemon):
+    spec = s3_bsl("https://127.0.0.1:9", BUCKET, "p")
+    spec["objectStorage"]["caCert"] = base64.b64encode(b"pem").decode()
+    spec["objectStorage"]["caCertRef"] = {"name": "s3-ca", "key": "ca-bundle.crt"}
+    with pytest.raises(Exception, match="caCert and caCertRef"):
         daemon.apply("BackupStorageLocation", "repo", spec)

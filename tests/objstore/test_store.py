@@ -6,7 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from s3server import running_moto, use_endpoint
+from s3server import make_bucket, running_moto, use_endpoint
 
 from diskferry.objstore import local
 from diskferry.objstore.errors import (
@@ -148,6 +148,24 @@ def test_explicit_options_override_the_environment(s3_endpoint, monkeypatch):
     store = ObjectStore("s3://diskferry-test/explicit", S3Options(endpoint=s3_endpoint))
     store.put("k", b"v")
     assert store.get("k") == b"v"
+
+
+def test_an_endpoint_behind_a_private_ca_is_reached_with_that_ca(tls, monkeypatch):
+    with running_moto(tls=tls) as endpoint:
+        make_bucket(endpoint, "private", tls.ca)
+        use_endpoint(monkeypatch, endpoint)
+        untrusted = ObjectStore("s3://private/p")
+        with pytest.raises(ObjectStoreError, match="certificate"):
+            untrusted.put("k", b"v")
+        trusted = ObjectStore("s3://private/p", S3Options(ca_bundle=tls.ca.read_bytes()))
+        trusted.put("k", b"v")
+        assert trusted.get("k") == b"v"
+
+
+def test_a_ca_bundle_that_holds_no_certificate_is_typed():
+    with pytest.raises(ObjectStoreError, match="no PEM certificate") as info:
+        ObjectStore("s3://b/p", S3Options(endpoint="https://127.0.0.1:1", ca_bundle=b"junk"))
+    assert info.value.reason == "BadCaBundle"
 
 
 def test_refused_credentials_are_typed(monkeypatch):

@@ -40,6 +40,12 @@ class RepoAccess(WorkerJob):
         alias="s3CredentialsFile",
         description="an AWS credentials file whose [default] profile holds the keys",
     )
+    s3_ca_file: str | None = Field(
+        default=None,
+        alias="s3CaFile",
+        description="a PEM file of the CA certificates that sign the S3 endpoint's, "
+        "trusted besides the system's",
+    )
     wait: bool = Field(default=False, description="wait for conflicting locks instead of refusing")
     _opening: Future[Repository] | None = PrivateAttr(default=None)
 
@@ -61,11 +67,17 @@ class RepoAccess(WorkerJob):
             from diskferry.objstore.credentials import read_credentials
 
             key, secret = read_credentials(self.s3_credentials_file)
+        ca_bundle = None
+        if self.s3_ca_file:
+            from diskferry.objstore.s3_options import read_ca_bundle
+
+            ca_bundle = read_ca_bundle(self.s3_ca_file)
         return S3Options(
             endpoint=self.s3_endpoint,
             region=self.s3_region,
             access_key_id=key,
             secret_access_key=secret,
+            ca_bundle=ca_bundle,
         )
 
     def start_opening(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any, BinaryIO
@@ -30,6 +31,7 @@ from diskferry.objstore.s3_options import S3Options
 
 _READ_BACK = 8 << 20
 _REFUSED_MARKERS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden")
+_UNTRUSTED = re.compile(r"InvalidCertificate\(\s*(\w+)")
 
 
 class S3Backend:
@@ -181,6 +183,13 @@ class S3Backend:
             )
         if isinstance(exc, FileNotFoundError | NotFoundError):
             return ObjectNotFoundError(f"{self.url}: {path} does not exist")
+        untrusted = _UNTRUSTED.search(text)
+        if untrusted:
+            return ObjectStoreError(
+                f"{self.url}: the endpoint's TLS certificate is not trusted "
+                f"({untrusted.group(1)}): give the certificate of the CA that signed it",
+                reason="CertificateNotTrusted",
+            )
         first = text.split("\n")[0][:300]
         return ObjectStoreError(f"{self.url}: {path}: {first}")
 
@@ -201,8 +210,19 @@ def _s3_store(bucket: str, prefix: str, opts: S3Options) -> S3Store:
         config["access_key_id"] = opts.access_key_id
     if opts.secret_access_key:
         config["secret_access_key"] = opts.secret_access_key
-    client = {"allow_http": bool(endpoint and endpoint.startswith("http://"))}
+    client: dict[str, Any] = {"allow_http": bool(endpoint and endpoint.startswith("http://"))}
+    if opts.ca_bundle is not None:
+        client["root_certificate"] = opts.ca_bundle
     retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
-    return S3Store(
-        bucket, prefix=prefix or None, client_options=client, retry_config=retry, **config
-    )
+    try:
+        return S3Store(
+            bucket, prefix=prefix or None, client_options=client, retry_config=retry, **config
+        )
+    except ValueError as e:
+        if opts.ca_bundle is None or "root_certificate" not in str(e):
+            raise
+        raise ObjectStoreError(
+            "the CA bundle holds no PEM certificate: give the CA's certificate, -----BEGIN "
+            "CERTIFICATE----- and all",
+            reason="BadCaBundle",
+        ) from None

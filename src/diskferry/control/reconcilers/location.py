@@ -3,6 +3,7 @@ daemon's own look at it and as the files and fields of a backup worker's job."""
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from diskferry.control.resources.backupstoragelocation import (
     UNENCRYPTED,
     BackupStorageLocation,
     SecretKeyRef,
+    SecretKeySelector,
 )
 from diskferry.control.resources.core import Secret
 from diskferry.control.runtime.client import Client
@@ -22,6 +24,7 @@ from diskferry.objstore.store import S3Options
 
 PASSWORD_FILE = "repo-password"
 CREDENTIALS_FILE = "s3-credentials"
+CA_FILE = "s3-ca.pem"
 
 
 class LocationError(DiskferryError):
@@ -32,6 +35,8 @@ class LocationError(DiskferryError):
 
 def secret_value(client: Client, namespace: str | None, ref: SecretKeyRef, what: str) -> bytes:
     """The value of `ref` in `namespace`, or LocationError saying which is missing."""
+    if not ref.name:
+        raise LocationError(f"the reference to the {what} names no Secret")
     secret = client.get(Secret, namespace, ref.name)
     if secret is None:
         raise LocationError(f"the Secret {ref.name} with the {what} does not exist")
@@ -39,6 +44,21 @@ def secret_value(client: Client, namespace: str | None, ref: SecretKeyRef, what:
     if value is None:
         raise LocationError(f"the Secret {ref.name} has no key {ref.key} (the {what})")
     return value
+
+
+def selected_value(
+    client: Client, namespace: str | None, ref: SecretKeySelector | None, what: str
+) -> bytes | None:
+    """The value of `ref` in `namespace`: None when there is no `ref`, or when it is optional
+    and missing; LocationError when it is required and missing."""
+    if ref is None:
+        return None
+    try:
+        return secret_value(client, namespace, ref, what)
+    except LocationError:
+        if ref.optional:
+            return None
+        raise
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,7 @@ class Location:
     endpoint: str | None = None
     region: str | None = None
     credentials: bytes | None = None
+    ca_bundle: bytes | None = None
 
     def s3(self) -> S3Options:
         """The S3 settings, keys included, for the daemon's own use."""
@@ -57,7 +78,11 @@ class Location:
         if self.credentials is not None:
             key, secret = parse_credentials(self.credentials.decode(errors="replace"))
         return S3Options(
-            endpoint=self.endpoint, region=self.region, access_key_id=key, secret_access_key=secret
+            endpoint=self.endpoint,
+            region=self.region,
+            access_key_id=key,
+            secret_access_key=secret,
+            ca_bundle=self.ca_bundle,
         )
 
     def job(self) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -74,6 +99,9 @@ class Location:
         if self.credentials is not None:
             fields["s3CredentialsFile"] = CREDENTIALS_FILE
             files[CREDENTIALS_FILE] = self.credentials
+        if self.ca_bundle is not None:
+            fields["s3CaFile"] = CA_FILE
+            files[CA_FILE] = self.ca_bundle
         return fields, files
 
 
@@ -94,11 +122,15 @@ def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
         )
     if spec.provider == "filesystem":
         return Location(os.path.join(spec.object_storage.bucket, prefix), password)
-    credentials = None
-    if spec.credential is not None:
-        credentials = secret_value(client, namespace, spec.credential, "S3 credentials")
-    url = f"s3://{spec.object_storage.bucket}/{prefix}".rstrip("/")
-    return Location(url, password, spec.config.s3_url, spec.config.region, credentials)
+    storage = spec.object_storage
+    credentials = selected_value(client, namespace, spec.credential, "S3 credentials")
+    ca_bundle = selected_value(
+        client, namespace, storage.ca_cert_ref, "S3 endpoint's CA certificate"
+    )
+    if storage.ca_cert is not None:
+        ca_bundle = base64.b64decode(storage.ca_cert)
+    url = f"s3://{storage.bucket}/{prefix}".rstrip("/")
+    return Location(url, password, spec.config.s3_url, spec.config.region, credentials, ca_bundle)
 
 
 def snapshot_size(location: Location, snapshot_id: str) -> int:

@@ -27,7 +27,7 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.common import ApiVersion, Duration, invalid
+from diskferry.control.resources.common import ApiVersion, Base64, Duration, invalid
 
 
 class BSLPhase(StrEnum):
@@ -37,11 +37,47 @@ class BSLPhase(StrEnum):
     UNAVAILABLE = "Unavailable"
 
 
+class SecretKeySelector(ApiModel):
+    """A key of a Secret in the location's namespace, as Kubernetes' SecretKeySelector."""
+
+    name: str = Field(
+        default="",
+        pattern=rf"^$|{NAME_PATTERN}",
+        description="The Secret's name (default empty: no Secret, which only `optional` allows).",
+    )
+    key: str = Field(min_length=1, description="The key in the Secret.")
+    optional: bool | None = Field(
+        default=None,
+        description="true: a missing Secret or key is no error, and the location goes on "
+        "without it. Default false.",
+    )
+
+
 class ObjectStorageLocation(ApiModel):
-    """The bucket (for `filesystem`, an absolute directory) and a prefix inside it."""
+    """The bucket (for `filesystem`, an absolute directory), a prefix inside it, and the CA
+    that signed an S3 endpoint's certificate."""
 
     bucket: str = Field(min_length=1)
     prefix: str | None = None
+    ca_cert: Base64 | None = Field(
+        default=None,
+        alias="caCert",
+        description="PEM certificates of the CA that signed the S3 endpoint's TLS certificate, "
+        "in base64, trusted besides the system's (deprecated by Velero for caCertRef). "
+        "Not with caCertRef.",
+    )
+    ca_cert_ref: SecretKeySelector | None = Field(
+        default=None,
+        alias="caCertRef",
+        description="The Secret key holding PEM certificates of the CA that signed the S3 "
+        "endpoint's TLS certificate, trusted besides the system's. Not with caCert.",
+    )
+
+    @model_validator(mode="after")
+    def _one_ca(self) -> ObjectStorageLocation:
+        if self.ca_cert is not None and self.ca_cert_ref is not None:
+            raise invalid("caCert and caCertRef cannot both be set: keep caCertRef")
+        return self
 
 
 UNENCRYPTED = "none"
@@ -77,7 +113,11 @@ class BackupStorageLocationSpec(ApiModel):
     provider: Literal["filesystem", "aws"]
     object_storage: ObjectStorageLocation = Field(alias="objectStorage")
     config: LocationConfig = Field(default_factory=LocationConfig)
-    credential: SecretKeyRef | None = None
+    credential: SecretKeySelector | None = Field(
+        default=None,
+        description="For `aws`: the Secret key holding an AWS credentials file whose [default] "
+        "profile has the keys. Unset: the daemon's AWS_* environment.",
+    )
     default: bool = False
     encryption_secret_ref: SecretKeyRef | None = Field(
         default=None,
