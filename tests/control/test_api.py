@@ -35,7 +35,12 @@ def test_no_token_is_401_as_status(server: ApiServer) -> None:
 
 def test_discovery_plain_and_aggregated(client: TestClient) -> None:
     groups = client.get("/apis").json()
-    assert {g["name"] for g in groups["groups"]} == {"diskferry.io", "storage.k8s.io"}
+    assert {g["name"] for g in groups["groups"]} == {
+        "diskferry.io",
+        "storage.k8s.io",
+        "authorization.k8s.io",
+        "authentication.k8s.io",
+    }
     resources = client.get("/apis/diskferry.io/v1alpha1").json()["resources"]
     names = {r["name"]: r for r in resources}
     assert names["virtualdisks"]["shortNames"] == ["vd"]

@@ -210,6 +210,13 @@ def test_kr8s_connects_and_reads_the_version(daemon: Served) -> None:
     assert asyncio.run(version())["gitVersion"].startswith("v1.")
 
 
+def test_kr8s_whoami_names_the_admin(daemon: Served) -> None:
+    async def whoami() -> str:
+        return await (await _kr8s_api(daemon)).whoami()
+
+    assert asyncio.run(whoami()) == "diskferry-admin"
+
+
 @KINDS
 def test_kr8s_drives_a_kind(daemon: Served, kind: Kind) -> None:
     asyncio.run(_kr8s_scenario(daemon, kind))

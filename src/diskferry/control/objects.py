@@ -115,6 +115,30 @@ def _parse_rv(text: str) -> int:
         raise BadRequestError(f"invalid resourceVersion {text!r}") from None
 
 
+def typed_body(info: KindInfo, obj: Any) -> Obj:
+    """A copy of the body `obj` with `info`'s apiVersion and kind (set when absent) and a
+    metadata object; BadRequestError when it names another kind or is no object."""
+    if not isinstance(obj, dict):
+        raise BadRequestError("the body must be a JSON object")
+    body = copy.deepcopy(obj)
+    api_version = body.setdefault("apiVersion", info.api_version)
+    kind = body.setdefault("kind", info.kind)
+    if api_version != info.api_version:
+        raise BadRequestError(
+            f"the API version in the data ({api_version}) does not match the expected"
+            f" API version ({info.api_version})"
+        )
+    if kind != info.kind:
+        raise BadRequestError(
+            f"the kind in the data ({kind}) does not match the expected kind ({info.kind})"
+        )
+    if body.get("metadata") is None:
+        body["metadata"] = {}
+    if not isinstance(body["metadata"], dict):
+        raise BadRequestError("metadata must be a JSON object")
+    return body
+
+
 class ObjectService:
     """Objects of the registry's kinds in one SQLite file, with Kubernetes' semantics."""
 
@@ -133,7 +157,7 @@ class ObjectService:
         self._kinds = {kind_key(info): info for info in registry.kinds}
         with self._writing(dry_run=False) as tx:
             if tx.get(kind_key(NAMESPACES), "", DEFAULT_NAMESPACE) is None:
-                body = self._body(NAMESPACES, {"metadata": {"name": DEFAULT_NAMESPACE}})
+                body = typed_body(NAMESPACES, {"metadata": {"name": DEFAULT_NAMESPACE}})
                 self._insert(tx, NAMESPACES, None, body)
 
     def close(self) -> None:
@@ -213,27 +237,6 @@ class ObjectService:
 
     # --- writing
 
-    def _body(self, info: KindInfo, obj: Any) -> Obj:
-        if not isinstance(obj, dict):
-            raise BadRequestError("the body must be a JSON object")
-        body = copy.deepcopy(obj)
-        api_version = body.setdefault("apiVersion", info.api_version)
-        kind = body.setdefault("kind", info.kind)
-        if api_version != info.api_version:
-            raise BadRequestError(
-                f"the API version in the data ({api_version}) does not match the expected"
-                f" API version ({info.api_version})"
-            )
-        if kind != info.kind:
-            raise BadRequestError(
-                f"the kind in the data ({kind}) does not match the expected kind ({info.kind})"
-            )
-        if body.get("metadata") is None:
-            body["metadata"] = {}
-        if not isinstance(body["metadata"], dict):
-            raise BadRequestError("metadata must be a JSON object")
-        return body
-
     def _stored(self, model: Resource) -> Obj:
         """The JSON stored for a validated model: Secrets folded, empty metadata lists left out."""
         if isinstance(model, Secret):
@@ -262,7 +265,7 @@ class ObjectService:
 
         AlreadyExistsError when the name is taken, NotFoundError when the namespace is missing.
         """
-        body = self._body(info, obj)
+        body = typed_body(info, obj)
         with self._writing(dry_run=dry_run) as tx:
             return self._insert(tx, info, namespace, body, field_validation, manager)
 
@@ -357,7 +360,7 @@ class ObjectService:
 
         ConflictError when `metadata.resourceVersion` is given and is not the current one.
         """
-        body = self._body(info, obj)
+        body = typed_body(info, obj)
         with self._writing(dry_run=dry_run) as tx:
             current = self._current(tx, info, namespace, name)
             return self._replace(tx, info, current, body, subresource, field_validation, manager)
@@ -381,7 +384,7 @@ class ObjectService:
         parsed = patches.decode(patch)
         with self._writing(dry_run=dry_run) as tx:
             current = self._current(tx, info, namespace, name)
-            patched = self._body(info, patches.apply(current, parsed, kind))
+            patched = typed_body(info, patches.apply(current, parsed, kind))
             return self._replace(tx, info, current, patched, subresource, field_validation, manager)
 
     def apply(
@@ -401,7 +404,7 @@ class ObjectService:
 
         ConflictError when another manager owns a field `config` changes, unless `force`.
         """
-        body = self._body(info, config)
+        body = typed_body(info, config)
         with self._writing(dry_run=dry_run) as tx:
             current = tx.get(kind_key(info), self._scope(info, namespace), name)
             merged = applies.apply(
@@ -761,7 +764,7 @@ class ObjectService:
                     "source": {"component": component},
                     "reportingComponent": component,
                 }
-                return self._insert(tx, EVENTS, namespace, self._body(EVENTS, body))[0]
+                return self._insert(tx, EVENTS, namespace, typed_body(EVENTS, body))[0]
             bumped = copy.deepcopy(existing)
             bumped["count"] = int(existing.get("count") or 1) + 1
             bumped["lastTimestamp"] = now

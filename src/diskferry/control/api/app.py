@@ -12,13 +12,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from diskferry.control.api import discovery, media, openapi
+from diskferry.control.api import bodies, discovery, media, openapi, reviews
 from diskferry.control.api.limits import RequestLimits, answer
 from diskferry.control.api.metrics import Metrics
 from diskferry.control.api.resources import ResourceApi
 from diskferry.control.api.watch import Watcher
-from diskferry.control.errors import ApiError, NotFoundError
-from diskferry.control.kinds import Registry
+from diskferry.control.errors import ApiError, MethodNotAllowedError, NotFoundError
+from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.objects import ObjectService
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class ApiServer:
     ) -> None:
         self.service = service
         self.registry = registry
+        self.discoverable = Registry([*registry.kinds, *reviews.KINDS])
         self.token = token
         self.server_address = server_address
         self.metrics = Metrics()
@@ -155,7 +156,7 @@ class ApiServer:
 
     def _discovery(self, request: Request, core: bool, plain: dict[str, Any]) -> Response:
         if media.wants_discovery_v2(request.headers.get("accept")):
-            body = discovery.aggregated(self.registry, core)
+            body = discovery.aggregated(self.discoverable, core)
             return JSONResponse(body, media_type=media.DISCOVERY_V2)
         return JSONResponse(plain)
 
@@ -163,22 +164,34 @@ class ApiServer:
         return self._discovery(request, True, discovery.api_versions(self.server_address))
 
     async def _groups(self, request: Request) -> Response:
-        return self._discovery(request, False, discovery.api_group_list(self.registry))
+        return self._discovery(request, False, discovery.api_group_list(self.discoverable))
 
     async def _core_resources(self, version: str) -> dict[str, Any]:
-        return discovery.api_resource_list(self.registry, "", version)
+        return discovery.api_resource_list(self.discoverable, "", version)
 
     async def _group(self, group: str) -> dict[str, Any]:
-        return discovery.api_group(self.registry, group)
+        return discovery.api_group(self.discoverable, group)
 
     async def _group_resources(self, group: str, version: str) -> dict[str, Any]:
-        return discovery.api_resource_list(self.registry, group, version)
+        return discovery.api_resource_list(self.discoverable, group, version)
 
     async def _core(self, request: Request, version: str, path: str) -> Response:
         return await self.resources.handle(request, "", version, path)
 
     async def _named(self, request: Request, group: str, version: str, path: str) -> Response:
+        review = reviews.find(group, version, path)
+        if review is not None:
+            return await self._review(request, review)
         return await self.resources.handle(request, group, version, path)
+
+    async def _review(self, request: Request, info: KindInfo) -> Response:
+        """Answer a review: created (201), never stored; only POST is served."""
+        request.state.resource = info.plural
+        if request.method != "POST":
+            raise MethodNotAllowedError(f"the server does not allow this method on {info.plural}")
+        request.state.verb = "create"
+        body = bodies.decode(await request.body(), request.headers.get("content-type"))
+        return JSONResponse(reviews.answer(info, body, self.token), status_code=201)
 
     async def _openapi_v2(self, request: Request) -> Response:
         accepted = media.parse(request.headers.get("accept"))

@@ -1,7 +1,8 @@
 """Request bodies in Kubernetes' protobuf encoding, as kubectl sends them for some core kinds.
 
 Only decoding, and only the messages kubectl writes imperatively (`create namespace`,
-`create secret`, deletes): Namespace, Secret and DeleteOptions. Answers stay JSON.
+`create secret`, deletes, `auth can-i`, `auth whoami`): Namespace, Secret, DeleteOptions and
+the reviews. A review's status is the answer's, and is not read. Answers stay JSON.
 """
 
 from __future__ import annotations
@@ -61,8 +62,39 @@ MESSAGES: dict[str, dict[int, Field]] = {
         5: ("dryRun", "string", True),
     },
     "Preconditions": {1: ("uid", "string", False), 2: ("resourceVersion", "string", False)},
+    "SelfSubjectAccessReview": {
+        1: ("metadata", "ObjectMeta", False),
+        2: ("spec", "SelfSubjectAccessReviewSpec", False),
+    },
+    "SelfSubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "ResourceAttributes", False),
+        2: ("nonResourceAttributes", "NonResourceAttributes", False),
+    },
+    "ResourceAttributes": {
+        1: ("namespace", "string", False),
+        2: ("verb", "string", False),
+        3: ("group", "string", False),
+        4: ("version", "string", False),
+        5: ("resource", "string", False),
+        6: ("subresource", "string", False),
+        7: ("name", "string", False),
+    },
+    "NonResourceAttributes": {1: ("path", "string", False), 2: ("verb", "string", False)},
+    "SelfSubjectRulesReview": {
+        1: ("metadata", "ObjectMeta", False),
+        2: ("spec", "SelfSubjectRulesReviewSpec", False),
+    },
+    "SelfSubjectRulesReviewSpec": {1: ("namespace", "string", False)},
+    "SelfSubjectReview": {1: ("metadata", "ObjectMeta", False)},
 }
-KINDS = ("Namespace", "Secret", "DeleteOptions")
+KINDS = (
+    "Namespace",
+    "Secret",
+    "DeleteOptions",
+    "SelfSubjectAccessReview",
+    "SelfSubjectRulesReview",
+    "SelfSubjectReview",
+)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
