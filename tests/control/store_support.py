@@ -38,7 +38,12 @@ class Widget(Resource):
 
 
 WIDGETS = KindInfo(
-    group="diskferry.io", version="v1alpha1", kind="Widget", plural="widgets", model=Widget
+    group="diskferry.io",
+    version="v1alpha1",
+    kind="Widget",
+    plural="widgets",
+    model=Widget,
+    field_selectors=("spec.size", "spec.color", "status.phase"),
 )
 
 

@@ -234,6 +234,18 @@ def test_list_pages_and_selectors(client: TestClient) -> None:
     assert len(client.get(VD).json()["items"]) == 3
 
 
+@pytest.mark.parametrize("watch", ["false", "true"])
+def test_a_field_selector_the_kind_does_not_support_is_400(client: TestClient, watch: str) -> None:
+    client.post(VD, json=disk("d1"))
+    params = {"fieldSelector": "spec.foo=x", "watch": watch, "timeoutSeconds": "1"}
+    answer = client.get(VD, params=params)
+    assert answer.status_code == 400
+    assert answer.json()["reason"] == "BadRequest"
+    assert answer.json()["message"] == "field label not supported: spec.foo"
+    phase = client.get(VD, params={"fieldSelector": "status.phase!=Ready"})
+    assert [i["metadata"]["name"] for i in phase.json()["items"]] == ["d1"]
+
+
 def test_metrics_count_requests_and_objects(client: TestClient) -> None:
     client.post(VD, json=disk())
     client.get(f"{VD}/vd1")

@@ -147,6 +147,11 @@ def test_print_columns_names_and_scope() -> None:
     assert crd(REGISTRY.lookup("vds"))["spec"]["names"]["shortNames"] == ["vdsnapshot", "vds"]
 
 
+def test_selectable_fields_are_the_kinds_field_selectors() -> None:
+    disk = crd(REGISTRY.by_kind("VirtualDisk"))["spec"]["versions"][0]
+    assert disk["selectableFields"] == [{"jsonPath": ".status.phase"}]
+
+
 def test_quantities_are_int_or_string() -> None:
     spec = openapi_schema(REGISTRY.by_kind("VirtualDisk"))["properties"]["spec"]
     size = spec["properties"]["persistentVolumeClaim"]["properties"]["size"]

@@ -6,7 +6,9 @@ import pytest
 from store_support import WIDGETS
 
 from diskferry.control.errors import BadRequestError
-from diskferry.control.resources.core import EVENTS, SECRETS
+from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
+from diskferry.control.resources.storageclass import STORAGE_CLASSES
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.store.selectors import label_selector, parse_fields, parse_labels
 
 LABELS = {"app": "web", "tier": "front", "n": "5"}
@@ -107,6 +109,38 @@ def test_spec_and_status_field_selectors_on_a_kind_with_spec() -> None:
 def test_unsupported_field_selectors_are_refused(selector: str, info: object) -> None:
     with pytest.raises(BadRequestError):
         parse_fields(selector, info)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("selector", "info", "field"),
+    [
+        ("spec.foo=x", VIRTUAL_DISKS, "spec.foo"),
+        ("spec.persistentVolumeClaim.size=1Gi", VIRTUAL_DISKS, "spec.persistentVolumeClaim.size"),
+        ("metadata.name=a,spec.parts=x", WIDGETS, "spec.parts"),
+        ("status.phase=Ready", STORAGE_CLASSES, "status.phase"),
+        ("provisioner=x", STORAGE_CLASSES, "provisioner"),
+    ],
+)
+def test_a_field_the_kind_does_not_declare_is_named_in_the_400(
+    selector: str, info: object, field: str
+) -> None:
+    with pytest.raises(BadRequestError) as refused:
+        parse_fields(selector, info)  # type: ignore[arg-type]
+    assert refused.value.message == f"field label not supported: {field}"
+
+
+@pytest.mark.parametrize(
+    ("selector", "info"),
+    [
+        ("metadata.name=a,metadata.namespace=default", VIRTUAL_DISKS),
+        ("status.phase=Ready", VIRTUAL_DISKS),
+        ("status.phase=Active", NAMESPACES),
+        ("metadata.name=fast", STORAGE_CLASSES),
+        ("type=Opaque", SECRETS),
+    ],
+)
+def test_the_fields_each_kind_declares_are_selected_on(selector: str, info: object) -> None:
+    assert parse_fields(selector, info).terms  # type: ignore[arg-type]
 
 
 def test_watch_of_every_kind_selects_on_metadata() -> None:

@@ -117,6 +117,8 @@ def crd(info: KindInfo) -> Schema:
     if info.has_status:
         version["subresources"] = {"status": {}}
     version["additionalPrinterColumns"] = [_column(c) for c in info.columns]
+    if info.field_selectors:
+        version["selectableFields"] = [{"jsonPath": f".{path}"} for path in info.field_selectors]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

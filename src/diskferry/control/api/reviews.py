@@ -126,6 +126,7 @@ def _kind(group: str, kind: str, plural: str, model: type[Resource]) -> KindInfo
         namespaced=False,
         has_status=False,
         columns=(),
+        field_selectors=(),
         verbs=("create",),
     )
 

@@ -117,6 +117,7 @@ SECRETS = KindInfo(
     plural="secrets",
     model=Secret,
     has_status=False,
+    field_selectors=("type",),
     columns=(Column("Type", ".type"), AGE),
 )
 EVENTS = KindInfo(
@@ -127,6 +128,19 @@ EVENTS = KindInfo(
     model=Event,
     short_names=("ev",),
     has_status=False,
+    field_selectors=(
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
     columns=(
         Column("Last Seen", ".lastTimestamp", "date"),
         Column("Type", ".type"),

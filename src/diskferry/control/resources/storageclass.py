@@ -86,6 +86,7 @@ STORAGE_CLASSES = KindInfo(
     namespaced=False,
     short_names=("sc",),
     has_status=False,
+    field_selectors=(),
     columns=(
         Column("Provisioner", ".provisioner"),
         Column("ReclaimPolicy", ".reclaimPolicy"),

@@ -16,25 +16,7 @@ KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{NAME}$")
 VALUE = re.compile(rf"^{NAME}?$")
 SET_OPERATORS = ("in", "notin")
 COMMON_FIELDS = ("metadata.name", "metadata.namespace")
-KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "Event": (
-        "involvedObject.kind",
-        "involvedObject.namespace",
-        "involvedObject.name",
-        "involvedObject.uid",
-        "involvedObject.apiVersion",
-        "involvedObject.resourceVersion",
-        "involvedObject.fieldPath",
-        "reason",
-        "reportingComponent",
-        "source",
-        "type",
-    ),
-    "Secret": ("type",),
-    "Namespace": ("status.phase",),
-}
 FIELD_ALIASES = {"source": "source.component"}
-SPEC_PATH = re.compile(r"^spec(\.[A-Za-z][A-Za-z0-9]*)+$")
 
 Labels = dict[str, str]
 
@@ -213,16 +195,7 @@ def field_value(obj: dict[str, Any], path: str) -> str:
 
 def supported_fields(info: KindInfo | None) -> tuple[str, ...]:
     """The field paths a selector may name for `info`'s kind (any kind: metadata only)."""
-    if info is None:
-        return COMMON_FIELDS
-    extra = KIND_FIELDS.get(info.kind, ("status.phase",) if info.has_status else ())
-    return COMMON_FIELDS + extra
-
-
-def _supported(info: KindInfo | None, path: str) -> bool:
-    if path in supported_fields(info):
-        return True
-    return info is not None and "spec" in info.model.model_fields and bool(SPEC_PATH.match(path))
+    return COMMON_FIELDS + (info.field_selectors if info is not None else ())
 
 
 def parse_fields(text: str | None, info: KindInfo | None) -> FieldSelector:
@@ -238,9 +211,8 @@ def parse_fields(text: str | None, info: KindInfo | None) -> FieldSelector:
         if not found:
             raise BadRequestError(f"invalid selector: {part!r}; can't understand it")
         path, op, value = found.groups()
-        if not _supported(info, path):
-            known = ", ".join(f'"{f}"' for f in supported_fields(info))
-            raise BadRequestError(f'"{path}" is not a known field selector: only {known}')
+        if path not in supported_fields(info):
+            raise BadRequestError(f"field label not supported: {path}")
         terms.append(FieldTerm(path, op != "!=", value))
     return FieldSelector(tuple(terms))
 
