@@ -1,5 +1,6 @@
 """A repository on storage others can write: a symbolic link anywhere in it, or a name it never
-writes, is refused by backup, forget, check and prune, and nothing behind it is read or deleted."""
+writes, is refused by backup, forget and prune, and nothing behind it is read or deleted; check
+reports every one of them, with every other problem it finds."""
 
 import os
 import re
@@ -8,6 +9,7 @@ import shutil
 import pytest
 from backup_support import PASSWORD, MiB, engine_fixture, files_under  # noqa: F401
 
+from diskferry.backup.check import CheckReport
 from diskferry.backup.errors import ForeignObjectError
 from diskferry.backup.job import CheckJob, ForgetJob, PruneJob
 from diskferry.backup.ops import check_repository, forget_snapshots, prune_repository
@@ -101,6 +103,7 @@ def test_a_link_anywhere_is_refused_and_nothing_behind_it_is_touched(backed_up, 
     where = _place(engine.url, _resolve(place, engine.url, snapshots), victims)
     before = files_under(victims)
     refused = []
+    reported = []
     operations = {
         "backup": lambda: engine.backup(disks={"d": disk}),
         "forget": lambda: forget_snapshots(
@@ -111,13 +114,18 @@ def test_a_link_anywhere_is_refused_and_nothing_behind_it_is_touched(backed_up, 
     }
     for name, operation in operations.items():
         try:
-            operation()
+            done = operation()
         except ForeignEntryError as e:
             assert f"{where} is a symbolic link" in e.message, e.message
             refused.append(name)
+        else:
+            if isinstance(done, CheckReport):
+                links = [p for p in done.problems if f"{where} is a symbolic link" in p.message]
+                assert not done.ok and [p.object for p in links] == [where], done.problems
+                reported.append(name)
         assert files_under(victims) == before, f"{name} touched the victims through {where}"
         assert os.path.islink(os.path.join(engine.url, where))
-    assert "check" in refused  # check looks at every object
+    assert "check" in refused + reported  # check looks at every object
 
 
 def test_a_prune_deletes_nothing_behind_a_linked_packs_folder(
@@ -145,7 +153,48 @@ def test_prune_deletes_no_name_the_repository_never_writes(backed_up, name):
         f.write(b"someone else's file")
     with pytest.raises(ForeignObjectError, match=re.escape(name)):
         prune_repository(PruneJob(repo=engine.url), Progress())
-    with pytest.raises(ForeignObjectError, match=re.escape(name)):
-        check_repository(CheckJob(repo=engine.url), Progress())
+    report = check_repository(CheckJob(repo=engine.url), Progress())
+    assert [p.object for p in report.problems] == [name]
+    assert "is not an object this repository writes" in report.problems[0].message
     with open(path, "rb") as f:
         assert f.read() == b"someone else's file"
+
+
+def test_check_reports_every_foreign_name_and_link_and_goes_on(backed_up, victims):
+    engine, _, snapshots = backed_up
+    aa = _one(engine.url, "packs")
+    damaged = f"packs/{aa}/{_one(engine.url, f'packs/{aa}')}"
+    with open(os.path.join(engine.url, damaged), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    strays = [
+        "keys/stray",
+        "index/" + "x" * 32,
+        "packs/ab/notes.txt",
+        "packs/" + "ab" * 16,
+        "snapshots/vm/d/not a snapshot",
+        "snapshots/vm/d/deeper/still",
+        "trackers/vm.json~",
+        "metadata/a b",
+    ]
+    for name in strays:
+        path = os.path.join(engine.url, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(b"someone else's file")
+    linked = _place(engine.url, "packs/cd/" + "cd" * 16, victims)
+    before = files_under(victims)
+    report = check_repository(CheckJob(repo=engine.url, read_data=True), Progress())
+    assert not report.ok
+    found = {p.object: p.message for p in report.problems}
+    for name in strays:
+        assert "is not an object this repository writes" in found.pop(name), name
+    assert f"{linked} is a symbolic link" in found.pop(linked)
+    assert "chunks are damaged" in found.pop(damaged)
+    assert found == {}
+    assert report.snapshots == len(snapshots) and report.affected  # it went on past them all
+    assert files_under(victims) == before
+    for name in strays:
+        assert os.path.exists(os.path.join(engine.url, name))

@@ -94,6 +94,28 @@ def test_init_stats_check_on_a_directory(tmp_path, env):
     assert pack in line and f"vm1/root/{info.id}" in line
 
 
+def test_check_reports_every_foreign_name_and_exits_1(tmp_path, env):
+    url = tmp_path / "repo"
+    assert run(env, "repo", "init", "--repo", url).returncode == 0
+    add_snapshot(str(url), "vm1", "2026-01-02T00:00:00Z", os.urandom(50_000))
+    strays = ["index/" + "0" * 31, "packs/notes.txt", "snapshots/vm1/root/not a snapshot"]
+    for name in strays:
+        (url / name).parent.mkdir(parents=True, exist_ok=True)
+        (url / name).write_bytes(b"someone else's file")
+    checked = run(env, "repo", "check", "--repo", url)
+    assert checked.returncode == 1
+    told = [ln for ln in checked.stderr.splitlines() if "is not an object this repository" in ln]
+    assert [name for name in strays for ln in told if f"{url}: {name} is not" in ln] == strays
+    line = error_line(checked)
+    assert all(name in line for name in strays)
+    as_json = run(env, "repo", "check", "--repo", url, "--json")
+    assert as_json.returncode == 1
+    report = json.loads(as_json.stdout)
+    assert report["snapshots"] == 1 and report["chunks"] == 1
+    assert sorted(p["object"] for p in report["problems"]) == strays
+    assert all((url / name).exists() for name in strays)
+
+
 def test_wrong_password_and_no_repository(tmp_path, env):
     url = tmp_path / "repo"
     assert run(env, "repo", "init", "--repo", url).returncode == 0

@@ -89,6 +89,24 @@ def test_a_fifo_or_a_device_is_no_object(tmp_path):
             call()
 
 
+def test_a_listing_hands_each_link_and_fifo_to_its_foreign_and_goes_on(tmp_path, victims):
+    store = _store(tmp_path)
+    root = tmp_path / "store"
+    os.symlink(victims / "precious", root / "packs" / "ab" / "linked")
+    os.mkfifo(root / "packs" / "ab" / "fifo")
+    os.symlink(victims, root / "packs" / "cd")
+    store.put("packs/ef/also", b"another object")
+    found = []
+    listed = [info.path for info in store.list("packs", foreign=found.append)]
+    assert sorted(listed) == ["packs/ab/kept", "packs/ef/also"]
+    assert sorted(e.path for e in found) == ["packs/ab/fifo", "packs/ab/linked", "packs/cd"]
+    assert all(isinstance(e, ForeignEntryError) for e in found)
+    whole = []
+    os.symlink(victims, root / "index")
+    assert list(store.list("index", foreign=whole.append)) == []
+    assert [e.path for e in whole] == ["index"] and "is a symbolic link" in whole[0].message
+
+
 def test_a_file_where_a_folder_should_be_holds_no_object(tmp_path):
     store = _store(tmp_path)
     (tmp_path / "store" / "index").write_bytes(b"a file")

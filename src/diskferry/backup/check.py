@@ -1,4 +1,8 @@
-"""Checking a repository: index against packs, manifests against the index, and the data itself."""
+"""Checking a repository: index against packs, manifests against the index, and the data itself.
+
+A check reports every problem it finds and goes on: a name the repository never writes, and
+a link or a special file, anywhere in its folders, is one problem among the others, skipped.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diskferry.backup.chunk_use import ChunkUse
-from diskferry.backup.errors import CorruptObjectError
+from diskferry.backup.errors import CorruptObjectError, ForeignObjectError
 from diskferry.backup.names import listing
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.prune import Unused, unused_space, unused_text
 from diskferry.backup.repository import Repository
 
 _READERS = 4
+# the folders a check reads nothing from, listed for the names the repository never writes
+_ONLY_LISTED = ("keys", "locks", "metadata")
 
 
 @dataclass
@@ -47,16 +53,20 @@ class CheckReport:
         """Record a problem (safe from several threads: list.append is atomic)."""
         self.problems.append(Problem(obj, message))
 
+    def add_foreign(self, error: ForeignObjectError) -> None:
+        """Record a name the repository never writes, or a link or special file, as a problem."""
+        self.add(error.objects[0], error.message)
+
     def summary(self) -> str:
-        """One line saying what is damaged and which snapshots it affects."""
+        """One line saying what is damaged or foreign and which snapshots it affects."""
         if self.ok:
             return (
                 f"no errors: {self.snapshots} snapshots, {self.packs} packs, {self.chunks} chunks; "
                 f"{unused_text(self.unused)}"
             )
-        damaged = ", ".join(sorted({p.object for p in self.problems}))
+        wrong = ", ".join(sorted({p.object for p in self.problems}))
         snaps = ", ".join(sorted(self.affected)) or "none"
-        return f"damaged: {damaged}; affected snapshots: {snaps}"
+        return f"{len(self.problems)} problems: {wrong}; affected snapshots: {snaps}"
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready values."""
@@ -75,9 +85,13 @@ class CheckReport:
 
 
 def check(
-    repo: Repository, read_data: bool = False, on_pack: Callable[[int], None] | None = None
+    repo: Repository,
+    read_data: bool = False,
+    on_pack: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> CheckReport:
-    """Check the repository; with `read_data`, open and verify every chunk too.
+    """Check the repository; with `read_data`, open and verify every chunk too, first telling
+    `on_total` the bytes of the packs it will read, then `on_pack` those of each pack read.
 
     The index is read from every index object of the repository now, each authenticated:
     what the local cache holds is no evidence.
@@ -86,15 +100,22 @@ def check(
     with repo.index_read_now() as (checked, problems):
         for error in problems:
             report.add(error.objects[0] if error.objects else "index", error.message)
-        _check(checked, report, on_pack)
+        _check(checked, report, on_pack, on_total)
     return report
 
 
-def _check(repo: Repository, report: CheckReport, on_pack: Callable[[int], None] | None) -> None:
+def _check(
+    repo: Repository,
+    report: CheckReport,
+    on_pack: Callable[[int], None] | None,
+    on_total: Callable[[int], None] | None,
+) -> None:
     """Check the repository over the index it holds, into `report`."""
     read_data = report.read_data
     index = repo.index
-    present = {info.path: info.size for info in listing(repo.store, "packs")}
+    for folder in _ONLY_LISTED:
+        list(listing(repo.store, folder, report.add_foreign))
+    present = {info.path: info.size for info in listing(repo.store, "packs", report.add_foreign)}
     indexed = index.pack_names()
     report.packs = len(indexed)
     report.chunks = index.totals()[0]
@@ -112,6 +133,8 @@ def _check(repo: Repository, report: CheckReport, on_pack: Callable[[int], None]
             bad_packs[pack] = path
         elif read_data:
             to_read.append((pack, present[path]))
+    if on_total is not None:
+        on_total(sum(size for _, size in to_read))
     with ThreadPoolExecutor(_READERS) as pool:
         jobs = [
             pool.submit(_read_pack, repo, pack, size, report, bad_chunks, on_pack)
@@ -127,10 +150,10 @@ def _check(repo: Repository, report: CheckReport, on_pack: Callable[[int], None]
     report.problems.sort(key=lambda p: p.object)
     known = set(index.named_packs())
     report.unused_packs = sorted(p for p in present if p.rsplit("/", 1)[1] not in known)
-    for path in repo.snapshot_paths():
+    for path in repo.snapshot_paths(foreign=report.add_foreign):
         report.snapshots += 1
         _check_snapshot(repo, path, bad_packs, bad_chunks, report)
-    for info in listing(repo.store, "trackers"):
+    for info in listing(repo.store, "trackers", report.add_foreign):
         try:
             repo.load_tracker(info.path.split("/", 1)[1])
         except CorruptObjectError as e:

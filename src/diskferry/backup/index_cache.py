@@ -111,18 +111,23 @@ class IndexCache:
         with self._lock:
             self._db.close()
 
-    def refresh(self, store: ObjectStore, codec: Codec) -> list[CorruptObjectError]:
+    def refresh(
+        self, store: ObjectStore, codec: Codec, *, foreign_too: bool = False
+    ) -> list[CorruptObjectError]:
         """Load the index objects not seen yet; start over if one seen before is gone.
 
-        Returns the errors of index objects that could not be read (they stay unseen).
+        Returns the errors of index objects that could not be read (they stay unseen); with
+        `foreign_too`, those of the names under `index/` the repository never writes too, which
+        are skipped rather than refused.
         """
-        present = {info.path.removeprefix("index/") for info in listing(store, "index")}
+        problems: list[CorruptObjectError] = []
+        found = listing(store, "index", problems.append if foreign_too else None)
+        present = {info.path.removeprefix("index/") for info in found}
         with self._lock:
             known = {row[0] for row in self._db.execute("SELECT name FROM indexes")}
         if known - present:
             self._clear()
             known = set()
-        problems = []
         for name in sorted(present - known):
             try:
                 entries = decode_index(name, store.get(f"index/{name}"), codec)

@@ -24,7 +24,6 @@ from diskferry.backup.job import (
     PruneJob,
     PruneResult,
 )
-from diskferry.backup.names import listing
 from diskferry.backup.phases import RepoPhase
 from diskferry.backup.prune import REPACK_UNUSED_SHARE, prune
 from diskferry.backup.repository import Repository
@@ -78,9 +77,7 @@ def check_repository(
         repo.lock("shared", "check", wait=job.lock_wait, notify=reporter.note, cancel=cancel),
     ):
         progress.set_phase(RepoPhase.CHECKING)
-        if job.read_data:
-            progress.set_total(sum(info.size for info in listing(repo.store, "packs")))
-        return check(repo, read_data=job.read_data, on_pack=on_pack)
+        return check(repo, read_data=job.read_data, on_pack=on_pack, on_total=progress.set_total)
 
 
 def forget_snapshots(

@@ -29,7 +29,7 @@ from diskferry.backup.index import IndexEntry
 from diskferry.backup.index_cache import IndexCache, cache_folder
 from diskferry.backup.keys import Keys, new_keys, read_key_file, unwrap_keys, wrap_keys
 from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
-from diskferry.backup.names import listing
+from diskferry.backup.names import OnForeign, listing
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.packs import pack_path
 from diskferry.backup.seen_encrypted import remember_encrypted, was_encrypted
@@ -194,13 +194,14 @@ class Repository:
     def index_read_now(self) -> Iterator[tuple[Repository, list[CorruptObjectError]]]:
         """This repository over an index read from its index objects now, each authenticated,
         into a database of its own that is dropped on exit (the local cache is neither trusted
-        nor changed); and the errors of the index objects that did not open."""
+        nor changed); and the errors of the index objects that did not open, and of the names
+        under `index/` it never writes (skipped)."""
         with tempfile.TemporaryDirectory(prefix="index-", dir=self.cache_folder) as folder:
             fresh = IndexCache(Path(folder) / "index.sqlite")
             view = copy.copy(self)
             view._cache = fresh
             try:
-                yield view, fresh.refresh(self.store, self.codec)
+                yield view, fresh.refresh(self.store, self.codec, foreign_too=True)
             finally:
                 fresh.close()
 
@@ -284,10 +285,11 @@ class Repository:
                 raise CorruptObjectError(f"{path} is truncated", objects=(path,))
             want = need
 
-    def snapshot_paths(self, vm: str | None = None) -> list[str]:
-        """The object paths of the manifests, of one VM or all."""
+    def snapshot_paths(self, vm: str | None = None, foreign: OnForeign | None = None) -> list[str]:
+        """The object paths of the manifests, of one VM or all (see names.listing for
+        `foreign`)."""
         folder = f"snapshots/{check_name('VM', vm)}" if vm else "snapshots"
-        return [info.path for info in listing(self.store, folder)]
+        return [info.path for info in listing(self.store, folder, foreign)]
 
     def find_snapshot(self, snapshot_id: str) -> str:
         """The path of the manifest with this id; SnapshotNotFoundError if none."""

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO, Protocol
+
+from diskferry.objstore.errors import ForeignEntryError
+
+# what a listing calls with each entry that is not an object, which it then skips
+OnForeign = Callable[[ForeignEntryError], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +52,9 @@ class Backend(Protocol):
     def head(self, path: str) -> ObjectInfo | None:
         """What the store says of the object, or None when it does not exist."""
 
-    def list(self, folder: str) -> Iterator[ObjectInfo]:
-        """Every object under `folder` ("" for all)."""
+    def list(self, folder: str, foreign: OnForeign | None = None) -> Iterator[ObjectInfo]:
+        """Every object under `folder` ("" for all); an entry that is not an object (a link, a
+        FIFO) raises ForeignEntryError, or with `foreign`, is handed to it and skipped."""
 
     def empty(self) -> bool:
         """Whether nothing is under the root."""

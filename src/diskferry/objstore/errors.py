@@ -28,7 +28,11 @@ class CredentialsRefusedError(ObjectStoreError):
 
 
 class ForeignEntryError(ObjectStoreError):
-    """A store's directory holds what no store writes: a symbolic link (never followed), a FIFO,
-    a device or a socket."""
+    """A store's directory holds what no store writes at `path`: a symbolic link (never
+    followed), a FIFO, a device or a socket."""
 
     reason = "ForeignEntry"
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

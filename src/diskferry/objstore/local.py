@@ -12,8 +12,9 @@ Others may write the directory. Every name under the root is reached from its fo
 descriptor, one component at a time, never through a symbolic link (O_NOFOLLOW; an entry
 is looked at with lstat before it is unlinked): a link, a FIFO, a device or a socket where
 an object or a folder of objects should be is refused with ForeignEntryError naming it,
-by listings too. The root is the operator's path, followed as given. Files are made 0600
-and folders 0700, whatever the umask.
+by listings too (or handed to the listing's `foreign`, for a check to report). The root is
+the operator's path, followed as given. Files are made 0600 and folders 0700, whatever the
+umask.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 from diskferry.disk.libc import LIBC
-from diskferry.objstore.backend import Data, ObjectInfo
+from diskferry.objstore.backend import Data, ObjectInfo, OnForeign
 from diskferry.objstore.errors import ForeignEntryError, ObjectNotFoundError, ObjectStoreError
 
 TEMPORARY_SUFFIX = ".tmp"
@@ -146,15 +147,21 @@ class LocalBackend:
             return None
         return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
 
-    def list(self, folder: str) -> Iterator[ObjectInfo]:
-        """Every object under `folder`, skipping (and cleaning up) temporary files."""
+    def list(self, folder: str, foreign: OnForeign | None = None) -> Iterator[ObjectInfo]:
+        """Every object under `folder`, skipping (and cleaning up) temporary files; a link or a
+        special file raises ForeignEntryError, or is handed to `foreign` and skipped."""
         with self._errors(folder):
             try:
                 fd = self._open_folder(self._parts(folder) if folder else [])
             except (FileNotFoundError, NotADirectoryError):
                 return
+            except ForeignEntryError as e:
+                if foreign is None:
+                    raise
+                foreign(e)
+                return
             try:
-                yield from self._walk(fd, folder)
+                yield from self._walk(fd, folder, foreign)
             finally:
                 os.close(fd)
 
@@ -175,7 +182,7 @@ class LocalBackend:
             except (FileNotFoundError, NotADirectoryError):
                 return
 
-    def _walk(self, fd: int, where: str) -> Iterator[ObjectInfo]:
+    def _walk(self, fd: int, where: str, foreign: OnForeign | None) -> Iterator[ObjectInfo]:
         """The objects in the open folder `fd` (at `where`) and in its folders."""
         with os.scandir(fd) as scan:
             entries = list(scan)
@@ -187,18 +194,21 @@ class LocalBackend:
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
+                self._refuse_foreign(fd, entry.name, path, st)
+                regular = stat.S_ISREG(st.st_mode)
+                child = None if regular else self._step(fd, entry.name, path, make=False)
             except FileNotFoundError:
                 continue
-            self._refuse_foreign(fd, entry.name, path, st)
-            if stat.S_ISREG(st.st_mode):
+            except ForeignEntryError as e:
+                if foreign is None:
+                    raise
+                foreign(e)
+                continue
+            if child is None:
                 yield ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
                 continue
             try:
-                child = self._step(fd, entry.name, path, make=False)
-            except FileNotFoundError:
-                continue
-            try:
-                yield from self._walk(child, path)
+                yield from self._walk(child, path, foreign)
             finally:
                 os.close(child)
 
@@ -303,7 +313,8 @@ class LocalBackend:
             target = os.readlink(name, dir_fd=folder)
             raise ForeignEntryError(
                 f"{self.url}: {path} is a symbolic link (to {target!r}), which the store never "
-                "follows: someone with write access to it put it there; remove it"
+                "follows: someone with write access to it put it there; remove it",
+                path=path,
             )
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
             raise self._special(path)
@@ -311,7 +322,8 @@ class LocalBackend:
     def _special(self, path: str) -> ForeignEntryError:
         return ForeignEntryError(
             f"{self.url}: {path} is not a regular file (a FIFO, a device or a socket): someone "
-            "with write access to the store put it there; remove it"
+            "with write access to the store put it there; remove it",
+            path=path,
         )
 
     @contextlib.contextmanager

@@ -20,7 +20,7 @@ from obstore.exceptions import (
 )
 from obstore.store import S3Store
 
-from diskferry.objstore.backend import Data, ObjectInfo
+from diskferry.objstore.backend import Data, ObjectInfo, OnForeign
 from diskferry.objstore.errors import (
     BucketNotFoundError,
     CredentialsRefusedError,
@@ -139,8 +139,9 @@ class S3Backend:
         except ObjectNotFoundError:
             return None
 
-    def list(self, folder: str) -> Iterator[ObjectInfo]:
-        """Every object under `folder`."""
+    def list(self, folder: str, foreign: OnForeign | None = None) -> Iterator[ObjectInfo]:
+        """Every object under `folder` (a bucket holds nothing but objects: `foreign` is never
+        called)."""
         with self._errors(folder):
             for batch in obstore.list(self._store, folder or None, chunk_size=1000):
                 for meta in batch:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 from urllib.parse import urlparse
 
-from diskferry.objstore.backend import Backend, Data, ObjectInfo
+from diskferry.objstore.backend import Backend, Data, ObjectInfo, OnForeign
 from diskferry.objstore.errors import ObjectStoreError
 from diskferry.objstore.local import LocalBackend
 from diskferry.objstore.s3_options import S3Options
@@ -112,10 +112,12 @@ class ObjectStore:
         """Whether the object exists."""
         return self.head(path) is not None
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Every object under `prefix` (a folder: `packs/` and `packs` list the same)."""
+    def list(self, prefix: str = "", foreign: OnForeign | None = None) -> Iterator[ObjectInfo]:
+        """Every object under `prefix` (a folder: `packs/` and `packs` list the same); an entry
+        that is no object (a link, a FIFO) raises ForeignEntryError, or is handed to `foreign`
+        and skipped."""
         self._check()
-        return self._backend.list(prefix.rstrip("/"))
+        return self._backend.list(prefix.rstrip("/"), foreign)
 
     def empty(self) -> bool:
         """Whether nothing is under the root: no object, and (a directory) no file of any kind."""
