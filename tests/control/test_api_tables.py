@@ -8,6 +8,7 @@ import pytest
 
 from diskferry.control.api.jsonpath import JsonPathError, evaluate
 from diskferry.control.api.tables import human_duration, table
+from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 
 OBJ = {
@@ -79,3 +80,35 @@ def test_table_cells_and_missing_values() -> None:
     assert cells["Capacity"] is None
     assert cells["Age"] in ("5m", "5m1s")
     assert "object" not in answer["rows"][0]
+
+
+def _storage_class(name: str, annotations: dict[str, str], **fields: object) -> dict:
+    meta = {"name": name, "annotations": annotations, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    return {"metadata": meta, "provisioner": "diskferry.io/local", **fields}
+
+
+def test_storage_class_rows_as_kube_apiserver_prints_them() -> None:
+    classes = [
+        _storage_class("fast", {"storageclass.kubernetes.io/is-default-class": "true"}),
+        _storage_class("beta", {"storageclass.beta.kubernetes.io/is-default-class": "true"}),
+        _storage_class("slow", {"storageclass.kubernetes.io/is-default-class": "false"}),
+        _storage_class("fixed", {}, allowVolumeExpansion=False, reclaimPolicy="Retain"),
+    ]
+    made = table(STORAGE_CLASSES, classes)
+    names = [c["name"] for c in made["columnDefinitions"]]
+    assert names == [
+        "Name",
+        "Provisioner",
+        "ReclaimPolicy",
+        "VolumeBindingMode",
+        "AllowVolumeExpansion",
+        "Age",
+    ]
+    rows = [row["cells"][:5] for row in made["rows"]]
+    assert rows == [
+        ["fast (default)", "diskferry.io/local", "Delete", "Immediate", True],
+        ["beta (default)", "diskferry.io/local", "Delete", "Immediate", True],
+        ["slow", "diskferry.io/local", "Delete", "Immediate", True],
+        ["fixed", "diskferry.io/local", "Retain", "Immediate", False],
+    ]
+    assert made["rows"][0]["object"]["metadata"]["name"] == "fast"

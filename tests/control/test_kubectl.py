@@ -321,3 +321,39 @@ def test_a_field_selector_the_kind_does_not_support_is_refused(applied: Served) 
     assert "field label not supported: spec.foo" in refused
     phase = kubectl(applied, "get", "vd", "--field-selector", "status.phase!=Failed", "-o", "name")
     assert phase.strip() == "virtualdisk.diskferry.io/vd1"
+
+
+STORAGE_CLASSES = """\
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: fast
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: diskferry.io/local
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: slow}
+provisioner: diskferry.io/local
+reclaimPolicy: Retain
+"""
+
+
+def test_get_storageclass_marks_the_default_and_expansion(daemon: Served) -> None:
+    kubectl(daemon, "apply", "-f", "-", stdin=STORAGE_CLASSES)
+    lines = kubectl(daemon, "get", "storageclass").splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "PROVISIONER",
+        "RECLAIMPOLICY",
+        "VOLUMEBINDINGMODE",
+        "ALLOWVOLUMEEXPANSION",
+        "AGE",
+    ]
+    rows = {line.split()[0]: line.split()[1:-1] for line in lines[1:]}
+    assert rows["fast"] == ["(default)", "diskferry.io/local", "Delete", "Immediate", "true"]
+    assert rows["slow"] == ["diskferry.io/local", "Retain", "Immediate", "true"]
+    assert kubectl(daemon, "get", "sc", "-o", "name").split() == [
+        "storageclass.storage.k8s.io/fast",
+        "storageclass.storage.k8s.io/slow",
+    ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from diskferry.control.errors import NotFoundError
 from diskferry.control.model import Resource
@@ -17,6 +19,8 @@ class Column:
     type: str = "string"
     priority: int = 0
     description: str = ""
+    # the cell when the path selects nothing, as a core kind's printer shows a field's default
+    default: Any = None
 
 
 AGE = Column("Age", ".metadata.creationTimestamp", "date")
@@ -38,6 +42,8 @@ class KindInfo:
     categories: tuple[str, ...] = ()
     # beside metadata.name and metadata.namespace, as a CRD's selectableFields; any other is 400
     field_selectors: tuple[str, ...] = ("status.phase",)
+    # a Table row's Name cell when it says more than the name (a StorageClass's "(default)")
+    row_name: Callable[[dict[str, Any]], str] | None = None
     verbs: tuple[str, ...] = (
         "create",
         "delete",

@@ -55,10 +55,11 @@ def _age(value: Any, now: datetime) -> str | None:
 
 
 def cell(column: Column, obj: dict[str, Any], now: datetime) -> Any:
-    """The value of `column` for `obj` as a Table cell; None when the path selects nothing."""
+    """The value of `column` for `obj` as a Table cell; the column's default when the path
+    selects nothing."""
     values = evaluate(column.json_path, obj)
     if not values or values[0] is None:
-        return None
+        return column.default
     value = values[0]
     if column.type == "date":
         return _age(value, now)
@@ -103,7 +104,8 @@ def table(
     now = datetime.now(UTC)
     rows = []
     for obj in objects:
-        cells = [obj.get("metadata", {}).get("name"), *(cell(c, obj, now) for c in info.columns)]
+        name = info.row_name(obj) if info.row_name else obj.get("metadata", {}).get("name")
+        cells = [name, *(cell(c, obj, now) for c in info.columns)]
         row: dict[str, Any] = {"cells": cells}
         embedded = _row_object(obj, include_object)
         if embedded is not None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -15,6 +16,14 @@ from diskferry.control.resources.common import invalid
 
 PROVISIONER = "diskferry.io/local"
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+BETA_DEFAULT_CLASS_ANNOTATION = "storageclass.beta.kubernetes.io/is-default-class"
+
+
+def is_default_class(annotations: Mapping[str, str]) -> bool:
+    """Whether `annotations` make a class the default, as Kubernetes reads them (the
+    annotation, or its beta name, is "true")."""
+    marks = (DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION)
+    return any(annotations.get(mark) == "true" for mark in marks)
 
 
 class VolumeType(StrEnum):
@@ -69,12 +78,25 @@ class StorageClass(Resource):
     volume_binding_mode: VolumeBindingMode = Field(
         default=VolumeBindingMode.IMMEDIATE, alias="volumeBindingMode"
     )
-    allow_volume_expansion: bool | None = Field(default=None, alias="allowVolumeExpansion")
+    allow_volume_expansion: bool = Field(
+        default=True,
+        alias="allowVolumeExpansion",
+        description="Whether a disk of this class may grow: true (the default), as every "
+        "class's disks may here.",
+    )
 
     @property
     def is_default(self) -> bool:
-        """Whether this is the default class, as its annotation says."""
-        return self.metadata.annotations.get(DEFAULT_CLASS_ANNOTATION) == "true"
+        """Whether this is the default class, as its annotations say."""
+        return is_default_class(self.metadata.annotations)
+
+
+def _row_name(obj: dict[str, Any]) -> str:
+    """The name kubectl shows: the default class's ends in " (default)", as kube-apiserver's
+    Table has it."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    return f"{name} (default)" if is_default_class(meta.get("annotations") or {}) else name
 
 
 STORAGE_CLASSES = KindInfo(
@@ -89,9 +111,14 @@ STORAGE_CLASSES = KindInfo(
     field_selectors=(),
     columns=(
         Column("Provisioner", ".provisioner"),
-        Column("ReclaimPolicy", ".reclaimPolicy"),
-        Column("VolumeBindingMode", ".volumeBindingMode"),
-        Column("AllowVolumeExpansion", ".allowVolumeExpansion", "boolean"),
+        Column("ReclaimPolicy", ".reclaimPolicy", default=ReclaimPolicy.DELETE.value),
+        Column(
+            "VolumeBindingMode",
+            ".volumeBindingMode",
+            default=VolumeBindingMode.IMMEDIATE.value,
+        ),
+        Column("AllowVolumeExpansion", ".allowVolumeExpansion", "boolean", default=True),
         AGE,
     ),
+    row_name=_row_name,
 )
