@@ -12,13 +12,16 @@ from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import API_VERSION, ApiModel, Resource, Status
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.noeffect import no_effect
+
+NOT_PAINTED = "widgets are not painted here"
 
 
 class WidgetSpec(ApiModel):
     """What a widget is asked to be."""
 
     size: int = 1
-    color: str | None = None
+    color: str | None = no_effect(NOT_PAINTED, "The widget's color.", default=None)
     parts: list[str] = Field(default_factory=list)
 
 

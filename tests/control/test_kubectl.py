@@ -357,3 +357,15 @@ def test_get_storageclass_marks_the_default_and_expansion(daemon: Served) -> Non
         "storageclass.storage.k8s.io/fast",
         "storageclass.storage.k8s.io/slow",
     ]
+
+
+def test_a_field_with_no_effect_here_warns(daemon: Served) -> None:
+    manifest = STORAGE_CLASSES.split("---\n")[1].replace("slow", "fixed")
+    fixed = f"{manifest}allowVolumeExpansion: false\n"
+    command = ["kubectl", "--kubeconfig", str(daemon.kubeconfig), "apply", "-f", "-"]
+    done = subprocess.run(command, input=fixed, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "storageclass.storage.k8s.io/fixed created" in done.stdout
+    assert "Warning: allowVolumeExpansion: has no effect here: " in done.stderr
+    again = subprocess.run(command, input=fixed, capture_output=True, text=True, timeout=60)
+    assert "unchanged" in again.stdout and "Warning" not in again.stderr

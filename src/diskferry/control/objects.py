@@ -28,6 +28,7 @@ from diskferry.control.errors import (
 )
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import GROUP, Resource
+from diskferry.control.resources import noeffect
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret
 from diskferry.control.resources.updates import check_update
 from diskferry.control.store import apply as applies
@@ -296,6 +297,7 @@ class ObjectService:
             self._require_namespace(tx, scope)
         model, warnings = validate(info, body, field_validation)
         data = self._stored(model)
+        warnings = [*warnings, *noeffect.warnings(model, data, None)]
         self._record(info, None, data, None, manager)
         if tx.get(kind_key(info), scope, name) is not None:
             raise AlreadyExistsError(
@@ -457,6 +459,7 @@ class ObjectService:
         if subresource is None:
             check_update(info, info.model.model_validate(current), model)
         data = self._stored(model)
+        warnings = [*warnings, *noeffect.warnings(model, data, current)]
         self._check_immutable(info, current, data)
         self._record(info, current, data, subresource, manager)
         if _spec(data) != _spec(current):

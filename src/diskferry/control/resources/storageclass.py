@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from diskferry.control.kinds import AGE, Column, KindInfo
 from diskferry.control.model import ApiModel, Resource
 from diskferry.control.resources.common import invalid
+from diskferry.control.resources.noeffect import no_effect
 
 PROVISIONER = "diskferry.io/local"
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
@@ -78,11 +79,11 @@ class StorageClass(Resource):
     volume_binding_mode: VolumeBindingMode = Field(
         default=VolumeBindingMode.IMMEDIATE, alias="volumeBindingMode"
     )
-    allow_volume_expansion: bool = Field(
+    allow_volume_expansion: bool = no_effect(
+        "every class's disks may grow here",
+        "Whether a disk of this class may grow: true (the default) or false.",
         default=True,
         alias="allowVolumeExpansion",
-        description="Whether a disk of this class may grow: true (the default), as every "
-        "class's disks may here.",
     )
 
     @property
