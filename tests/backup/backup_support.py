@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ from diskferry.backup.repository import Repository
 from diskferry.backup.restore import run_restore
 from diskferry.backup.snapshots import SnapshotInfo
 from diskferry.disk.progress import Progress
+from diskferry.objstore.store import ObjectStore
 from diskferry.qemu import cbt
 
 MiB = 1 << 20
@@ -37,6 +39,18 @@ def save_snapshot(repo: Repository, info: SnapshotInfo, entries: Iterable[Entry]
     with repo.new_snapshot(info.path) as writer:
         writer.write(entries)
         repo.save_snapshot(writer, info)
+
+
+def as_format_2(url: str) -> bytes:
+    """Write the config of the repository at `url` as the diskferry of format 2 wrote it (commit
+    fba0395: `RepoConfig.model_dump_json(indent=2)`, the same fields, no MAC); the bytes."""
+    store = ObjectStore(url)
+    fields = json.loads(store.get("config"))
+    del fields["mac"]
+    fields["version"] = 2
+    old = json.dumps(fields, indent=2).encode()
+    store.put("config", old)
+    return old
 
 
 def files_under(folder: str | os.PathLike[str]) -> dict[str, bytes]:

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # 2: manifests stored in pages (snapshots.py); 3: config authenticated by the keys (config_seal.py)
 FORMAT_VERSION = 3
+# the format whose repositories `repo upgrade` brings to FORMAT_VERSION (upgrade.py)
+UPGRADABLE_VERSION = 2
 DEFAULT_CHUNK_SIZE = 1 << 20
 MAX_CHUNK_SIZE = 64 << 20
 

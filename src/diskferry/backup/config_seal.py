@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from diskferry.backup.config import FORMAT_VERSION, RepoConfig
+from diskferry.backup.config import FORMAT_VERSION, UPGRADABLE_VERSION, RepoConfig
 from diskferry.backup.crypto import mac
 from diskferry.backup.errors import CorruptObjectError, RepositoryError, TamperingError
 from diskferry.backup.keys import Keys
@@ -53,22 +53,45 @@ def encode_config(config: RepoConfig, keys: Keys) -> bytes:
 
 def decode_config(raw: bytes, url: str) -> StoredConfig:
     """The config stored at `url`, not yet verified; RepositoryError for another format."""
-    try:
-        fields = json.loads(raw, object_pairs_hook=_members)
-    except ValueError:
-        fields = None
-    if not isinstance(fields, dict):
-        raise CorruptObjectError(f"{url}: config is malformed", objects=("config",))
+    fields = config_fields(raw, url)
     version = fields.get("version")
     if version != FORMAT_VERSION:
-        raise _unsupported(url, version)
+        raise unsupported(url, version)
     stored = fields.pop(_MAC, None)
     try:
         config = RepoConfig.model_validate(fields)
         made = base64.b64decode(stored, validate=True) if isinstance(stored, str) else b""
     except (ValidationError, binascii.Error):
-        raise CorruptObjectError(f"{url}: config is malformed", objects=("config",)) from None
+        raise _malformed(url) from None
     return StoredConfig(config, _canonical(fields), made)
+
+
+def config_fields(raw: bytes, url: str) -> dict[str, Any]:
+    """The members of the config stored at `url`, of any format; CorruptObjectError unless it is
+    a JSON object that names each member once."""
+    try:
+        fields = json.loads(raw, object_pairs_hook=_members)
+    except ValueError:
+        fields = None
+    if not isinstance(fields, dict):
+        raise _malformed(url)
+    return fields
+
+
+def upgraded_config(fields: dict[str, Any], url: str) -> RepoConfig:
+    """The format-3 config that the members of a format-2 config (which carries no MAC) make:
+    the same, the version changed; RepositoryError for another format."""
+    version = fields.get("version")
+    if version != UPGRADABLE_VERSION:
+        raise unsupported(url, version)
+    try:
+        return RepoConfig.model_validate({**fields, "version": FORMAT_VERSION})
+    except ValidationError:
+        raise _malformed(url) from None
+
+
+def _malformed(url: str) -> CorruptObjectError:
+    return CorruptObjectError(f"{url}: config is malformed", objects=("config",))
 
 
 def verify_config(stored: StoredConfig, keys: Keys, url: str) -> None:
@@ -98,8 +121,15 @@ def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def _unsupported(url: str, version: object) -> RepositoryError:
-    if isinstance(version, int) and version < FORMAT_VERSION:
+def unsupported(url: str, version: object) -> RepositoryError:
+    """The error for a repository at `url` whose config says it is of format `version`."""
+    if version == UPGRADABLE_VERSION:
+        advice = (
+            f"format {version}, whose config is not authenticated; this diskferry reads format "
+            f"{FORMAT_VERSION} only: run 'diskferry repo upgrade --repo {url}' to authenticate "
+            "it under the repository keys"
+        )
+    elif isinstance(version, int) and version < FORMAT_VERSION:
         advice = (
             f"format {version}, whose config is not authenticated; this diskferry reads format "
             f"{FORMAT_VERSION} only: restore what you need with the diskferry that wrote it, "

@@ -1,5 +1,5 @@
 """The backup engine's jobs and their results, shared by the CLI and the worker: backup,
-restore, and the repository operations (init, check, forget, prune, chain reset, CBT)."""
+restore, and the repository operations (init, check, forget, prune, chain reset, CBT, upgrade)."""
 
 from __future__ import annotations
 
@@ -216,6 +216,17 @@ class ChainResetJob(RepoAccess):
     disks: list[str] | None = Field(default=None, description="only these disks (default: all)")
 
 
+class UpgradeJob(RepoAccess):
+    """What `diskferry repo upgrade` runs: a format-2 repository brought to format 3."""
+
+    kind: Literal["upgrade"] = "upgrade"
+    insecure_no_encryption: bool = Field(
+        default=False,
+        alias="insecureNoEncryption",
+        description="take a repository whose config says it is not encrypted, with no password",
+    )
+
+
 class CbtJob(WorkerJob):
     """What `diskferry cbt enable|disable` and the worker run, on one raw volume."""
 
@@ -301,3 +312,14 @@ class ChainResetResult(_Result):
 
     vm: str
     disks: list[str]
+
+
+class UpgradeResult(_Result):
+    """What an upgrade found and left."""
+
+    repository: str
+    url: str
+    found_format: int = Field(alias="foundFormat")
+    format: int
+    encrypted: bool
+    key_file: str | None = Field(alias="keyFile", description="the key file the password opened")

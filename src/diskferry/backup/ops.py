@@ -1,8 +1,9 @@
 """The repository operations as engine functions, each taking the locks it needs.
 
-init, check, forget, prune, chain reset, and CBT enable/disable: the CLI parses flags
-and prints, the worker runs them as jobs, and both call these. A set `cancel` ends a
-wait for a lock, and an operation not yet writing, with CancelledError.
+init, check, forget, prune, chain reset, CBT enable/disable, and upgrade: the CLI parses flags
+and prints, the worker runs them as jobs (all but upgrade, a user's step taken once), and
+both call these. A set `cancel` ends a wait for a lock, and an operation not yet writing,
+with CancelledError.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from diskferry.backup.job import (
     InitResult,
     PruneJob,
     PruneResult,
+    UpgradeJob,
+    UpgradeResult,
 )
 from diskferry.backup.phases import RepoPhase
 from diskferry.backup.prune import REPACK_UNUSED_SHARE, prune
 from diskferry.backup.repository import Repository
+from diskferry.backup.upgrade import upgrade
 from diskferry.disk.errors import CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.qemu import cbt
@@ -136,6 +140,25 @@ def reset_vm_chain(
         progress.set_phase(RepoPhase.RESETTING_CHAIN)
         _stop_if(cancel)
         return ChainResetResult(vm=job.vm, disks=reset_chain(repo, job.vm, job.disks))
+
+
+def upgrade_repository(
+    job: UpgradeJob,
+    progress: Progress,
+    cancel: threading.Event | None = None,
+    reporter: Reporter = QUIET,
+) -> UpgradeResult:
+    """Bring a format-2 repository to format 3 under the exclusive lock (see upgrade.py)."""
+    progress.set_phase(RepoPhase.UPGRADING)
+    return upgrade(
+        job.repo,
+        job.password(),
+        plaintext_ok=job.insecure_no_encryption,
+        s3=job.s3_options(),
+        wait=job.lock_wait,
+        notify=reporter.note,
+        cancel=cancel,
+    )
 
 
 def change_cbt(job: CbtJob, progress: Progress) -> cbt.CbtDisk:

@@ -29,3 +29,4 @@ class RepoPhase(StrEnum):
     PRUNING = "Pruning"
     RESETTING_CHAIN = "ResettingChain"
     CHANGING_CBT = "ChangingCbt"
+    UPGRADING = "Upgrading"

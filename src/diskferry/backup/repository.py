@@ -21,18 +21,17 @@ from diskferry.backup.errors import (
     PasswordError,
     RepositoryError,
     RepositoryExistsError,
-    RepositoryNotFoundError,
     SnapshotNotFoundError,
-    TamperingError,
 )
 from diskferry.backup.index import IndexEntry
 from diskferry.backup.index_cache import IndexCache, cache_folder
-from diskferry.backup.keys import Keys, new_keys, read_key_file, unwrap_keys, wrap_keys
+from diskferry.backup.keys import new_keys, wrap_keys
 from diskferry.backup.locks import LEASE_SECONDS, Lock, LockGuard, LockKind, acquire
 from diskferry.backup.names import OnForeign, listing
+from diskferry.backup.opening import read_config, unlock
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.packs import pack_path
-from diskferry.backup.seen_encrypted import remember_encrypted, was_encrypted
+from diskferry.backup.seen_encrypted import remember_encrypted
 from diskferry.backup.snapshots import (
     Manifest,
     ManifestWriter,
@@ -149,26 +148,16 @@ class Repository:
         The config must carry the MAC the keys make; a repository is never taken as plaintext
         when a password is given, nor when this host opened it encrypted before.
         """
-        try:
-            store = ObjectStore(url, s3, create=False)
-            raw = store.get("config")
-        except ObjectNotFoundError:
-            raise RepositoryNotFoundError(
-                f"no repository at {url}: make one with 'diskferry repo init --repo {url}'"
-            ) from None
+        store, raw = read_config(url, s3)
         stored = decode_config(raw, url)
         config = stored.config
-        if config.encrypted and not password:
-            raise PasswordError(
-                f"repository {url} is encrypted: set DISKFERRY_PASSWORD or give --password-file"
-            )
-        if not config.encrypted:
-            _refuse_plaintext(config, url, password, cache_root)
-        keys, key_path = _unlock(store, config, password)
-        verify_config(stored, keys, url)
+        unlocked = unlock(store, config, password, cache_root)
+        verify_config(stored, unlocked.keys, url)
         if config.encrypted:
             remember_encrypted(config.id, cache_root)
-        return cls(store, config, Codec(keys), cache_root, lease=lease, key_path=key_path)
+        return cls(
+            store, config, Codec(unlocked.keys), cache_root, lease=lease, key_path=unlocked.path
+        )
 
     def close(self) -> None:
         """Close the index cache."""
@@ -394,39 +383,3 @@ def _refuse_taken(url: str, s3: S3Options | None) -> None:
             f"{url} is not empty and holds no repository: give a new or empty directory "
             "(or S3 prefix), or move away what it holds"
         )
-
-
-def _refuse_plaintext(
-    config: RepoConfig, url: str, password: str | None, cache_root: Path | None
-) -> None:
-    """TamperingError where a plaintext config cannot be believed: a password was given, or
-    this host opened the repository encrypted before."""
-    if password:
-        raise TamperingError(
-            f"repository {url} says it is not encrypted, but a password was given: open it "
-            "without one if it was made with --no-encryption; otherwise someone with write "
-            "access to its storage turned its encryption off, and it must not be used"
-        )
-    if was_encrypted(config.id, cache_root):
-        raise TamperingError(
-            f"repository {config.id} at {url} was encrypted when this host last opened it, and "
-            "now says it is not: someone with write access to its storage turned its "
-            "encryption off; do not use it"
-        )
-
-
-def _unlock(store: ObjectStore, config: RepoConfig, password: str | None) -> tuple[Keys, str]:
-    """The keys the password opens, and the key file that held them; an unsealed key file in
-    an encrypted repository is refused."""
-    for info in listing(store, "keys"):
-        keys = unwrap_keys(read_key_file(store.get(info.path), info.path, store.url), password)
-        if keys is None:
-            continue
-        if config.encrypted and keys.data is None:
-            raise TamperingError(
-                f"{info.path} holds an unsealed key, but repository {store.url} is encrypted: "
-                "someone with write access to its storage put it there to turn encryption "
-                "off; do not use the repository until you know who"
-            )
-        return keys, info.path
-    raise PasswordError(f"wrong password for repository {store.url}")

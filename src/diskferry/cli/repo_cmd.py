@@ -1,4 +1,4 @@
-"""`diskferry repo init|check|stats`, and `diskferry snapshots`, `forget` and `prune`."""
+"""`diskferry repo init|check|stats|upgrade`, and `diskferry snapshots`, `forget` and `prune`."""
 
 from __future__ import annotations
 
@@ -162,6 +162,58 @@ def stats_command(
         print(f"{key}: {shown}")
 
 
+def upgrade_command(
+    repo: RepoOpt,
+    insecure_no_encryption: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-encryption",
+            help="Upgrade a repository that says it is not encrypted (made with "
+            "--no-encryption), with no password: its format-2 config cannot prove it.",
+        ),
+    ] = False,
+    password_file: PasswordFileOpt = None,
+    s3_endpoint: EndpointOpt = None,
+    s3_region: RegionOpt = None,
+    wait: WaitOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bring a format-2 repository to format 3: its config authenticated under its keys."""
+    from diskferry.backup.job import UpgradeJob
+    from diskferry.backup.ops import upgrade_repository
+    from diskferry.disk.progress import Progress
+
+    job = build_job(
+        UpgradeJob,
+        insecure_no_encryption=insecure_no_encryption,
+        **repo_access(
+            repo,
+            password_file,
+            s3_endpoint,
+            s3_region,
+            wait,
+            asks=0 if insecure_no_encryption else 1,
+        ),
+    )
+    with cancellable() as cancel:
+        result = upgrade_repository(job, Progress(), cancel, NOTES)
+    if json_out:
+        print_json(result.to_json())
+    elif result.found_format == result.format:
+        note(f"repository {result.repository} at {repo} is format {result.format}: nothing to do")
+    else:
+        under = (
+            f"the keys that {result.key_file} holds"
+            if result.encrypted
+            else "its chunk-id key (it is not encrypted)"
+        )
+        note(
+            f"upgraded repository {result.repository} at {repo} from format "
+            f"{result.found_format} to format {result.format}: its config now carries a MAC "
+            f"under {under}"
+        )
+
+
 def _snapshot_json(info: SnapshotInfo) -> dict[str, object]:
     return {
         "id": info.id,
@@ -303,13 +355,14 @@ def prune_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `repo` (init, check, stats, key), `snapshots`, `forget` and `prune`."""
+    """Add `repo` (init, check, stats, upgrade, key), `snapshots`, `forget` and `prune`."""
     repo_app = typer.Typer(
         name="repo", help="Make, check and measure backup repositories.", no_args_is_help=True
     )
     repo_app.command("init")(init_command)
     repo_app.command("check")(check_command)
     repo_app.command("stats")(stats_command)
+    repo_app.command("upgrade")(upgrade_command)
     from diskferry.cli.key_cmd import key_app  # it takes its options from this module
 
     repo_app.add_typer(key_app, name="key")
