@@ -79,6 +79,29 @@ def test_wrong_password_is_unavailable(daemon, tmp_path):
     assert warnings and warnings[0]["reason"] == "WrongPassword"
 
 
+def test_an_encrypted_repository_without_a_password_names_the_field_to_set(daemon, tmp_path):
+    Repository.init(str(tmp_path / "backups"), PASSWORD, kdf=KdfParams(n=1 << 10)).close()
+    spec = filesystem_bsl(tmp_path / "backups", config={"encryption": "none"})
+    del spec["encryptionSecretRef"]
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    message = bsl["status"]["message"]
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert "is encrypted" in message and "spec.encryptionSecretRef" in message
+    assert "DISKFERRY_PASSWORD" not in message and "--password-file" not in message
+
+
+def test_a_read_only_location_without_a_repository_names_the_access_mode(daemon, tmp_path):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    spec = filesystem_bsl(tmp_path / "backups", accessMode="ReadOnly")
+    daemon.apply("BackupStorageLocation", "repo", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
+    message = bsl["status"]["message"]
+    assert bsl["status"]["phase"] == "Unavailable"
+    assert "no repository" in message and "spec.accessMode: ReadWrite" in message
+    assert "diskferry repo" not in message and not (tmp_path / "backups").exists()
+
+
 def test_relative_bucket_of_a_filesystem_location_is_refused(daemon):
     with pytest.raises(Exception, match="not an absolute directory"):
         daemon.apply(

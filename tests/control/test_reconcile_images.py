@@ -132,7 +132,19 @@ def test_a_private_registry_through_a_pull_secret_and_a_ca_bundle(
     ready = next(c for c in refused["status"]["conditions"] if c["type"] == "Ready")
     assert refused["status"]["phase"] == "Failed"
     assert ready["reason"] == "Unauthorized" and "\n" not in ready["message"], ready
+    assert "spec.dataSource.containerImage.imagePullSecret" in ready["message"]
+    assert "--creds" not in ready["message"] and "--authfile" not in ready["message"]
     assert PASSWORD not in json.dumps(daemon.events("private") + daemon.events("no-creds"))
+
+
+def test_a_web_page_for_a_disk_fails_naming_the_field_to_change(daemon, nginx, tmp_path) -> None:
+    page = tmp_path / "index.html"
+    page.write_text("<html><body>" + "x" * 1012 + "</body></html>\n")
+    daemon.apply("VirtualDisk", "page", {"dataSource": _http(nginx.publish(page, "page.html"))})
+    failed = daemon.wait_phase("VirtualDisk", "page", "Ready", "Failed")
+    ready = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
+    assert failed["status"]["phase"] == "Failed" and ready["reason"] == "NotADiskImage"
+    assert "spec.dataSource" in ready["message"] and "--no-content-check" not in ready["message"]
 
 
 def test_an_image_in_the_store_and_a_disk_from_it(daemon, nginx, images) -> None:

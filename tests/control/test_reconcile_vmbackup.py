@@ -6,6 +6,7 @@ missing VM fails."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +35,7 @@ from diskferry.qemu.qmp import Qmp
 __all__ = ["daemon"]
 KiB, MiB = 1024, 1 << 20
 BACKUP = "VirtualMachineBackup"
+PUSH = {"mode": "Push", "storageLocation": "repo"}
 
 
 def fetch(url: str, ca_pem: str, token: str, query: str = "") -> tuple[int, bytes]:
@@ -181,7 +183,19 @@ def test_a_missing_vm_fails_with_the_reason(daemon: ExportDaemon) -> None:
     wait_until(lambda: "VirtualMachineNotFound" in [e["reason"] for e in daemon.events("gone")], 10)
 
 
-def test_a_pull_of_disks_without_cbt_fails_with_the_sessions_reason(daemon: ExportDaemon) -> None:
+def for_manifests(daemon: ExportDaemon, text: str) -> str:
+    """`text`, once checked to name what a manifest changes: no file of the data directory,
+    no CLI command."""
+    assert str(daemon.data_dir) not in text and not re.search(r"\bdiskferry [a-z]", text), text
+    return text
+
+
+TURN_ON = 'label it diskferry.io/changed-block-tracking: "true"'
+
+
+def test_a_pull_of_disks_without_cbt_fails_naming_the_label_that_turns_it_on(
+    daemon: ExportDaemon,
+) -> None:
     ready_disk(daemon, "vd-n")
     spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "vd-n"}]}
     create_vm(daemon, "vm-n", spec, {})
@@ -189,9 +203,50 @@ def test_a_pull_of_disks_without_cbt_fails_with_the_sessions_reason(daemon: Expo
     backup(daemon, "no-cbt", {"kind": "VirtualMachine", "name": "vm-n"}, mode="Pull")
     obj = daemon.wait_phase(BACKUP, "no-cbt", *ENDED, timeout=60)
     failed = condition(obj, "Failed")
-    assert failed["reason"] == "BackupSessionFailed" and "CBT is off" in failed["message"]
-    # the ended status is written first, then the worker's files go
-    wait_until(lambda: not list((daemon.data_dir / "jobs").glob("vmbackup-*")), 10)
+    assert failed["reason"] == "ChangedBlockTrackingOff"
+    message = for_manifests(daemon, failed["message"])
+    assert "CBT is off on VirtualMachine default/vm-n" in message and TURN_ON in message
+    assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
+
+
+def test_a_push_of_a_stopped_vm_without_cbt_says_why_it_is_full(daemon: ExportDaemon) -> None:
+    """Complete and Full; the backup's message, its DataUpload's disk reason and Event, and a
+    Warning on the tracker that got no checkpoint say that CBT is off on the VM and which
+    label turns it on."""
+    location(daemon)
+    ready_disk(daemon, "vd-o")
+    spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "vd-o"}]}
+    create_vm(daemon, "vm-o", spec, {})
+    daemon.wait_phase("VirtualMachine", "vm-o", "Stopped", timeout=30)
+    tracker(daemon, "vmbt-o", "vm-o")
+    backup(daemon, "push-o", through("vmbt-o"), mode="Push", storageLocation="repo")
+    status = complete(daemon, "push-o")
+    assert status["type"] == "Full"
+    done = for_manifests(daemon, condition(daemon.get(BACKUP, "push-o"), "Complete")["message"])
+    assert "CBT is off on VirtualMachine default/vm-o" in done and TURN_ON in done
+    upload = daemon.get("DataUpload", "vmbackup-push-o") or {}
+    reason = for_manifests(daemon, upload["status"]["disks"][0]["reason"])
+    assert "CBT is off on VirtualMachine default/vm-o" in reason and TURN_ON in reason
+    said = [e["message"] for e in daemon.events("vmbackup-push-o") if e["reason"] == "FullBackup"]
+    assert said and TURN_ON in for_manifests(daemon, said[0])
+    tracked = daemon.get("VirtualMachineBackupTracker", "vmbt-o") or {}
+    assert "latestCheckpoint" not in tracked.get("status", {})
+    wait_until(lambda: [e for e in daemon.events("vmbt-o") if e["type"] == "Warning"], 10)
+    (warning,) = [e for e in daemon.events("vmbt-o") if e["type"] == "Warning"]
+    assert TURN_ON in for_manifests(daemon, warning["message"])
+
+
+def test_a_push_of_a_running_vm_without_cbt_fails_naming_the_label(daemon: ExportDaemon) -> None:
+    location(daemon)
+    ready_disk(daemon, "vd-r")
+    refs = [{"kind": "VirtualDisk", "name": "vd-r"}]
+    spec = {"runPolicy": "AlwaysOn", "blockDeviceRefs": refs, "memory": {"size": "64Mi"}}
+    create_vm(daemon, "vm-r", spec, {})
+    daemon.wait_phase("VirtualMachine", "vm-r", "Running", timeout=60)
+    backup(daemon, "push-r", {"kind": "VirtualMachine", "name": "vm-r"}, **PUSH)
+    obj = daemon.wait_phase(BACKUP, "push-r", *ENDED, timeout=120)
+    message = for_manifests(daemon, condition(obj, "Failed")["message"])
+    assert "CBT is off on VirtualMachine default/vm-r" in message and TURN_ON in message
 
 
 def test_deleting_a_served_backup_ends_its_session(daemon: ExportDaemon) -> None:

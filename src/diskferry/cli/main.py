@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             fail_line(message)
         sys.exit(e.exit_code)
     except DiskferryError as e:
-        fail_line(e.message)
+        fail_line(e.command_line)
         sys.exit(2 if e.reason == BAD_USAGE else 1)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -40,6 +40,7 @@ _QCOW2_SLACK_DIVISOR = 64
 _QCOW2_SLACK_FIXED = 16 << 20
 # a raw disk is whole sectors
 SECTOR = 512
+CONTENT_CHECK_HINT = "give --no-content-check to import it all the same"
 # the formats whose conversion writes the target faster around the page cache (-t none): the
 # benchmark's qcow2 and vhdx by 10-30 %; its vmdk, read in 64 KiB grains, 6 % slower
 DIRECT_FROM = frozenset({"qcow2", "vhdx"})
@@ -93,8 +94,9 @@ def _check_content(stream: SourceStream, sniffed: _Sniffed) -> None:
     if kind == "text/html":
         raise ImageRefusedError(
             f"{stream.name} is an HTML page (Content-Type: text/html), not a disk image; "
-            "refusing it (give --no-content-check to import it all the same)",
+            "refusing it",
             reason="NotADiskImage",
+            hint=CONTENT_CHECK_HINT,
         )
     if sniffed.format == "raw" and sniffed.declared_size is not None:
         _check_raw_size(stream.name, sniffed.declared_size)
@@ -105,8 +107,9 @@ def _check_raw_size(name: str, size: int) -> None:
     if size % SECTOR:
         raise ImageRefusedError(
             f"{name} is {size} bytes, not a multiple of {SECTOR}: not a raw disk image; "
-            "refusing it (give --no-content-check to import it all the same)",
+            "refusing it",
             reason="NotADiskImage",
+            hint=CONTENT_CHECK_HINT,
         )
 
 

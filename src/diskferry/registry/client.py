@@ -36,6 +36,7 @@ from diskferry.registry.reference import Reference
 _TOKEN_LIFETIME = 60  # seconds, when the token server does not say
 _TOKEN_MARGIN = 5
 _RETRY = frozenset({429, 500, 502, 503, 504})
+CREDENTIALS_HINT = "give --creds or --authfile"
 
 
 @dataclass
@@ -123,7 +124,7 @@ class RegistryClient:
             if challenge.scheme == "basic":
                 if self.credentials is None:
                     raise UnauthorizedError(
-                        f"{self.registry} asks for credentials (give --creds or --authfile)", 401
+                        f"{self.registry} asks for credentials", 401, hint=CREDENTIALS_HINT
                     )
                 return
             self._challenge = challenge
@@ -237,6 +238,5 @@ class RegistryClient:
                 kind, code, message = ManifestUnknownError, "MANIFEST_UNKNOWN", "manifest unknown"
         said = message or resp.reason or "error"
         tail = f" ({code})" if code else f" (HTTP {resp.status})"
-        if kind is UnauthorizedError and self.credentials is None:
-            tail += "; give --creds or --authfile"
-        return kind(f"{what}: {said}{tail}", resp.status)
+        hint = CREDENTIALS_HINT if kind is UnauthorizedError and self.credentials is None else None
+        return kind(f"{what}: {said}{tail}", resp.status, hint=hint)

@@ -11,9 +11,14 @@ class RegistryError(DiskferryError):
     reason = "RegistryError"
 
     def __init__(
-        self, message: str, status: int | None = None, *, reason: str | None = None
+        self,
+        message: str,
+        status: int | None = None,
+        *,
+        reason: str | None = None,
+        hint: str | None = None,
     ) -> None:
-        super().__init__(message, reason=reason)
+        super().__init__(message, reason=reason, hint=hint)
         self.status = status
 
 

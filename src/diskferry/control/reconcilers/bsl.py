@@ -1,5 +1,6 @@
 """BackupStorageLocation: its repository opened now and then (Velero's validation), made at
-first use when absent, the phase Available or Unavailable with the reason and an Event.
+first use when absent, the phase Available or Unavailable with the reason and an Event; what
+an Unavailable one says to do is a change to its manifest.
 
 A location without a password is Unavailable unless `spec.config.encryption: none` asks for an
 unencrypted repository; such a location's condition `Encrypted` is False and a Warning Event
@@ -11,10 +12,11 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from diskferry.backup.errors import PasswordError, RepositoryNotFoundError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
 from diskferry.control.reconcilers.claimed import tag
-from diskferry.control.reconcilers.location import location_of, open_or_create
+from diskferry.control.reconcilers.location import Location, location_of, open_or_create
 from diskferry.control.reconcilers.phases import status_of
 from diskferry.control.resources.backupstoragelocation import (
     BACKUP_STORAGE_LOCATIONS,
@@ -46,6 +48,22 @@ def available(bsl: BackupStorageLocation | None) -> bool:
     return bsl is not None and bsl.status.phase == BSLPhase.AVAILABLE
 
 
+def _for_manifest(error: DiskferryError, location: Location | None) -> str:
+    """What `error` means for the location's manifest: the field to set where the engine
+    would name a command line option."""
+    if location is not None and location.password is None and isinstance(error, PasswordError):
+        return (
+            f"the repository at {location.url} is encrypted: set spec.encryptionSecretRef to "
+            "the key of a Secret that holds its password"
+        )
+    if location is not None and isinstance(error, RepositoryNotFoundError):
+        return (
+            f"there is no repository at {location.url}, and a ReadOnly location makes none: "
+            "set spec.accessMode: ReadWrite to have it made"
+        )
+    return error.message
+
+
 class BackupStorageLocationReconciler:
     """Validates each location's repository, creating it when absent."""
 
@@ -75,12 +93,13 @@ class BackupStorageLocationReconciler:
     def _validate(self, obj: BackupStorageLocation, now: datetime) -> None:
         fields: dict[str, Any]
         unencrypted = False
+        location: Location | None = None
         try:
             location = location_of(self.client, obj)
             repo_id, made = open_or_create(location, obj.spec.access_mode == "ReadWrite")
         except DiskferryError as e:
             phase, reason = BSLPhase.UNAVAILABLE, e.reason
-            message = f"the repository cannot be opened: {e.message}"
+            message = f"the repository cannot be opened: {_for_manifest(e, location)}"
             fields = {"message": message}
         else:
             phase, reason = BSLPhase.AVAILABLE, "RepositoryCreated" if made else "Available"

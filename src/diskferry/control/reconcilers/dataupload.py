@@ -9,6 +9,8 @@ disk's decision and reason go into `status.disks` and an Event. A running VM is 
 through its guest agent unless `diskferry.io/skip-quiesce`; an agent that does not answer is
 a warning (the backup is crash-consistent) unless `diskferry.io/require-quiesce` makes it a
 failure. A full backup that read nothing from a disk holding data fails (the zero-data case).
+A disk without CBT is backed up in full, and its reason names the VM's label that turns CBT
+on; a running VM's disks are read only through CBT, so without it the upload fails saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from diskferry.control.duration import parse_duration
 from diskferry.control.machines import Machines
+from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
 from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.phases import READY
@@ -41,6 +44,8 @@ from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachinePhase, VirtualMachine
 from diskferry.control.runtime.client import Client
 from diskferry.control.volumes import Claim, Volumes
+
+CBT_OFF = "ChangedBlockTrackingOff"
 
 
 def vm_of(obj: DataUpload) -> tuple[str, str]:
@@ -146,6 +151,12 @@ class DataUploadReconciler(MoverReconciler):
         if isinstance(claims, Waiting):
             return claims
         running = vm.status.phase == MachinePhase.RUNNING
+        if running and not all(vmcbt.tracked(str(c.file)) for c in claims.values()):
+            raise MoverFailure(
+                f"{vmcbt.off_reason(self.client, vm)}; the disks of a running VM are read only "
+                "through CBT",
+                reason=CBT_OFF,
+            )
         rooms = [DiskRoom(str(c.file), c.size()) for c in claims.values()]
         short = shortfall(rooms, running)
         if short:
@@ -192,7 +203,8 @@ class DataUploadReconciler(MoverReconciler):
     def completed(self, obj: DataUpload, result: dict[str, Any]) -> dict[str, Any]:
         """The backup id, each disk, and the bytes; a full backup that read nothing from a
         disk with data fails."""
-        namespace, _ = vm_of(obj)
+        namespace, name = vm_of(obj)
+        vm = self.client.get(VirtualMachine, namespace, name)
         disks = result.get("disks") or []
         for disk in disks:
             if disk.get("type") == "full" and not disk.get("bytesRead"):
@@ -206,6 +218,8 @@ class DataUploadReconciler(MoverReconciler):
                     )
         listed = []
         for disk in disks:
+            if not disk.get("cbt") and vm is not None:  # the engine's reason names a file
+                disk["reason"] = vmcbt.off_reason(self.client, vm)
             listed.append(
                 {
                     "name": disk["disk"],

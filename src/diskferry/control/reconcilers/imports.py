@@ -81,12 +81,28 @@ class Outcome:
         return not self.running and self.reason is not None
 
 
+MANIFEST_ADVICE = {
+    "NotADiskImage": (
+        "spec.dataSource must name a disk image (qcow2, raw, vmdk, vhd, vhdx, vdi or iso, "
+        "compressed or not)"
+    ),
+    "Unauthorized": (
+        "spec.dataSource.containerImage.imagePullSecret must name a Secret whose "
+        ".dockerconfigjson holds credentials the registry takes"
+    ),
+}
+"""What to change in the object's manifest when an import failed for a reason, where the
+engine's own words would give a command-line option."""
+
+
 def failure(state: JobState, tail: list[str]) -> tuple[str, str]:
-    """The reason and message of a job that ended without success."""
+    """The reason and message of a job that ended without success, with what to change in the
+    manifest when its reason calls for that."""
     if state.result is not None:
-        return str(state.result.get("reason") or "ImportFailed"), str(
-            state.result.get("message") or "the import failed"
-        )
+        reason = str(state.result.get("reason") or "ImportFailed")
+        message = str(state.result.get("message") or "the import failed")
+        advice = MANIFEST_ADVICE.get(reason)
+        return reason, f"{message}: {advice}" if advice else message
     last = f": {tail[-1]}" if tail else ""
     return "WorkerLost", f"the worker ended without a result (exit code {state.exit_code}){last}"
 

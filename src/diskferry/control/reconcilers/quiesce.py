@@ -14,14 +14,18 @@ FREEZE_SECONDS = 60.0
 
 
 def agent_silence(socket_path: str | None) -> str | None:
-    """Why the guest agent at `socket_path` cannot freeze the guest, None when it answers."""
+    """Why the guest agent at `socket_path` cannot freeze the guest, None when it answers; said
+    as the VM's user can act on it (the socket, the daemon's own, is not named)."""
     if not socket_path:
-        return "the VM has no guest agent"
+        return "the VM has no guest agent channel (spec.enableGuestAgent is false)"
     try:
         with Qmp(socket_path, timeout=PING_SECONDS, guest_agent=True) as agent:
             agent.command("guest-ping")
-    except QmpError as e:
-        return f"the guest agent does not answer: {e.message}"
+    except QmpError:
+        return (
+            f"the guest agent did not answer within {PING_SECONDS:g} s "
+            "(is qemu-guest-agent installed and running in the guest?)"
+        )
     return None
 
 

@@ -7,6 +7,7 @@ VirtualMachineExport's), the daemon's short-lived certificate, the token of
 `spec.tokenSecretRef` (or one made for it, `backup-token-<name>`), and a route through the
 export proxy named `vmbackup-<name>`. The checkpoint it starts from is the tracker's latest;
 a running VM's guest is frozen around the checkpoint through its agent unless `skipQuiesce`.
+A VM whose disks have no CBT fails at once, naming the label that turns it on.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.machines import Machines
+from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
-from diskferry.control.reconcilers.dataupload import vm_claims
+from diskferry.control.reconcilers.dataupload import CBT_OFF, vm_claims
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
 from diskferry.control.reconcilers.exporttoken import Token, export_token
@@ -141,6 +143,9 @@ class PullBackup:
         claims = vm_claims(self.client, self.volumes, namespace, source.vm, None)
         if isinstance(claims, Waiting):
             return self._waiting(obj, claims.message)
+        if not all(vmcbt.tracked(str(c.file)) for c in claims.values()):
+            message = f"{vmcbt.off_reason(self.client, source.vm)}; a Pull backup needs it"
+            raise BackupFailure(message, reason=CBT_OFF)
         token = export_token(self.client, obj)
         if isinstance(token, str):
             return self._waiting(obj, token)

@@ -1,7 +1,9 @@
 """A Push VirtualMachineBackup: one DataUpload of its VM into the BackupStorageLocation
 `spec.storageLocation` (named `vmbackup-<name>`, owned by the backup), so that the data
 mover's limits, one upload per VM, quiescing and the engine's full-or-incremental choice all
-apply; its outcome becomes the backup's type, checkpoint, volumes and conditions."""
+apply; its outcome becomes the backup's type, checkpoint, volumes and conditions. A Full
+backup's message says why each disk was read whole, and a tracker the backup gave no
+checkpoint (its VM's disks have no CBT) gets a Warning saying why."""
 
 from __future__ import annotations
 
@@ -29,6 +31,18 @@ UPLOAD_PREFIX = "vmbackup-"
 def upload_name(obj: VirtualMachineBackup) -> str:
     """The name of the backup's DataUpload."""
     return f"{UPLOAD_PREFIX}{obj.metadata.name}"
+
+
+def why_full(disks: list[dict[str, Any]]) -> str:
+    """Why each disk backed up in full was, as its DataUpload says."""
+    whole: dict[str, list[str]] = {}
+    for disk in disks:
+        if disk.get("type") == "full":
+            whole.setdefault(disk.get("reason") or "", []).append(disk["name"])
+    return "; ".join(
+        f"{'disks' if len(names) > 1 else 'disk'} {', '.join(names)}: {reason}"
+        for reason, names in whole.items()
+    )
 
 
 def push_type(disks: list[dict[str, Any]]) -> BackupType:
@@ -103,6 +117,10 @@ class PushBackup:
         conditions = quiesced(obj, obj.spec.skip_quiesce, upload.status.consistency)
         obj = self.client.patch_status(obj, {"conditions": conditions})
         advance(self.client, obj, source, checkpoint, volumes, self.clock.now())
+        full = why_full(disks)
+        if checkpoint is None and source.tracker is not None:
+            said = f"VirtualMachineBackup {obj.metadata.name} made no checkpoint: {full}"
+            self.client.event(source.tracker, "Warning", "NoCheckpoint", said)
         fields = {
             "type": push_type(disks).value,
             "checkpointName": checkpoint,
@@ -113,5 +131,7 @@ class PushBackup:
             ],
         }
         message = upload.status.message or "the backup is in the repository"
+        if full:
+            message = f"{message}: {full}"
         move(self.client, obj, BackupPhase.COMPLETE, "Completed", message, fields)
         return Result.done()

@@ -6,6 +6,7 @@ tracking: "true"`. A disk is moved onto its CBT overlay (`diskferry.qemu.cbt`) o
 QEMU has it open: at the VM's next start, or at once when the VM is stopped. CBT no longer
 wanted removes the overlays at that moment too, so that no write ever bypasses a bitmap
 that would later claim to have seen every write. An overlay is 0600, as its volume is.
+What a message about CBT tells a user to do is a change to a manifest (`off_reason`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,21 @@ def wanted(client: Client, vm: VirtualMachine) -> bool:
     namespace = client.get(Namespace, None, vm.metadata.namespace or "")
     namespace_labels = namespace.metadata.labels if namespace is not None else {}
     return selectors.selects(vm.metadata.labels, namespace_labels)
+
+
+def off_reason(client: Client, vm: VirtualMachine) -> str:
+    """Why the VM's disks are not tracked, and what in the manifests turns tracking on."""
+    who = f"VirtualMachine {vm.metadata.namespace}/{vm.metadata.name}"
+    if wanted(client, vm):
+        return (
+            f"CBT is wanted on {who}, but its disks move onto CBT only at its next start "
+            "(its changedBlockTracking.state is PendingRestart)"
+        )
+    return (
+        f'CBT is off on {who}: label it {CBT_LABEL}: "true" (or select it with the '
+        "DataMoverConfig's changedBlockTrackingLabelSelectors); its disks move onto CBT at "
+        "once while it is stopped, else at its next start"
+    )
 
 
 def tracked(volume: str) -> bool:
