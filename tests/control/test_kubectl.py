@@ -319,7 +319,8 @@ def test_server_side_apply_takes_over_a_client_side_apply(daemon: Served) -> Non
 def test_a_field_selector_the_kind_does_not_support_is_refused(applied: Served) -> None:
     refused = kubectl(applied, "get", "vd", "--field-selector", "spec.foo=x", ok=False)
     assert "field label not supported: spec.foo" in refused
-    phase = kubectl(applied, "get", "vd", "--field-selector", "status.phase!=Failed", "-o", "name")
+    selector = "status.phase!=Failed,metadata.name=vd1"
+    phase = kubectl(applied, "get", "vd", "--field-selector", selector, "-o", "name")
     assert phase.strip() == "virtualdisk.diskferry.io/vd1"
 
 
