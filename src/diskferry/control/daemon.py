@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from diskferry.control.api import logs
 from diskferry.control.api.app import ApiServer
+from diskferry.control.api.connections import guarded
+from diskferry.control.api.limits import DEFAULT_LIMITS, Limits
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.kubeconfig import write_kubeconfig
 from diskferry.control.objects import ObjectService
@@ -96,10 +99,12 @@ class Daemon:
         port: int = DEFAULT_PORT,
         registry: Registry = REGISTRY,
         background: Sequence[BackgroundFactory] = (),
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.data_dir = prepare_data_dir(data_dir)
         self.address = address
         self.port = port
+        self.limits = limits
         listening = [] if address in WILDCARDS else [address]
         self.pki = ensure_pki(self.data_dir / "pki", listening)
         self.token = ensure_token(self.data_dir / "token")
@@ -163,10 +168,15 @@ class Daemon:
     async def _serve(self, sock: socket.socket) -> None:
         port = sock.getsockname()[1]
         url = self.url(port)
-        self.api = ApiServer(self.service, self.service.registry, self.token, f"127.0.0.1:{port}")
+        self.api = ApiServer(
+            self.service, self.service.registry, self.token, f"127.0.0.1:{port}", self.limits
+        )
         logs.install(self.api, self._log_text)
         config = uvicorn.Config(
             self.api.app,
+            http=guarded(H11Protocol, self.api.connections),
+            ws="none",  # the API serves no websockets: every connection stays in the guard
+            limit_concurrency=self.limits.connections,
             ssl_certfile=str(self.pki.server_cert),
             ssl_keyfile=str(self.pki.server_key),
             log_config=None,

@@ -119,6 +119,13 @@ class RequestEntityTooLargeError(ApiError):
     reason = "RequestEntityTooLarge"
 
 
+class RequestTimeoutError(ApiError):
+    """The client was too slow to send its request; the connection closes after the answer."""
+
+    code = 408
+    reason = "Timeout"
+
+
 class TooManyRequestsError(ApiError):
     """The server takes no more such requests now; the client may try again after a while."""
 

@@ -13,7 +13,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from diskferry.control.api import bodies, discovery, media, openapi, reviews
-from diskferry.control.api.limits import RequestLimits, answer
+from diskferry.control.api.connections import ConnectionActivity, Connections
+from diskferry.control.api.limits import DEFAULT_LIMITS, Limits, RequestLimits, answer
 from diskferry.control.api.metrics import Metrics
 from diskferry.control.api.resources import ResourceApi
 from diskferry.control.api.watch import Watcher
@@ -44,9 +45,16 @@ class ApiServer:
     """The app and what its routes share: the service, the registry, the token, the metrics."""
 
     def __init__(
-        self, service: ObjectService, registry: Registry, token: str, server_address: str
+        self,
+        service: ObjectService,
+        registry: Registry,
+        token: str,
+        server_address: str,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.service = service
+        self.limits = limits
+        self.connections = Connections(limits)
         self.registry = registry
         self.discoverable = Registry([*registry.kinds, *reviews.KINDS])
         self.token = token
@@ -92,7 +100,7 @@ class ApiServer:
         )
         # inside the authentication (added after, it wraps this): only requests whose token
         # passed count, and the 413 rises in the handler's frames, to the ApiError handler
-        app.add_middleware(RequestLimits)
+        app.add_middleware(RequestLimits, limits=self.limits)
 
         @app.middleware("http")
         async def authenticate(request: Request, call_next: Any) -> Response:
@@ -105,6 +113,9 @@ class ApiServer:
             resource = getattr(request.state, "resource", "")
             self.metrics.observe(verb, resource, response.status_code, time.monotonic() - started)
             return response
+
+        # outermost: a connection's header clock stands still while its request is served
+        app.add_middleware(ConnectionActivity, connections=self.connections)
 
         @app.exception_handler(ApiError)
         async def api_error(request: Request, error: ApiError) -> Response:
