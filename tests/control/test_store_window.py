@@ -77,3 +77,22 @@ def test_a_first_list_comes_a_page_at_a_time(
         *([("ADDED", f"w{n}")] for n in range(5)),
         [("ADDED", "later")],
     ]
+
+
+def test_a_watch_sees_what_another_process_committed_in_order(tmp_path: Path) -> None:
+    here, there = make_service(tmp_path), make_service(tmp_path)
+    try:
+        watch = here.watch(WIDGETS, "default", resource_version=here.resource_version())
+        there.create(WIDGETS, "default", widget("from-there"))
+        seen = [e.object["metadata"]["name"] for e in watch.next(5)]
+        assert seen == ["from-there"]
+        there.create(WIDGETS, "default", widget("there-again"))
+        here.create(WIDGETS, "default", widget("from-here"))  # delivers the other's first
+        names = []
+        while len(names) < 2:
+            names += [e.object["metadata"]["name"] for e in watch.next(5)]
+        assert names == ["there-again", "from-here"]
+        watch.close()
+    finally:
+        here.close()
+        there.close()

@@ -189,6 +189,15 @@ class Tx:
         for key, text in self.texts_at(kind, namespace, after, snapshot):
             yield key, json.loads(text)
 
+    def changes_between(self, after: int, upto: int) -> list[Change]:
+        """The changes kept after resourceVersion `after` up to `upto`, oldest first."""
+        rows = self.conn.execute(
+            "SELECT rv, type, kind, namespace, name, data, old FROM changes"
+            " WHERE rv > ? AND rv <= ? ORDER BY rv",
+            (after, upto),
+        )
+        return [_change(row) for row in rows]
+
     def latest_changes(self) -> Iterator[Change]:
         """The changes the feed keeps, newest first, each read when the iterator comes to it."""
         rows = self.conn.execute(
@@ -310,6 +319,8 @@ class Database:
         os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
         os.chmod(path, 0o600)
         self._migrate(self._connection())
+        with self.read() as tx:
+            self._delivered = tx.current_rv()  # the listeners have every change up to here
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -349,23 +360,36 @@ class Database:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 tx = Tx(conn, self.keep_changes, dry_run=not commit)
+                foreign = tx.changes_between(self._delivered, tx.rv)
                 yield tx
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT" if commit else "ROLLBACK")
-            if commit and tx.written:
-                trimmed = tx.trimmed()
-                for listener in self._listeners:
-                    listener(tx.written, trimmed)
+            self._deliver(foreign, tx.trimmed())
+            if commit:
+                self._deliver(tx.written, tx.trimmed())
+
+    def catch_up(self) -> None:
+        """Give the listeners the changes another process committed since the last one they
+        got (this process's own reach them as they commit)."""
+        with self._write_lock, self.read() as tx:
+            self._deliver(tx.changes_between(self._delivered, tx.current_rv()), tx.trimmed())
+
+    def _deliver(self, changes: list[Change], trimmed: int) -> None:
+        """Hand `changes` to every listener, in order; the write lock is held."""
+        if not changes:
+            return
+        for listener in self._listeners:
+            listener(changes, trimmed)
+        self._delivered = changes[-1].rv
 
     def subscribe(self, listener: Listener) -> int:
         """Give `listener` the changes of every transaction committed from now on, in their
         order, each before the next transaction begins; the resourceVersion it starts after."""
         with self._write_lock:
             self._listeners.append(listener)
-            with self.read() as tx:
-                return tx.current_rv()
+            return self._delivered
 
     @contextmanager
     def read(self) -> Iterator[Tx]:

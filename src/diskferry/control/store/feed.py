@@ -23,6 +23,8 @@ BATCH = 500
 WINDOW_BYTES = 16 << 20
 # The encoded objects one page of a watch's first list holds (one object at least).
 PAGE_BYTES = 1 << 20
+# How often waiting watches look in the store for changes another process committed.
+REFRESH_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class Feed:
 
     def __init__(self, db: Database) -> None:
         self._condition = threading.Condition()  # reentrant: `after` holds it to `check`
+        self._db = db
+        self._refresh_lock = threading.Lock()
+        self._refreshed = 0.0
         self._changes: list[Change] = []
         self._bytes = 0
         self._closed = False
@@ -109,6 +114,15 @@ class Feed:
                 if kind in (None, change.kind) and namespace in (None, change.namespace):
                     found.append(change)
             return found, max(rv, self._last)
+
+    def refresh(self) -> None:
+        """Take in the changes another process committed, at most every REFRESH_SECONDS."""
+        now = time.monotonic()
+        with self._refresh_lock:
+            if now - self._refreshed < REFRESH_SECONDS:
+                return
+            self._refreshed = now
+        self._db.catch_up()  # never under the condition: a commit takes the two the other way
 
     def wait_past(self, rv: int, timeout: float, stopped: Callable[[], bool]) -> bool:
         """Wait up to `timeout` seconds for a change after `rv`; False when none came."""
@@ -211,10 +225,11 @@ class Watch:
                 if events:
                     return events
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._feed.wait_past(
-                    self._position, left, lambda: self._closed
-                ):
+                if left <= 0:
                     return []
+                self._feed.refresh()
+                wait = min(left, REFRESH_SECONDS)
+                self._feed.wait_past(self._position, wait, lambda: self._closed)
             return []
 
     def _page(self) -> list[WatchEvent]:
