@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-DEB_PACKAGES := util-linux docker-registry skopeo apache2-utils qemu-utils qemu-system-common qemu-system-x86 qemu-block-extra qemu-guest-agent nginx nbdkit \
+DEB_PACKAGES := util-linux docker-registry skopeo apache2-utils qemu-utils qemu-system-common qemu-system-x86 qemu-block-extra qemu-guest-agent nginx nbdkit xorriso ovmf \
 	libnbd-bin curl xz-utils bzip2 zstd pigz strace libfuse2 xfsprogs
 BENCH_PACKAGES := restic borgbackup
 

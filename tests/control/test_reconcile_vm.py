@@ -145,8 +145,8 @@ def test_a_guest_power_off_stays_off_unless_the_policy_is_always_on(daemon: Daem
 
 
 def test_an_image_attaches_read_only_and_the_guest_agent_has_its_socket(daemon: Daemon) -> None:
-    """A VirtualImage is a CD-ROM the guest cannot write; enableGuestAgent gives the VM an
-    agent channel and its socket."""
+    """A VirtualImage kept in a claim is a disk the guest cannot write; enableGuestAgent gives
+    the VM an agent channel and its socket."""
     ready_disk(daemon, "vd-i")
     source = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "vd-i"}}
     daemon.apply("VirtualImage", "vi-i", {"storage": "PersistentVolumeClaim", "dataSource": source})

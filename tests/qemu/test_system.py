@@ -86,7 +86,7 @@ def test_a_disk_and_a_cdrom_by_their_targets(short_dir: Path) -> None:
     for path in (disk, iso):
         with path.open("wb") as f:
             f.truncate(4 * MiB)
-    disks = [VmDisk("vd-d", str(disk)), VmDisk("vi-c", str(iso), read_only=True)]
+    disks = [VmDisk("vd-d", str(disk)), VmDisk("vi-c", str(iso), read_only=True, cdrom=True)]
     qemu = run(config_of(short_dir, disks, kvm_usable()))
     try:
         with Qmp(str(short_dir / "b.sock")) as qmp:
@@ -95,7 +95,9 @@ def test_a_disk_and_a_cdrom_by_their_targets(short_dir: Path) -> None:
             refused = qmp.command(hmp, command_line='qemu-io -d vi-c "write -P 0x7 0 4k"')
             assert "read-only" in refused
             nodes = {n["node-name"]: n for n in qmp.command("query-named-block-nodes", flat=True)}
+            removable = {b["qdev"]: b["removable"] for b in qmp.command("query-block")}
         assert nodes["vi-c"]["ro"] is True and nodes["vd-d"]["ro"] is False
+        assert removable == {"vd-d": False, "vi-c": True}
     finally:
         qemu.kill()
         qemu.wait()

@@ -2,7 +2,8 @@
 repository, as `diskferry image serve DATA_DIR/images` serves it; an image of a VirtualImage is
 `vi/<namespace>/<name>`, of a ClusterVirtualImage `cvi/<name>`, tagged with the object's uid,
 as Deckhouse names them in DVCR. A reference is made only from the object's kind and metadata,
-each part a valid Kubernetes name, never from a URL a status names."""
+each part a valid Kubernetes name, never from a URL a status names. A VM opens an image's disk
+in place (`disk`): a slice of the image's layer blob, read-only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from diskferry.control.model import Resource
 from diskferry.control.volumes import checked_name
+from diskferry.registry.disk_in_layer import DiskInLayer, disk_in_layout
 from diskferry.registry.layout import REF_NAME, parse_layout_reference
 
 STORE_DIR = "images"
@@ -31,6 +33,12 @@ class ImageStore:
         parts = [REPOSITORIES[obj.kind], *([meta.namespace] if meta.namespace else []), meta.name]
         folder = self.root.joinpath(*(checked_name(part or "", "image part") for part in parts))
         return f"oci:{folder}:{checked_name(meta.uid or '', 'uid')}"
+
+    def disk(self, obj: Resource) -> DiskInLayer:
+        """Where the disk of the image of `obj` lies in the store (RegistryError when the store
+        has no such image, or one whose disk cannot be opened in place)."""
+        folder, tag = parse_layout_reference(self.reference(obj))
+        return disk_in_layout(folder, tag or "")
 
     def holds(self, reference: str) -> bool:
         """Whether the store has the image tagged as `reference` says."""

@@ -1,9 +1,11 @@
 """The `qemu-system-x86_64` command line of a VM: its disks on virtio-scsi, its monitors, its agent.
 
-Each disk is one `-blockdev` whose node name is also the id of its `scsi-hd` (or, read-only,
-`scsi-cd`) device, so QMP block commands and `human-monitor-command` `qemu-io -d TARGET`
-both reach it by that one name. A raw volume opens as `raw`; a CBT overlay opens as `qcow2`
-and brings its raw data file and its persistent dirty bitmaps with it. `-no-shutdown` keeps
+Each disk is one `-blockdev` whose node name is also the id of its `scsi-hd` (or `scsi-cd`)
+device, so QMP block commands and `human-monitor-command` `qemu-io -d TARGET` both reach it by
+that one name. A raw volume opens as `raw`; a CBT overlay opens as `qcow2` and brings its raw
+data file and its persistent dirty bitmaps with it. A disk may be a slice of a file (an image's
+disk inside its layer in the image store); a read-only qcow2 opens with no backing file,
+whatever its header names. `-no-shutdown` keeps
 QEMU up when the guest powers off, so a monitor can tell a guest shutdown from a crash.
 """
 
@@ -15,6 +17,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 QEMU_SYSTEM = "qemu-system-x86_64"
 KVM_DEVICE = "/dev/kvm"
@@ -27,12 +30,15 @@ _PROBE_QMP = b'{"execute": "qmp_capabilities"}\n{"execute": "quit"}\n'
 
 @dataclass(frozen=True)
 class VmDisk:
-    """One disk: its node name (and device id), the file QEMU opens and how."""
+    """One disk: its node name (and device id), the file QEMU opens and how; `within`, the
+    offset and length of the disk in that file when it is only a part of it; a CD-ROM or not."""
 
     target: str
     path: str
     format: str = "raw"
     read_only: bool = False
+    within: tuple[int, int] | None = None
+    cdrom: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,12 +79,18 @@ def kvm_usable() -> bool:
 
 
 def _blockdev(disk: VmDisk) -> str:
-    node = {
+    file: dict[str, Any] = {"driver": "file", "filename": disk.path, "read-only": disk.read_only}
+    if disk.within is not None:
+        offset, size = disk.within
+        file = {"driver": "raw", "offset": offset, "size": size, "read-only": True, "file": file}
+    node: dict[str, Any] = {
         "driver": disk.format,
         "node-name": disk.target,
         "read-only": disk.read_only,
-        "file": {"driver": "file", "filename": disk.path, "read-only": disk.read_only},
+        "file": file,
     }
+    if disk.format == "qcow2" and disk.read_only:
+        node["backing"] = None
     return json.dumps(node, separators=(",", ":"))
 
 
@@ -104,7 +116,7 @@ def command(config: VmConfig) -> list[str]:
     if config.disks:
         argv += ["-device", "virtio-scsi-pci,id=scsi0"]
     for disk in config.disks:
-        device = "scsi-cd" if disk.read_only else "scsi-hd"
+        device = "scsi-cd" if disk.cdrom else "scsi-hd"
         argv += ["-blockdev", _blockdev(disk)]
         argv += ["-device", f"{device},bus=scsi0.0,drive={disk.target},id={disk.target}"]
     return argv

@@ -19,7 +19,7 @@ from diskferry.registry.images import Image
 _SHOWN_ENTRIES = 5
 
 
-def _disk_name(member: tarfile.TarInfo) -> str | None:
+def disk_name(member: tarfile.TarInfo) -> str | None:
     """The name under disk/ of a regular file there, else None."""
     parts = PurePosixPath(member.name.lstrip("/")).parts
     parts = tuple(p for p in parts if p != ".")
@@ -82,7 +82,7 @@ class ContainerDiskStream:
     def _find_disk(self) -> tuple[str, int, IO[bytes]]:
         for tar, member in self._members:
             self._seen.append(member.name)
-            if _disk_name(member):
+            if disk_name(member):
                 entry = tar.extractfile(member)
                 assert entry is not None
                 return member.name, member.size, entry
@@ -99,7 +99,7 @@ class ContainerDiskStream:
 
     def _finish(self) -> None:
         for _, member in self._members:
-            if _disk_name(member):
+            if disk_name(member):
                 raise ContainerDiskError(
                     f"{self.name}: more than one disk under disk/ "
                     f"({self.disk_name} and {member.name}); refusing it"

@@ -100,9 +100,15 @@ def container_image_source(
     return Source(reference, ca_bundle=bundle, authfile=authfile, insecure=insecure)
 
 
+def kept_in_store(obj: Resource) -> bool:
+    """Whether `obj` is an image kept in the image store (a ClusterVirtualImage, or a
+    VirtualImage with `storage: ContainerRegistry`), not in a claim."""
+    return obj.kind in REPOSITORIES and not (isinstance(obj, VirtualImage) and not in_store(obj))
+
+
 def stored_image(volumes: Volumes, obj: Resource) -> Source | None:
     """The image in the store a Ready image was written to, None when it is kept in a claim."""
-    if obj.kind not in REPOSITORIES or (isinstance(obj, VirtualImage) and not in_store(obj)):
+    if not kept_in_store(obj):
         return None
     reference = ImageStore(volumes.data_dir).reference(obj)
     unpacked = ((obj.to_json().get("status") or {}).get("size") or {}).get("unpackedBytes")

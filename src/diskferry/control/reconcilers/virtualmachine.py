@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.control.imagestore import ImageStore
 from diskferry.control.machines import MachineError, Machines, SocketRefusedError
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import READY, status_of, transition
-from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.reconcilers.sources import claim_of, kept_in_store
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import (
@@ -42,6 +43,7 @@ from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.system import VmConfig, VmDisk, command
+from diskferry.registry.errors import RegistryError
 
 WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
@@ -82,10 +84,14 @@ def sockets_of(machines: Machines, vm: VirtualMachine) -> Sockets:
 
 @dataclass(frozen=True)
 class Attached:
-    """A block device of the VM and the raw file behind it."""
+    """A block device of the VM and the file behind it: a disk's or an image's claim (raw), or
+    the part of an image's layer in the store that holds its disk (`within`, in `format`)."""
 
     ref: BlockDeviceSpecRef
     file: str
+    format: str = "raw"
+    within: tuple[int, int] | None = None
+    cdrom: bool = False
 
     @property
     def target(self) -> str:
@@ -125,6 +131,7 @@ class VirtualMachineReconciler:
         self.client = client
         self.volumes = volumes
         self.machines = machines
+        self.store = ImageStore(volumes.data_dir)
 
     def reconcile(self, obj: VirtualMachine) -> Result:
         """One step towards the run policy."""
@@ -173,10 +180,19 @@ class VirtualMachineReconciler:
             phase = _phase(device)
             if phase != READY:
                 return f"waiting for the {ref.kind} {ref.name} to be Ready (it is {phase or 'new'})"
+            cdrom = bool(status_of(device).get("cdrom"))
+            if kept_in_store(device):
+                try:
+                    disk = self.store.disk(device)
+                except RegistryError as e:
+                    return f"waiting for the {ref.kind} {ref.name}: {e.message}"
+                within = (disk.offset, disk.size)
+                found.append(Attached(ref, str(disk.blob), disk.format, within, cdrom))
+                continue
             claim = claim_of(self.client, self.volumes, device)
             if claim is None or not claim.ready:
                 return f"waiting for the {ref.kind} {ref.name}: its claim is missing"
-            found.append(Attached(ref, str(claim.file)))
+            found.append(Attached(ref, str(claim.file), cdrom=cdrom))
         return found
 
     def _cbt_fields(self, on_overlays: bool, track: bool) -> dict[str, Any]:
@@ -201,8 +217,8 @@ class VirtualMachineReconciler:
             )
         disks = []
         for a in attached:
-            path, fmt = (a.file, "raw") if a.ref.read_only else vmcbt.prepare(a.file, track)
-            disks.append(VmDisk(a.target, path, fmt, a.ref.read_only))
+            path, fmt = (a.file, a.format) if a.ref.read_only else vmcbt.prepare(a.file, track)
+            disks.append(VmDisk(a.target, path, fmt, a.ref.read_only, a.within, a.cdrom))
         agent = self.machines.agent_socket(namespace, name) if obj.spec.enable_guest_agent else None
         config = VmConfig(
             name=f"{namespace}.{name}",
@@ -275,6 +291,8 @@ class VirtualMachineReconciler:
             on_overlays = track and bool(writable)
         reason = _reason(obj) if _phase(obj) == MachinePhase.STOPPED else "Stopped"
         message = "the VM is stopped"
+        if isinstance(attached, str):  # its disks cannot be moved on or off CBT until then
+            message = f"{message}; {attached}"
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
             reason, message = "QemuExited", self._exit_message(obj)
         fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}

@@ -1,7 +1,8 @@
 """VirtualMachine: Deckhouse's shape (block devices, run policy, CPU, memory) run by diskferry.
 
 A VM needs only `spec.blockDeviceRefs` and `spec.runPolicy`. VirtualDisks attach as
-writable SCSI disks, VirtualImages and ClusterVirtualImages as read-only CD-ROMs.
+writable SCSI disks; VirtualImages and ClusterVirtualImages read-only, as Deckhouse attaches
+them: a CD-ROM for an ISO, else a disk (one kept in the image store is opened in place there).
 `spec.enableGuestAgent` adds a guest-agent channel; `spec.qmpSocket` names the QMP socket
 of a QEMU that something else runs (in DATA_DIR/vm-sockets), which diskferry then only
 watches. Besides Deckhouse's phases, the status has KubeVirt's `changedBlockTracking.state`,
@@ -50,7 +51,7 @@ class BlockDeviceSpecRef(ApiModel):
 
     @property
     def read_only(self) -> bool:
-        """Whether it attaches read-only (an image, as a CD-ROM)."""
+        """Whether it attaches read-only (an image: a CD-ROM for an ISO, else a disk)."""
         return self.kind is not BlockDeviceKind.VIRTUAL_DISK
 
 
