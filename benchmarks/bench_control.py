@@ -1,5 +1,14 @@
-"""Control-plane benchmark: what an incremental backup through the control plane costs per VM
-beyond the engine's own work, for 1, 10 and 50 small VMs.
+"""Control-plane benchmark: what an import and an incremental backup through the control plane
+cost beyond the engine's own work.
+
+Import: a VirtualDisk of 32 MiB of random bytes from nginx, its rate limited to 4 MiB/s so the
+import takes 8 s, timed from its creation to Ready; the peer is `diskferry import` of the same
+URL alone. What the control plane adds is counted too: the CPU seconds of the controllers'
+process (the worker's own are not in them) over the import, the store's writes (how far its
+resourceVersion moved), the watch's MODIFIED events of the disk, and how much the state file
+(with its WAL) grew.
+
+Backup: 1, 10 and 50 small VMs.
 
 The controllers run in this process over a fresh data directory, as `diskferry serve` runs
 them. Each VM is stopped, has CBT on, and one 16 MiB disk with 1 MiB of data; a first Backup
@@ -14,7 +23,8 @@ Per VM, the fixed cost of the control plane is its time less the engine's own di
 disk, status and Events), and, less the engine alone as a process, what the control plane
 adds to one `diskferry backup`. Nothing is asserted but that every upload was incremental.
 
-`python -m benchmarks.bench_control [--vms 1,10,50] [--rounds 1]`
+`python -m benchmarks.bench_control [--vms 1,10,50] [--rounds 1]` (`--vms ''` for the import
+alone)
 """
 
 from __future__ import annotations
@@ -34,12 +44,14 @@ from typing import Any
 from benchmarks.bench_import import DISKFERRY
 from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison, Run, run_process
+from benchmarks.nginx import nginx
 from benchmarks.run import print_table
 from diskferry.control.controllers import Controllers
 from diskferry.control.errors import NotFoundError
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 
 PASSWORD = "bench-control-password"
 DISK_SIZE = "16Mi"
@@ -47,6 +59,8 @@ DATA = 1 << 20
 WRITE = "write -P 0x5a 2M 64k"
 COUNTS = (1, 10, 50)
 TIMEOUT = 3600.0
+IMPORT_SIZE = 32 << 20
+IMPORT_RATE = 4 << 20  # bytes a second, nginx's limit_rate: 8 s for IMPORT_SIZE
 
 
 class Plane:
@@ -91,6 +105,81 @@ class Plane:
         status = self.wait("VirtualDisk", name, "Ready")["status"]
         claim = status["target"]["persistentVolumeClaimName"]
         return self.data_dir / "volumes" / status["storageClassName"] / "default" / f"{claim}.img"
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process (the controllers' threads) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _state_bytes(data_dir: Path) -> int:
+    """The size of the state file and its write-ahead log."""
+    return sum(p.stat().st_size for p in data_dir.glob("state.db*"))
+
+
+def _import_through(plane: Plane, url: str) -> tuple[float, float, int, int]:
+    """Import `url` into a VirtualDisk and wait for Ready: seconds, CPU seconds of this
+    process, store writes and the disk's MODIFIED watch events."""
+    version = plane.objects.resource_version()
+    watch = plane.objects.watch(VIRTUAL_DISKS, "default", resource_version=version)
+    cpu, start = _cpu_seconds(), time.monotonic()
+    plane.create("VirtualDisk", "imported", {"dataSource": {"type": "HTTP", "http": {"url": url}}})
+    modified, phase = 0, None
+    try:
+        while phase not in ("Ready", "Failed"):
+            if time.monotonic() - start > TIMEOUT:
+                raise RuntimeError(f"the import is still {phase} after {TIMEOUT:.0f} s")
+            for event in watch.next(1.0):
+                modified += 1 if event.type == "MODIFIED" else 0
+                phase = (event.object.get("status") or {}).get("phase")
+    finally:
+        watch.close()
+    seconds, cpu = time.monotonic() - start, _cpu_seconds() - cpu
+    if phase != "Ready":
+        raise RuntimeError(f"the import failed: {plane.get('VirtualDisk', 'imported')}")
+    writes = int(plane.objects.resource_version()) - int(version)
+    return seconds, cpu, writes, modified
+
+
+def measure_import(workdir: Path, rounds: int) -> tuple[Comparison, str]:
+    """The import row: through the control plane against `diskferry import` alone."""
+    cmp = Comparison(
+        f"import {IMPORT_SIZE >> 20} MiB over HTTP at {IMPORT_RATE >> 20} MiB/s via control plane "
+        "vs `diskferry import`"
+    )
+    root = (workdir / "control-import").resolve()
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "www").mkdir(parents=True)
+    (root / "www" / "disk.raw").write_bytes(os.urandom(IMPORT_SIZE))
+    cpus, writes, events, growth = [], [], [], []
+    with nginx(root / "www", locations=f"limit_rate {IMPORT_RATE};") as base:
+        url = f"{base}/disk.raw"
+        for r in range(rounds):
+            data_dir = root / f"data-{r}"
+            plane = Plane(data_dir)
+            try:
+                before = _state_bytes(data_dir)
+                seconds, cpu, written, modified = _import_through(plane, url)
+                growth.append(_state_bytes(data_dir) - before)
+            finally:
+                plane.stop()
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            cmp.ours.append(Run(seconds, rss))
+            cpus.append(cpu)
+            writes.append(written)
+            events.append(modified)
+            out = root / f"alone-{r}.raw"
+            cmp.peer.append(run_process([*DISKFERRY, "import", url, str(out), "--no-progress"]))
+            out.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+    note = (
+        f"the controllers' process: {statistics.median(cpus):.2f} CPU s per import, "
+        f"{statistics.median(writes):.0f} store writes, {statistics.median(events):.0f} "
+        f"MODIFIED events of the disk, state file grew {statistics.median(growth) / 2**20:.2f} "
+        "MiB; RSS: the controllers' process"
+    )
+    return cmp, note
 
 
 def _setup(plane: Plane, repo: Path, count: int) -> list[Path]:
@@ -226,8 +315,8 @@ def measure(workdir: Path, count: int, rounds: int) -> tuple[Comparison, str]:
 def run(
     workdir: Path, rounds: int, counts: tuple[int, ...] = COUNTS
 ) -> list[tuple[Comparison, str]]:
-    """One row per count of VMs."""
-    return [measure(workdir, count, rounds) for count in counts]
+    """The import's row, then one per count of VMs."""
+    return [measure_import(workdir, rounds), *(measure(workdir, n, rounds) for n in counts)]
 
 
 def main() -> None:
@@ -237,7 +326,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--vms", default=",".join(map(str, COUNTS)))
     args = parser.parse_args()
-    counts = tuple(int(n) for n in args.vms.split(","))
+    counts = tuple(int(n) for n in args.vms.split(",") if n)
     with LoadWatch() as load:
         rows = run(args.workdir, args.rounds, counts)
     print_table("control", rows, load)

@@ -20,6 +20,7 @@ from diskferry.control.resources.core import EVENTS
 from diskferry.control.runner.stop import stop_data_dir
 
 STOP_SECONDS = 30
+RESYNC_SECONDS = 5.0
 
 
 class Daemon:
@@ -31,13 +32,14 @@ class Daemon:
         registry: Registry = REGISTRY,
         clock: Clock | None = None,
         proxy_port: int | None = None,
+        resync: float = RESYNC_SECONDS,
     ) -> None:
         self.data_dir = data_dir
         self.registry = registry
         self.proxy_port = proxy_port or free_port()
         self.objects = ObjectService(data_dir / "state.db", registry, clock)
         self.controllers = Controllers(
-            data_dir, self.objects, workers=2, resync=5, proxy_port=self.proxy_port
+            data_dir, self.objects, workers=2, resync=resync, proxy_port=self.proxy_port
         )
         self.controllers.start()
 

@@ -229,3 +229,74 @@ def test_stop_waits_for_the_reconcile_under_way(objects, run) -> None:
     _create(objects, "late")
     time.sleep(0.2)
     assert widgets.calls["late"] == 0
+
+
+def _patch_status(objects: ObjectService, name: str, progress: str) -> None:
+    status = {"status": {"progress": progress}}
+    objects.patch(WIDGETS, "default", name, status, "merge", subresource="status")
+
+
+def _after_a_marker(objects: ObjectService, widgets: Widgets, marker: str) -> None:
+    """Wait until a new widget `marker` was reconciled: with one worker, whatever the watch
+    queued before it was reconciled before it."""
+    _create(objects, marker)
+    wait_until(lambda: widgets.calls[marker] >= 1)
+
+
+def test_a_status_change_of_the_object_itself_does_not_queue_it(objects, run) -> None:
+    widgets = Widgets()
+    run(widgets, workers=1)
+    _create(objects, "w")
+    _after_a_marker(objects, widgets, "m0")
+    before = widgets.calls["w"]
+    for n in range(20):
+        _patch_status(objects, "w", f"{n}%")
+    _after_a_marker(objects, widgets, "m1")
+    assert widgets.calls["w"] == before
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"spec": {"size": 7}},
+        {"metadata": {"labels": {"a": "b"}}},
+        {"metadata": {"annotations": {"a": "b"}}},
+        {"metadata": {"finalizers": ["diskferry.io/test"]}},
+    ],
+    ids=["generation", "labels", "annotations", "finalizers"],
+)
+def test_a_change_of_generation_or_metadata_queues_the_object(objects, run, change) -> None:
+    widgets = Widgets()
+    run(widgets, workers=1)
+    _create(objects, "w")
+    _after_a_marker(objects, widgets, "m0")
+    before = widgets.calls["w"]
+    objects.patch(WIDGETS, "default", "w", change, "merge")
+    wait_until(lambda: widgets.calls["w"] > before)
+
+
+def test_a_deletion_queues_the_object(objects, run) -> None:
+    widgets = Widgets()
+    run(widgets, workers=1)
+    _create(objects, "w", finalizers=["diskferry.io/test"])
+    _after_a_marker(objects, widgets, "m0")
+    before = widgets.calls["w"]
+    objects.delete(WIDGETS, "default", "w")
+    wait_until(lambda: widgets.calls["w"] > before)
+
+
+def test_a_status_change_of_a_child_still_queues_its_owner(objects, run) -> None:
+    widgets = Widgets()
+    run(widgets, workers=1)
+    parent = _create(objects, "parent")
+    owner = {
+        "apiVersion": parent["apiVersion"],
+        "kind": "Widget",
+        "name": "parent",
+        "uid": parent["metadata"]["uid"],
+    }
+    _create(objects, "child", ownerReferences=[owner])
+    _after_a_marker(objects, widgets, "m0")
+    before = widgets.calls["parent"]
+    _patch_status(objects, "child", "50%")
+    wait_until(lambda: widgets.calls["parent"] > before)

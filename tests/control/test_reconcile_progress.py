@@ -1,10 +1,12 @@
-"""A worker's /progress as Deckhouse's status fields: percent text and download speeds."""
+"""A worker's /progress as Deckhouse's status fields: percent text and download speeds, written
+at most once a second per object and only when a shown value changed."""
 
 from __future__ import annotations
 
 import pytest
 
 from diskferry.control.reconcilers.progress import (
+    ProgressWrites,
     percent_text,
     progress_fields,
     speed_text,
@@ -47,3 +49,42 @@ def test_unchanged_fields_are_not_written_again() -> None:
     assert unchanged(status, {"progress": "1.0%"})
     assert not unchanged(status, {"progress": "1.1%"})
     assert not unchanged(status, {"downloadSpeed": {}})
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _look(percent: float, speed: float) -> dict:
+    return {"target": "t", **progress_fields({"percent": percent, "averageSpeed": speed})}
+
+
+def test_progress_is_written_at_most_once_a_second_per_object() -> None:
+    clock = Clock()
+    writes = ProgressWrites(clock=clock)
+    status: dict = {}
+    assert writes.fields("a", status, _look(1, 1000)) == _look(1, 1000)
+    status = _look(1, 1000)
+    clock.now += 0.5
+    assert writes.fields("a", status, _look(2, 1000)) == {"target": "t"}  # too soon
+    assert writes.fields("b", {}, _look(2, 1000)) == _look(2, 1000)  # another object
+    clock.now += 0.5
+    assert writes.fields("a", status, _look(3, 1000)) == _look(3, 1000)
+
+
+def test_progress_is_written_only_when_a_shown_value_changed() -> None:
+    clock = Clock()
+    writes = ProgressWrites(clock=clock)
+    status = _look(1, 5 << 20)
+    clock.now += 5
+    # the byte counts differ, the text shown does not
+    same = _look(1.04, (5 << 20) + 100)
+    assert same["downloadSpeed"] != status["downloadSpeed"]
+    assert writes.fields("a", status, same) == {"target": "t"}
+    assert writes.fields("a", status, _look(1, 6 << 20)) == _look(1, 6 << 20)  # the speed

@@ -34,6 +34,7 @@ from diskferry.control.reconcilers.phases import (
     transition,
     update_fields,
 )
+from diskferry.control.reconcilers.progress import ProgressWrites
 from diskferry.control.reconcilers.sources import Waiting, claim_name, claim_of, resolve_source
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
@@ -113,6 +114,7 @@ class ClaimedKind(ABC):
         self.client = client
         self.volumes = volumes
         self.imports = Imports(runner, certs, proxy)
+        self.progress = ProgressWrites()
 
     @abstractmethod
     def storage_class_name(self, obj: Any) -> str | None:
@@ -244,6 +246,7 @@ class ClaimedKind(ABC):
             fields = {**where, **(outcome.fields or {})}
             if waited:
                 fields.update(self.waited_fields(obj))
+            fields = self.progress.fields(obj.metadata.uid or "", status_of(obj), fields)
             transition(
                 self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields
             )

@@ -41,7 +41,7 @@ from diskferry.control.reconcilers.imports import (
 )
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
-from diskferry.control.reconcilers.progress import progress_fields
+from diskferry.control.reconcilers.progress import ProgressWrites, progress_fields
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
 from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
@@ -78,6 +78,7 @@ class StoredImages:
         self.store = store
         self.prefix = prefix
         self.imports = Imports(runner, certs, proxy)
+        self.progress = ProgressWrites()
         self.staging = VolumeClass(STAGING, root=Path(store.root).parent / STAGING)
 
     def job_id(self, obj: Resource) -> str:
@@ -132,7 +133,7 @@ class StoredImages:
             source = Source(staged.path)
         outcome = self._push(obj, source)
         if outcome.running:
-            fields = {"target": {"registryURL": self.reference(obj)}, **(outcome.fields or {})}
+            fields = self._progress(obj, outcome)
             message = "storing its source in the image store"
             transition(self.client, obj, PROVISIONING, PROVISIONING, message, fields)
             return Result.requeue(POLL_SECONDS)
@@ -142,8 +143,14 @@ class StoredImages:
         transition(self.client, obj, READY, READY, "the image is in the image store", fields)
         return Result.done() if self._finish(obj, keep=False) else Result.requeue(STOP_POLL)
 
-    def _uploading(self, obj: Any, outcome: Outcome) -> Result:
+    def _progress(self, obj: Resource, outcome: Outcome) -> dict[str, Any]:
+        """The status fields of a running job: where the image goes, and its progress when
+        that is due."""
         fields = {"target": {"registryURL": self.reference(obj)}, **(outcome.fields or {})}
+        return self.progress.fields(obj.metadata.uid or "", status_of(obj), fields)
+
+    def _uploading(self, obj: Any, outcome: Outcome) -> Result:
+        fields = self._progress(obj, outcome)
         if outcome.waiting_for_upload:
             show_upload_wait(self.client, obj, fields, outcome)
         else:

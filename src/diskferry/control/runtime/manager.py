@@ -1,17 +1,21 @@
 """The manager: feeds reconcilers from one watch of the store, with a resync, and retries errors.
 
-One watch follows every kind. A changed object queues itself (when its kind has a
-reconciler) and each owner its ownerReferences name (when theirs has), so that a parent
-hears of its children. Every `resync` seconds every object of a reconciled kind is queued
-again, and Events older than an hour are deleted. Worker threads take keys from one
-WorkQueue, so no key is reconciled twice at once; an error is retried with backoff and
-shown on the object as the condition `Reconciled` (False, reason ReconcileError) and a
-Warning Event; the next success sets it True.
+One watch follows every kind. An object queues itself (when its kind has a reconciler) when
+it is new or deleted, or its generation, labels, annotations, finalizers or deletionTimestamp
+changed: a write of its status alone does not (as controller-runtime's
+GenerationChangedPredicate has it), so a reconcile that writes status does not call itself
+again. Any change of an object queues each owner its ownerReferences name (when theirs has a
+reconciler), so that a parent hears of its children. Every `resync` seconds every object of
+a reconciled kind is queued again, and Events older than an hour are deleted. Worker threads
+take keys from one WorkQueue, so no key is reconciled twice at once; an error is retried
+with backoff and shown on the object as the condition `Reconciled` (False, reason
+ReconcileError) and a Warning Event; the next success sets it True.
 `stop` ends the watch, lets the reconciles under way finish, and returns.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -36,6 +40,7 @@ RECONCILED = "Reconciled"
 RECONCILE_ERROR = "ReconcileError"
 RESYNC_SECONDS = 60.0
 WATCH_POLL = 0.5
+WATCHED = ("uid", "generation", "labels", "annotations", "finalizers", "deletionTimestamp")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,13 @@ class ObjectKey:
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind} {where}{self.name}"
+
+
+def fingerprint(obj: dict[str, Any]) -> str:
+    """What of an object queues it when it changes: its uid, generation, labels, annotations,
+    finalizers and deletionTimestamp, as one comparable text."""
+    meta = obj.get("metadata") or {}
+    return json.dumps([meta.get(field) for field in WATCHED], sort_keys=True)
 
 
 def error_message(error: BaseException) -> str:
@@ -79,6 +91,7 @@ class Manager:
         self.resync = resync
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._seen: dict[ObjectKey, str] = {}  # the watch thread's own
 
     def start(self) -> None:
         """Start watching and reconciling."""
@@ -104,10 +117,22 @@ class Manager:
         if kind in self.reconcilers:
             self.queue.add(ObjectKey(kind, namespace, name))
 
-    def _enqueue_object(self, obj: dict[str, Any]) -> None:
+    def _enqueue_object(self, obj: dict[str, Any], event: str | None = None) -> None:
+        """Queue the object's owners, and the object itself unless only its status changed
+        since the watch last saw it; `event` is the watch's type, None for a listed object,
+        which is queued whatever changed."""
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace")
-        self.enqueue(obj.get("kind", ""), namespace, meta.get("name", ""))
+        key = ObjectKey(obj.get("kind", ""), namespace, meta.get("name", ""))
+        if key.kind in self.reconcilers:
+            seen = fingerprint(obj)
+            changed = self._seen.get(key) != seen
+            if event == "DELETED":
+                self._seen.pop(key, None)
+            else:
+                self._seen[key] = seen
+            if changed or event in (None, "DELETED"):
+                self.queue.add(key)
         for owner in meta.get("ownerReferences") or []:
             info = self._info(owner.get("kind", ""))
             if info is not None:
@@ -120,6 +145,7 @@ class Manager:
     def _list_all(self) -> str:
         """Queue every object of a reconciled kind; the resourceVersion to watch from."""
         version = self.objects.resource_version()
+        self._seen = {}
         for reconciler in self.reconcilers.values():
             for obj in self.objects.list(reconciler.info, None).items:
                 self._enqueue_object(obj)
@@ -145,7 +171,7 @@ class Manager:
                     return  # too far behind: list again
                 for event in events:
                     if event.type != "BOOKMARK":
-                        self._enqueue_object(event.object)
+                        self._enqueue_object(event.object, event.type)
                 if time.monotonic() - resynced >= self.resync:
                     self._list_all()
                     self.objects.expire_events()
