@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from control_support import wait_until
 
@@ -100,3 +103,15 @@ class Daemon:
 def http_source(url: str, **extra: Any) -> dict[str, Any]:
     """An HTTP data source."""
     return {"type": "HTTP", "http": {"url": url, **extra}}
+
+
+def put_upload(url: str, body: bytes, ca: Path) -> int:
+    """PUT `body` to the upload URL `url` (HTTPS, trusting `ca`); the answer's status."""
+    parts = urlsplit(url)
+    context = ssl.create_default_context(cafile=str(ca))
+    conn = http.client.HTTPSConnection(parts.hostname, parts.port, context=context, timeout=60)
+    try:
+        conn.request("PUT", parts.path, body=body)
+        return conn.getresponse().status
+    finally:
+        conn.close()

@@ -4,15 +4,13 @@ once it has expired, the old URLs then refused."""
 
 from __future__ import annotations
 
-import http.client
-import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from control_support import stop_workers_under, wait_until
-from reconcile_support import Daemon
+from reconcile_support import Daemon, put_upload
 
 from diskferry.control.model import API_VERSION
 from diskferry.control.reconcilers.exportproxy import PROXY_JOB
@@ -46,17 +44,6 @@ def _waiting(daemon: Daemon, name: str) -> dict:
     disk = daemon.wait_phase("VirtualDisk", name, "WaitForUserUpload", "Failed")
     assert disk["status"]["phase"] == "WaitForUserUpload", disk["status"]
     return disk
-
-
-def _put(url: str, body: bytes, ca: Path) -> int:
-    parts = urlsplit(url)
-    context = ssl.create_default_context(cafile=str(ca))
-    conn = http.client.HTTPSConnection(parts.hostname, parts.port, context=context, timeout=60)
-    try:
-        conn.request("PUT", parts.path, body=body)
-        return conn.getresponse().status
-    finally:
-        conn.close()
 
 
 def test_the_external_url_goes_through_the_export_proxy(daemon, images) -> None:
@@ -118,14 +105,14 @@ def test_an_expired_token_is_renewed_and_the_old_urls_refused(daemon, images) ->
     ca = daemon.data_dir / "pki" / "ca.crt"
     runner = daemon.controllers.runner
     wait_until(lambda: (s := runner.state(PROXY_JOB)) and s.progress)  # the proxy listens
-    assert _put(first["inCluster"], b"stale", ca) == 404
-    assert _put(first["external"], b"stale", ca) == 404
+    assert put_upload(first["inCluster"], b"stale", ca) == 404
+    assert put_upload(first["external"], b"stale", ca) == 404
     assert urlsplit(second["inCluster"]).port == urlsplit(first["inCluster"]).port
     status = 404
     # the token may be renewed again between reading the URL and using it
     for _ in range(5):
         urls = daemon.get("VirtualDisk", "renewed")["status"]["imageUploadURLs"]
-        status = _put(urls["inCluster"], images.get("qcow2").read_bytes(), ca)
+        status = put_upload(urls["inCluster"], images.get("qcow2").read_bytes(), ca)
         if status == 200:
             break
     assert status == 200

@@ -201,6 +201,7 @@ IMAGE = {
     "spec": {"dataSource": {"type": "HTTP", "http": {"url": "https://example.org/i.qcow2"}}},
 }
 CLUSTER_IMAGE = {**IMAGE, "kind": "ClusterVirtualImage", "metadata": {"name": "image1"}}
+UPLOAD_CHECKED = {"type": "Upload", "upload": {"checksum": {"md5": "a" * 32, "sha256": "b" * 64}}}
 
 
 @pytest.mark.parametrize(
@@ -213,6 +214,9 @@ CLUSTER_IMAGE = {**IMAGE, "kind": "ClusterVirtualImage", "metadata": {"name": "i
         vd(dataSource={"type": "Upload"}),
         {**IMAGE, "spec": {"dataSource": {"type": "Upload"}}},
         {**CLUSTER_IMAGE, "spec": {"dataSource": {"type": "Upload"}}},
+        vd(dataSource=UPLOAD_CHECKED),
+        {**IMAGE, "spec": {"dataSource": UPLOAD_CHECKED}},
+        {**CLUSTER_IMAGE, "spec": {"dataSource": UPLOAD_CHECKED}},
     ],
     ids=[
         "registry-storage",
@@ -222,6 +226,9 @@ CLUSTER_IMAGE = {**IMAGE, "kind": "ClusterVirtualImage", "metadata": {"name": "i
         "upload",
         "image-upload",
         "cluster-upload",
+        "upload-checksum",
+        "image-upload-checksum",
+        "cluster-upload-checksum",
     ],
 )
 def test_the_image_store_sources_and_storage_are_taken(data: dict[str, Any]) -> None:
@@ -247,8 +254,23 @@ def test_the_image_store_sources_and_storage_are_taken(data: dict[str, Any]) -> 
             {"type": "Upload", "http": {"url": "https://example.org/a"}},
             "spec.dataSource: type Upload cannot have http",
         ),
+        (
+            {"type": "HTTP", "http": {"url": "https://example.org/a"}, "upload": {}},
+            "spec.dataSource: type HTTP cannot have upload",
+        ),
+        (
+            {"type": "Upload", "upload": {"checksum": {"sha256": "abc"}}},
+            "spec.dataSource.upload.checksum.sha256: String should match pattern",
+        ),
     ],
-    ids=["bad-name", "bad-digest", "no-sub-object", "upload-with-http"],
+    ids=[
+        "bad-name",
+        "bad-digest",
+        "no-sub-object",
+        "upload-with-http",
+        "http-with-upload",
+        "short-upload-sha256",
+    ],
 )
 def test_bad_image_sources_name_the_field(source: dict[str, Any], expected: str) -> None:
     message = refusal(vd(dataSource=source))

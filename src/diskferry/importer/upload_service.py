@@ -1,7 +1,8 @@
 """The upload engine's entry function: one upload server, run until its upload is in or stopped.
 
 The CLI (`upload serve`) and the worker both run it; SIGTERM or SIGINT sets `stop`. The
-listening port and URLs are published as details once known.
+listening port and URLs are published as details once known; an upload that fails is a
+Warning event with its reason (ChecksumMismatch, ...) before the server waits for another.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from aiohttp import web
 
 from diskferry.disk.decompress import Readable
+from diskferry.disk.errors import DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob, ImportResult
@@ -49,6 +51,9 @@ def serve_upload(
         progress.add(-progress.done)
         try:
             return run_import(import_job, progress, stop, reporter, body=body, body_size=size)
+        except DiskferryError as e:
+            reporter.event(EventType.WARNING, e.reason, e.message)
+            raise
         finally:
             progress.set_phase(UploadPhase.DONE if server.done.is_set() else UploadPhase.WAITING)
 

@@ -18,6 +18,7 @@ from diskferry.control.reconcilers.progress import progress_fields
 from diskferry.control.reconcilers.uploads import (
     UploadPolicy,
     drop_upload_route,
+    refused_upload,
     renew_expired_token,
     start_upload,
     upload_urls,
@@ -182,6 +183,9 @@ class Imports:
             fields = progress_fields(state.progress) if state.progress else None
             if source.upload and renew_expired_token(self.runner, job_id, upload.token_ttl):
                 log.info("job %s: its upload token expired and was renewed", job_id)
+            refused = refused_upload(state.progress) if source.upload else None
+            if refused is not None:
+                return Outcome(False, reason=refused[0], message=refused[1])
             if source.upload and waiting_for_user(state.progress):
                 urls = upload_urls(self.runner, job_id, state.progress, self.proxy)
                 return Outcome(True, progress_fields({}), upload_urls=urls)
@@ -204,7 +208,15 @@ class Imports:
         if source.upload:
             if self.certs is None:
                 raise SourceUnavailableError("this daemon has no CA to serve uploads with")
-            start_upload(self.runner, self.certs, job_id, claim.path, size, upload.token_ttl)
+            start_upload(
+                self.runner,
+                self.certs,
+                job_id,
+                claim.path,
+                size,
+                upload.token_ttl,
+                source.checksum,
+            )
             return
         # the claim's volume is this object's own: the import fills it, made or left before
         job: dict[str, Any] = {

@@ -17,10 +17,12 @@ from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.storage import volume_class
 from diskferry.control.resources.common import (
+    Checksum,
     ContainerImage,
     DataSource,
     DataSourceHTTP,
     DataSourceType,
+    DataSourceUpload,
     registry_reference,
 )
 from diskferry.control.resources.core import Secret
@@ -40,7 +42,6 @@ from diskferry.registry.reference import parse_reference
 
 _CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
 DOCKER_CONFIG_KEY = ".dockerconfigjson"
-UPLOAD = Source("the upload", upload=True)
 _REFERABLE: dict[str, type[Resource]] = {
     "VirtualImage": VirtualImage,
     "ClusterVirtualImage": ClusterVirtualImage,
@@ -65,17 +66,25 @@ class Waiting:
     reason: str = "SourceNotReady"
 
 
+def strongest(checksum: Checksum | None) -> str | None:
+    """The strongest digest given, as the import job takes it (`ALGO:HEX`); None for none."""
+    if checksum is not None:
+        for algorithm in _CHECKSUMS:
+            digest = getattr(checksum, algorithm)
+            if digest:
+                return f"{algorithm}:{digest}"
+    return None
+
+
 def http_source(http: DataSourceHTTP) -> Source:
     """The URL, its strongest checksum, and its CA bundle as PEM."""
-    checksum = None
-    if http.checksum is not None:
-        for algorithm in _CHECKSUMS:
-            digest = getattr(http.checksum, algorithm)
-            if digest:
-                checksum = f"{algorithm}:{digest}"
-                break
     bundle = base64.b64decode(http.ca_bundle) if http.ca_bundle else None
-    return Source(http.url, checksum=checksum, ca_bundle=bundle)
+    return Source(http.url, checksum=strongest(http.checksum), ca_bundle=bundle)
+
+
+def upload_source(upload: DataSourceUpload | None) -> Source:
+    """What the user uploads, with the strongest checksum it must match."""
+    return Source("the upload", checksum=strongest(upload and upload.checksum), upload=True)
 
 
 def container_image_source(
@@ -143,7 +152,7 @@ def resolve_source(
     if data_source.type is DataSourceType.CONTAINER_IMAGE and data_source.container_image:
         return container_image_source(client, namespace, data_source.container_image)
     if data_source.type is DataSourceType.UPLOAD:
-        return UPLOAD
+        return upload_source(data_source.upload)
     ref = data_source.object_ref
     if data_source.type is not DataSourceType.OBJECT_REF or ref is None:
         raise SourceRefusedError(f"a data source of type {data_source.type} cannot be read here")

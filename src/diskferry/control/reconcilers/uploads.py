@@ -8,9 +8,12 @@ URL names the worker itself.
 
 The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
 with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
-old URLs are refused. An object may give `diskferry.io/upload-timeout`: when no upload is
-under way that long after it was created, it fails with the reason UploadTimedOut (by default
-it waits for ever, as Deckhouse and CDI do).
+old URLs are refused. An upload whose bytes do not match the source's checksum is refused
+by the server, which then waits for another; the object fails with the reason
+ChecksumMismatch, as the same bytes never match. An object may give
+`diskferry.io/upload-timeout`: when no upload is under way that long after it was created,
+it fails with the reason UploadTimedOut (by default it waits for ever, as Deckhouse and CDI
+do).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from diskferry.control.duration import format_duration, parse_duration
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.runner.base import IMPORT, Runner
+from diskferry.disk.checksums import ChecksumError
 from diskferry.export.routes import Route
 from diskferry.importer.upload_job import UploadPhase
 from diskferry.importer.upload_server import UPLOAD_PREFIX
@@ -42,6 +46,7 @@ TOKEN_TTL_ANNOTATION = "diskferry.io/upload-token-ttl"
 TIMEOUT_ANNOTATION = "diskferry.io/upload-timeout"
 DEFAULT_TOKEN_TTL = timedelta(hours=24)
 UPLOAD_TIMED_OUT = "UploadTimedOut"
+FINAL_FAILURES = (ChecksumError.reason,)
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,10 @@ def start_upload(
     target: str,
     size: int | None,
     token_ttl: timedelta = DEFAULT_TOKEN_TTL,
+    checksum: str | None = None,
 ) -> None:
-    """Start the upload server that writes what is uploaded into `target` (grown to `size`)."""
+    """Start the upload server that writes what is uploaded into `target` (grown to `size`),
+    refusing an upload whose bytes do not match `checksum` (`ALGO:HEX`) when one is given."""
     job: dict[str, Any] = {
         "kind": "upload",
         "target": target,
@@ -101,6 +108,8 @@ def start_upload(
     }
     if size is not None:
         job["size"] = size
+    if checksum:
+        job["checksum"] = checksum
     files = {**certs.files(UPLOAD_SANS), TOKEN_FILE: token_text(token_ttl)}
     runner.start(job_id, IMPORT, job, files, credentials=[TOKEN_FILE])
 
@@ -117,6 +126,16 @@ def renew_expired_token(runner: Runner, job_id: str, ttl: timedelta) -> bool:
         return False
     runner.write_file(job_id, TOKEN_FILE, token_text(ttl))
     return True
+
+
+def refused_upload(progress: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The reason and message of an upload the server refused for good (its bytes did not
+    match the checksum: the same bytes never will), from the server's Warning events; None
+    while it may take another."""
+    for event in reversed((progress or {}).get("events") or []):
+        if event.get("type") == "Warning" and event.get("reason") in FINAL_FAILURES:
+            return str(event["reason"]), str(event.get("message") or "")
+    return None
 
 
 def waiting_for_user(progress: dict[str, Any] | None) -> bool:

@@ -107,6 +107,20 @@ class DataSourceHTTP(ApiModel):
     checksum: Checksum | None = None
 
 
+class DataSourceUpload(ApiModel):
+    """What is known of the data a user uploads for a `type: Upload` source."""
+
+    checksum: Checksum | None = Field(
+        default=None,
+        description=(
+            "Digests the uploaded bytes (as sent, before any decompression) must match: md5, "
+            "sha1, sha256 and sha512 in hex; the strongest one given is checked, as for "
+            "http.checksum. A mismatch fails the object with the reason ChecksumMismatch. "
+            "Default: none, the upload is not checked."
+        ),
+    )
+
+
 class ImagePullSecretName(ApiModel):
     """The Secret, in the same namespace, with the registry's credentials."""
 
@@ -161,7 +175,10 @@ SUB_OBJECTS = {
     DataSourceType.HTTP: "http",
     DataSourceType.CONTAINER_IMAGE: "containerImage",
     DataSourceType.OBJECT_REF: "objectRef",
+    DataSourceType.UPLOAD: "upload",
 }
+"""The one sub-object each type may have; each is required but `upload`."""
+OPTIONAL_SUB_OBJECTS = {DataSourceType.UPLOAD}
 
 
 def _data_source_rules(schema: dict[str, Any]) -> None:
@@ -169,18 +186,20 @@ def _data_source_rules(schema: dict[str, Any]) -> None:
     branches = []
     for kind in DataSourceType:
         branch: dict[str, Any] = {"properties": {"type": {"enum": [kind.value]}}}
-        if kind in SUB_OBJECTS:
+        if kind not in OPTIONAL_SUB_OBJECTS:
             branch["required"] = [SUB_OBJECTS[kind]]
         branches.append(branch)
     schema["anyOf"] = branches
     rules = []
     for kind, wanted in SUB_OBJECTS.items():
-        has = [f"{'' if name == wanted else '!'}has(self.{name})" for name in SUB_OBJECTS.values()]
+        has = [f"!has(self.{name})" for name in SUB_OBJECTS.values() if name != wanted]
+        if kind in OPTIONAL_SUB_OBJECTS:
+            message = f"type {kind} cannot have the other sources"
+        else:
+            has.insert(0, f"has(self.{wanted})")
+            message = f"type {kind} requires {wanted} and cannot have the other sources"
         rules.append(
-            {
-                "rule": f"self.type == '{kind}' ? {' && '.join(has)} : true",
-                "message": f"type {kind} requires {wanted} and cannot have the other sources",
-            }
+            {"rule": f"self.type == '{kind}' ? {' && '.join(has)} : true", "message": message}
         )
     schema["x-kubernetes-validations"] = rules
 
@@ -194,6 +213,13 @@ class DataSource(ApiModel):
     http: DataSourceHTTP | None = None
     container_image: ContainerImage | None = Field(default=None, alias="containerImage")
     object_ref: ObjectRef | None = Field(default=None, alias="objectRef")
+    upload: DataSourceUpload | None = Field(
+        default=None,
+        description=(
+            "What is known of the uploaded data (type Upload only; optional): its checksum. "
+            "Default: none."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_matching(self) -> DataSource:
@@ -201,9 +227,10 @@ class DataSource(ApiModel):
             "http": self.http,
             "containerImage": self.container_image,
             "objectRef": self.object_ref,
+            "upload": self.upload,
         }
-        wanted = SUB_OBJECTS.get(self.type)
-        if wanted is not None and given[wanted] is None:
+        wanted = SUB_OBJECTS[self.type]
+        if self.type not in OPTIONAL_SUB_OBJECTS and given[wanted] is None:
             raise invalid(f"type {self.type} requires {wanted}")
         others = [name for name, value in given.items() if value is not None and name != wanted]
         if others:
