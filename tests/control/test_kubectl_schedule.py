@@ -52,7 +52,7 @@ def test_kubectl_applies_lists_and_waits_for_schedules(daemon: Served) -> None:
         "--timeout=30s",
     )
     lines = kubectl(daemon, "get", "schedules").splitlines()
-    assert lines[0].split() == ["NAME", "STATUS", "SCHEDULE", "LAST", "BACKUP", "PAUSED", "AGE"]
+    assert lines[0].split() == ["NAME", "STATUS", "SCHEDULE", "LASTBACKUP", "PAUSED", "AGE"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["nightly"][1:7] == ["Enabled", "0", "2", "*", "*", "*"]
     assert rows["broken"][1] == "FailedValidation"
@@ -62,3 +62,6 @@ def test_kubectl_applies_lists_and_waits_for_schedules(daemon: Served) -> None:
     nightly = json.loads(kubectl(daemon, "get", "schedules", "nightly", "-o", "json"))
     assert nightly["spec"]["keep"] == {"keepLast": 7, "keepDaily": 0, "keepWeekly": 4}
     assert nightly["status"]["nextRun"].endswith("T02:00:00Z")
+    header, row = kubectl(daemon, "get", "schedule", "nightly", "-o", "wide").splitlines()
+    assert "NEXT RUN" in header
+    assert nightly["status"]["nextRun"] in row.split() and "<invalid>" not in row

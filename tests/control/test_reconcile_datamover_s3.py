@@ -70,6 +70,7 @@ def round_trip(
         daemon.upload("up", "vm-a")
         uploaded = daemon.wait_phase("DataUpload", "up", *ENDED)["status"]
         assert uploaded["phase"] == "Completed", uploaded
+        assert uploaded["nodeOS"] == "linux"
         download(daemon, "dd", uploaded["disks"][0]["snapshotID"], "vd-back")
         downloaded = daemon.wait_phase("DataDownload", "dd", *ENDED)["status"]
         assert downloaded["phase"] == "Completed", downloaded

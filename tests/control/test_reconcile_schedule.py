@@ -167,6 +167,64 @@ def test_a_bad_cron_expression_fails_validation(daemon) -> None:
     assert made_by(daemon, "broken") == []
 
 
+@pytest.mark.parametrize(
+    ("cron", "error"),
+    [
+        ("@every 1 minute", "invalid @every duration"),
+        ("0 * * * * *", "expected exactly 5 fields, found 6"),
+    ],
+)
+def test_what_velero_refuses_fails_validation(daemon, cron: str, error: str) -> None:
+    apply(daemon, [schedule("broken", cron=cron)])
+    status = wait_for(daemon, "Schedule", "default", "broken", "FailedValidation")["status"]
+    assert error in status["validationErrors"][0]
+
+
+def test_every_runs_that_long_after_the_last_run(base, daemon, clock) -> None:
+    apply(daemon, [*location(base, vm=False), schedule("often", cron="@every 1m30s")])
+    assert status_of(daemon, "often", "nextRun")["nextRun"] == "2026-01-01T00:31:30Z"
+    backup = fire(daemon, clock, "often", datetime(2026, 1, 1, 0, 31, 40, tzinfo=UTC))
+    assert backup["metadata"]["name"] == "often-20260101003140"
+    status = status_of(daemon, "often", "lastBackup")
+    assert status["nextRun"] == "2026-01-01T00:33:10Z"
+
+
+def test_a_descriptor_names_its_times(base, daemon) -> None:
+    apply(daemon, [*location(base, vm=False), schedule("daily", cron="@daily")])
+    assert status_of(daemon, "daily", "nextRun")["nextRun"] == "2026-01-02T00:00:00Z"
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_skip_immediately_skips_what_is_due_at_unpause(base, daemon, clock, skip) -> None:
+    apply(daemon, [*location(base, vm=False), schedule("held", paused=True, select="none")])
+    status_of(daemon, "held", "nextRun")
+    clock.advance(40 * 60)  # 01:00 passes while paused, before the Schedule is looked at again
+    spec: dict[str, Any] = {"paused": False, "skipImmediately": skip}
+    daemon.objects.patch(REGISTRY.by_kind("Schedule"), "default", "held", {"spec": spec}, "merge")
+    if skip:
+        status = status_of(daemon, "held", "lastSkipped")
+        assert status["lastSkipped"] == "2026-01-01T01:10:00Z"
+        assert status["nextRun"] == "2026-01-01T02:00:00Z"
+        wait_until(
+            lambda: get(daemon, "Schedule", "default", "held")["spec"]["skipImmediately"] is False
+        )
+        assert "SkippedImmediately" in reasons(daemon, "held")
+        assert made_by(daemon, "held") == []
+    else:
+        assert status_of(daemon, "held", "lastBackup")["lastBackup"] == "2026-01-01T01:10:00Z"
+        assert [b["metadata"]["name"] for b in made_by(daemon, "held")] == ["held-20260101011000"]
+
+
+def test_the_template_metadata_labels_the_backups(base, daemon, clock) -> None:
+    doc = schedule("labelled", select="none")
+    doc["metadata"]["labels"] = {"team": "schedule-own"}
+    doc["spec"]["template"]["metadata"] = {"labels": {"tier": "gold"}}
+    apply(daemon, [*location(base, vm=False), doc])
+    status_of(daemon, "labelled", "nextRun")
+    backup = fire(daemon, clock, "labelled", datetime(2026, 1, 1, 1, 0, 5, tzinfo=UTC))
+    assert backup["metadata"]["labels"] == {"tier": "gold", LABEL: "labelled"}
+
+
 def test_runs_missed_while_down_get_one_catch_up_run(base, clock) -> None:
     first = Daemon(base / "data", clock=clock)
     try:

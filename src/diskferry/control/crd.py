@@ -9,6 +9,7 @@ import yaml
 
 from diskferry.control.kinds import Column, KindInfo, Registry
 from diskferry.control.model import GROUP
+from diskferry.control.resources.noeffect import NO_EFFECT
 
 Schema = dict[str, Any]
 
@@ -87,6 +88,12 @@ def openapi_schema(info: KindInfo) -> Schema:
     return out
 
 
+def _extensions_kept(node: Schema) -> Schema:
+    """`node` without diskferry's own schema keys, which a CRD's schema may not hold (its
+    descriptions say what they say)."""
+    return _children({k: v for k, v in node.items() if k != NO_EFFECT}, _extensions_kept)
+
+
 def _column(column: Column) -> dict[str, Any]:
     out: dict[str, Any] = {"name": column.name, "type": column.type, "jsonPath": column.json_path}
     if column.priority:
@@ -112,7 +119,7 @@ def crd(info: KindInfo) -> Schema:
         "name": info.version,
         "served": True,
         "storage": True,
-        "schema": {"openAPIV3Schema": openapi_schema(info)},
+        "schema": {"openAPIV3Schema": _extensions_kept(openapi_schema(info))},
     }
     if info.has_status:
         version["subresources"] = {"status": {}}

@@ -1,19 +1,25 @@
-"""Backup: the VMs of the included namespaces that the label selector picks, one DataUpload
+"""Backup: the VMs that the namespace (globs), resource and label filters pick, one DataUpload
 each (in the Backup's namespace, labelled `diskferry.io/backup-name`, owned by the Backup);
-the volume policy says which of each VM's block devices go, and `status.volumes` lists every
-one with what happened to it (a VM one of whose VirtualDisks does not exist gets no DataUpload,
-and fails). Once every upload ended, the manifests of the VMs backed up,
-their VirtualDisks and the repository's tracker of each go into the repository as the
-Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
+the volume policy says which of each VM's disks have their data moved, and `status.volumes`
+lists every block device with what happened to it (a VM one of whose VirtualDisks to move does
+not exist gets no DataUpload, and fails). A Backup whose resource filters take no
+VirtualMachine backs up nothing, and says so. Once every upload ended, the manifests of the
+VMs backed up, of their VirtualDisks (with the snapshot of each whose data moved), of the
+images the filters take, and the repository's tracker of each VM go into the repository as
+the Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
 A stopped VM is backed up as a running one is (the engine opens its disks itself).
 
-A Backup with a `ttl` is deleted once it ended and its expiration passed; such a Backup is
-held by a finalizer until its snapshots are forgotten, its metadata removed and the
-repository pruned, so that deleting it leaves none of its data and touches no other's."""
+A Backup that names no storage location gets the namespace's `default: true` one written into
+its spec; one without, a location that does not exist or is ReadOnly, or filters Velero
+refuses make it FailedValidation with `status.validationErrors`. Every Backup is deleted once
+it ended and its ttl (720h when unset or 0) ran out; a finalizer holds it (phase Deleting)
+until its snapshots are forgotten, its metadata removed and the repository pruned, so that
+deleting it leaves none of its data and touches no other's. A Backup the location's sync made
+from the repository's metadata takes its status from there, and is never run again."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from diskferry.backup.errors import LockedError
@@ -28,8 +34,10 @@ from diskferry.control.reconcilers.backupdata import (
     prune_location,
 )
 from diskferry.control.reconcilers.backupmeta import (
+    SYNCED_FROM,
     clean_manifest,
     metadata_name,
+    read_document,
     store_document,
     tracker_state,
 )
@@ -37,8 +45,15 @@ from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.dataupload import repository_vm
 from diskferry.control.reconcilers.lifecycle import FINALIZER, deleting, held, release
 from diskferry.control.reconcilers.location import location_of
+from diskferry.control.reconcilers.selection import ClusterImages, Taken, backup_taken
 from diskferry.control.reconcilers.volumepolicy import decide
-from diskferry.control.resources.backup import BACKUP_NAME, BACKUPS, Backup, BackupPhase
+from diskferry.control.resources.backup import (
+    BACKUP_NAME,
+    BACKUPS,
+    DEFAULT_TTL,
+    Backup,
+    BackupPhase,
+)
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED
 from diskferry.control.resources.dataupload import DISKS, VM_NAME, DataUpload
@@ -52,12 +67,20 @@ from diskferry.disk.errors import DiskferryError
 POLL_SECONDS = 1.0
 EXPIRY_POLL_SECONDS = 300.0
 LOCKED_RETRY_SECONDS = 5.0
-ENDED_PHASES = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED, BackupPhase.FAILED)
+ENDED_PHASES = (
+    BackupPhase.COMPLETED,
+    BackupPhase.PARTIALLY_FAILED,
+    BackupPhase.FAILED,
+    BackupPhase.FAILED_VALIDATION,
+)
 DEVICE_MODELS: dict[BlockDeviceKind, type[Resource]] = {
     BlockDeviceKind.VIRTUAL_DISK: VirtualDisk,
     BlockDeviceKind.VIRTUAL_IMAGE: VirtualImage,
     BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE: ClusterVirtualImage,
 }
+NO_VMS = "the resource filters take no VirtualMachine: nothing is backed up"
+DISKS_LEFT_OUT = "the resource filters leave VirtualDisks out: neither its manifest nor its data"
+NO_DATA = "spec.snapshotVolumes is false: its manifest is kept, not its data"
 
 
 def upload_name(backup: Backup, namespace: str, vm: str) -> str:
@@ -66,6 +89,19 @@ def upload_name(backup: Backup, namespace: str, vm: str) -> str:
     if namespace == backup.metadata.namespace:
         return short_name(backup.metadata.name or "", vm)
     return short_name(backup.metadata.name or "", namespace, vm)
+
+
+def ttl_seconds(backup: Backup) -> float:
+    """How long the Backup is kept: its ttl, or DEFAULT_TTL when that is unset or 0."""
+    given = parse_duration(backup.spec.ttl or "0s").total_seconds()
+    return given or parse_duration(DEFAULT_TTL).total_seconds()
+
+
+def positive(duration: str | None) -> str | None:
+    """`duration` when it is more than 0, else None (Velero reads 0 as its default)."""
+    if duration is None or not parse_duration(duration).total_seconds():
+        return None
+    return duration
 
 
 class BackupReconciler:
@@ -84,103 +120,198 @@ class BackupReconciler:
             return self._drop_data(obj)
         if phase in ENDED_PHASES:
             return self._expire(obj)
+        if phase is None and obj.metadata.annotations.get(SYNCED_FROM):
+            return self._adopt(obj)
         if phase is None or phase == BackupPhase.NEW:
             return self._start(obj)
         return self._follow(obj)
 
-    def _selected(self, obj: Backup) -> list[VirtualMachine]:
-        wanted = [n for n in obj.spec.included_namespaces if n != "*"]
-        selector = obj.spec.label_selector
-        chosen = []
-        for vm in self.client.list(VirtualMachine):
-            if wanted and vm.metadata.namespace not in wanted:
-                continue
-            if selector is not None and not selector.matches(vm.metadata.labels):
-                continue
-            chosen.append(vm)
+    def _selected(self, obj: Backup, taken: Taken) -> list[VirtualMachine]:
+        if not taken.vms:
+            return []
+        spec = obj.spec
+        chosen = [
+            vm
+            for vm in self.client.list(VirtualMachine)
+            if spec.namespace_taken(vm.metadata.namespace or "default")
+            and spec.labels_match(vm.metadata.labels)
+        ]
         return sorted(chosen, key=lambda v: (v.metadata.namespace or "", v.metadata.name or ""))
 
-    def _start(self, obj: Backup) -> Result:
-        bsl = self.client.get(
-            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location
-        )
-        if not available(bsl):
-            message = (
-                f"waiting for the BackupStorageLocation {obj.spec.storage_location} to be Available"
+    def _location(self, obj: Backup) -> tuple[Backup, BackupStorageLocation] | list[str]:
+        """The Backup (the namespace's default location written into its spec when it names
+        none) and its location, or why there is none to use."""
+        namespace = obj.metadata.namespace or "default"
+        name = obj.spec.storage_location
+        if name is None:
+            defaults = [
+                b for b in self.client.list(BackupStorageLocation, namespace) if b.spec.default
+            ]
+            if not defaults:
+                return [
+                    f"spec.storageLocation is not set and no BackupStorageLocation of the "
+                    f"namespace {namespace} is default: true"
+                ]
+            name = min(b.metadata.name or "" for b in defaults)
+            spec = obj.spec.model_copy(update={"storage_location": name})
+            obj = self.client.update(obj.model_copy(update={"spec": spec}))
+            self.client.event(
+                obj,
+                "Normal",
+                "DefaultStorageLocation",
+                f"spec.storageLocation set to {name}, the namespace's default location",
             )
+        bsl = self.client.get(BackupStorageLocation, namespace, name)
+        if bsl is None:
+            return [f"the BackupStorageLocation {name} does not exist in the namespace {namespace}"]
+        if bsl.spec.access_mode == "ReadOnly":
+            return [f"the BackupStorageLocation {name} is ReadOnly: no backup is written into it"]
+        return obj, bsl
+
+    def _invalid(self, obj: Backup, errors: list[str]) -> Result:
+        message = "; ".join(errors)
+        status = {
+            "phase": BackupPhase.FAILED_VALIDATION.value,
+            "validationErrors": errors,
+            "message": message,
+            "completionTimestamp": rfc3339(self.clock.now()),
+            "observedGeneration": obj.metadata.generation,
+        }
+        obj = self.client.patch_status(obj, status)
+        self.client.event(obj, "Warning", BackupPhase.FAILED_VALIDATION.value, message)
+        return Result.done()
+
+    def _start(self, obj: Backup) -> Result:
+        errors = obj.spec.filter_errors()
+        found = errors or self._location(obj)
+        if isinstance(found, list):
+            return self._invalid(obj, found)
+        obj, bsl = found
+        location = obj.spec.storage_location
+        if not available(bsl):
+            message = f"waiting for the BackupStorageLocation {location} to be Available"
             if obj.status.message != message:
                 self.client.patch_status(obj, {"phase": BackupPhase.NEW.value, "message": message})
             return Result.requeue(2.0)
+        taken = backup_taken(obj.spec)
         volumes: list[dict[str, Any]] = []
-        vms = self._selected(obj)
+        vms = self._selected(obj, taken)
         for vm in vms:
-            namespace, name = vm.metadata.namespace or "default", vm.metadata.name or ""
-            moved: list[str] = []
-            missing: list[str] = []
-            for ref in vm.spec.block_device_refs:
-                kind = ref.kind.value
-                cluster_wide = ref.kind is BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE
-                target_ns = None if cluster_wide else namespace
-                found = self.client.get(DEVICE_MODELS[ref.kind], target_ns, ref.name)
-                plain = None if found is None else found.to_json()
-                decision = decide(obj.spec.volume_policy, kind, plain)
-                entry = {
-                    "virtualMachine": name,
-                    "namespace": namespace,
-                    "kind": kind,
-                    "name": ref.name,
-                    "action": decision.action,
-                    "phase": "Pending" if decision.action == "backup" else "Skipped",
-                    "reason": decision.reason,
-                }
-                if decision.action == "backup" and found is None:
-                    entry["phase"] = "Failed"
-                    entry["reason"] = f"the {kind} {namespace}/{ref.name} does not exist"
-                    missing.append(ref.name)
-                elif decision.action == "backup":
-                    entry["dataUpload"] = upload_name(obj, namespace, name)
-                    moved.append(ref.name)
-                volumes.append(entry)
-            if missing:
-                self._not_moved(volumes, namespace, name, missing)
-            elif moved:
-                self._upload(obj, namespace, name, moved)
+            volumes += self._plan(obj, vm, taken)
         now = self.clock.now()
+        expires = now + timedelta(seconds=ttl_seconds(obj))
+        message = f"backing up {len(vms)} VirtualMachines" if taken.vms else NO_VMS
         status: dict[str, Any] = {
             "phase": BackupPhase.IN_PROGRESS.value,
-            "message": f"backing up {len(vms)} VirtualMachines",
+            "message": message,
             "startTimestamp": rfc3339(now),
+            "expiration": rfc3339(expires),
+            "virtualMachines": [
+                {"namespace": v.metadata.namespace or "default", "name": v.metadata.name or ""}
+                for v in vms
+            ],
             "volumes": volumes,
             "progress": {"totalItems": len(vms), "itemsBackedUp": 0, "itemsFailed": 0},
             "observedGeneration": obj.metadata.generation,
         }
-        if obj.spec.ttl:
-            status["expiration"] = rfc3339(
-                now + timedelta(seconds=parse_duration(obj.spec.ttl).total_seconds())
-            )
-            obj = held(self.client, obj)
+        obj = held(self.client, obj)
         obj = self.client.patch_status(obj, status)
         for entry in volumes:
             if entry["action"] == "skip":
                 vm = f"{entry['namespace']}/{entry['virtualMachine']}"
                 where = f"{entry['kind']} {entry['name']} of VirtualMachine {vm}"
                 self.client.event(obj, "Normal", "VolumeSkipped", f"{where}: {entry['reason']}")
-        self.client.event(obj, "Normal", "InProgress", status["message"])
+        if taken.vms:
+            self.client.event(obj, "Normal", "InProgress", message)
+        else:
+            self.client.event(obj, "Warning", "NothingSelected", message)
         return Result.requeue(POLL_SECONDS)
+
+    def _plan(self, obj: Backup, vm: VirtualMachine, taken: Taken) -> list[dict[str, Any]]:
+        """Each block device of `vm` and what becomes of it; the VM's DataUpload made when a
+        disk's data moves and none is missing."""
+        namespace, name = vm.metadata.namespace or "default", vm.metadata.name or ""
+        volumes: list[dict[str, Any]] = []
+        moved: list[str] = []
+        missing: list[str] = []
+        for ref in vm.spec.block_device_refs:
+            kind = ref.kind.value
+            cluster_wide = ref.kind is BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE
+            found = self.client.get(
+                DEVICE_MODELS[ref.kind], None if cluster_wide else namespace, ref.name
+            )
+            decision = decide(
+                obj.spec.volume_policy, kind, None if found is None else found.to_json()
+            )
+            action, reason = decision.action, decision.reason
+            if ref.kind is BlockDeviceKind.VIRTUAL_DISK and not taken.disks:
+                action, reason = "skip", DISKS_LEFT_OUT
+            elif action == "backup" and obj.spec.snapshot_volumes is False:
+                action, reason = "skip", NO_DATA
+            entry = {
+                "virtualMachine": name,
+                "namespace": namespace,
+                "kind": kind,
+                "name": ref.name,
+                "action": action,
+                "phase": "Pending" if action == "backup" else "Skipped",
+                "reason": reason,
+            }
+            if action == "backup" and found is None:
+                entry["phase"] = "Failed"
+                entry["reason"] = f"the {kind} {namespace}/{ref.name} does not exist"
+                missing.append(ref.name)
+            elif action == "backup":
+                entry["dataUpload"] = upload_name(obj, namespace, name)
+                moved.append(ref.name)
+            volumes.append(entry)
+        if missing:
+            for entry in volumes:
+                if entry["phase"] == "Pending":
+                    entry["phase"] = "Failed"
+                    entry["reason"] = f"not backed up: the VM misses {', '.join(missing)}"
+                    entry.pop("dataUpload", None)
+        elif moved:
+            self._upload(obj, namespace, name, moved)
+        return volumes
+
+    def _adopt(self, obj: Backup) -> Result:
+        """Take the status of a Backup the location's sync made from the repository's
+        metadata; one whose metadata is gone is Failed, saying so."""
+        bsl = self.client.get(
+            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location or ""
+        )
+        namespace, name = obj.metadata.namespace or "default", obj.metadata.name or ""
+        try:
+            if bsl is None:
+                raise DiskferryError(
+                    f"the BackupStorageLocation {obj.spec.storage_location} is gone"
+                )
+            document = read_document(location_of(self.client, bsl), metadata_name(namespace, name))
+        except DiskferryError as e:
+            return self._end(
+                obj, BackupPhase.FAILED, f"its metadata cannot be read: {e.message}", {}
+            )
+        stored = (document or {}).get("status")
+        if not stored:
+            return self._end(obj, BackupPhase.FAILED, "the repository holds no status of it", {})
+        obj = held(self.client, obj)
+        self.client.patch_status(obj, {**stored, "observedGeneration": obj.metadata.generation})
+        return Result.requeue(0)
 
     def _expire(self, obj: Backup) -> Result:
         """Delete the ended Backup once its expiration passed; else look again by then."""
         if obj.status.expiration is None:
             return Result.done()
-        expires = datetime.fromisoformat(obj.status.expiration)
-        left = (expires - self.clock.now()).total_seconds()
+        left = (obj.status.expiration - self.clock.now()).total_seconds()
         if left > 0:
             return Result.requeue(min(left, EXPIRY_POLL_SECONDS))
         self.client.event(
             obj,
             "Normal",
             "Expired",
-            f"the ttl {obj.spec.ttl} ran out at {obj.status.expiration}: deleting the Backup",
+            f"the ttl {obj.spec.ttl or DEFAULT_TTL} ran out at "
+            f"{rfc3339(obj.status.expiration)}: deleting the Backup",
         )
         self.client.delete(Backup, obj.metadata.namespace, obj.metadata.name or "")
         return Result.done()
@@ -190,14 +321,17 @@ class BackupReconciler:
         prune, then let it go."""
         if FINALIZER not in obj.metadata.finalizers:
             return Result.done()
+        if obj.status.phase != BackupPhase.DELETING:
+            obj = self.client.patch_status(obj, {"phase": BackupPhase.DELETING.value})
         namespace, name = obj.metadata.namespace or "default", obj.metadata.name or ""
-        bsl = self.client.get(BackupStorageLocation, namespace, obj.spec.storage_location)
+        location_name = obj.spec.storage_location or ""
+        bsl = self.client.get(BackupStorageLocation, namespace, location_name)
         if bsl is None:
             self.client.event(
                 obj,
                 "Warning",
                 "DataKept",
-                f"the BackupStorageLocation {obj.spec.storage_location} is gone:"
+                f"the BackupStorageLocation {location_name} is gone:"
                 " the Backup's snapshots stay in its repository",
             )
             release(self.client, obj)
@@ -208,31 +342,24 @@ class BackupReconciler:
             self.client.delete(DataUpload, upload.metadata.namespace, upload.metadata.name or "")
         if running:
             return Result.requeue(POLL_SECONDS)
-        location = location_of(self.client, bsl)
         made = {d.snapshot_id for u in uploads for d in u.status.disks}
         snapshots = sorted(made.union(backup_snapshots(obj)))
         try:
+            location = location_of(self.client, bsl)
             forget(location, snapshots, [metadata_name(namespace, name)])
             freed = f"; {freed_text(prune_location(location))}" if snapshots else ""
         except LockedError:
             return Result.requeue(LOCKED_RETRY_SECONDS)
+        except DiskferryError as e:
+            self.client.event(
+                obj, "Warning", "DataKept", f"the repository cannot be opened: {e.message}"
+            )
+            return Result.requeue(EXPIRY_POLL_SECONDS)
         self.client.event(
             obj, "Normal", "DataDeleted", f"{len(snapshots)} snapshots forgotten{freed}"
         )
         release(self.client, obj)
         return Result.done()
-
-    @staticmethod
-    def _not_moved(
-        volumes: list[dict[str, Any]], namespace: str, vm: str, missing: list[str]
-    ) -> None:
-        """A VM with a missing disk gets no DataUpload: its other disks say why."""
-        for entry in volumes:
-            mine = (entry["namespace"], entry["virtualMachine"]) == (namespace, vm)
-            if mine and entry["phase"] == "Pending":
-                entry["phase"] = "Failed"
-                entry["reason"] = f"not backed up: the VM misses {', '.join(missing)}"
-                entry.pop("dataUpload", None)
 
     def _upload(self, obj: Backup, namespace: str, vm: str, disks: list[str]) -> None:
         name = upload_name(obj, namespace, vm)
@@ -252,16 +379,20 @@ class BackupReconciler:
             annotations={VM_NAME: vm, DISKS: ",".join(disks)},
             ownerReferences=[owner],
         )
+        spec: dict[str, Any] = {
+            "backupStorageLocation": obj.spec.storage_location,
+            "sourceNamespace": namespace,
+        }
+        timeout = positive(obj.spec.item_operation_timeout)
+        if timeout is not None:
+            spec["operationTimeout"] = timeout
         self.client.create(
             DataUpload.model_validate(
                 {
                     "apiVersion": API_VERSION,
                     "kind": "DataUpload",
                     "metadata": meta.to_json(),
-                    "spec": {
-                        "backupStorageLocation": obj.spec.storage_location,
-                        "sourceNamespace": namespace,
-                    },
+                    "spec": spec,
                 }
             )
         )
@@ -277,8 +408,10 @@ class BackupReconciler:
     def _follow(self, obj: Backup) -> Result:
         uploads = {u.metadata.name: u for u in self._uploads(obj)}
         volumes = [v.to_json() for v in obj.status.volumes]
-        vms: dict[tuple[str, str], bool] = {}
+        vms = {(m.namespace, m.name): True for m in obj.status.virtual_machines}
         done = True
+        operations = {"attempted": 0, "completed": 0, "failed": 0}
+        counted: set[str] = set()
         for entry in volumes:
             key = (entry["namespace"], entry["virtualMachine"])
             vms.setdefault(key, True)
@@ -288,9 +421,13 @@ class BackupReconciler:
                 vms[key] = False
                 continue
             upload = uploads.get(entry["dataUpload"])
+            first = entry["dataUpload"] not in counted
+            counted.add(entry["dataUpload"])
+            operations["attempted"] += first
             if upload is None:  # made before the status named it: it was deleted since
                 entry["phase"] = "Failed"
                 entry["reason"] = f"DataUpload {entry['dataUpload']} was deleted"
+                operations["failed"] += first
                 vms[key] = False
                 continue
             phase = upload.status.phase
@@ -300,34 +437,38 @@ class BackupReconciler:
                 continue
             entry["phase"] = "Completed" if phase == "Completed" else "Failed"
             if phase == "Completed":
+                operations["completed"] += first
                 snaps = {d.name: d.snapshot_id for d in upload.status.disks}
                 entry["snapshotID"] = snaps.get(entry["name"])
             else:
+                operations["failed"] += first
                 entry["reason"] = (
                     f"DataUpload {upload.metadata.name} {phase}: {upload.status.message}"
                 )
                 vms[key] = False
         ok = sum(1 for good in vms.values() if good)
-        progress = {
-            "totalItems": len(vms),
-            "itemsBackedUp": ok if done else 0,
-            "itemsFailed": len(vms) - ok,
+        fields: dict[str, Any] = {
+            "volumes": volumes,
+            "progress": {
+                "totalItems": len(vms),
+                "itemsBackedUp": ok if done else 0,
+                "itemsFailed": len(vms) - ok,
+            },
+            "backupItemOperationsAttempted": operations["attempted"],
+            "backupItemOperationsCompleted": operations["completed"],
+            "backupItemOperationsFailed": operations["failed"],
         }
         if not done:
-            if [v.to_json() for v in obj.status.volumes] != volumes:
-                self.client.patch_status(obj, {"volumes": volumes, "progress": progress})
+            fields["phase"] = BackupPhase.WAITING_FOR_PLUGIN_OPERATIONS.value
+            current = obj.status.to_json()
+            if any(current.get(key) != value for key, value in fields.items()):
+                self.client.patch_status(obj, fields)
             return Result.requeue(POLL_SECONDS)
-        try:
-            self._keep_manifests(obj, volumes, vms)
-        except DiskferryError as e:
-            return self._end(
-                obj,
-                BackupPhase.FAILED,
-                f"the manifests could not be stored: {e.message}",
-                volumes,
-                progress,
-            )
-        if vms and ok == 0:
+        taken = backup_taken(obj.spec)
+        if not taken.vms:
+            phase, message = BackupPhase.COMPLETED, NO_VMS
+            fields["warnings"] = 1
+        elif vms and ok == 0:
             phase, message = BackupPhase.FAILED, "no VirtualMachine was backed up"
         elif ok < len(vms):
             phase, message = (
@@ -336,13 +477,54 @@ class BackupReconciler:
             )
         else:
             phase, message = BackupPhase.COMPLETED, f"{ok} VirtualMachines backed up"
-        return self._end(obj, phase, message, volumes, progress)
+        fields["errors"] = len(vms) - ok
+        try:
+            self._keep_manifests(obj, taken, volumes, vms, phase, message, fields)
+        except DiskferryError as e:
+            return self._end(
+                obj, BackupPhase.FAILED, f"the manifests could not be stored: {e.message}", fields
+            )
+        return self._end(obj, phase, message, fields)
+
+    def _images(
+        self, taken: Taken, volumes: list[dict[str, Any]], vms: dict[tuple[str, str], bool]
+    ) -> list[dict[str, Any]]:
+        """The manifests of the images the filters take: the VirtualImages and the related
+        ClusterVirtualImages the VMs backed up mount, or every ClusterVirtualImage."""
+        wanted: dict[tuple[str, str | None, str], Resource | None] = {}
+        for entry in volumes:
+            if not vms.get((entry["namespace"], entry["virtualMachine"])):
+                continue
+            if entry["kind"] == VirtualImage.__name__ and taken.images:
+                key = (entry["kind"], entry["namespace"], entry["name"])
+                wanted[key] = self.client.get(VirtualImage, entry["namespace"], entry["name"])
+            elif (
+                entry["kind"] == ClusterVirtualImage.__name__
+                and taken.cluster_images is ClusterImages.RELATED
+            ):
+                key = (entry["kind"], None, entry["name"])
+                wanted[key] = self.client.get(ClusterVirtualImage, None, entry["name"])
+        if taken.cluster_images is ClusterImages.ALL:
+            for image in self.client.list(ClusterVirtualImage):
+                wanted[(ClusterVirtualImage.__name__, None, image.metadata.name or "")] = image
+        return [
+            {"kind": kind, "name": name, "manifest": clean_manifest(found.to_json())}
+            for (kind, _, name), found in sorted(wanted.items(), key=lambda i: str(i[0]))
+            if found is not None
+        ]
 
     def _keep_manifests(
-        self, obj: Backup, volumes: list[dict[str, Any]], vms: dict[tuple[str, str], bool]
+        self,
+        obj: Backup,
+        taken: Taken,
+        volumes: list[dict[str, Any]],
+        vms: dict[tuple[str, str], bool],
+        phase: BackupPhase,
+        message: str,
+        fields: dict[str, Any],
     ) -> None:
         bsl = self.client.get(
-            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location
+            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location or ""
         )
         if bsl is None:
             raise DiskferryError(f"the BackupStorageLocation {obj.spec.storage_location} is gone")
@@ -356,16 +538,18 @@ class BackupReconciler:
             for entry in volumes:
                 if (entry["namespace"], entry["virtualMachine"]) != (namespace, name):
                     continue
-                if entry["kind"] != "VirtualDisk" or entry["phase"] != "Completed":
+                if entry["kind"] != VirtualDisk.__name__ or not taken.disks:
+                    continue
+                if entry["phase"] not in ("Completed", "Skipped"):
                     continue
                 disk = self.client.get(VirtualDisk, namespace, entry["name"])
-                disks.append(
-                    {
-                        "name": entry["name"],
-                        "snapshotID": entry["snapshotID"],
-                        "manifest": clean_manifest({} if disk is None else disk.to_json()),
-                    }
-                )
+                kept = {
+                    "name": entry["name"],
+                    "manifest": clean_manifest({} if disk is None else disk.to_json()),
+                }
+                if entry.get("snapshotID"):
+                    kept["snapshotID"] = entry["snapshotID"]
+                disks.append(kept)
             machines.append(
                 {
                     "manifest": clean_manifest(vm.to_json()),
@@ -373,12 +557,24 @@ class BackupReconciler:
                     "tracker": tracker_state(location, repository_vm(namespace, name)),
                 }
             )
+        now = rfc3339(self.clock.now())
+        status = {
+            **obj.status.to_json(),
+            **fields,
+            "phase": phase.value,
+            "message": message,
+            "completionTimestamp": now,
+        }
+        status.pop("conditions", None)
+        status.pop("observedGeneration", None)
         document = {
             "apiVersion": API_VERSION,
             "kind": "BackupMetadata",
             "backup": clean_manifest(obj.to_json()),
+            "status": status,
             "storageLocation": obj.spec.storage_location,
             "virtualMachines": machines,
+            "images": self._images(taken, volumes, vms),
         }
         store_document(
             location,
@@ -386,21 +582,15 @@ class BackupReconciler:
             document,
         )
 
-    def _end(
-        self,
-        obj: Backup,
-        phase: BackupPhase,
-        message: str,
-        volumes: list[dict[str, Any]],
-        progress: dict[str, int],
-    ) -> Result:
+    def _end(self, obj: Backup, phase: BackupPhase, message: str, fields: dict[str, Any]) -> Result:
         status = {
+            **fields,
             "phase": phase.value,
             "message": message,
-            "volumes": volumes,
-            "progress": progress,
             "completionTimestamp": rfc3339(self.clock.now()),
         }
+        if phase == BackupPhase.FAILED:
+            status["failureReason"] = message
         obj = self.client.patch_status(obj, status)
         self.client.event(
             obj, "Normal" if phase == BackupPhase.COMPLETED else "Warning", phase.value, message

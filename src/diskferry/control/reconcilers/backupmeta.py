@@ -10,6 +10,8 @@ from diskferry.backup.repository import Repository
 from diskferry.control.reconcilers.location import Location
 
 KEPT_METADATA = ("name", "namespace", "labels", "annotations")
+SYNCED_FROM = "diskferry.io/synced-from"
+"""On a Backup a location's sync made from the repository's metadata: the location's name."""
 
 
 def metadata_name(namespace: str, backup: str) -> str:

@@ -48,6 +48,10 @@ from diskferry.control.volumes import Claim, Volumes
 CBT_OFF = "ChangedBlockTrackingOff"
 
 
+NODE_OS = "linux"
+"""The OS of the host that moves the data, as Velero's status.nodeOS names it."""
+
+
 def vm_of(obj: DataUpload) -> tuple[str, str]:
     """The namespace and name of the upload's VM (MoverFailure without the annotation)."""
     name = obj.metadata.annotations.get(VM_NAME)
@@ -239,6 +243,7 @@ class DataUploadReconciler(MoverReconciler):
         kinds = sorted({d["type"] for d in disks})
         return {
             "snapshotID": result.get("backup"),
+            "nodeOS": NODE_OS,
             "disks": listed,
             "consistency": result.get("consistency"),
             "incrementalBytes": sum(d["bytesUploaded"] for d in disks),

@@ -1,17 +1,22 @@
-"""Schedule: at each time its cron expression names (UTC, on the store's clock) a Backup
-`<schedule>-<YYYYMMDDhhmmss>` made from the template, labelled `diskferry.io/schedule-name`.
+"""Schedule: at each time its expression names (UTC, on the store's clock) a Backup
+`<schedule>-<YYYYMMDDhhmmss>` made from the template, labelled `diskferry.io/schedule-name`
+(and with the template's `metadata.labels`, or else the Schedule's labels). The expression is
+Velero's: 5-field cron, a descriptor (@hourly, @daily, ...), or `@every <duration>`, each
+time that duration after the last run (or the creation).
 
 Times that passed while the daemon was down get one catch-up run, not one each, and are
 reported (`status.missedRuns`, the MissedRuns condition and an Event). A paused Schedule
-makes no Backup; the times it passes are recorded as `lastSkipped`. A bad cron expression
-is FailedValidation. After the newest of its Backups ended, the keep policy picks the
-snapshots of its Backups that go: they are forgotten, the Backups all of whose snapshots
-went are deleted, and the repository is pruned; `status.retention` and Events say what went
-and what was freed."""
+makes no Backup; the times it passes are recorded as `lastSkipped`. `skipImmediately` skips
+what is due when the Schedule is created or unpaused (lastSkipped is then), and is set back
+to false. A bad expression is FailedValidation. After the newest of its Backups ended, the
+keep policy picks the snapshots of its Backups that go: they are forgotten, the Backups all
+of whose snapshots went are deleted, and the repository is pruned; `status.retention` and
+Events say what went and what was freed."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from croniter import CroniterError, croniter
@@ -19,6 +24,7 @@ from croniter import CroniterError, croniter
 from diskferry.backup.errors import LockedError
 from diskferry.backup.policy import KeepPolicy
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.duration import DurationError, parse_duration
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
 from diskferry.control.reconcilers.backup import ENDED_PHASES
 from diskferry.control.reconcilers.backupdata import (
@@ -56,8 +62,33 @@ MISSED_RUNS = "MissedRuns"
 SCHEDULED = "Scheduled"
 
 
+EVERY = re.compile(r"^@every\s+(.*)$")
+CRON_FIELDS = 5
+
+
+def _every(expression: str) -> timedelta | None:
+    """The period of an `@every <duration>` expression (at least a second, whole seconds, as
+    Velero's cron takes it); None for any other expression."""
+    found = EVERY.match(expression.strip())
+    if found is None:
+        return None
+    seconds = int(parse_duration(found.group(1)).total_seconds())
+    return timedelta(seconds=max(seconds, 1))
+
+
 def cron_error(expression: str) -> str | None:
-    """Why `expression` is not a cron expression, None when it is one."""
+    """Why `expression` is not a schedule Velero takes, None when it is one."""
+    try:
+        if _every(expression) is not None:
+            return None
+    except DurationError as e:
+        return f"spec.schedule: invalid @every duration in {expression!r}: {e.message}"
+    fields = expression.split()
+    if not expression.startswith("@") and len(fields) != CRON_FIELDS:
+        return (
+            f"spec.schedule: invalid cron expression {expression!r}: expected exactly 5 fields, "
+            f"found {len(fields)}"
+        )
     try:
         croniter(expression)
     except (CroniterError, ValueError) as e:
@@ -65,21 +96,24 @@ def cron_error(expression: str) -> str | None:
     return None
 
 
+def next_time(expression: str, after: datetime) -> datetime:
+    """The first time `expression` names after `after`."""
+    every = _every(expression)
+    if every is not None:
+        return after.replace(microsecond=0) + every
+    return croniter(expression, after).get_next(datetime)
+
+
 def due_times(expression: str, after: datetime, now: datetime) -> list[datetime]:
     """The times `expression` names after `after`, up to `now` (at most MAX_COUNTED)."""
-    times = croniter(expression, after)
     due: list[datetime] = []
+    moment = after
     while len(due) < MAX_COUNTED:
-        moment = times.get_next(datetime)
+        moment = next_time(expression, moment)
         if moment > now:
             break
         due.append(moment)
     return due
-
-
-def next_time(expression: str, after: datetime) -> datetime:
-    """The first time `expression` names after `after`."""
-    return croniter(expression, after).get_next(datetime)
 
 
 def backup_name(schedule: str, moment: datetime) -> str:
@@ -104,9 +138,11 @@ class ScheduleReconciler:
         if error is not None:
             return self._invalid(obj, error)
         now = self.clock.now()
+        if obj.spec.skip_immediately and not obj.spec.paused:
+            obj = self._skip_immediately(obj, now)
         made = self._made(obj)
         obj, made = self._run(obj, now, made)
-        wait = (datetime.fromisoformat(obj.status.next_run or rfc3339(now)) - now).total_seconds()
+        wait = ((obj.status.next_run or now) - now).total_seconds()
         waits = [max(wait, 0.0), MAX_WAIT_SECONDS]
         if any(b.status.phase not in ENDED_PHASES for b in made):
             waits.append(POLL_SECONDS)
@@ -148,11 +184,24 @@ class ScheduleReconciler:
         self.client.event(obj, "Warning", "FailedValidation", error)
         return Result.done()
 
+    def _skip_immediately(self, obj: Schedule, now: datetime) -> Schedule:
+        """Skip what is due now (lastSkipped is now), and set skipImmediately back to false."""
+        obj = self.client.patch_status(obj, {"lastSkipped": rfc3339(now)})
+        spec = obj.spec.model_copy(update={"skip_immediately": False})
+        obj = self.client.update(obj.model_copy(update={"spec": spec}))
+        self.client.event(
+            obj,
+            "Normal",
+            "SkippedImmediately",
+            f"skipImmediately: what is due at {rfc3339(now)} is skipped; the flag is false again",
+        )
+        return obj
+
     def _handled_through(self, obj: Schedule) -> datetime:
         """The last moment whose due times were run or skipped (the creation at first)."""
         marks = [m for m in (obj.status.last_backup, obj.status.last_skipped) if m]
         if marks:
-            return max(datetime.fromisoformat(m) for m in marks)
+            return max(marks)
         created = obj.metadata.creation_timestamp
         return created if created is not None else self.clock.now()
 
@@ -239,7 +288,7 @@ class ScheduleReconciler:
         meta = ObjectMeta(
             name=backup_name(name, now),
             namespace=obj.metadata.namespace,
-            labels={**obj.metadata.labels, SCHEDULE_NAME: name},
+            labels={**self._labels(obj), SCHEDULE_NAME: name},
             ownerReferences=owners,
         )
         body = {
@@ -249,6 +298,15 @@ class ScheduleReconciler:
             "spec": obj.spec.template.to_json(),
         }
         return self.client.create(Backup.model_validate(body)), True
+
+    @staticmethod
+    def _labels(obj: Schedule) -> dict[str, str]:
+        """The labels of the Backups it makes: the template's metadata.labels when given, as
+        Velero takes them, else the Schedule's own."""
+        metadata = obj.spec.template.metadata
+        if metadata is not None and metadata.labels is not None:
+            return metadata.labels
+        return obj.metadata.labels
 
     def _retain(self, obj: Schedule, made: list[Backup]) -> float | None:
         """Apply the keep policy once the newest Backup ended; seconds to a retry, if one."""
@@ -261,7 +319,8 @@ class ScheduleReconciler:
         if retention is not None and retention.judged == newest and retention.pruned:
             return None
         namespace = obj.metadata.namespace or "default"
-        bsl = self.client.get(BackupStorageLocation, namespace, obj.spec.template.storage_location)
+        where = kept[-1].spec.storage_location or ""
+        bsl = self.client.get(BackupStorageLocation, namespace, where)
         if bsl is None:
             return RETRY_SECONDS
         location = location_of(self.client, bsl)

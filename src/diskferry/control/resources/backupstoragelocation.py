@@ -28,6 +28,7 @@ from diskferry.control.model import (
     Status,
 )
 from diskferry.control.resources.common import ApiVersion, Base64, Duration, invalid
+from diskferry.control.resources.noeffect import no_effect
 
 
 class BSLPhase(StrEnum):
@@ -57,8 +58,11 @@ class ObjectStorageLocation(ApiModel):
     """The bucket (for `filesystem`, an absolute directory), a prefix inside it, and the CA
     that signed an S3 endpoint's certificate."""
 
-    bucket: str = Field(min_length=1)
-    prefix: str | None = None
+    bucket: str = Field(
+        min_length=1,
+        description="For `aws`, the S3 bucket; for `filesystem`, an absolute directory.",
+    )
+    prefix: str | None = Field(default=None, description="The repository's path in the bucket.")
     ca_cert: Base64 | None = Field(
         default=None,
         alias="caCert",
@@ -87,10 +91,23 @@ UNENCRYPTED = "none"
 class LocationConfig(ApiModel):
     """The provider's settings, as Velero's AWS plugin names them, and `encryption`."""
 
-    region: str | None = None
-    s3_url: str | None = Field(default=None, alias="s3Url", pattern=r"^https?://\S+$")
-    s3_force_path_style: str | None = Field(default=None, alias="s3ForcePathStyle")
-    profile: str | None = None
+    region: str | None = Field(default=None, description="The S3 region (default us-east-1).")
+    s3_url: str | None = Field(
+        default=None,
+        alias="s3Url",
+        pattern=r"^https?://\S+$",
+        description="The S3 endpoint, for a server other than AWS's.",
+    )
+    s3_force_path_style: str | None = no_effect(
+        "requests always name the bucket in the path",
+        "Whether requests name the bucket in the path rather than the host.",
+        default=None,
+        alias="s3ForcePathStyle",
+    )
+    profile: str | None = Field(
+        default=None,
+        description="The profile of the credentials file whose keys are used (default `default`).",
+    )
     encryption: Literal["none"] | None = Field(
         default=None,
         description="`none`: the repository is made and opened unencrypted, and the location "
@@ -103,30 +120,59 @@ class LocationConfig(ApiModel):
 class SecretKeyRef(ApiModel):
     """A key of a Secret in the location's namespace."""
 
-    name: str = Field(pattern=NAME_PATTERN)
-    key: str = Field(min_length=1)
+    name: str = Field(pattern=NAME_PATTERN, description="The Secret's name.")
+    key: str = Field(min_length=1, description="The key in the Secret.")
 
 
 class BackupStorageLocationSpec(ApiModel):
     """Where the repository is, how to reach it, and its password."""
 
-    provider: Literal["filesystem", "aws"]
-    object_storage: ObjectStorageLocation = Field(alias="objectStorage")
-    config: LocationConfig = Field(default_factory=LocationConfig)
+    provider: Literal["filesystem", "aws"] = Field(
+        description="`aws`: an S3 bucket (AWS's or any S3 server's); `filesystem`: a directory "
+        "of this host. Velero's other object-store plugins have no counterpart here."
+    )
+    object_storage: ObjectStorageLocation = Field(
+        alias="objectStorage", description="The bucket and the path in it."
+    )
+    config: LocationConfig = Field(
+        default_factory=LocationConfig,
+        description="The provider's settings, as Velero's AWS plugin names them; other keys "
+        "are refused.",
+    )
     credential: SecretKeySelector | None = Field(
         default=None,
         description="For `aws`: the Secret key holding an AWS credentials file whose [default] "
         "profile has the keys. Unset: the daemon's AWS_* environment.",
     )
-    default: bool = False
+    default: bool = Field(
+        default=False,
+        description="true: the location of the namespace's Backups that name none.",
+    )
+    backup_sync_period: Duration | None = Field(
+        default=None,
+        alias="backupSyncPeriod",
+        description="How often the Backups whose metadata the repository holds, made by any "
+        "host, are made here where they are missing (Velero's backup sync). Unset: 1m; 0: "
+        "never.",
+    )
     encryption_secret_ref: SecretKeyRef | None = Field(
         default=None,
         alias="encryptionSecretRef",
         description="The Secret key holding the repository's password (diskferry's; Velero "
         "keeps one static key). Required unless `config.encryption` is `none`.",
     )
-    validation_frequency: Duration | None = Field(default=None, alias="validationFrequency")
-    access_mode: Literal["ReadWrite", "ReadOnly"] = Field(default="ReadWrite", alias="accessMode")
+    validation_frequency: Duration | None = Field(
+        default=None,
+        alias="validationFrequency",
+        description="How often the repository is opened to check the location. Unset: 1m; 0: "
+        "only when the spec changes.",
+    )
+    access_mode: Literal["ReadWrite", "ReadOnly"] = Field(
+        default="ReadWrite",
+        alias="accessMode",
+        description="ReadWrite (the default), or ReadOnly: restores only, no Backup nor "
+        "DataUpload writes, and a missing repository is not made.",
+    )
 
     @model_validator(mode="after")
     def _bucket_fits_provider(self) -> BackupStorageLocationSpec:
@@ -146,10 +192,31 @@ class BackupStorageLocationSpec(ApiModel):
 class BackupStorageLocationStatus(Status):
     """Whether the repository could be opened when last looked at, and why not."""
 
-    phase: BSLPhase | None = None
-    last_validation_time: datetime | None = Field(default=None, alias="lastValidationTime")
-    message: str | None = None
-    repository_id: str | None = Field(default=None, alias="repositoryID")
+    phase: BSLPhase | None = Field(default=None, description="Available or Unavailable.")
+    last_validation_time: datetime | None = Field(
+        default=None, alias="lastValidationTime", description="When it was last checked."
+    )
+    message: str | None = Field(default=None, description="Why it is Unavailable, or what opens.")
+    repository_id: str | None = Field(
+        default=None, alias="repositoryID", description="The repository's id."
+    )
+    access_mode: Literal["ReadWrite", "ReadOnly"] | None = no_effect(
+        "never set: spec.accessMode is what counts, as in Velero, where this field is unused",
+        "The access mode.",
+        default=None,
+        alias="accessMode",
+    )
+    last_synced_time: datetime | None = Field(
+        default=None,
+        alias="lastSyncedTime",
+        description="When the Backups in the repository were last synced here.",
+    )
+    last_synced_revision: str | None = Field(
+        default=None,
+        alias="lastSyncedRevision",
+        description="The repository's metadata revision at the last sync: a digest of the "
+        "Backups' metadata names it holds.",
+    )
 
 
 class BackupStorageLocation(Resource):

@@ -11,7 +11,8 @@ from pydantic import Field
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import API_VERSION, GROUP, NAME_PATTERN, VERSION, ApiModel, Resource
 from diskferry.control.resources.common import ApiVersion
-from diskferry.control.resources.datamover import MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.noeffect import no_effect
 
 BACKUP_PVC_SIZE = "diskferry.io/backup-pvc-size"
 MADE_BY = "diskferry.io/data-download-uid"
@@ -22,18 +23,40 @@ Ready before the download has Completed."""
 class TargetVolume(ApiModel):
     """The VirtualDisk the download creates, and its namespace."""
 
-    pvc: str = Field(pattern=NAME_PATTERN)
-    pv: str | None = None
-    namespace: str | None = Field(default=None, pattern=NAME_PATTERN)
+    pvc: str = Field(
+        pattern=NAME_PATTERN, description="The VirtualDisk made and written; it must not exist."
+    )
+    pv: str | None = no_effect(
+        "the disk's volume is the one the daemon makes for the VirtualDisk",
+        "The PersistentVolume to write.",
+        default=None,
+    )
+    namespace: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="The disk's namespace (default the DataDownload's).",
+    )
 
 
 class DataDownloadSpec(MoverSpec):
     """Which snapshot, into which new disk."""
 
-    snapshot_id: str = Field(alias="snapshotID", min_length=1)
-    target_volume: TargetVolume = Field(alias="targetVolume")
-    snapshot_size: int | None = Field(default=None, alias="snapshotSize", ge=0)
-    node_os: str | None = Field(default=None, alias="nodeOS")
+    snapshot_id: str = Field(
+        alias="snapshotID", min_length=1, description="The disk snapshot to restore."
+    )
+    target_volume: TargetVolume = Field(alias="targetVolume", description="The disk written.")
+    snapshot_size: int | None = Field(
+        default=None,
+        alias="snapshotSize",
+        ge=0,
+        description="The snapshot's size; the disk is at least this large.",
+    )
+    node_os: NODE_OS | None = no_effect(
+        "the download runs on this host",
+        "The OS of the node to run on.",
+        default=None,
+        alias="nodeOS",
+    )
 
 
 class DataDownloadStatus(MoverStatus):

@@ -12,9 +12,12 @@ from pydantic import Field
 from diskferry.control.kinds import AGE, Column
 from diskferry.control.model import NAME_PATTERN, ApiModel, Status
 from diskferry.control.resources.common import Duration
+from diskferry.control.resources.noeffect import no_effect
 
 DATAMOVER = "diskferry"
-"""The `spec.datamover` of the DataUploads and DataDownloads diskferry moves."""
+"""The `spec.datamover` of the DataUploads and DataDownloads diskferry makes; Velero's `velero`
+and `""` (its built-in mover) name diskferry's too."""
+NODE_OS = Literal["auto", "linux", "windows"]
 
 
 class MoverPhase(StrEnum):
@@ -36,34 +39,72 @@ ENDED = (MoverPhase.COMPLETED, MoverPhase.FAILED, MoverPhase.CANCELED)
 class DataMoveOperationProgress(ApiModel):
     """Bytes moved of the total."""
 
-    total_bytes: int | None = Field(default=None, alias="totalBytes", ge=0)
-    bytes_done: int | None = Field(default=None, alias="bytesDone", ge=0)
+    total_bytes: int | None = Field(
+        default=None, alias="totalBytes", ge=0, description="Bytes to move."
+    )
+    bytes_done: int | None = Field(
+        default=None, alias="bytesDone", ge=0, description="Bytes moved."
+    )
 
 
 class MoverSpec(ApiModel):
     """The spec fields both kinds have."""
 
-    datamover: Literal["diskferry"] = DATAMOVER
-    backup_storage_location: str = Field(alias="backupStorageLocation", pattern=NAME_PATTERN)
-    source_namespace: str | None = Field(
-        default=None, alias="sourceNamespace", pattern=NAME_PATTERN
+    datamover: Literal["diskferry", "velero", ""] = Field(
+        default=DATAMOVER,
+        description='Who moves the data: diskferry (the default), or velero and "" as Velero '
+        "writes its built-in mover, which here is diskferry's; no other mover is here.",
     )
-    data_mover_config: dict[str, str] = Field(default_factory=dict, alias="dataMoverConfig")
-    cancel: bool = False
-    operation_timeout: Duration | None = Field(default=None, alias="operationTimeout")
+    backup_storage_location: str = Field(
+        alias="backupStorageLocation",
+        pattern=NAME_PATTERN,
+        description="The BackupStorageLocation of the repository, in the same namespace; it "
+        "must be Available.",
+    )
+    source_namespace: str | None = Field(
+        default=None,
+        alias="sourceNamespace",
+        pattern=NAME_PATTERN,
+        description="The namespace of what is moved (the VM backed up, the disk restored "
+        "from). Default the object's namespace.",
+    )
+    data_mover_config: dict[str, str] = no_effect(
+        "diskferry's mover takes its settings from the DataMoverConfig and the annotations "
+        "diskferry.io/*",
+        "Mover-specific settings.",
+        default_factory=dict,
+        alias="dataMoverConfig",
+    )
+    cancel: bool = Field(default=False, description="true: stop the mover, in any phase.")
+    operation_timeout: Duration | None = Field(
+        default=None,
+        alias="operationTimeout",
+        description="How long the mover may take from its acceptance; then its worker is "
+        "stopped and it is Failed. Default the DataMoverConfig's operationTimeout (4h).",
+    )
 
 
 class MoverStatus(Status):
     """The status fields both kinds have."""
 
-    phase: MoverPhase | None = None
-    message: str | None = None
-    start_timestamp: datetime | None = Field(default=None, alias="startTimestamp")
-    completion_timestamp: datetime | None = Field(default=None, alias="completionTimestamp")
-    accepted_timestamp: datetime | None = Field(default=None, alias="acceptedTimestamp")
-    progress: DataMoveOperationProgress = Field(default_factory=DataMoveOperationProgress)
-    node: str | None = None
-    accepted_by_node: str | None = Field(default=None, alias="acceptedByNode")
+    phase: MoverPhase | None = Field(default=None, description="Where the mover is.")
+    message: str | None = Field(default=None, description="What it does or waits for, or why.")
+    start_timestamp: datetime | None = Field(
+        default=None, alias="startTimestamp", description="When its worker started."
+    )
+    completion_timestamp: datetime | None = Field(
+        default=None, alias="completionTimestamp", description="When it ended."
+    )
+    accepted_timestamp: datetime | None = Field(
+        default=None, alias="acceptedTimestamp", description="When it was accepted."
+    )
+    progress: DataMoveOperationProgress = Field(
+        default_factory=DataMoveOperationProgress, description="Bytes moved of the total."
+    )
+    node: str | None = Field(default=None, description="The host that moves the data.")
+    accepted_by_node: str | None = Field(
+        default=None, alias="acceptedByNode", description="The host that accepted it."
+    )
 
 
 def mover_columns(*extra: Column) -> tuple[Column, ...]:

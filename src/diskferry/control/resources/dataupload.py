@@ -10,7 +10,8 @@ from pydantic import Field
 from diskferry.control.kinds import Column, KindInfo
 from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource
 from diskferry.control.resources.common import ApiVersion
-from diskferry.control.resources.datamover import MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.noeffect import no_effect
 
 VM_NAME = "diskferry.io/vm-name"
 FORCE_FULL = "diskferry.io/force-full-backup"
@@ -21,11 +22,33 @@ DISKS = "diskferry.io/disks"
 """When given: the comma-separated VirtualDisks of the VM to back up (a Backup's volume policy)."""
 
 
+NO_CSI = "the VM's disks are read at a point its QEMU fixes (CBT), not from a CSI snapshot"
+NO_PVC = f"the VM is named by the annotation {VM_NAME}, and all its disks go (or those of {DISKS})"
+
+
+class CSISnapshotSpec(ApiModel):
+    """The CSI snapshot Velero's mover reads."""
+
+    volume_snapshot: str = Field(alias="volumeSnapshot", description="The VolumeSnapshot.")
+    storage_class: str = Field(alias="storageClass", description="The PVC's StorageClass.")
+    snapshot_class: str | None = Field(
+        default=None, alias="snapshotClass", description="The VolumeSnapshotClass used."
+    )
+    driver: str | None = Field(default=None, description="The snapshot's CSI driver.")
+
+
 class DataUploadSpec(MoverSpec):
     """What to back up and where: the VM is the annotation's, in `sourceNamespace`."""
 
-    snapshot_type: str | None = Field(default=None, alias="snapshotType")
-    source_pvc: str | None = Field(default=None, alias="sourcePVC")
+    snapshot_type: str | None = no_effect(
+        NO_CSI, "The kind of snapshot (CSI).", default=None, alias="snapshotType"
+    )
+    csi_snapshot: CSISnapshotSpec | None = no_effect(
+        NO_CSI, "The CSI snapshot to read.", default=None, alias="csiSnapshot"
+    )
+    source_pvc: str | None = no_effect(
+        NO_PVC, "The PVC the snapshot was taken of.", default=None, alias="sourcePVC"
+    )
 
 
 class DiskUpload(ApiModel):
@@ -44,10 +67,29 @@ class DiskUpload(ApiModel):
 class DataUploadStatus(MoverStatus):
     """Velero's DataUpload status, with each disk's snapshot and its full-or-incremental reason."""
 
-    path: str | None = None
-    snapshot_id: str | None = Field(default=None, alias="snapshotID")
-    incremental_bytes: int | None = Field(default=None, alias="incrementalBytes", ge=0)
-    data_mover_result: dict[str, str] | None = Field(default=None, alias="dataMoverResult")
+    path: str | None = no_effect(
+        "never set: the disks are read from their claims, named in status.disks",
+        "The path of the snapshot volume read.",
+        default=None,
+    )
+    snapshot_id: str | None = Field(
+        default=None, alias="snapshotID", description="The backup's id in the repository."
+    )
+    incremental_bytes: int | None = Field(
+        default=None,
+        alias="incrementalBytes",
+        ge=0,
+        description="Bytes new or changed since the disks' last backup, uploaded.",
+    )
+    data_mover_result: dict[str, str] | None = no_effect(
+        "never set: status.disks has each disk's result",
+        "Mover-specific results.",
+        default=None,
+        alias="dataMoverResult",
+    )
+    node_os: NODE_OS | None = Field(
+        default=None, alias="nodeOS", description="The OS of the host that moves the data."
+    )
     consistency: str | None = None
     disks: list[DiskUpload] = Field(default_factory=list)
 
@@ -68,5 +110,7 @@ DATA_UPLOADS = KindInfo(
     plural="datauploads",
     model=DataUpload,
     categories=("diskferry",),
-    columns=mover_columns(Column("Incremental Bytes", ".status.incrementalBytes", "integer")),
+    columns=mover_columns(
+        Column("Incremental Bytes", ".status.incrementalBytes", "integer", priority=10)
+    ),
 )

@@ -25,9 +25,11 @@ class SelectorOperator(StrEnum):
 class LabelSelectorRequirement(ApiModel):
     """One requirement: the key, the operator and, for In and NotIn, the values."""
 
-    key: str = Field(min_length=1)
-    operator: SelectorOperator
-    values: list[str] = Field(default_factory=list)
+    key: str = Field(min_length=1, description="The label's key.")
+    operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[str] = Field(
+        default_factory=list, description="The values, for In and NotIn (and only for them)."
+    )
 
     @model_validator(mode="after")
     def _values_fit(self) -> LabelSelectorRequirement:
@@ -52,9 +54,15 @@ class LabelSelectorRequirement(ApiModel):
 class LabelSelector(ApiModel):
     """Labels that must all match; an empty selector matches every object."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_labels: dict[str, str] = Field(
+        default_factory=dict,
+        alias="matchLabels",
+        description="Labels that must all be present with these values.",
+    )
     match_expressions: list[LabelSelectorRequirement] = Field(
-        default_factory=list, alias="matchExpressions"
+        default_factory=list,
+        alias="matchExpressions",
+        description="Requirements that must all hold.",
     )
 
     @model_validator(mode="after")

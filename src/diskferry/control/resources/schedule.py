@@ -1,8 +1,10 @@
-"""Schedule: Velero's shape — a Backup made from a template at each time a cron expression
-names, with the backup engine's keep policy saying which of the Schedule's Backups stay."""
+"""Schedule: Velero's shape — a Backup made from a template at each time a cron expression, a
+descriptor or `@every <duration>` names, with the backup engine's keep policy saying which of
+the Schedule's Backups stay."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -21,15 +23,30 @@ SCHEDULE_NAME = "diskferry.io/schedule-name"
 class ScheduleSpec(ApiModel):
     """When (a cron expression, UTC), what (a Backup spec), and how many of them stay."""
 
-    schedule: str
-    template: BackupSpec
-    paused: bool = False
+    schedule: str = Field(
+        description="When to back up, in UTC: a cron expression of 5 fields, a descriptor "
+        "(@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly), or "
+        "@every <duration> (@every 1h30m: from the Schedule's last run, or its creation)."
+    )
+    template: BackupSpec = Field(description="The spec of each Backup made.")
+    paused: bool = Field(
+        default=False, description="true: no Backup is made; the times passed are lastSkipped."
+    )
+    skip_immediately: bool | None = Field(
+        default=None,
+        alias="skipImmediately",
+        description="true: a run due right when the Schedule is created or unpaused is skipped "
+        "(lastSkipped), and the field is set back to false. Default false.",
+    )
     keep: KeepPolicy | None = Field(
         default=None,
         description="the Backups whose snapshots this policy lets go are forgotten, then pruned",
     )
     use_owner_references_in_backup: bool | None = Field(
-        default=None, alias="useOwnerReferencesInBackup"
+        default=None,
+        alias="useOwnerReferencesInBackup",
+        description="true: the Backups made are owned by the Schedule, and deleted (with their "
+        "data) when it is. Default false.",
     )
 
 
@@ -62,11 +79,25 @@ class Retention(ApiModel):
 class ScheduleStatus(Status):
     """The phase, the last run and skip, the next run, and what retention did last."""
 
-    phase: SchedulePhase | None = None
-    last_backup: str | None = Field(default=None, alias="lastBackup")
-    last_skipped: str | None = Field(default=None, alias="lastSkipped")
-    next_run: str | None = Field(default=None, alias="nextRun")
-    validation_errors: list[str] = Field(default_factory=list, alias="validationErrors")
+    phase: SchedulePhase | None = Field(
+        default=None, description="New, Enabled, or FailedValidation (see validationErrors)."
+    )
+    last_backup: datetime | None = Field(
+        default=None, alias="lastBackup", description="When the last Backup was made."
+    )
+    last_skipped: datetime | None = Field(
+        default=None,
+        alias="lastSkipped",
+        description="When a run was last skipped (paused, or skipImmediately).",
+    )
+    next_run: datetime | None = Field(
+        default=None, alias="nextRun", description="When the next Backup is due."
+    )
+    validation_errors: list[str] = Field(
+        default_factory=list,
+        alias="validationErrors",
+        description="Why the Schedule is FailedValidation.",
+    )
     missed_runs: MissedRuns | None = Field(default=None, alias="missedRuns")
     retention: Retention | None = None
 
@@ -90,8 +121,8 @@ SCHEDULES = KindInfo(
     columns=(
         Column("Status", ".status.phase"),
         Column("Schedule", ".spec.schedule"),
-        Column("Last Backup", ".status.lastBackup", "date"),
-        Column("Next Run", ".status.nextRun", "date", priority=1),
+        Column("LastBackup", ".status.lastBackup", "date"),
+        Column("Next Run", ".status.nextRun", priority=1),
         Column("Paused", ".spec.paused", "boolean"),
         AGE,
     ),
