@@ -13,7 +13,7 @@ from backup_restore_support import apply, base, disk, disk_file, get, wait_for
 from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon
 
-from diskferry.backup.metadata import load_metadata
+from diskferry.backup.metadata import delete_metadata, load_metadata
 from diskferry.backup.repository import Repository
 from diskferry.control.resources import REGISTRY
 
@@ -326,3 +326,29 @@ def test_a_restore_without_a_source_fails_validation(base) -> None:
         ]
     finally:
         daemon.stop()
+
+
+def test_a_location_syncs_the_backups_its_repository_holds(base) -> None:
+    first = Daemon(base / "first")
+    try:
+        apply(first, [*location(base / "backups"), vm("vm1", app="web"), backup("b1")])
+        assert ended(first, "Backup", "b1")["status"]["phase"] == "Completed"
+    finally:
+        first.stop()
+    fresh = Daemon(base / "fresh")
+    try:
+        docs = location(base / "backups")
+        docs[1]["spec"]["backupSyncPeriod"] = "1s"
+        apply(fresh, docs)
+        synced = ended(fresh, "Backup", "b1")
+        assert synced["status"]["phase"] == "Completed"
+        assert synced["metadata"]["annotations"]["diskferry.io/synced-from"] == "repo"
+        assert synced["status"]["virtualMachines"] == [{"namespace": "default", "name": "vm1"}]
+        bsl = get(fresh, "BackupStorageLocation", "default", "repo")
+        assert bsl["status"]["lastSyncedTime"] and bsl["status"]["lastSyncedRevision"]
+        assert "BackupsSynced" in reasons(fresh, "repo")
+        with Repository.open(str(base / "backups"), PASSWORD) as repo:
+            delete_metadata(repo, "default.b1")
+        wait_until(lambda: get(fresh, "Backup", "default", "b1") is None, 60)
+    finally:
+        fresh.stop()

@@ -232,3 +232,16 @@ def test_ca_cert_and_ca_cert_ref_together_are_refused(daemon):
     spec["objectStorage"]["caCertRef"] = {"name": "s3-ca", "key": "ca-bundle.crt"}
     with pytest.raises(Exception, match="caCert and caCertRef"):
         daemon.apply("BackupStorageLocation", "repo", spec)
+
+
+def test_the_profile_of_the_credentials_file_is_the_one_config_names(daemon, s3_endpoint):
+    secret(daemon, "repo-pass", password=PASSWORD)
+    secret(daemon, "s3-keys", cloud=CREDENTIALS.replace("[default]", "[backups]"))
+    spec = s3_bsl(s3_endpoint, BUCKET, uuid.uuid4().hex)
+    daemon.apply("BackupStorageLocation", "plain", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "plain", "Available", "Unavailable")
+    assert "no [default] profile" in bsl["status"]["message"]
+    spec["config"]["profile"] = "backups"
+    daemon.apply("BackupStorageLocation", "named", spec)
+    bsl = daemon.wait_phase("BackupStorageLocation", "named", "Available", "Unavailable")
+    assert bsl["status"]["phase"] == "Available", bsl["status"]

@@ -1,6 +1,7 @@
 """DataUpload and DataDownload against a BackupStorageLocation on moto's S3 server, its keys
 in an AWS credentials file in a Secret: the workers get them as files, never the environment;
-behind a private CA, the location's caCertRef is what the daemon and the workers trust."""
+behind a private CA, the location's caCertRef is what the daemon and the workers trust, and
+the credentials file's profile the one its config names."""
 
 from __future__ import annotations
 
@@ -47,20 +48,27 @@ def test_upload_and_download_on_s3(tmp_path, monkeypatch, s3_endpoint):
 def test_upload_and_download_on_s3_behind_a_private_ca(tmp_path, monkeypatch, tls, tls_endpoint):
     spec = s3_bsl(tls_endpoint, BUCKET, uuid.uuid4().hex)
     spec["objectStorage"]["caCertRef"] = {"name": "s3-ca", "key": "ca-bundle.crt"}
-    round_trip(tmp_path, monkeypatch, spec, {"ca-bundle.crt": tls.ca.read_text()})
+    spec["config"]["profile"] = "backups"
+    keys = CREDENTIALS.replace("[default]", "[backups]")
+    round_trip(tmp_path, monkeypatch, spec, {"ca-bundle.crt": tls.ca.read_text()}, keys)
 
 
 def round_trip(
-    tmp_path: Path, monkeypatch, spec: dict[str, Any], ca: dict[str, str] | None = None
+    tmp_path: Path,
+    monkeypatch,
+    spec: dict[str, Any],
+    ca: dict[str, str] | None = None,
+    keys: str = CREDENTIALS,
 ) -> None:
-    """A VM's disk uploaded to the location `spec` and downloaded back, byte for byte."""
+    """A VM's disk uploaded to the location `spec` (its keys in the Secret s3-keys) and
+    downloaded back, byte for byte."""
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
     daemon = MoverDaemon(tmp_path / "data")
     try:
         secret(daemon, "repo-pass", password=PASSWORD)
-        secret(daemon, "s3-keys", cloud=CREDENTIALS)
+        secret(daemon, "s3-keys", cloud=keys)
         if ca is not None:
             secret(daemon, "s3-ca", **ca)
         daemon.apply("BackupStorageLocation", "repo", spec)

@@ -40,6 +40,11 @@ class RepoAccess(WorkerJob):
         alias="s3CredentialsFile",
         description="an AWS credentials file whose [default] profile holds the keys",
     )
+    s3_profile: str | None = Field(
+        default=None,
+        alias="s3Profile",
+        description="the profile of s3CredentialsFile that holds the keys (default `default`)",
+    )
     s3_ca_file: str | None = Field(
         default=None,
         alias="s3CaFile",
@@ -66,7 +71,7 @@ class RepoAccess(WorkerJob):
         if self.s3_credentials_file:
             from diskferry.objstore.credentials import read_credentials
 
-            key, secret = read_credentials(self.s3_credentials_file)
+            key, secret = read_credentials(self.s3_credentials_file, self.s3_profile or "default")
         ca_bundle = None
         if self.s3_ca_file:
             from diskferry.objstore.s3_options import read_ca_bundle

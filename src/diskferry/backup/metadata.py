@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from diskferry.backup.errors import CorruptObjectError
+from diskferry.backup.names import listing
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import check_name
 from diskferry.objstore.errors import ObjectNotFoundError
@@ -37,6 +38,11 @@ def load_metadata(repo: Repository, name: str) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         raise CorruptObjectError(f"{path} is not an object", objects=(path,))
     return document
+
+
+def list_metadata(repo: Repository) -> list[str]:
+    """The names of the repository's metadata, sorted."""
+    return sorted(info.path.split("/", 1)[1] for info in listing(repo.store, "metadata"))
 
 
 def delete_metadata(repo: Repository, name: str) -> None:

@@ -4,7 +4,11 @@ an Unavailable one says to do is a change to its manifest.
 
 A location without a password is Unavailable unless `spec.config.encryption: none` asks for an
 unencrypted repository; such a location's condition `Encrypted` is False and a Warning Event
-says so each time it becomes Available."""
+says so each time it becomes Available.
+
+An Available location syncs its namespace's Backups from the repository's metadata every
+`backupSyncPeriod` (1m; 0 never), as Velero's backup sync: `status.lastSyncedTime` and
+`lastSyncedRevision`, and an Event when Backups were made or deleted."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any
 from diskferry.backup.errors import PasswordError, RepositoryNotFoundError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
+from diskferry.control.reconcilers.backupsync import sync_backups
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.location import Location, location_of, open_or_create
 from diskferry.control.reconcilers.phases import status_of
@@ -35,12 +40,20 @@ UNENCRYPTED_MESSAGE = (
 )
 VALIDATION_SECONDS = 60.0
 """How often a location is looked at when its spec does not say (Velero's default, 1m)."""
+SYNC_SECONDS = 60.0
+"""How often its Backups are synced when its spec does not say (Velero's default, 1m)."""
 
 
 def frequency(bsl: BackupStorageLocation) -> float:
     """Seconds between validations; 0 validates only when the spec changes."""
     given = bsl.spec.validation_frequency
     return VALIDATION_SECONDS if given is None else parse_duration(given).total_seconds()
+
+
+def sync_period(bsl: BackupStorageLocation) -> float:
+    """Seconds between syncs of the location's Backups; 0 never syncs."""
+    given = bsl.spec.backup_sync_period
+    return SYNC_SECONDS if given is None else parse_duration(given).total_seconds()
 
 
 def available(bsl: BackupStorageLocation | None) -> bool:
@@ -74,23 +87,62 @@ class BackupStorageLocationReconciler:
         self.clock = clock or Clock()
 
     def reconcile(self, obj: BackupStorageLocation) -> Result:
-        """Validate the location when due; look again at the next validation."""
+        """Validate the location and sync its Backups when due; look again at the next time
+        one of them is due."""
         if obj.metadata.deletion_timestamp is not None:
             return Result.done()
-        every = frequency(obj)
-        status = status_of(obj)
-        last = obj.status.last_validation_time
         now = self.clock.now()
-        if status.get("observedGeneration") == obj.metadata.generation and last is not None:
-            if not every:
-                return Result.done()
-            left = every - (now - last).total_seconds()
-            if left > 0:
-                return Result.requeue(left)
-        self._validate(obj, now)
-        return Result.requeue(every) if every else Result.done()
+        validate = self._validation_due(obj, now)
+        if validate is not None and validate <= 0:
+            obj = self._validate(obj, now)
+            validate = frequency(obj) or None
+        sync = self._sync_due(obj, now) if available(obj) else None
+        if sync is not None and sync <= 0:
+            self._sync(obj, now)
+            sync = sync_period(obj)
+        waits = [w for w in (validate, sync) if w]
+        return Result.requeue(min(waits)) if waits else Result.done()
 
-    def _validate(self, obj: BackupStorageLocation, now: datetime) -> None:
+    @staticmethod
+    def _validation_due(obj: BackupStorageLocation, now: datetime) -> float | None:
+        """Seconds to the next validation (0 or less: now), None when none is due."""
+        last = obj.status.last_validation_time
+        if status_of(obj).get("observedGeneration") != obj.metadata.generation or last is None:
+            return 0.0
+        every = frequency(obj)
+        return every - (now - last).total_seconds() if every else None
+
+    @staticmethod
+    def _sync_due(obj: BackupStorageLocation, now: datetime) -> float | None:
+        """Seconds to the next sync (0 or less: now), None when the location never syncs."""
+        every = sync_period(obj)
+        if not every:
+            return None
+        last = obj.status.last_synced_time
+        return 0.0 if last is None else every - (now - last).total_seconds()
+
+    def _sync(self, obj: BackupStorageLocation, now: datetime) -> None:
+        """Make the Backups the repository holds and this host lacks, delete the synced ones
+        it holds no more; a repository that cannot be read is a Warning Event."""
+        try:
+            synced = sync_backups(self.client, obj, location_of(self.client, obj))
+        except DiskferryError as e:
+            self.client.event(
+                obj, "Warning", "SyncFailed", f"the Backups were not synced: {e.message}"
+            )
+            return
+        fields = {"lastSyncedTime": rfc3339(now), "lastSyncedRevision": synced.revision}
+        self.client.patch_status(obj, fields)
+        if synced.made or synced.deleted:
+            made = ", ".join(synced.made) or "none"
+            deleted = ", ".join(synced.deleted) or "none"
+            message = (
+                f"Backups synced from the repository: made {made}; deleted, their metadata "
+                f"gone: {deleted}"
+            )
+            self.client.event(obj, "Normal", "BackupsSynced", message)
+
+    def _validate(self, obj: BackupStorageLocation, now: datetime) -> BackupStorageLocation:
         fields: dict[str, Any]
         unencrypted = False
         location: Location | None = None
@@ -109,7 +161,7 @@ class BackupStorageLocationReconciler:
             unencrypted = location.password is None
             fields["conditions"] = self._encrypted(obj, not unencrypted)
         before = obj.status.phase
-        self.client.patch_status(
+        obj = self.client.patch_status(
             obj,
             {
                 **fields,
@@ -125,6 +177,7 @@ class BackupStorageLocationReconciler:
                 log.warning("%s is Unavailable: %s", tag(obj), message)
             elif unencrypted:
                 self.client.event(obj, "Warning", "Unencrypted", UNENCRYPTED_MESSAGE)
+        return obj
 
     @staticmethod
     def _encrypted(obj: BackupStorageLocation, encrypted: bool) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from diskferry.control.resources.backupstoragelocation import (
 from diskferry.control.resources.core import Secret
 from diskferry.control.runtime.client import Client
 from diskferry.disk.errors import DiskferryError
-from diskferry.objstore.credentials import parse_credentials
+from diskferry.objstore.credentials import DEFAULT_PROFILE, parse_credentials
 from diskferry.objstore.store import S3Options
 
 PASSWORD_FILE = "repo-password"
@@ -71,12 +71,14 @@ class Location:
     region: str | None = None
     credentials: bytes | None = None
     ca_bundle: bytes | None = None
+    profile: str | None = None
 
     def s3(self) -> S3Options:
         """The S3 settings, keys included, for the daemon's own use."""
         key = secret = None
         if self.credentials is not None:
-            key, secret = parse_credentials(self.credentials.decode(errors="replace"))
+            text = self.credentials.decode(errors="replace")
+            key, secret = parse_credentials(text, self.profile or DEFAULT_PROFILE)
         return S3Options(
             endpoint=self.endpoint,
             region=self.region,
@@ -99,6 +101,8 @@ class Location:
         if self.credentials is not None:
             fields["s3CredentialsFile"] = CREDENTIALS_FILE
             files[CREDENTIALS_FILE] = self.credentials
+            if self.profile:
+                fields["s3Profile"] = self.profile
         if self.ca_bundle is not None:
             fields["s3CaFile"] = CA_FILE
             files[CA_FILE] = self.ca_bundle
@@ -130,7 +134,15 @@ def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
     if storage.ca_cert is not None:
         ca_bundle = base64.b64decode(storage.ca_cert)
     url = f"s3://{storage.bucket}/{prefix}".rstrip("/")
-    return Location(url, password, spec.config.s3_url, spec.config.region, credentials, ca_bundle)
+    return Location(
+        url,
+        password,
+        spec.config.s3_url,
+        spec.config.region,
+        credentials,
+        ca_bundle,
+        spec.config.profile,
+    )
 
 
 def snapshot_size(location: Location, snapshot_id: str) -> int:
