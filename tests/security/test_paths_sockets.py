@@ -46,6 +46,7 @@ from diskferry.control.resources.vmbackup import VirtualMachineBackup
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.volumes import Volumes
+from diskferry.qemu import cbt
 
 
 class Listener:
@@ -103,6 +104,11 @@ class World:
     client: EmbeddedClient
     volumes: Volumes
     machines: Machines
+    disk: Path
+
+    def track(self) -> None:
+        """Put `vd-s` on its CBT overlay, as a running VM with CBT has it."""
+        cbt.enable(str(self.disk))
 
     def create(self, kind: str, name: str, spec: dict[str, Any], **metadata: Any) -> None:
         body = {
@@ -129,12 +135,12 @@ class World:
 def world() -> Iterator[World]:
     base = Path(tempfile.mkdtemp(prefix="dfsock", dir="/tmp"))
     made = Daemon(base / "d")
-    ready_disk(made, "vd-s")
+    disk = ready_disk(made, "vd-s")
     made.stop()
     objects = ObjectService(base / "d" / "state.db", REGISTRY)
     client = EmbeddedClient(objects, objects.registry)
     try:
-        yield World(base / "d", objects, client, Volumes(base / "d"), Machines(base / "d"))
+        yield World(base / "d", objects, client, Volumes(base / "d"), Machines(base / "d"), disk)
     finally:
         objects.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -153,6 +159,7 @@ def test_a_backup_of_a_running_vm_reaches_qemu_by_its_own_socket_not_its_status(
 ) -> None:
     patched = {"phase": "Running", "qmpSocket": str(evil.path), "guestAgentSocket": str(evil.path)}
     world.vm("vm-s", patched, enableGuestAgent=True)
+    world.track()
     world.create(
         "DataUpload", "up", {"backupStorageLocation": "repo"}, annotations={VM_NAME: "vm-s"}
     )
@@ -173,6 +180,7 @@ def test_a_pull_backup_of_a_running_vm_reaches_qemu_by_its_own_socket(
 ) -> None:
     patched = {"phase": "Running", "qmpSocket": str(evil.path), "guestAgentSocket": str(evil.path)}
     vm = world.vm("vm-s", patched, enableGuestAgent=True)
+    world.track()
     source = {"kind": "VirtualMachine", "name": "vm-s"}
     world.create("VirtualMachineBackup", "pull", {"source": source, "mode": "Pull"})
     backup = world.client.get(VirtualMachineBackup, "default", "pull")
