@@ -183,9 +183,9 @@ class BackupReconciler:
 
     def _start(self, obj: Backup) -> Result:
         errors = obj.spec.filter_errors()
-        found = errors or self._location(obj)
-        if isinstance(found, list):
-            return self._invalid(obj, found)
+        found = self._location(obj)
+        if isinstance(found, list) or errors:
+            return self._invalid(obj, errors + (found if isinstance(found, list) else []))
         obj, bsl = found
         location = obj.spec.storage_location
         if not available(bsl):

@@ -57,7 +57,9 @@ def vm_of(obj: DataUpload) -> tuple[str, str]:
     name = obj.metadata.annotations.get(VM_NAME)
     if not name:
         raise MoverFailure(
-            f"the annotation {VM_NAME} does not name a VM", reason="NoVirtualMachine"
+            f"the annotation {VM_NAME} does not name a VM: a DataUpload here backs up the disks "
+            "of the VirtualMachine it names (spec.sourcePVC and spec.csiSnapshot are not read)",
+            reason="NoVirtualMachine",
         )
     return obj.spec.source_namespace or obj.metadata.namespace or "default", name
 
