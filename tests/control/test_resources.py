@@ -178,7 +178,7 @@ def test_export_fields() -> None:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ({"source": {"kind": "PersistentVolumeClaim", "name": "a"}}, "spec.source.kind"),
+        ({"source": {"kind": "DataVolume", "name": "a"}}, "spec.source.kind"),
         (
             {"source": {"apiGroup": "cdi.kubevirt.io", "kind": "VirtualDisk", "name": "a"}},
             "spec.source.apiGroup",

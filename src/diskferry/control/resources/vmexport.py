@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,15 @@ from diskferry.control.model import (
     Status,
 )
 from diskferry.control.resources.common import ApiVersion, Duration
+from diskferry.control.resources.typedref import (
+    BACKUP,
+    CORE,
+    KUBEVIRT,
+    SNAPSHOT,
+    TEMPLATE,
+    Groups,
+    TypedReference,
+)
 
 DEFAULT_TTL = timedelta(hours=2)
 TOKEN_SECRET_PREFIX = "export-token-"
@@ -36,19 +45,49 @@ class ExportPhase(StrEnum):
 
 
 class ExportSourceKind(StrEnum):
-    """The kinds an export names: a disk, a snapshot, or a machine's disks."""
+    """The kinds an export names: diskferry's (a disk, a snapshot, a machine's disks, a Pull
+    backup's point) and KubeVirt's (a PersistentVolumeClaim, a VM snapshot, a template)."""
 
     VIRTUAL_DISK = "VirtualDisk"
     VIRTUAL_DISK_SNAPSHOT = "VirtualDiskSnapshot"
     VIRTUAL_MACHINE = "VirtualMachine"
+    VIRTUAL_MACHINE_BACKUP = "VirtualMachineBackup"
+    PERSISTENT_VOLUME_CLAIM = "PersistentVolumeClaim"
+    VIRTUAL_MACHINE_SNAPSHOT = "VirtualMachineSnapshot"
+    VIRTUAL_MACHINE_TEMPLATE = "VirtualMachineTemplate"
 
 
-class ExportSource(ApiModel):
-    """The object exported, in the export's namespace."""
+NOT_SERVED = (
+    ExportSourceKind.VIRTUAL_MACHINE_SNAPSHOT,
+    ExportSourceKind.VIRTUAL_MACHINE_TEMPLATE,
+)
+"""KubeVirt's kinds that have no counterpart here: their exports are Skipped, saying why."""
 
-    api_group: Literal["diskferry.io"] | None = Field(default=None, alias="apiGroup")
-    kind: ExportSourceKind
-    name: str = Field(min_length=1)
+
+class ExportSource(TypedReference):
+    """The object exported, in the export's namespace, named as KubeVirt or diskferry names it.
+
+    KubeVirt's sources map to diskferry's kinds: `kubevirt.io` VirtualMachine is the
+    VirtualMachine of that name; a PersistentVolumeClaim (`apiGroup` "" or unset) is a
+    VirtualDisk's claim, named as the disk's `status.target.persistentVolumeClaimName` shows it
+    (`vd-<disk>-<uid>`), or else the VirtualDisk of that name (as a DataVolume's claim is named
+    after it); `backup.kubevirt.io` VirtualMachineBackup is a Pull backup's point, served with
+    that backup's token. `snapshot.kubevirt.io` VirtualMachineSnapshot and
+    `template.kubevirt.io` VirtualMachineTemplate are taken, and the export is Skipped: there is
+    no VM snapshot nor template kind here (export each VirtualDiskSnapshot, or the
+    VirtualMachine).
+    """
+
+    GROUPS: ClassVar[Groups] = {
+        ExportSourceKind.VIRTUAL_DISK: (GROUP, None),
+        ExportSourceKind.VIRTUAL_DISK_SNAPSHOT: (GROUP, None),
+        ExportSourceKind.VIRTUAL_MACHINE: (KUBEVIRT, GROUP, None),
+        ExportSourceKind.VIRTUAL_MACHINE_BACKUP: (BACKUP, GROUP, None),
+        ExportSourceKind.PERSISTENT_VOLUME_CLAIM: (CORE, None),
+        ExportSourceKind.VIRTUAL_MACHINE_SNAPSHOT: (SNAPSHOT,),
+        ExportSourceKind.VIRTUAL_MACHINE_TEMPLATE: (TEMPLATE,),
+    }
+    kind: ExportSourceKind = Field(description="The kind of the object exported.")
 
 
 class VirtualMachineExportSpec(ApiModel):
@@ -103,11 +142,41 @@ class ExportManifest(ApiModel):
     url: str
 
 
+class ExportBackupEndpointType(StrEnum):
+    """The endpoints of a backup point's volume."""
+
+    MAP = "map"
+    DATA = "data"
+
+
+class ExportBackupEndpoint(ApiModel):
+    """One endpoint of a backup point's volume and its URL."""
+
+    endpoint: ExportBackupEndpointType = Field(
+        description="map (the changed or allocated extents, JSON) or data (the bytes)."
+    )
+    url: str = Field(description="The endpoint's URL.")
+
+
+class ExportBackup(ApiModel):
+    """A volume of a backup point served, with its endpoints."""
+
+    name: str = Field(description="The volume's name (the VirtualDisk's).")
+    endpoints: list[ExportBackupEndpoint] = Field(
+        default_factory=list, description="Its map and data endpoints."
+    )
+
+
 class ExportLink(ApiModel):
     """The URLs of one way in, and the CA in PEM that verifies its host."""
 
     cert: str | None = None
     volumes: list[ExportVolume] = Field(default_factory=list)
+    backups: list[ExportBackup] = Field(
+        default_factory=list,
+        description="The volumes of a backup point served (an export of a VirtualMachineBackup), "
+        "each with its map and data endpoints, as KubeVirt lists them; empty for other sources.",
+    )
     manifests: list[ExportManifest] = Field(default_factory=list)
 
 
