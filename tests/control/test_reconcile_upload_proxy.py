@@ -53,7 +53,7 @@ def test_the_external_url_goes_through_the_export_proxy(daemon, images) -> None:
     external, internal = urlsplit(urls["external"]), urlsplit(urls["inCluster"])
     assert external.port == daemon.proxy_port != internal.port
     route = f"/namespaces/{ROUTE_NAMESPACE}/virtualmachineexports/vd-{disk['metadata']['uid']}"
-    assert external.path == f"/api/export.kubevirt.io/v1beta1{route}{internal.path}"
+    assert external.path == f"/api/export.kubevirt.io/v1{route}{internal.path}"
     ca = daemon.data_dir / "pki" / "ca.crt"
     image = images.get("qcow2", "gzip")
     answer = upload_file(str(image), urls["external"], ca_bundle=str(ca))

@@ -92,7 +92,7 @@ def test_an_export_of_a_disk_serves_its_bytes_inside_and_through_the_proxy(
     port = int(export["metadata"]["annotations"][PORT_ANNOTATION])
     assert raw_url(internal) == f"https://127.0.0.1:{port}/volumes/vd1/disk.img"
     assert raw_url(external).startswith(
-        f"{daemon.controllers.proxy.base_url}/api/export.kubevirt.io/v1beta1/namespaces/default/"
+        f"{daemon.controllers.proxy.base_url}/api/export.kubevirt.io/v1/namespaces/default/"
         "virtualmachineexports/ex1/"
     )
     assert {f["format"] for f in internal["volumes"][0]["formats"]} >= {"raw", "gzip"}

@@ -37,7 +37,8 @@ ROUTES_FILE = "routes.yaml"
 SOCKETS_DIR = "exports"
 ENSURE_SECONDS = 5.0
 PROXY_GRACE = 10.0
-API_PATH = "/api/export.kubevirt.io/v1beta1/namespaces/{namespace}/virtualmachineexports/{name}"
+API_PATH = "/api/export.kubevirt.io/v1/namespaces/{namespace}/virtualmachineexports/{name}"
+"""An export's base path through the proxy, in KubeVirt's current version (v1beta1 routed too)."""
 
 
 def job_details(state: JobState | None) -> dict[str, Any]:

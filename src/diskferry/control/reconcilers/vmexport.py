@@ -10,9 +10,11 @@ The worker gets its certificate (the daemon's CA, short-lived, renewed at half i
 token and where to write its links as files; the links it writes become `status.links`.
 Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
 (the server answers), Terminated (the TTL is reached or the export is being deleted: its
-server stopped, its links removed). A VirtualMachine's VirtualDisks are served together while
-the VM is stopped; a VM that runs keeps its export Pending, as KubeVirt does, since its disks
-change under the readers. Time is the reconciler's clock, the store's in the daemon.
+server stopped, its links removed), Skipped (a KubeVirt kind with no counterpart here, until
+the TTL). What each source serves, KubeVirt's kinds mapped to diskferry's, is
+`exportsources`'s. A VirtualMachine's VirtualDisks are served together while the VM is
+stopped; a VM that runs keeps its export Pending, as KubeVirt does, since its disks change
+under the readers. Time is the reconciler's clock, the store's in the daemon.
 """
 
 from __future__ import annotations
@@ -36,23 +38,17 @@ from diskferry.control.reconcilers.exportproxy import (
     export_socket,
     job_details,
 )
+from diskferry.control.reconcilers.exportsources import SKIPPED, ExportSources
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports, Source
-from diskferry.control.reconcilers.inuse import disk_holders, holds_disks, names
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import status_of, transition
-from diskferry.control.reconcilers.sources import Waiting, resolve_source
+from diskferry.control.reconcilers.sources import Waiting
 from diskferry.control.reconcilers.teardown import STOP_POLL
-from diskferry.control.resources.common import DataSource, DataSourceType, ObjectRef
-from diskferry.control.resources.virtualmachine import (
-    BlockDeviceKind,
-    VirtualMachine,
-)
 from diskferry.control.resources.vmexport import (
     VIRTUAL_MACHINE_EXPORTS,
     ExportLinks,
     ExportPhase,
-    ExportSourceKind,
     VirtualMachineExport,
 )
 from diskferry.control.runner.base import Runner
@@ -76,6 +72,7 @@ CHECK_SECONDS = 5.0
 PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
 UNLINKED = {"links": None}
+NOT_SERVED = "SourceNotServed"
 
 
 class ExportServerError(DiskferryError):
@@ -207,6 +204,7 @@ class VirtualMachineExportReconciler:
         self.proxy = proxy
         self.clock = clock or Clock()
         self.imports = Imports(runner)
+        self.sources = ExportSources(client, volumes)
 
     def job_id(self, obj: VirtualMachineExport) -> str:
         """The id of the export's server job."""
@@ -229,57 +227,22 @@ class VirtualMachineExportReconciler:
             "ttlExpirationTime": rfc3339(self.expires(obj)),
             "serviceName": f"virt-export-{obj.metadata.name}",
         }
-        served = self._served(obj)
+        skipped = SKIPPED.get(obj.spec.source.kind)
+        if skipped is not None:
+            self._unserve(obj)
+            fields.update(UNLINKED)
+            transition(self.client, obj, ExportPhase.SKIPPED, NOT_SERVED, skipped, fields)
+            return Result.requeue(left)
+        served = self.sources.served(obj.metadata.namespace, obj.spec.source)
         if isinstance(served, Waiting):
             return self._idle(obj, served.reason, served.message, fields)
+        if served.vm is not None:
+            fields["virtualMachineName"] = served.vm.metadata.name
         token = export_token(self.client, obj)
         if isinstance(token, str):
             return self._idle(obj, "TokenNotReady", token, fields)
         fields["tokenSecretRef"] = token.secret_name
-        return self._serve(obj, served, token, fields, left)
-
-    def _served(self, obj: VirtualMachineExport) -> list[tuple[str, Source]] | Waiting:
-        """Each volume to serve, by name, or why the export waits."""
-        namespace, source = obj.metadata.namespace, obj.spec.source
-        if source.kind is ExportSourceKind.VIRTUAL_DISK:
-            holders = disk_holders(self.client, namespace, source.name)
-            if holders:
-                message = (
-                    f"the VirtualDisk {source.name} is in use by the running VirtualMachine "
-                    f"{names(holders)}: stop it to export"
-                )
-                return Waiting(message, "InUse")
-        if source.kind is not ExportSourceKind.VIRTUAL_MACHINE:
-            return self._volume(namespace, str(source.kind), source.name)
-        vm = self.client.get(VirtualMachine, namespace, source.name)
-        if vm is None:
-            return Waiting(f"waiting for the VirtualMachine {source.name}: it does not exist")
-        if holds_disks(vm):
-            message = f"the VirtualMachine {source.name} is {vm.status.phase}: stop it to export"
-            return Waiting(message, "InUse")
-        disks = [
-            ref.name
-            for ref in vm.spec.block_device_refs
-            if ref.kind is BlockDeviceKind.VIRTUAL_DISK
-        ]
-        if not disks:
-            return Waiting(f"the VirtualMachine {source.name} has no VirtualDisk to export")
-        served = []
-        for disk in disks:
-            volume = self._volume(namespace, BlockDeviceKind.VIRTUAL_DISK.value, disk)
-            if isinstance(volume, Waiting):
-                return volume
-            served.extend(volume)
-        return served
-
-    def _volume(
-        self, namespace: str | None, kind: str, name: str
-    ) -> list[tuple[str, Source]] | Waiting:
-        """One disk or snapshot as a served volume, or why it waits."""
-        ref = ObjectRef(kind=kind, name=name)
-        data_source = DataSource(type=DataSourceType.OBJECT_REF, objectRef=ref)
-        source = resolve_source(self.client, self.volumes, namespace, data_source)
-        return source if isinstance(source, Waiting) else [(name, source)]
+        return self._serve(obj, served.volumes, token, fields, left)
 
     def _pending(
         self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
