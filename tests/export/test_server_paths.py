@@ -239,11 +239,12 @@ def test_manifests(export_factory, disk: Path, tmp_path: Path) -> None:
         "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: vm1\n"
     )
     r = export_factory({"disk": disk}, "--manifest", str(manifest))
+    accept = ("-H", "Accept: application/yaml")
     for kind in ("internal", "external"):
-        code, body = _get(r, f"/{kind}/manifests/all")
-        assert code == 200 and yaml.safe_load(body)["kind"] == "VirtualMachine"
-        code, body = _get(r, f"/{kind}/manifests/secret")
-        secret = yaml.safe_load(body)
+        code, body = _get(r, f"/{kind}/manifests/all", *accept)
+        assert code == 200 and next(yaml.safe_load_all(body))["kind"] == "VirtualMachine"
+        code, body = _get(r, f"/{kind}/manifests/secret", *accept)
+        secret = next(yaml.safe_load_all(body))
         assert secret["kind"] == "Secret"
         assert secret["stringData"]["token"] == f"x-kubevirt-export-token:{TOKEN}"
     assert _get(r, "/volumes/none/disk.img")[0] == 404

@@ -60,7 +60,11 @@ class ExportJob(WorkerJob, Listening):
     token_file: str = Field(alias="tokenFile")
     ttl: float = Field(default=7200.0, ge=0)
     grace: float = Field(default=60.0, ge=0)
-    manifest: str | None = Field(default=None, description="the VM manifest (YAML file)")
+    manifest: str | None = Field(
+        default=None,
+        description="the VM's manifest (a YAML file of documents), served as `all`; a relative "
+        "spec.dataSource.http.url in it (volumes/<vol>/disk.img.gz) is pointed at the side asked",
+    )
     links: LinkSettings | None = None
     unix_socket: str | None = Field(
         default=None,

@@ -17,7 +17,7 @@ from diskferry.export.archive import listing, resolve_inside, tar_gz_stream
 from diskferry.export.blocks import BlockPool, blocks
 from diskferry.export.compress import gzip_stream, zstd_stream
 from diskferry.export.extent_pages import PAGE_SIZE, extent_page
-from diskferry.export.manifests import secret_manifest
+from diskferry.export.manifests import Document, Side, manifest_body, pointed, secret_manifest
 from diskferry.export.ranges import UnsatisfiableRange, parse_range
 from diskferry.export.token import TOKEN_HEADER, TokenFile
 from diskferry.export.volumes import ExportedVolume
@@ -92,7 +92,8 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
 class ExportServer:
     """One export: named volumes, a manifest, a token file; 410 for everything once expired.
 
-    A client that takes no byte of a body for `idle` seconds loses its connection.
+    `sides` are the ways in (internal, external) that the manifest's disks are pointed at. A
+    client that takes no byte of a body for `idle` seconds loses its connection.
     """
 
     def __init__(
@@ -100,13 +101,15 @@ class ExportServer:
         name: str,
         volumes: list[ExportedVolume],
         token: TokenFile,
-        manifest: str | None = None,
+        manifest: list[Document] | None = None,
         idle: float = 60.0,
+        sides: dict[str, Side] | None = None,
     ) -> None:
         self.name = name
         self.volumes = {v.name: v for v in volumes}
         self.token = token
         self.manifest = manifest
+        self.sides = sides or {}
         self.expired = False
         self.pool = BlockPool()
         self.sender = FileSender(idle=idle)
@@ -360,10 +363,13 @@ class ExportServer:
         return await self._stream(request, blocks(disk, offset, length, self.pool), length=length)
 
     async def _manifests(self, request: web.Request) -> web.StreamResponse:
+        token = self.token.read()
         if request.match_info["what"] == "secret":
-            text = secret_manifest(self.name, self.token.read())
+            documents = [secret_manifest(self.name, token)]
         elif self.manifest is None:
             raise HttpProblem(404, "NoManifest", "this export was started without a manifest")
         else:
-            text = self.manifest
-        return web.Response(text=text, content_type="application/yaml")
+            side = self.sides.get(request.match_info["kind"])
+            documents = self.manifest if side is None else pointed(self.manifest, side, token)
+        text, content_type = manifest_body(documents, request.headers.get("Accept"))
+        return web.Response(text=text, content_type=content_type)

@@ -22,7 +22,7 @@ from diskferry.export.backends import PoolSettings
 from diskferry.export.errors import ExportError
 from diskferry.export.job import ExportJob, ExportPhase, ProxyJob, ServeResult
 from diskferry.export.links import export_links
-from diskferry.export.manifests import load_manifest
+from diskferry.export.manifests import Side, load_manifest
 from diskferry.export.proxy import ExportProxy
 from diskferry.export.proxy_processes import ProxyProcesses
 from diskferry.export.routes import RoutesFile
@@ -101,11 +101,15 @@ def serve_export(
         volumes += [
             open_exported(v.name, v.path, v.bitmap, v.data_file, v.quiescent) for v in job.volumes
         ]
-        server = ExportServer(job.name, volumes, token, manifest, job.idle_timeout)
         links: dict[str, str] = {}
+        sides: dict[str, Side] = {}
         if job.links is not None:
             ca = tls.ca_pem()
             outside = _read_pem(job.links.external_ca) if job.links.external_ca else ca
+            sides = {
+                "internal": Side(job.links.internal_url, ca),
+                "external": Side(job.links.external_url, outside),
+            }
             if job.links.file is not None:
                 found = export_links(
                     job.links.internal_url,
@@ -117,6 +121,7 @@ def serve_export(
                 )
                 write_json(job.links.file, found)
             links = {"internalUrl": job.links.internal_url, "externalUrl": job.links.external_url}
+        server = ExportServer(job.name, volumes, token, manifest, job.idle_timeout, sides)
         announce = _Announcer(what, job, progress, reporter, links, job.unix_socket)
 
         async def drain(expired: bool) -> None:
