@@ -1,18 +1,25 @@
 """VirtualMachineExports whose source KubeVirt wrote, end to end over the real store, workers and
 export proxy: a PersistentVolumeClaim (by its claim's name, or by its VirtualDisk's) and a
-`kubevirt.io` VirtualMachine are downloaded through the proxy byte for byte; a VM snapshot and
-a template are Skipped, saying what to export instead."""
+`kubevirt.io` VirtualMachine are downloaded through the proxy byte for byte, and the VM's
+manifest makes the VM and its disks again elsewhere; a VM snapshot and a template are Skipped,
+saying what to export instead."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from vmexport_support import ExportDaemon, get, get_when_up, raw_url
+import yaml
+from control_support import wait_until
+from vmexport_support import ExportDaemon, connect, get, get_when_up, raw_url
 
+from diskferry.control.errors import NotFoundError
 from diskferry.control.reconcilers.vmexport import free_port
+from diskferry.control.resources.core import NAMESPACES
+from diskferry.export.token import TOKEN_HEADER
 
 EXPORT = "VirtualMachineExport"
 
@@ -44,6 +51,29 @@ def _downloads(daemon: ExportDaemon, export: dict[str, Any], expected: dict[str,
         assert get_when_up(url, external["cert"], token) == (200, expected[volume["name"]])
         beta = url.replace("/export.kubevirt.io/v1/", "/export.kubevirt.io/v1beta1/")
         assert get(beta, external["cert"], token) == (200, expected[volume["name"]])
+
+
+def _manifest(url: str, ca_pem: str, token: str) -> list[dict[str, Any]]:
+    """The YAML documents a manifest link serves, asked for as virtctl asks."""
+    conn = connect(url, ca_pem)
+    try:
+        headers = {TOKEN_HEADER: token, "Accept": "application/yaml"}
+        conn.request("GET", urlsplit(url).path, headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, body
+    return [doc for doc in yaml.safe_load_all(body) if doc]
+
+
+def _phase(daemon: ExportDaemon, namespace: str, name: str, *phases: str) -> dict[str, Any] | None:
+    """The VirtualDisk once its phase is one of `phases`."""
+    try:
+        disk = daemon.objects.get(daemon.registry.by_kind("VirtualDisk"), namespace, name)
+    except NotFoundError:
+        return None
+    return disk if disk.get("status", {}).get("phase") in phases else None
 
 
 def test_a_pvc_is_the_virtualdisk_whose_claim_or_name_it_is(daemon, nginx, images) -> None:
@@ -79,6 +109,31 @@ def test_a_kubevirt_vm_is_the_virtualmachine_and_its_disks(daemon, nginx, images
     assert export["status"]["virtualMachineName"] == "vm1"
     expected = {"vd1": daemon.claim(disk).read_bytes(), "vd2": daemon.claim(blank).read_bytes()}
     _downloads(daemon, export, expected)
+
+    # the VM and its disks, as a user applies them elsewhere: here, in another namespace
+    external = export["status"]["links"]["external"]
+    urls = {m["type"]: m["url"] for m in external["manifests"]}
+    token = daemon.token(export["status"]["tokenSecretRef"])
+    documents = _manifest(urls["all"], external["cert"], token)
+    documents += _manifest(urls["auth-header-secret"], external["cert"], token)
+    assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
+        ("VirtualMachine", "vm1"),
+        ("VirtualDisk", "vd1"),
+        ("VirtualDisk", "vd2"),
+        ("Secret", "header-secret-vm"),
+    ]
+    assert documents[0]["spec"] == daemon.get("VirtualMachine", "vm1")["spec"]
+    daemon.objects.create(NAMESPACES, None, {"metadata": {"name": "copy"}})
+    for document in documents:
+        document["metadata"]["namespace"] = "copy"
+        daemon.objects.create(daemon.registry.by_kind(document["kind"]), "copy", document)
+    for name, data in expected.items():
+        made = wait_until(lambda name=name: _phase(daemon, "copy", name, "Ready", "Failed"), 60)
+        assert made["status"]["phase"] == "Ready", made["status"]
+        status = made["status"]
+        claim = status["target"]["persistentVolumeClaimName"]
+        path = daemon.data_dir / "volumes" / status["storageClassName"] / "copy" / f"{claim}.img"
+        assert path.read_bytes() == data
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.exportcerts import ServerCerts
+from diskferry.control.reconcilers.exportmanifest import MANIFEST_FILE, vm_manifest
 from diskferry.control.reconcilers.exportproxy import (
     ProxyKeeper,
     drop_socket,
@@ -38,9 +39,9 @@ from diskferry.control.reconcilers.exportproxy import (
     export_socket,
     job_details,
 )
-from diskferry.control.reconcilers.exportsources import SKIPPED, ExportSources
+from diskferry.control.reconcilers.exportsources import SKIPPED, ExportSources, Served
 from diskferry.control.reconcilers.exporttoken import Token, export_token
-from diskferry.control.reconcilers.imports import Imports, Source
+from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import status_of, transition
 from diskferry.control.reconcilers.sources import Waiting
@@ -136,10 +137,11 @@ def start_server(
     left: float,
     token: Token,
     job: dict[str, Any],
+    files: dict[str, bytes] | None = None,
 ) -> None:
     """Start the export worker `job_id` for `job` (its kind, name, volumes and own fields) on
     `port` (and on its Unix socket) for `left` seconds, with the token, a certificate for
-    127.0.0.1, and links through the proxy's `route` (namespace, name)."""
+    127.0.0.1, links through the proxy's `route` (namespace, name), and `files` its job names."""
     served = {
         **job,
         "tokenFile": TOKEN_FILE,
@@ -159,8 +161,8 @@ def start_server(
     unix_socket = export_socket(job_id)
     if unix_socket is not None:
         served["unixSocket"] = unix_socket
-    files = {**keeper.certs.files([HOST]), TOKEN_FILE: token.value}
-    keeper.runner.start(job_id, EXPORT_MODULE, served, files)
+    given = {**keeper.certs.files([HOST]), TOKEN_FILE: token.value, **(files or {})}
+    keeper.runner.start(job_id, EXPORT_MODULE, served, given)
 
 
 def stop_server(keeper: ServerKeeper, job_id: str) -> bool:
@@ -242,7 +244,7 @@ class VirtualMachineExportReconciler:
         if isinstance(token, str):
             return self._idle(obj, "TokenNotReady", token, fields)
         fields["tokenSecretRef"] = token.secret_name
-        return self._serve(obj, served.volumes, token, fields, left)
+        return self._serve(obj, served, token, fields, left)
 
     def _pending(
         self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
@@ -260,7 +262,7 @@ class VirtualMachineExportReconciler:
     def _serve(
         self,
         obj: VirtualMachineExport,
-        served: list[tuple[str, Source]],
+        served: Served,
         token: Token,
         fields: dict[str, Any],
         left: float,
@@ -309,14 +311,19 @@ class VirtualMachineExportReconciler:
     def _start(
         self,
         obj: VirtualMachineExport,
-        served: list[tuple[str, Source]],
+        served: Served,
         token: Token,
         port: int,
         left: float,
     ) -> None:
-        volumes = [{"name": volume, "path": source.location} for volume, source in served]
-        job = {"kind": "export", "name": obj.metadata.name, "volumes": volumes}
-        start_server(self, self.job_id(obj), self._key(obj), port, left, token, job)
+        """Start the server of the served volumes; a VM's with its manifest."""
+        volumes = [{"name": volume, "path": source.location} for volume, source in served.volumes]
+        job: dict[str, Any] = {"kind": "export", "name": obj.metadata.name, "volumes": volumes}
+        files = {}
+        if served.vm is not None:
+            job["manifest"] = MANIFEST_FILE
+            files[MANIFEST_FILE] = vm_manifest(served.vm, served.disks)
+        start_server(self, self.job_id(obj), self._key(obj), port, left, token, job, files)
 
     def _links(self, job_id: str) -> dict[str, Any] | None:
         """The links the server wrote, in the status's shape; None before it wrote them."""
