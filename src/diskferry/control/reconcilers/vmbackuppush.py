@@ -1,9 +1,11 @@
 """A Push VirtualMachineBackup: one DataUpload of its VM into the BackupStorageLocation
-`spec.storageLocation` (named `vmbackup-<name>`, owned by the backup), so that the data
-mover's limits, one upload per VM, quiescing and the engine's full-or-incremental choice all
-apply; its outcome becomes the backup's type, checkpoint, volumes and conditions. A Full
-backup's message says why each disk was read whole, and a tracker the backup gave no
-checkpoint (its VM's disks have no CBT) gets a Warning saying why."""
+`spec.storageLocation`, or KubeVirt's `spec.pvcName` (named `vmbackup-<name>`, owned by the
+backup), so that the data mover's limits, one upload per VM, quiescing and the engine's
+full-or-incremental choice all apply; its outcome becomes the backup's type, checkpoint,
+volumes and conditions. A location not there yet is waited for (Pending, Initializing), as
+KubeVirt waits for the PVC. A Full backup's message says why each disk was read whole, and a
+tracker the backup gave no checkpoint (its VM's disks have no CBT) gets a Warning saying
+why."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from diskferry.control.reconcilers.vmbackupstate import (
     move,
     quiesced,
 )
+from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import MoverPhase
 from diskferry.control.resources.dataupload import FORCE_FULL, SKIP_QUIESCE, VM_NAME, DataUpload
 from diskferry.control.resources.vmbackup import BackupPhase, BackupType, VirtualMachineBackup
@@ -25,6 +28,7 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 
 POLL_SECONDS = 1.0
+WAIT_SECONDS = 2.0
 UPLOAD_PREFIX = "vmbackup-"
 
 
@@ -66,6 +70,12 @@ class PushBackup:
             # made before the status named it: deleted since, not to be made again
             raise BackupFailure(f"DataUpload {name} was deleted", reason="DataUploadDeleted")
         if upload is None:
+            location = obj.spec.location
+            if self.client.get(BackupStorageLocation, obj.metadata.namespace, location) is None:
+                given = "storageLocation" if obj.spec.storage_location else "pvcName"
+                message = f"waiting for the BackupStorageLocation {location} ({given}) to exist"
+                move(self.client, obj, BackupPhase.PENDING, "Initializing", message)
+                return Result.requeue(WAIT_SECONDS)
             self._create(obj, source, name)
             message = f"backing up VirtualMachine {source.name} through DataUpload {name}"
             fields = {"dataUploadName": name}
@@ -105,7 +115,7 @@ class PushBackup:
             "apiVersion": API_VERSION,
             "kind": "DataUpload",
             "metadata": meta.to_json(),
-            "spec": {"backupStorageLocation": obj.spec.storage_location},
+            "spec": {"backupStorageLocation": obj.spec.location},
         }
         self.client.create(DataUpload.model_validate(body))
 

@@ -10,12 +10,21 @@ from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
+from diskferry.control.resources.vmbackup import VirtualMachineBackup
+from diskferry.control.resources.vmbackuptracker import VirtualMachineBackupTracker
 from diskferry.control.resources.vmexport import VirtualMachineExport
 
 IMMUTABLE = "field is immutable"
 STORAGE_CLASS_FIXED = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
 SIZE = "spec.persistentVolumeClaim.size"
-FIXED_SPEC = (VirtualImage, ClusterVirtualImage, VirtualDiskSnapshot, VirtualMachineExport)
+FIXED_SPEC = (
+    VirtualImage,
+    ClusterVirtualImage,
+    VirtualDiskSnapshot,
+    VirtualMachineExport,
+    VirtualMachineBackup,
+    VirtualMachineBackupTracker,
+)
 
 
 def _disk_causes(old: VirtualDisk, new: VirtualDisk) -> list[tuple[str, str]]:

@@ -1,16 +1,18 @@
 """VirtualMachineBackup, KubeVirt's backup API shape: one backup point of a VM's disks, pushed
 into a BackupStorageLocation's repository or served for a client to pull until its TTL.
 
-Push writes into the repository `spec.storageLocation` names (where KubeVirt writes into the
-PVC `pvcName`): the diskferry target of a backup is a repository, as a Backup's is. Pull
-serves each disk's map and data endpoints behind the token of `spec.tokenSecretRef`.
+Push writes into the repository `spec.storageLocation` names, or KubeVirt's `pvcName` (where
+KubeVirt writes qcow2 files into a PVC): the diskferry target of a backup is a repository, as
+a Backup's is. Pull serves each disk's map and data endpoints behind the token of
+`spec.tokenSecretRef`, through a VirtualMachineExport as KubeVirt does. The spec is fixed at
+creation, as KubeVirt's.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -27,7 +29,12 @@ from diskferry.control.model import (
     Status,
 )
 from diskferry.control.resources.common import ApiVersion, Duration
-from diskferry.control.resources.vmbackuptracker import BackupSourceKind, BackupVolumeInfo
+from diskferry.control.resources.typedref import BACKUP, Groups, TypedReference
+from diskferry.control.resources.vmbackuptracker import (
+    MACHINE_GROUPS,
+    BackupSourceKind,
+    BackupVolumeInfo,
+)
 
 DEFAULT_TTL = timedelta(hours=2)
 TOKEN_SECRET_PREFIX = "backup-token-"
@@ -69,12 +76,19 @@ class BackupPhase(StrEnum):
 ENDED = (BackupPhase.COMPLETE, BackupPhase.FAILED)
 
 
-class BackupSource(ApiModel):
-    """The VM backed up, or the tracker that names it and the checkpoint to start from."""
+class BackupSource(TypedReference):
+    """The VM backed up, or the tracker that names it and the checkpoint to start from, named
+    as KubeVirt writes them (kubevirt.io VirtualMachine, backup.kubevirt.io
+    VirtualMachineBackupTracker) or as diskferry does (diskferry.io, or no apiGroup)."""
 
-    api_group: Literal["diskferry.io"] | None = Field(default=None, alias="apiGroup")
-    kind: BackupSourceKind
-    name: str = Field(min_length=1)
+    GROUPS: ClassVar[Groups] = {
+        BackupSourceKind.VIRTUAL_MACHINE: MACHINE_GROUPS,
+        BackupSourceKind.VIRTUAL_MACHINE_BACKUP_TRACKER: (BACKUP, GROUP, None),
+    }
+    kind: BackupSourceKind = Field(
+        description="VirtualMachine (a full backup) or VirtualMachineBackupTracker (incremental "
+        "from its latest checkpoint, which the backup moves on)."
+    )
 
 
 class VirtualMachineBackupSpec(ApiModel):
@@ -83,7 +97,22 @@ class VirtualMachineBackupSpec(ApiModel):
     source: BackupSource
     mode: BackupMode = BackupMode.PUSH
     storage_location: str | None = Field(
-        default=None, alias="storageLocation", pattern=NAME_PATTERN
+        default=None,
+        alias="storageLocation",
+        pattern=NAME_PATTERN,
+        description="Push: the BackupStorageLocation whose repository receives the backup.",
+    )
+    pvc_name: str | None = Field(
+        default=None,
+        alias="pvcName",
+        pattern=NAME_PATTERN,
+        description="KubeVirt's PVC that receives a Push backup (KubeVirt writes one qcow2 file "
+        "per disk into it) or holds a Pull backup's scratch files. Push: a backup's target here "
+        "is a repository, so this names the BackupStorageLocation that receives it when "
+        "storageLocation is unset (the same one when both are set), and the backup waits until "
+        "a BackupStorageLocation of that name exists, as KubeVirt waits for the PVC; restore it "
+        "with a DataDownload or a Restore. Pull: not used, the point's scratch is kept in the "
+        "daemon's data directory.",
     )
     skip_quiesce: bool = Field(default=False, alias="skipQuiesce")
     force_full_backup: bool = Field(default=False, alias="forceFullBackup")
@@ -92,11 +121,27 @@ class VirtualMachineBackupSpec(ApiModel):
 
     @model_validator(mode="after")
     def _target(self) -> VirtualMachineBackupSpec:
-        if self.mode == BackupMode.PUSH and not self.storage_location:
+        if self.mode != BackupMode.PUSH:
+            return self
+        if not (self.storage_location or self.pvc_name):
             raise PydanticCustomError(
-                "storage_location", "a Push backup needs spec.storageLocation"
+                "storage_location", "a Push backup needs spec.storageLocation or spec.pvcName"
+            )
+        if self.storage_location and self.pvc_name and self.storage_location != self.pvc_name:
+            raise PydanticCustomError(
+                "storage_location",
+                "spec.storageLocation and spec.pvcName name different BackupStorageLocations: "
+                "set one of them",
             )
         return self
+
+    @property
+    def location(self) -> str | None:
+        """The BackupStorageLocation a Push backup goes into: `storageLocation`, else
+        `pvcName`; None for Pull."""
+        if self.mode != BackupMode.PUSH:
+            return None
+        return self.storage_location or self.pvc_name
 
     @property
     def ttl(self) -> timedelta:
@@ -138,6 +183,12 @@ class VirtualMachineBackupStatus(Status):
     token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef")
     data_upload_name: str | None = Field(default=None, alias="dataUploadName")
     snapshot_id: str | None = Field(default=None, alias="snapshotID")
+    export_uid: str | None = Field(
+        default=None,
+        alias="exportUID",
+        description="Pull: the uid of the VirtualMachineExport (named as the backup, owned by "
+        "it) that serves the point through the export proxy.",
+    )
 
 
 class VirtualMachineBackup(Resource):
@@ -165,8 +216,9 @@ VIRTUAL_MACHINE_BACKUPS = KindInfo(
     columns=(
         Column("SourceKind", ".spec.source.kind"),
         Column("SourceName", ".spec.source.name"),
-        Column("Mode", ".spec.mode"),
         Column("Type", ".status.type"),
+        Column("CheckpointName", ".status.checkpointName"),
+        Column("Mode", ".spec.mode"),
         Column("Phase", ".status.phase"),
     ),
 )

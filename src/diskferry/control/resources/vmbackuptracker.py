@@ -1,17 +1,20 @@
 """VirtualMachineBackupTracker, KubeVirt's backup API shape: the latest checkpoint of one
-VirtualMachine's backups, which the next backup through the tracker is incremental from."""
+VirtualMachine's backups, which the next backup through the tracker is incremental from. Its
+spec is fixed at creation, as KubeVirt's."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from diskferry.control.kinds import Column, KindInfo
 from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
 from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.noeffect import no_effect
+from diskferry.control.resources.typedref import KUBEVIRT, Groups, TypedReference
 
 
 class BackupSourceKind(StrEnum):
@@ -21,12 +24,18 @@ class BackupSourceKind(StrEnum):
     VIRTUAL_MACHINE_BACKUP_TRACKER = "VirtualMachineBackupTracker"
 
 
-class TrackedMachine(ApiModel):
-    """The VirtualMachine a tracker follows, in the tracker's namespace."""
+MACHINE_GROUPS = (KUBEVIRT, GROUP, None)
+"""The groups a VirtualMachine is named with: KubeVirt's kubevirt.io, diskferry.io, or none."""
 
-    api_group: Literal["diskferry.io"] | None = Field(default=None, alias="apiGroup")
-    kind: Literal[BackupSourceKind.VIRTUAL_MACHINE]
-    name: str = Field(min_length=1)
+
+class TrackedMachine(TypedReference):
+    """The VirtualMachine a tracker follows, in the tracker's namespace: `apiGroup` kubevirt.io as
+    KubeVirt writes it (the VirtualMachine of that name here), diskferry.io, or unset."""
+
+    GROUPS: ClassVar[Groups] = {BackupSourceKind.VIRTUAL_MACHINE: MACHINE_GROUPS}
+    kind: Literal[BackupSourceKind.VIRTUAL_MACHINE] = Field(
+        description="VirtualMachine, the only kind a tracker follows."
+    )
 
 
 class BackupVolumeInfo(ApiModel):
@@ -56,6 +65,14 @@ class VirtualMachineBackupTrackerStatus(Status):
     """The checkpoint of the latest backup made through the tracker."""
 
     latest_checkpoint: BackupCheckpoint | None = Field(default=None, alias="latestCheckpoint")
+    checkpoint_redefinition_required: bool | None = no_effect(
+        "a checkpoint is a persistent dirty bitmap in the disk's qcow2 overlay, which survives "
+        "the VM's restart, so there is nothing to define again",
+        "KubeVirt's flag, set after the VM restarted, until its checkpoint is defined again in "
+        "libvirt. Unset here.",
+        default=None,
+        alias="checkpointRedefinitionRequired",
+    )
 
 
 class VirtualMachineBackupTracker(Resource):
@@ -83,6 +100,7 @@ VIRTUAL_MACHINE_BACKUP_TRACKERS = KindInfo(
     short_names=("vmbackuptracker", "vmbackuptrackers"),
     categories=("diskferry",),
     columns=(
+        Column("SourceKind", ".spec.source.kind"),
         Column("SourceName", ".spec.source.name"),
         Column("LatestCheckpoint", ".status.latestCheckpoint.name"),
         Column("CheckpointTime", ".status.latestCheckpoint.creationTime", "date"),
