@@ -101,11 +101,13 @@ def test_pull_full_then_incremental_through_the_tracker(daemon: ExportDaemon) ->
     (volume,) = status["includedVolumes"]
     assert volume["volumeName"] == "vd-p"
     token = daemon.token(status["tokenSecretRef"])
-    code, data = fetch(volume["dataEndpoint"], ca, token)
+    (inside,) = status["links"]["internal"]["volumes"]
+    code, data = fetch(inside["dataEndpoint"], ca, token)
     assert code == 200 and data == disk.read_bytes()
-    assert fetch(volume["dataEndpoint"], ca, "wrong")[0] == 401
+    assert fetch(inside["dataEndpoint"], ca, "wrong")[0] == 401
     (outside,) = status["links"]["external"]["volumes"]
-    assert "/virtualmachineexports/vmbackup-pull-1/" in outside["mapEndpoint"]
+    assert outside == volume
+    assert "/virtualmachineexports/pull-1/" in outside["mapEndpoint"]
     code, body = get_when_up(outside["mapEndpoint"], ca, token)
     assert code == 200 and json.loads(body)["extents"]
 
@@ -114,7 +116,7 @@ def test_pull_full_then_incremental_through_the_tracker(daemon: ExportDaemon) ->
     assert latest(daemon, "vmbt-p")["name"] == first["checkpointName"]
     assert latest(daemon, "vmbt-p")["volumes"][0]["volumeName"] == "vd-p"
     with pytest.raises(ConnectionRefusedError):  # the session and its server are gone
-        fetch(volume["dataEndpoint"], ca, token)
+        fetch(inside["dataEndpoint"], ca, token)
     node = block_node(vm)
     assert [b["name"] for b in node["dirty-bitmaps"] if b["name"].startswith("diskferry-vmbt")] == [
         first["checkpointName"]
@@ -256,12 +258,12 @@ def test_deleting_a_served_backup_ends_its_session(daemon: ExportDaemon) -> None
     status = ready(daemon, "pull-d")
     assert status["type"] == "Full"
     assert condition(daemon.get(BACKUP, "pull-d") or {}, "Quiesced")["reason"] == "QuiesceFailed"
-    (volume,) = status["includedVolumes"]
+    (inside,) = status["links"]["internal"]["volumes"]
     daemon.delete(BACKUP, "pull-d")
     wait_until(lambda: daemon.get(BACKUP, "pull-d") is None, 30)
     assert not list((daemon.data_dir / "jobs").glob("vmbackup-*"))
     with pytest.raises(ConnectionRefusedError):
-        fetch(volume["dataEndpoint"], daemon.ca_pem, "any")
+        fetch(inside["dataEndpoint"], daemon.ca_pem, "any")
     block_node(vm)  # no fleecing node left
     with Qmp(vm["qmpSocket"]) as qmp:
         assert qmp.command("query-block-exports") == []

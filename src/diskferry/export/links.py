@@ -24,29 +24,38 @@ def _formats(base: str, vol: ExportedVolume) -> list[dict[str, str]]:
     return formats
 
 
+def backup_link(base: str, name: str) -> dict[str, Any]:
+    """The map and data endpoints of the volume `name` of a backup point under `base`."""
+    base = base.rstrip("/")
+    return {
+        "name": name,
+        "endpoints": [
+            {"endpoint": "map", "url": f"{base}/exports/{name}/map"},
+            {"endpoint": "data", "url": f"{base}/exports/{name}/data"},
+        ],
+    }
+
+
+def manifest_links(base: str, kind: str, has_manifest: bool) -> list[dict[str, str]]:
+    """The manifests served on the side `kind` (internal or external) under `base`: the VM's
+    (`all`) when there is one, and the header Secret."""
+    base = base.rstrip("/")
+    manifests = [{"type": "auth-header-secret", "url": f"{base}/{kind}/manifests/secret"}]
+    if has_manifest:
+        manifests.insert(0, {"type": "all", "url": f"{base}/{kind}/manifests/all"})
+    return manifests
+
+
 def link_set(
     base: str, kind: str, ca_pem: str, volumes: list[ExportedVolume], has_manifest: bool
 ) -> dict[str, Any]:
     """One link set (`kind` is internal or external) under the base URL `base`."""
     base = base.rstrip("/")
-    manifests = [{"type": "auth-header-secret", "url": f"{base}/{kind}/manifests/secret"}]
-    if has_manifest:
-        manifests.insert(0, {"type": "all", "url": f"{base}/{kind}/manifests/all"})
-    disks = [v for v in volumes if v.disk is not None]
     return {
         "cert": ca_pem,
         "volumes": [{"name": v.name, "formats": _formats(base, v)} for v in volumes],
-        "manifests": manifests,
-        "backups": [
-            {
-                "name": v.name,
-                "endpoints": [
-                    {"endpoint": "map", "url": f"{base}/exports/{v.name}/map"},
-                    {"endpoint": "data", "url": f"{base}/exports/{v.name}/data"},
-                ],
-            }
-            for v in disks
-        ],
+        "manifests": manifest_links(base, kind, has_manifest),
+        "backups": [backup_link(base, v.name) for v in volumes if v.disk is not None],
     }
 
 

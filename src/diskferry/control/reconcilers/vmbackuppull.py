@@ -3,11 +3,14 @@
 the session ends, the checkpoint goes into the tracker, and the backup is Complete.
 
 The worker is an export server on 127.0.0.1 with a port of its own (kept in an annotation, as a
-VirtualMachineExport's), the daemon's short-lived certificate, the token of
-`spec.tokenSecretRef` (or one made for it, `backup-token-<name>`), and a route through the
-export proxy named `vmbackup-<name>`. The checkpoint it starts from is the tracker's latest;
-a running VM's guest is frozen around the checkpoint through its agent unless `skipQuiesce`.
-A VM whose disks have no CBT fails at once, naming the label that turns it on.
+VirtualMachineExport's), the daemon's short-lived certificate and the token of
+`spec.tokenSecretRef` (or one made for it, `backup-token-<name>`). As KubeVirt does, the backup
+makes a VirtualMachineExport of itself (`vmbackupexport`), which routes the export proxy to the
+worker and lists the endpoints; the backup is Ready once its export is, with the export's uid
+in `status.exportUID`, and deletes it at its end. The checkpoint it starts from is the
+tracker's latest; a running VM's guest is frozen around the checkpoint through its agent
+unless `skipQuiesce`. A VM whose disks have no CBT fails at once, naming the label that turns
+it on.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
 from diskferry.control.reconcilers.dataupload import CBT_OFF, vm_claims
+from diskferry.control.reconcilers.exportbackup import POINT_FILE, point_job_id
 from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.exportproxy import ProxyKeeper, export_route
+from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.quiesce import agent_silence
 from diskferry.control.reconcilers.virtualmachine import sockets_of
+from diskferry.control.reconcilers.vmbackupexport import backup_export, drop_backup_export
 from diskferry.control.reconcilers.vmbackupstate import (
     BackupFailure,
     Source,
@@ -41,20 +46,18 @@ from diskferry.control.reconcilers.vmexport import (
     PORT_ANNOTATION,
     TOKEN_FILE,
     answers,
-    ready_route,
     recorded_port,
     start_server,
     stop_server,
 )
 from diskferry.control.resources.virtualmachine import MachinePhase
 from diskferry.control.resources.vmbackup import BackupPhase, VirtualMachineBackup
+from diskferry.control.resources.vmexport import ExportPhase
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 
-POINT_FILE = "point.json"
-ROUTE_PREFIX = "vmbackup-"
 POLL_SECONDS = 1.0
 CHECK_SECONDS = 5.0
 WAIT_SECONDS = 2.0
@@ -94,10 +97,11 @@ class PullBackup:
 
     def job_id(self, obj: VirtualMachineBackup) -> str:
         """The id of the backup's point worker."""
-        return f"vmbackup-{obj.metadata.uid}"
+        return point_job_id(obj)
 
     def _route(self, obj: VirtualMachineBackup) -> tuple[str, str]:
-        return obj.metadata.namespace or "", f"{ROUTE_PREFIX}{obj.metadata.name}"
+        """The backup's way through the proxy: its export's, named as the backup."""
+        return obj.metadata.namespace or "", obj.metadata.name or ""
 
     def expires(self, obj: VirtualMachineBackup) -> datetime:
         """When the point stops being served: the backup's creation plus its TTL."""
@@ -105,9 +109,9 @@ class PullBackup:
         return created + obj.spec.ttl
 
     def unserve(self, obj: VirtualMachineBackup) -> bool:
-        """Drop the route and stop the worker (its last lines to the daemon's log when it
-        failed); False while it still runs."""
-        self.proxy.drop_route(*self._route(obj))
+        """Delete the backup's export and stop the worker (its last lines to the daemon's log
+        when it failed); False while it still runs."""
+        drop_backup_export(self.client, obj)
         job_id = self.job_id(obj)
         state = self.runner.state(job_id)
         if state is not None and state.failed:
@@ -159,7 +163,6 @@ class PullBackup:
         obj, port = recorded_port(self.client, obj)
         disks = [{"name": name, "path": str(c.file)} for name, c in claims.items()]
         self._run(obj, source, token, port, left, disks, job)
-        self.proxy.set_route(export_route(*self._route(obj), port, ready=False))
         since = f" since checkpoint {source.since}" if source.since else ""
         message = f"checkpointing VirtualMachine {source.name}{since}"
         fields = {"tokenSecretRef": token.secret_name}
@@ -199,28 +202,40 @@ class PullBackup:
         self.certs.renew(self.runner, job_id, [HOST])
         port = int(obj.metadata.annotations.get(PORT_ANNOTATION, "0"))
         point, links = self._read(obj, POINT_FILE), self._read(obj, LINKS_FILE)
-        route = ready_route(self, job_id, self._route(obj), port)
-        unserved = point is None or links is None or route is None
-        if unserved or not answers(port, self.certs.ca_pem()):
+        if point is None or links is None or not answers(port, self.certs.ca_pem()):
             message = "the backup point is being checkpointed and its server started"
             move(self.client, obj, BackupPhase.PROGRESSING, "PreparingExport", message)
             return Result.requeue(POLL_SECONDS)
-        self.proxy.set_route(route)
         if not any(c.type == "Quiesced" for c in obj.status.conditions):
             conditions = quiesced(obj, obj.spec.skip_quiesce, point.get("consistency"))
             obj = self.client.patch_status(obj, {"conditions": conditions})
+        left = (self.expires(obj) - self.clock.now()).total_seconds()
+        if left <= 0:  # the worker drains and ends now; its end completes the backup
+            return Result.requeue(POLL_SECONDS)
+        export = backup_export(self.client, obj, obj.token_secret_name, left)
+        if isinstance(export, str) or export.status.phase != ExportPhase.READY:
+            message = (
+                export
+                if isinstance(export, str)
+                else (f"waiting for the VirtualMachineExport {export.metadata.name} to be Ready")
+            )
+            move(self.client, obj, BackupPhase.PROGRESSING, "ExportInitiated", message)
+            return Result.requeue(POLL_SECONDS)
         internal, external = backup_link(links["internal"]), backup_link(links["external"])
         fields = {
             "type": point["type"],
             "checkpointName": point["disks"][0]["checkpoint"],
-            "endpointCert": internal["cert"],
-            "includedVolumes": internal["volumes"],
+            "endpointCert": external["cert"],
+            "includedVolumes": external["volumes"],
             "links": {"internal": internal, "external": external},
+            "exportUID": export.metadata.uid,
         }
         until = rfc3339(self.expires(obj))
-        message = f"serving the backup point on https://{HOST}:{port} until {until}"
+        message = (
+            f"serving the backup point on https://{HOST}:{port} and through the "
+            f"VirtualMachineExport {export.metadata.name} until {until}"
+        )
         move(self.client, obj, BackupPhase.READY, "ExportReady", message, fields)
-        left = (self.expires(obj) - self.clock.now()).total_seconds()
         renewal = self.certs.seconds_to_renewal(self.runner, job_id)
         return Result.requeue(max(min(CHECK_SECONDS, left, renewal), POLL_SECONDS / 10))
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
+from diskferry.control.reconcilers.exportbackup import NotServed, served_point
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.exportmanifest import MANIFEST_FILE, vm_manifest
 from diskferry.control.reconcilers.exportproxy import (
@@ -50,6 +51,7 @@ from diskferry.control.resources.vmexport import (
     VIRTUAL_MACHINE_EXPORTS,
     ExportLinks,
     ExportPhase,
+    ExportSourceKind,
     VirtualMachineExport,
 )
 from diskferry.control.runner.base import Runner
@@ -57,6 +59,7 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
+from diskferry.export.links import backup_link, manifest_links
 from diskferry.export.routes import Route
 from diskferry.export.server import READY_PATH
 from diskferry.serving.certs import CA_CERT
@@ -72,6 +75,7 @@ DRAIN_SECONDS = 10.0
 CHECK_SECONDS = 5.0
 PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
+PROXY_STARTING = "the export proxy is starting"
 UNLINKED = {"links": None}
 NOT_SERVED = "SourceNotServed"
 
@@ -229,12 +233,11 @@ class VirtualMachineExportReconciler:
             "ttlExpirationTime": rfc3339(self.expires(obj)),
             "serviceName": f"virt-export-{obj.metadata.name}",
         }
-        skipped = SKIPPED.get(obj.spec.source.kind)
-        if skipped is not None:
-            self._unserve(obj)
-            fields.update(UNLINKED)
-            transition(self.client, obj, ExportPhase.SKIPPED, NOT_SERVED, skipped, fields)
-            return Result.requeue(left)
+        kind = obj.spec.source.kind
+        if kind in SKIPPED:
+            return self._skip(obj, SKIPPED[kind], fields, left)
+        if kind is ExportSourceKind.VIRTUAL_MACHINE_BACKUP:
+            return self._point(obj, fields, left)
         served = self.sources.served(obj.metadata.namespace, obj.spec.source)
         if isinstance(served, Waiting):
             return self._idle(obj, served.reason, served.message, fields)
@@ -245,6 +248,50 @@ class VirtualMachineExportReconciler:
             return self._idle(obj, "TokenNotReady", token, fields)
         fields["tokenSecretRef"] = token.secret_name
         return self._serve(obj, served, token, fields, left)
+
+    def _skip(
+        self, obj: VirtualMachineExport, message: str, fields: dict[str, Any], left: float
+    ) -> Result:
+        """Skipped, with nothing served, until the TTL."""
+        self._unserve(obj)
+        fields = {**fields, **UNLINKED}
+        transition(self.client, obj, ExportPhase.SKIPPED, NOT_SERVED, message, fields)
+        return Result.requeue(left)
+
+    def _point(self, obj: VirtualMachineExport, fields: dict[str, Any], left: float) -> Result:
+        """Route the export to a Pull backup's point server, with KubeVirt's backup links."""
+        point = served_point(self.client, self.runner, obj)
+        if isinstance(point, NotServed):
+            return self._skip(obj, point.message, fields, left)
+        if isinstance(point, Waiting):
+            return self._idle(obj, point.reason, point.message, fields)
+        name = point.backup.metadata.name
+        fields.update(tokenSecretRef=point.token.secret_name, virtualMachineName=point.vm_name)
+        port = int(point.backup.metadata.annotations.get(PORT_ANNOTATION, "0"))
+        route = ready_route(self, point.job_id, self._key(obj), port)
+        if route is None or not answers(port, self.certs.ca_pem()):
+            message = f"waiting for the VirtualMachineBackup {name} to serve its point"
+            return self._idle(obj, "Starting", message, fields)
+        self.proxy.set_route(route)
+        if not self.proxy.serving():
+            transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
+            return Result.requeue(POLL_SECONDS)
+        ca = self.certs.ca_pem().decode()
+        sides = {
+            "internal": f"https://{HOST}:{port}",
+            "external": self.proxy.external_url(*self._key(obj)),
+        }
+        fields["links"] = {
+            side: {
+                "cert": ca,
+                "backups": [backup_link(base, volume) for volume in point.volumes],
+                "manifests": manifest_links(base, side, has_manifest=False),
+            }
+            for side, base in sides.items()
+        }
+        message = f"serving the point of VirtualMachineBackup {name} through {self.proxy.base_url}"
+        transition(self.client, obj, ExportPhase.READY, "ExportReady", message, fields)
+        return Result.requeue(max(min(CHECK_SECONDS, left), POLL_SECONDS / 10))
 
     def _pending(
         self, obj: VirtualMachineExport, reason: str, message: str, fields: dict[str, Any]
@@ -299,6 +346,9 @@ class VirtualMachineExportReconciler:
             transition(self.client, obj, ExportPhase.PENDING, "Starting", STARTING, fields)
             return Result.requeue(POLL_SECONDS)
         self.proxy.set_route(route)
+        if not self.proxy.serving():
+            transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
+            return Result.requeue(POLL_SECONDS)
         message = f"serving on https://{HOST}:{port} and through {self.proxy.base_url}"
         fields["links"] = links
         transition(self.client, obj, ExportPhase.READY, "ExportReady", message, fields)
