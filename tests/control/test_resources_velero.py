@@ -7,16 +7,17 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from diskferry.control.crd import openapi_schema
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import NAMESPACES
-from diskferry.control.resources.noeffect import NO_EFFECT
+from diskferry.control.resources.noeffect import NO_EFFECT, reason_of
 
 ANCHORS = Path(__file__).parents[1] / "anchors"
 KINDS = (
@@ -104,3 +105,32 @@ def test_each_velero_sample_is_admitted_unchanged(sample: Path) -> None:
         finally:
             service.close()
     assert stored["kind"] == doc["kind"]
+
+
+def no_effect_fields(model: type[BaseModel], seen: set[type] | None = None) -> list[tuple]:
+    """Every field with no effect in `model` and the models nested in it: (model, name, info)."""
+    seen = seen if seen is not None else set()
+    if model in seen:
+        return []
+    seen.add(model)
+    found = []
+    for name, info in model.model_fields.items():
+        if reason_of(info.json_schema_extra):
+            found.append((model.__name__, name, info))
+        for nested in _models(info.annotation):
+            found += no_effect_fields(nested, seen)
+    return found
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models(arg)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_field_with_no_effect_is_never_required(kind: str) -> None:
+    fields = no_effect_fields(REGISTRY.by_kind(kind).model)
+    assert fields, kind
+    required = [(model, name) for model, name, info in fields if info.is_required()]
+    assert not required

@@ -27,6 +27,8 @@ from diskferry.qemu.qmp import Qmp, QmpError
 MiB = 1 << 20
 LIFETIME = 120  # seconds an agent may live at most, whatever happens to the test
 TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+GUEST_TOOLS = ("touch", "false", "sleep")
+"""Programs the guest has besides the agent, for commands run in it (guest-exec)."""
 
 # Runs in the new mount namespace: $1 the loop mount, $2 its device, then the program to run.
 JAIL = r"""
@@ -183,7 +185,7 @@ def guest_root(tmp_path: Path) -> Iterator[GuestRoot]:
         for name in ("proc", "run", "old", "dev"):
             (root / name).mkdir()
         os.mknod(root / "dev/null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
-        for program in (qemu_ga, umount):
+        for program in (qemu_ga, umount, *(_tool(name) for name in GUEST_TOOLS)):
             _copy_with_libraries(program, root)
         yield GuestRoot(root, device, qemu_ga)
     finally:

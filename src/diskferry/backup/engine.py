@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from diskferry.backup.entries import Entry, full_entries, overlay
 from diskferry.backup.errors import RepositoryError
-from diskferry.backup.job import BackupJob, BackupResult, DiskResult
+from diskferry.backup.hooks import run_hooks
+from diskferry.backup.job import BackupJob, BackupResult, DiskResult, HookOutcome
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.phases import BackupPhase
 from diskferry.backup.plan import Decision, DiskPlan, Source, decide
@@ -189,9 +190,12 @@ def run_backup(
                 for p in plans
             ]
             exports: list[DiskExport] = []
+            hooks: list[HookOutcome] = []
             if opened is not None:
                 since = {p.name: d.since for p, d in zip(plans, decisions, strict=True)}
+                hooks += _hooks(job, "pre", reporter)
                 exports = opened.start(since)
+                hooks += _hooks(job, "post", reporter)
             by_name = {e.name: e for e in exports}
             bucket = bucket_for(job.bandwidth_limit)
             readings = []
@@ -207,7 +211,16 @@ def run_backup(
             progress.set_phase(BackupPhase.SAVING_TRACKER)
             _update_tracker(tracker, readings, results)
             repo.save_tracker(tracker)
-        return BackupResult(backup=backup_id, vm=job.vm, consistency=consistency, disks=results)
+        return BackupResult(
+            backup=backup_id, vm=job.vm, consistency=consistency, disks=results, hooks=hooks
+        )
+
+
+def _hooks(job: BackupJob, phase: str, reporter: Reporter) -> list[HookOutcome]:
+    """Run the job's hooks of `phase` in the guest, when it names an agent to run them."""
+    if job.hook_agent is None or not job.hooks:
+        return []
+    return run_hooks(job.hook_agent, job.hooks, phase, reporter)
 
 
 def _back_up_disks(

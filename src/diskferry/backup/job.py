@@ -133,6 +133,19 @@ class DiskTransfer(RepoAccess):
     )
 
 
+class HookCommand(JobModel):
+    """A command run in the VM's guest through its guest agent, before (`pre`) the backup
+    point is taken or after (`post`) it was."""
+
+    name: str = Field(min_length=1, description="the hook's name, for events and results")
+    phase: Literal["pre", "post"]
+    command: list[str] = Field(min_length=1, description="a program's path in the guest, its args")
+    on_error: Literal["Continue", "Fail"] = Field(
+        default="Fail", alias="onError", description="Fail: a failure fails the backup"
+    )
+    timeout: float = Field(default=30.0, gt=0, description="seconds it may run")
+
+
 class BackupJob(DiskTransfer):
     """What `diskferry backup` and the worker run: the disks of one VM into a repository."""
 
@@ -144,6 +157,12 @@ class BackupJob(DiskTransfer):
         default=None, alias="nbdSocket", description="the NBD server the VM's QEMU already runs"
     )
     qga: str | None = None
+    hooks: list[HookCommand] = Field(default_factory=list)
+    hook_agent: str | None = Field(
+        default=None,
+        alias="hookAgent",
+        description="the guest agent that runs the hooks; without one no hook runs",
+    )
     full: bool = False
     max_incrementals: int | None = Field(default=None, ge=0, alias="maxIncrementals")
     tags: list[str] = Field(default_factory=list)
@@ -262,13 +281,24 @@ class DiskResult(_Result):
     checkpoint: str | None = None
 
 
+class HookOutcome(_Result):
+    """How a hook's command ended."""
+
+    name: str
+    phase: Literal["pre", "post"]
+    exit_code: int | None = Field(default=None, alias="exitCode")
+    failed: bool
+    message: str
+
+
 class BackupResult(_Result):
-    """What a backup did: its id, its consistency, and each disk."""
+    """What a backup did: its id, its consistency, each disk, and each hook run."""
 
     backup: str
     vm: str
     consistency: str
     disks: list[DiskResult]
+    hooks: list[HookOutcome] = Field(default_factory=list)
 
 
 class RestoreResult(_Result):

@@ -8,6 +8,8 @@ VMs backed up, of their VirtualDisks (with the snapshot of each whose data moved
 images the filters take, and the repository's tracker of each VM go into the repository as
 the Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
 A stopped VM is backed up as a running one is (the engine opens its disks itself).
+The hooks that apply to a VM go to its DataUpload (`diskferry.io/hooks`), which runs them in a
+running VM's guest; `status.hookStatus` counts them.
 
 A Backup that names no storage location gets the namespace's `default: true` one written into
 its spec; one without, a location that does not exist or is ReadOnly, or filters Velero
@@ -19,6 +21,7 @@ from the repository's metadata takes its status from there, and is never run aga
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +48,12 @@ from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.dataupload import repository_vm
 from diskferry.control.reconcilers.lifecycle import FINALIZER, deleting, held, release
 from diskferry.control.reconcilers.location import location_of
-from diskferry.control.reconcilers.selection import ClusterImages, Taken, backup_taken
+from diskferry.control.reconcilers.selection import (
+    ClusterImages,
+    Taken,
+    backup_taken,
+    hook_applies,
+)
 from diskferry.control.reconcilers.volumepolicy import decide
 from diskferry.control.resources.backup import (
     BACKUP_NAME,
@@ -56,7 +64,8 @@ from diskferry.control.resources.backup import (
 )
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED
-from diskferry.control.resources.dataupload import DISKS, VM_NAME, DataUpload
+from diskferry.control.resources.dataupload import DISKS, HOOKS, VM_NAME, DataUpload
+from diskferry.control.resources.hooks import HOOK_TIMEOUT, HookErrorMode
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
@@ -89,6 +98,30 @@ def upload_name(backup: Backup, namespace: str, vm: str) -> str:
     if namespace == backup.metadata.namespace:
         return short_name(backup.metadata.name or "", vm)
     return short_name(backup.metadata.name or "", namespace, vm)
+
+
+def hooks_for(backup: Backup, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The commands of the Backup's hooks that apply to the VM in `namespace` with `labels`,
+    as a DataUpload's `diskferry.io/hooks` lists them: pre ones, then post ones, each in its
+    spec's order."""
+    hooks = backup.spec.hooks
+    specs = (hooks.resources or []) if hooks is not None else []
+    applying = [s for s in specs if hook_applies(s, namespace, labels)]
+    out = []
+    for phase in ("pre", "post"):
+        for spec in applying:
+            for hook in getattr(spec, phase) or []:
+                run = hook.exec
+                out.append(
+                    {
+                        "name": spec.name,
+                        "phase": phase,
+                        "command": run.command,
+                        "onError": (run.on_error or HookErrorMode.FAIL).value,
+                        "timeout": parse_duration(run.timeout or HOOK_TIMEOUT).total_seconds(),
+                    }
+                )
+    return out
 
 
 def ttl_seconds(backup: Backup) -> float:
@@ -272,7 +305,7 @@ class BackupReconciler:
                     entry["reason"] = f"not backed up: the VM misses {', '.join(missing)}"
                     entry.pop("dataUpload", None)
         elif moved:
-            self._upload(obj, namespace, name, moved)
+            self._upload(obj, vm, moved)
         return volumes
 
     def _adopt(self, obj: Backup) -> Result:
@@ -361,7 +394,8 @@ class BackupReconciler:
         release(self.client, obj)
         return Result.done()
 
-    def _upload(self, obj: Backup, namespace: str, vm: str, disks: list[str]) -> None:
+    def _upload(self, obj: Backup, machine: VirtualMachine, disks: list[str]) -> None:
+        namespace, vm = machine.metadata.namespace or "default", machine.metadata.name or ""
         name = upload_name(obj, namespace, vm)
         if self.client.get(DataUpload, obj.metadata.namespace, name) is not None:
             return
@@ -379,6 +413,9 @@ class BackupReconciler:
             annotations={VM_NAME: vm, DISKS: ",".join(disks)},
             ownerReferences=[owner],
         )
+        hooks = hooks_for(obj, namespace, machine.metadata.labels)
+        if hooks:
+            meta.annotations[HOOKS] = json.dumps(hooks)
         spec: dict[str, Any] = {
             "backupStorageLocation": obj.spec.storage_location,
             "sourceNamespace": namespace,
@@ -447,6 +484,8 @@ class BackupReconciler:
                 )
                 vms[key] = False
         ok = sum(1 for good in vms.values() if good)
+        made = [uploads[name] for name in sorted(counted) if name in uploads]
+        ran = [hook for upload in made for hook in upload.status.hooks]
         fields: dict[str, Any] = {
             "volumes": volumes,
             "progress": {
@@ -458,6 +497,9 @@ class BackupReconciler:
             "backupItemOperationsCompleted": operations["completed"],
             "backupItemOperationsFailed": operations["failed"],
         }
+        if ran:
+            failed_hooks = sum(1 for h in ran if h.failed)
+            fields["hookStatus"] = {"hooksAttempted": len(ran), "hooksFailed": failed_hooks}
         if not done:
             fields["phase"] = BackupPhase.WAITING_FOR_PLUGIN_OPERATIONS.value
             current = obj.status.to_json()
@@ -465,9 +507,17 @@ class BackupReconciler:
                 self.client.patch_status(obj, fields)
             return Result.requeue(POLL_SECONDS)
         taken = backup_taken(obj.spec)
+        completed = [u for name in counted if (u := uploads.get(name))]
+        fields["warnings"] = sum(
+            1
+            for u in completed
+            if u.status.phase == "Completed"
+            for h in u.status.hooks
+            if h.failed
+        )
         if not taken.vms:
             phase, message = BackupPhase.COMPLETED, NO_VMS
-            fields["warnings"] = 1
+            fields["warnings"] += 1
         elif vms and ok == 0:
             phase, message = BackupPhase.FAILED, "no VirtualMachine was backed up"
         elif ok < len(vms):

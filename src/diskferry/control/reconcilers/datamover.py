@@ -118,6 +118,10 @@ class MoverReconciler(ABC):
     def who(self, obj: Any) -> str:
         """How the log names what the mover moves (its VM, its disk)."""
 
+    def failure_fields(self, obj: Any, reason: str, message: str) -> dict[str, Any]:
+        """The status fields of a mover that failed for `reason`, beside its phase."""
+        return {}
+
     def cleanup(self, obj: Any, succeeded: bool) -> bool:
         """Remove what the mover made besides its job, once it ended without success; whether
         it is all gone."""
@@ -313,7 +317,10 @@ class MoverReconciler(ABC):
         if state is not None:
             self._emit_log(obj, config)
         log.warning("%s of %s failed: %s: %s", tag(obj), self.who(obj), reason, message)
-        fields = {"completionTimestamp": rfc3339(self.clock.now())}
+        fields = {
+            **self.failure_fields(obj, reason, message),
+            "completionTimestamp": rfc3339(self.clock.now()),
+        }
         self._move(obj, MoverPhase.FAILED, reason, message, fields)
         self.runner.purge(job_id, keep_scratch=True)
         self._bound_failed()

@@ -11,12 +11,18 @@ a warning (the backup is crash-consistent) unless `diskferry.io/require-quiesce`
 failure. A full backup that read nothing from a disk holding data fails (the zero-data case).
 A disk without CBT is backed up in full, and its reason names the VM's label that turns CBT
 on; a running VM's disks are read only through CBT, so without it the upload fails saying so.
+The hooks the annotation `diskferry.io/hooks` names run in a running VM's guest through its
+agent, pre ones before the point, post ones after (`status.hooks`, an Event each).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from diskferry.backup.hooks import HookFailedError, failed_hook
+from diskferry.backup.job import HookCommand
 from diskferry.control.duration import parse_duration
 from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
@@ -34,6 +40,7 @@ from diskferry.control.resources.dataupload import (
     DATA_UPLOADS,
     DISKS,
     FORCE_FULL,
+    HOOKS,
     MAX_INCREMENTALS,
     REQUIRE_QUIESCE,
     SKIP_QUIESCE,
@@ -48,8 +55,23 @@ from diskferry.control.volumes import Claim, Volumes
 CBT_OFF = "ChangedBlockTrackingOff"
 
 
+HOOK_LIST = TypeAdapter(list[HookCommand])
 NODE_OS = "linux"
 """The OS of the host that moves the data, as Velero's status.nodeOS names it."""
+
+
+def hooks_of(obj: DataUpload) -> list[HookCommand]:
+    """The hooks the annotation names (MoverFailure when it is not a list of them)."""
+    given = obj.metadata.annotations.get(HOOKS)
+    if not given:
+        return []
+    try:
+        return HOOK_LIST.validate_json(given)
+    except ValidationError as e:
+        raise MoverFailure(
+            f"the annotation {HOOKS} is not a JSON list of hooks: {e.errors()[0]['msg']}",
+            reason="BadHooks",
+        ) from None
 
 
 def vm_of(obj: DataUpload) -> tuple[str, str]:
@@ -186,7 +208,39 @@ class DataUploadReconciler(MoverReconciler):
         if running:
             job["qmp"] = sockets_of(Machines(self.volumes.data_dir), vm).qmp
             self._quiesce(obj, vm, job)
+        self._hooks(obj, vm, running, job)
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
+
+    def _hooks(
+        self, obj: DataUpload, vm: VirtualMachine, running: bool, job: dict[str, Any]
+    ) -> None:
+        """Give the job the annotation's hooks and the agent that runs them. Only a running
+        VM's guest runs them (a stopped VM's disks do not change); without an agent that
+        answers, a hook with onError Fail fails the upload, others are a Warning."""
+        hooks = hooks_of(obj)
+        if not hooks:
+            return
+        once = obj.status.phase == MoverPhase.ACCEPTED  # not at each look while Prepared
+        names = ", ".join(h.name for h in hooks)
+        if not running:
+            if once:
+                message = f"the VM is not running: its hooks ({names}) do not run"
+                self.client.event(obj, "Normal", "HooksNotRun", message)
+            return
+        agent = sockets_of(Machines(self.volumes.data_dir), vm).agent
+        silence = agent_silence(agent)
+        if silence is not None:
+            if any(h.on_error == "Fail" for h in hooks):
+                raise MoverFailure(
+                    f"{silence}: the hooks ({names}) cannot run in its guest",
+                    reason="HooksCannotRun",
+                )
+            if once:
+                message = f"{silence}: the hooks ({names}) do not run"
+                self.client.event(obj, "Warning", "HooksNotRun", message)
+            return
+        job["hooks"] = [h.model_dump(by_alias=True) for h in hooks]
+        job["hookAgent"] = agent
 
     def _quiesce(self, obj: DataUpload, vm: VirtualMachine, job: dict[str, Any]) -> None:
         """Freeze through the agent when it answers; otherwise warn, or fail when required."""
@@ -205,6 +259,14 @@ class DataUploadReconciler(MoverReconciler):
         if obj.status.phase == MoverPhase.ACCEPTED:  # once, not at each look while Prepared
             message = f"{silence}: the backup is crash-consistent"
             self.client.event(obj, "Warning", "QuiesceUnavailable", message)
+
+    def failure_fields(self, obj: DataUpload, reason: str, message: str) -> dict[str, Any]:
+        """The hook that stopped the backup, when one did."""
+        failed = failed_hook(message) if reason == HookFailedError.reason else None
+        if failed is None:
+            return {}
+        name, phase = failed
+        return {"hooks": [{"name": name, "phase": phase, "failed": True, "message": message}]}
 
     def completed(self, obj: DataUpload, result: dict[str, Any]) -> dict[str, Any]:
         """The backup id, each disk, and the bytes; a full backup that read nothing from a
@@ -243,9 +305,17 @@ class DataUploadReconciler(MoverReconciler):
             )
         read = sum(d["bytesRead"] for d in disks)
         kinds = sorted({d["type"] for d in disks})
+        hooks = result.get("hooks") or []
+        for hook in hooks:
+            said = f"hook {hook['name']} ({hook['phase']}): {hook['message']}"
+            if hook["failed"]:
+                self.client.event(obj, "Warning", "HookFailed", said)
+            else:
+                self.client.event(obj, "Normal", "HookRan", said)
         return {
             "snapshotID": result.get("backup"),
             "nodeOS": NODE_OS,
+            "hooks": hooks,
             "disks": listed,
             "consistency": result.get("consistency"),
             "incrementalBytes": sum(d["bytesUploaded"] for d in disks),

@@ -20,6 +20,10 @@ REQUIRE_QUIESCE = "diskferry.io/require-quiesce"
 SKIP_QUIESCE = "diskferry.io/skip-quiesce"
 DISKS = "diskferry.io/disks"
 """When given: the comma-separated VirtualDisks of the VM to back up (a Backup's volume policy)."""
+HOOKS = "diskferry.io/hooks"
+"""When given: a JSON list of the commands run in the running VM's guest through its agent, each
+{name, phase: pre|post, command: [path, args...], onError: Continue|Fail, timeout: seconds}
+(a Backup's hooks)."""
 
 
 NO_CSI = "the VM's disks are read at a point its QEMU fixes (CBT), not from a CSI snapshot"
@@ -64,6 +68,18 @@ class DiskUpload(ApiModel):
     checkpoint: str | None = None
 
 
+class HookRun(ApiModel):
+    """How one hook's command ended in the VM's guest."""
+
+    name: str = Field(description="The hook.")
+    phase: Literal["pre", "post"] = Field(description="pre: before the point; post: after.")
+    exit_code: int | None = Field(
+        default=None, alias="exitCode", description="The command's exit code."
+    )
+    failed: bool = Field(description="Whether it failed (exited other than 0, or ran too long).")
+    message: str = Field(description="How it ended.")
+
+
 class DataUploadStatus(MoverStatus):
     """Velero's DataUpload status, with each disk's snapshot and its full-or-incremental reason."""
 
@@ -92,6 +108,9 @@ class DataUploadStatus(MoverStatus):
     )
     consistency: str | None = None
     disks: list[DiskUpload] = Field(default_factory=list)
+    hooks: list[HookRun] = Field(
+        default_factory=list, description="The hooks run in the VM's guest, in order."
+    )
 
 
 class DataUpload(Resource):

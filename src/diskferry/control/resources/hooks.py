@@ -29,7 +29,9 @@ class HookErrorMode(StrEnum):
 class ExecHook(ApiModel):
     """A command run in the guest of each VM the hook applies to, through its guest agent."""
 
-    container: str | None = no_effect(CONTAINER_WHY, "The container to run the command in.")
+    container: str | None = no_effect(
+        CONTAINER_WHY, "The container to run the command in.", default=None
+    )
     command: list[str] = Field(
         min_length=1,
         description="The program (a path in the guest) and its arguments, run by the guest "
@@ -111,7 +113,9 @@ class BackupHooks(ApiModel):
 class RestoreExecHook(ApiModel):
     """A command run in the guest of a restored VM once it runs and its agent answers."""
 
-    container: str | None = no_effect(CONTAINER_WHY, "The container to run the command in.")
+    container: str | None = no_effect(
+        CONTAINER_WHY, "The container to run the command in.", default=None
+    )
     command: list[str] = Field(
         min_length=1,
         description="The program (a path in the guest) and its arguments, run by the guest "

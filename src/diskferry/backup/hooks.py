@@ -1,0 +1,63 @@
+"""Commands run in a VM's guest around its backup point (Velero's pre and post hooks), through
+its guest agent: each one's outcome, and HookFailedError at the first that fails with
+onError Fail (no later hook of the phase runs)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from diskferry.backup.job import HookCommand, HookOutcome
+from diskferry.disk.errors import DiskferryError
+from diskferry.qemu.guestexec import guest_exec
+from diskferry.qemu.qmp import QmpError
+from diskferry.worker.reporter import EventType, Reporter
+
+FAILED = re.compile(r"^hook (?P<name>\S+) \((?P<phase>pre|post)\) failed: ")
+
+
+class HookFailedError(DiskferryError):
+    """A hook with onError Fail failed: the backup stops."""
+
+    reason = "HookFailed"
+
+
+def failed_hook(message: str) -> tuple[str, str] | None:
+    """The name and phase of the hook a HookFailedError's message names, None for another."""
+    found = FAILED.match(message)
+    return None if found is None else (found["name"], found["phase"])
+
+
+def _run(agent: str, hook: HookCommand) -> HookOutcome:
+    try:
+        ran = guest_exec(agent, hook.command, hook.timeout)
+    except QmpError as e:
+        return HookOutcome(name=hook.name, phase=hook.phase, failed=True, message=e.message)
+    if ran.timed_out:
+        message = f"still running after {hook.timeout:g} s"
+    else:
+        said = (ran.err or ran.out).strip().splitlines()
+        message = f"exited {ran.exit_code}" + (f": {said[-1]}" if said else "")
+    return HookOutcome(
+        name=hook.name,
+        phase=hook.phase,
+        exitCode=ran.exit_code,
+        failed=not ran.ok,
+        message=message,
+    )
+
+
+def run_hooks(
+    agent: str, hooks: Sequence[HookCommand], phase: str, reporter: Reporter
+) -> list[HookOutcome]:
+    """Run the hooks of `phase` in order through the agent at `agent`; their outcomes."""
+    outcomes = []
+    for hook in (h for h in hooks if h.phase == phase):
+        outcome = _run(agent, hook)
+        outcomes.append(outcome)
+        said = f"hook {hook.name} ({phase}) {'failed' if outcome.failed else 'ran'}: "
+        kind = EventType.WARNING if outcome.failed else EventType.NORMAL
+        reporter.event(kind, "HookFailed" if outcome.failed else "HookRan", said + outcome.message)
+        if outcome.failed and hook.on_error == "Fail":
+            raise HookFailedError(f"hook {hook.name} ({phase}) failed: {outcome.message}")
+    return outcomes
