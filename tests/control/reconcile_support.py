@@ -14,7 +14,7 @@ from control_support import wait_until
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
 from diskferry.control.errors import NotFoundError
-from diskferry.control.kinds import Registry
+from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.vmexport import free_port
@@ -86,6 +86,18 @@ class Daemon:
             ),
             timeout,
         )
+
+    def wait_phase_of(self, info: KindInfo, name: str, *phases: str, timeout: float = 60) -> dict:
+        """The cluster-scoped object of `info` once its phase is one of `phases`."""
+
+        def found() -> dict[str, Any] | None:
+            try:
+                obj = self.objects.get(info, None, name)
+            except NotFoundError:
+                return None
+            return obj if obj.get("status", {}).get("phase") in phases else None
+
+        return wait_until(found, timeout)
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [

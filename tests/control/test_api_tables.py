@@ -12,7 +12,7 @@ from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 
 OBJ = {
-    "metadata": {"name": "vd1"},
+    "metadata": {"name": "vd1", "annotations": {"a.example.io/is-default": "true"}},
     "status": {
         "phase": "Ready",
         "conditions": [
@@ -36,6 +36,7 @@ OBJ = {
         (".status.attachedToVirtualMachines[*].name", ["vm1", "vm2"]),
         (".status.attachedToVirtualMachines[5].name", []),
         (".status.missing.deeper", []),
+        (".metadata.annotations.a\\.example\\.io\\/is-default", ["true"]),
     ],
 )
 def test_jsonpath(path: str, values: list[str]) -> None:

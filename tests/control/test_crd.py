@@ -84,6 +84,7 @@ def test_a_crd_for_every_custom_kind() -> None:
             "VirtualDiskSnapshot",
             "VirtualMachineExport",
             "VirtualMachine",
+            "VirtualMachineClass",
             "DataMoverConfig",
             "BackupStorageLocation",
             "DataUpload",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -91,11 +93,26 @@ def test_kubectl_runs_a_vm_that_outlives_a_killed_daemon(base: Path) -> None:
         assert configs[0].split() == ["NAME", "MAXCONCURRENT", "MAXINCREMENTALS", "AGE"]
         assert configs[1].split()[:3] == ["default", "2", "0"]
         kubectl(first, "wait", "vm", "vm-k", "--for=jsonpath={.status.phase}=Running")
+        kubectl(first, "wait", "vm", "vm-k", "--for=jsonpath={.status.stats.lastStartTime}")
         lines = kubectl(first, "get", "vm").splitlines()
-        assert lines[0].split() == ["NAME", "PHASE", "CORES", "MEMORY", "CBT", "AGE"]
-        assert lines[1].split()[:5] == ["vm-k", "Running", "1", "64Mi", "Disabled"]
-        wide = kubectl(first, "get", "virtualmachines", "-o", "wide").splitlines()[0].split()
-        assert "RUNPOLICY" in wide and "QMP" in wide
+        assert lines[0].split() == ["NAME", "PHASE", "UPTIME", "NODE", "IPADDRESS", "CBT", "AGE"]
+        assert lines[1].split()[:2] == ["vm-k", "Running"]
+        assert lines[1].split()[3] == socket.gethostname().lower()
+        wide = kubectl(first, "get", "virtualmachines", "-o", "wide").splitlines()
+        head = [c.strip() for c in re.split(r"\s{2,}", wide[0].strip())]
+        assert head[2:10] == [
+            "UPTIME",
+            "CORES",
+            "COREFRACTION",
+            "MEMORY",
+            "NEED RESTART",
+            "AGENT",
+            "MIGRATABLE",
+            "NODE",
+        ]
+        assert "RUNPOLICY" in head and "QMP" in head
+        row = [c.strip() for c in re.split(r"\s{2,}", wide[1].strip())]
+        assert row[3:6] == ["1", "100%", "64Mi"]
         pid = qemu_pid(base)
         logged = diskferry(first, "logs", "vm", "vm-k")
         assert logged.returncode == 0, logged.stderr

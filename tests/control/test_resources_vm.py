@@ -46,22 +46,21 @@ def refusal(data: dict[str, Any]) -> str:
     return caught.value.message
 
 
-def test_a_vm_needs_only_block_devices_and_a_run_policy() -> None:
+def test_a_vm_needs_only_block_devices() -> None:
     obj, _ = validate(
-        REGISTRY.lookup("vm"),
-        vm(runPolicy="AlwaysOff", blockDeviceRefs=[{"kind": "VirtualDisk", "name": "d"}]),
+        REGISTRY.lookup("vm"), vm(blockDeviceRefs=[{"kind": "VirtualDisk", "name": "d"}])
     )
     assert isinstance(obj, VirtualMachine)
     assert obj.spec.cpu.cores == 1
     assert obj.spec.memory.size_bytes == 256 << 20
-    assert obj.spec.enable_guest_agent is False and obj.spec.qmp_socket is None
+    assert obj.spec.enable_guest_agent is True and obj.spec.qmp_socket is None
     assert REGISTRY.lookup("virtualmachines") is REGISTRY.lookup("vm")
 
 
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        ({"blockDeviceRefs": []}, "spec.runPolicy"),
+        ({"blockDeviceRefs": []}, "spec.blockDeviceRefs"),
         ({"runPolicy": "AlwaysOn"}, "spec.blockDeviceRefs"),
         ({"runPolicy": "Sometimes", "blockDeviceRefs": []}, "spec.runPolicy"),
         (

@@ -1,10 +1,10 @@
 """The embedded daemon's controllers: every reconciler and the manager over one data directory.
 
-`Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store,
-re-attaches to the workers a previous daemon left running (their state is in
-DATA_DIR/jobs) and starts reconciling and keeping the export proxy; `stop()` stops both and
-leaves workers running. The reconcilers tell time by the store's clock, the one that stamps
-the objects they read.
+`Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store
+and the VirtualMachineClass `generic` when it is missing, re-attaches to the workers a previous
+daemon left running (their state is in DATA_DIR/jobs) and starts reconciling and keeping the
+export proxy; `stop()` stops both and leaves workers running. The reconcilers tell time by
+the store's clock, the one that stamps the objects they read.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
 from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
 from diskferry.control.reconcilers.vmbackup import VirtualMachineBackupReconciler
+from diskferry.control.reconcilers.vmclass import (
+    VirtualMachineClassReconciler,
+    ensure_generic_class,
+)
 from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.runner.base import LOG_LINES
@@ -85,10 +89,11 @@ class Controllers:
             DataDownloadReconciler(*parts, self.scheduler),
         ]
         self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
-        machines = VirtualMachineReconciler(self.client, self.volumes, self.machines)
+        machines = VirtualMachineReconciler(self.client, self.volumes, self.machines, objects.clock)
         self.reconcilers: list[Reconciler] = [
             *owners,
             machines,
+            VirtualMachineClassReconciler(self.client),
             *movers,
             BackupStorageLocationReconciler(self.client),
             BackupReconciler(self.client, objects.clock),
@@ -119,8 +124,10 @@ class Controllers:
         return self.runner.log_tail(owner.job_id(obj), lines)
 
     def start(self) -> None:
-        """Create the default StorageClasses if there are none, and start reconciling."""
+        """Create the default StorageClasses if there are none and the VirtualMachineClass
+        `generic` if it is missing, and start reconciling."""
         ensure_default_classes(self.client)
+        ensure_generic_class(self.client)
         self.proxy.start()
         self.manager.start()
 

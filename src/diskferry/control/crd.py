@@ -13,7 +13,7 @@ from diskferry.control.resources.noeffect import NO_EFFECT
 
 Schema = dict[str, Any]
 
-DROPPED = ("title", "$defs")
+DROPPED = ("title", "$defs", NO_EFFECT)  # a field with no effect says so in its description
 TOP_LEVEL: Schema = {
     "apiVersion": {"type": "string", "description": "The versioned schema of this object."},
     "kind": {"type": "string", "description": "The kind of this object."},

@@ -23,7 +23,7 @@ QEMU_SYSTEM = "qemu-system-x86_64"
 KVM_DEVICE = "/dev/kvm"
 AGENT_CHANNEL = "org.qemu.guest_agent.0"
 KVM_ACCEL = ["-accel", "kvm", "-cpu", "host"]
-TCG_ACCEL = ["-accel", "tcg"]
+HOST_CPU = "host"
 _PROBE_SECONDS = 30
 _PROBE_QMP = b'{"execute": "qmp_capabilities"}\n{"execute": "quit"}\n'
 
@@ -43,7 +43,9 @@ class VmDisk:
 
 @dataclass(frozen=True)
 class VmConfig:
-    """What a VM's QEMU is started with."""
+    """What a VM's QEMU is started with: `cpu` is `-cpu`'s value (the host's CPU under KVM and
+    QEMU's default under TCG when None), `sockets` lays the cores out (cores per socket rounded
+    up, so that sockets times cores per socket may exceed `cores`)."""
 
     name: str
     cores: int
@@ -53,6 +55,8 @@ class VmConfig:
     serial_log: Path
     agent_socket: Path | None = None
     kvm: bool = field(default_factory=lambda: kvm_usable())
+    cpu: str | None = None
+    sockets: int = 1
 
 
 @functools.cache
@@ -96,12 +100,15 @@ def _blockdev(disk: VmDisk) -> str:
 
 def command(config: VmConfig) -> list[str]:
     """The argv that runs `config`'s VM: no display, no default devices."""
-    accel = KVM_ACCEL if config.kvm else TCG_ACCEL
+    cpu = config.cpu or (HOST_CPU if config.kvm else None)
+    per_socket = -(-config.cores // config.sockets)
+    smp = f"{config.cores},sockets={config.sockets},cores={per_socket},threads=1"
     argv = [
         QEMU_SYSTEM,
         "-name", f"guest={config.name}",
-        "-machine", "pc", *accel,
-        "-smp", str(config.cores),
+        "-machine", "pc", "-accel", "kvm" if config.kvm else "tcg",
+        *(["-cpu", cpu] if cpu else []),
+        "-smp", f"{smp},maxcpus={config.sockets * per_socket}",
         "-m", f"{max(config.memory_bytes >> 20, 16)}M",
         "-nodefaults", "-nographic", "-no-shutdown", "-msg", "timestamp=on",
         "-serial", f"file:{config.serial_log}",

@@ -1,4 +1,5 @@
-"""The JSONPath subset of print columns: `.a.b`, `[N]`, `[*]` and `[?(@.k=='v')]` filters."""
+"""The JSONPath subset of print columns: `.a.b` (a `.` or `/` in a name escaped with `\\`, as
+`.metadata.annotations.a\\.b\\/c`), `[N]`, `[*]` and `[?(@.k=='v')]` filters."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import re
 from typing import Any
 
 _STEP = re.compile(
-    r"""\.(?P<field>[A-Za-z0-9_\-]+)
+    r"""\.(?P<field>(?:[A-Za-z0-9_\-]|\\[./])+)
     |\[(?P<index>-?\d+|\*)\]
     |\[\?\(@\.(?P<key>[A-Za-z0-9_.\-]+)\s*==\s*(?P<quote>['"])(?P<value>.*?)(?P=quote)\)\]""",
     re.VERBOSE,
 )
+
+_ESCAPED = re.compile(r"\\(.)")
 
 
 class JsonPathError(ValueError):
@@ -42,8 +45,9 @@ def evaluate(path: str, obj: Any) -> list[Any]:
         found: list[Any] = []
         for value in values:
             if step["field"] is not None:
-                if isinstance(value, dict) and step["field"] in value:
-                    found.append(value[step["field"]])
+                name = _ESCAPED.sub(r"\1", step["field"])
+                if isinstance(value, dict) and name in value:
+                    found.append(value[name])
             elif not isinstance(value, list):
                 continue
             elif step["index"] == "*":

@@ -20,6 +20,10 @@ def status_of(obj: Resource) -> dict[str, Any]:
     return obj.to_json().get("status") or {}
 
 
+Condition = tuple[bool, str, str]
+"""A condition's status, reason and message."""
+
+
 def transition(
     client: Client,
     obj: M,
@@ -28,23 +32,38 @@ def transition(
     message: str,
     fields: dict[str, Any] | None = None,
     ready: bool | None = None,
+    conditions: dict[str, Condition | None] | None = None,
 ) -> M:
     """Set `phase` and `fields` in the status, the `Ready` condition after them (True when
-    `ready`, which is by default whether the phase is Ready), and record an Event when the
-    phase changes (a Warning for Failed and Degraded); nothing when all is so already."""
+    `ready`, which is by default whether the phase is Ready) and the other `conditions` (each
+    type set, or removed when None), and record an Event when the phase changes (a Warning for
+    Failed and Degraded); nothing when all is so already."""
     status = status_of(obj)
     wanted = {"phase": phase, **(fields or {}), "observedGeneration": obj.metadata.generation}
     ready = phase == READY if ready is None else ready
-    before = next((c for c in status.get("conditions") or [] if c.get("type") == READY), None)
-    if unchanged(status, wanted) and before and before.get("reason") == reason:
+    found = status.get("conditions") or []
+    others = found
+    for kind, value in (conditions or {}).items():
+        others = (
+            [c for c in others if c.get("type") != kind]
+            if value is None
+            else set_condition(others, kind, *value, obj.metadata.generation)
+        )
+    before = next((c for c in found if c.get("type") == READY), None)
+    same_others = _shown(others) == _shown(found)
+    if unchanged(status, wanted) and before and before.get("reason") == reason and same_others:
         return obj
-    conditions = set_condition(
-        status.get("conditions") or [], READY, ready, reason, message, obj.metadata.generation
-    )
-    updated = client.patch_status(obj, {**wanted, "conditions": conditions})
+    conditions_now = set_condition(others, READY, ready, reason, message, obj.metadata.generation)
+    updated = client.patch_status(obj, {**wanted, "conditions": conditions_now})
     if status.get("phase") != phase:
         client.event(obj, "Warning" if phase in (FAILED, DEGRADED) else "Normal", reason, message)
     return updated
+
+
+def _shown(conditions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What of each condition but Ready a user reads: its type, status, reason, message."""
+    keys = ("type", "status", "reason", "message")
+    return [tuple(c.get(k) for k in keys) for c in conditions if c.get("type") != READY]
 
 
 def update_fields(client: Client, obj: M, fields: dict[str, Any]) -> M:

@@ -20,13 +20,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.control.clock import Clock
 from diskferry.control.imagestore import ImageStore
 from diskferry.control.machines import MachineError, Machines, SocketRefusedError
 from diskferry.control.model import Resource
+from diskferry.control.node import node_name
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import READY, status_of, transition
+from diskferry.control.reconcilers.phases import READY, Condition, status_of, transition
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
+from diskferry.control.reconcilers.vmclass import class_of
+from diskferry.control.reconcilers.vmlaunch import Admitted, Hold, admit, launch_config
+from diskferry.control.reconcilers.vmstatus import replacing, stats
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import (
@@ -37,12 +42,13 @@ from diskferry.control.resources.virtualmachine import (
     RunPolicy,
     VirtualMachine,
 )
+from diskferry.control.resources.virtualmachineclass import VirtualMachineClass
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.qemu.system import VmConfig, VmDisk, command
+from diskferry.qemu.system import VmDisk, command
 from diskferry.registry.errors import RegistryError
 
 WATCH_SECONDS = 2.0
@@ -61,6 +67,7 @@ _PREFIX = {
     BlockDeviceKind.CLUSTER_VIRTUAL_IMAGE: "cvi",
 }
 _NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,30}$")
+_ACTIVE = (MachinePhase.STARTING, MachinePhase.RUNNING, MachinePhase.PAUSE, MachinePhase.STOPPING)
 
 
 @dataclass(frozen=True)
@@ -127,11 +134,43 @@ class VirtualMachineReconciler:
 
     info = VIRTUAL_MACHINES
 
-    def __init__(self, client: Client, volumes: Volumes, machines: Machines) -> None:
+    def __init__(
+        self, client: Client, volumes: Volumes, machines: Machines, clock: Clock | None = None
+    ) -> None:
         self.client = client
         self.volumes = volumes
         self.machines = machines
         self.store = ImageStore(volumes.data_dir)
+        self.clock = clock or Clock()
+
+    def _move(
+        self,
+        obj: VirtualMachine,
+        phase: MachinePhase,
+        reason: str,
+        message: str,
+        fields: dict[str, Any] | None = None,
+        ready: bool | None = None,
+        conditions: dict[str, Condition | None] | None = None,
+    ) -> VirtualMachine:
+        """`transition` with what Deckhouse's status adds to a phase: the node while QEMU is
+        there, the resources the VM runs (or would run) with, the phase history."""
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        status = status_of(obj)
+        active = phase in _ACTIVE
+        launched = self.machines.launch(namespace, name).get("resources") if active else None
+        before = status.get("stats")
+        extra = {
+            "nodeName": node_name() if active else None,
+            "resources": launched or self._would_run_with(obj),
+            "stats": replacing(before, stats(before, phase, self.clock.now())),
+        }
+        fields = {**extra, **(fields or {})}
+        return transition(self.client, obj, phase, reason, message, fields, ready, conditions)
+
+    def _would_run_with(self, obj: VirtualMachine) -> dict[str, Any]:
+        found = class_of(self.client, obj)
+        return Admitted(found if isinstance(found, VirtualMachineClass) else None).resources(obj)
 
     def reconcile(self, obj: VirtualMachine) -> Result:
         """One step towards the run policy."""
@@ -157,7 +196,7 @@ class VirtualMachineReconciler:
     def _failed_start(self, obj: VirtualMachine) -> Result:
         """QEMU ended before it answered: Degraded with its last words, tried again later."""
         message = self._exit_message(obj)
-        transition(self.client, obj, MachinePhase.DEGRADED, "QemuFailed", message, _gone_fields())
+        self._move(obj, MachinePhase.DEGRADED, "QemuFailed", message, _gone_fields())
         return Result.requeue(RETRY_SECONDS)
 
     def _should_start(self, obj: VirtualMachine) -> bool:
@@ -200,15 +239,19 @@ class VirtualMachineReconciler:
 
     def _start(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        admitted = admit(self.client, obj)
+        if isinstance(admitted, Hold):
+            reason, message = admitted.reason, admitted.message
+            self._move(obj, MachinePhase.PENDING, reason, message, None, None, admitted.conditions)
+            return Result.requeue(WATCH_SECONDS)
         attached = self._attached(obj)
         if isinstance(attached, str):
-            transition(self.client, obj, MachinePhase.PENDING, "BlockDevicesNotReady", attached)
+            self._move(obj, MachinePhase.PENDING, "BlockDevicesNotReady", attached)
             return Result.requeue(WATCH_SECONDS)
         track = vmcbt.wanted(self.client, obj)
         writable = [a for a in attached if not a.ref.read_only]
         if track and not all(vmcbt.tracked(a.file) for a in writable):
-            obj = transition(
-                self.client,
+            obj = self._move(
                 obj,
                 MachinePhase.STARTING,
                 "Starting",
@@ -219,27 +262,18 @@ class VirtualMachineReconciler:
         for a in attached:
             path, fmt = (a.file, a.format) if a.ref.read_only else vmcbt.prepare(a.file, track)
             disks.append(VmDisk(a.target, path, fmt, a.ref.read_only, a.within, a.cdrom))
-        agent = self.machines.agent_socket(namespace, name) if obj.spec.enable_guest_agent else None
-        config = VmConfig(
-            name=f"{namespace}.{name}",
-            cores=obj.spec.cpu.cores,
-            memory_bytes=obj.spec.memory.size_bytes,
-            disks=disks,
-            monitors=[
-                self.machines.control_socket(namespace, name),
-                self.machines.qmp_socket(namespace, name),
-            ],
-            serial_log=self.machines.serial_log(namespace, name),
-            agent_socket=agent,
-        )
-        launch = {"blockDevices": [a.status() for a in attached], "cbt": track and bool(writable)}
+        config = launch_config(self.machines, obj, admitted, disks)
+        launch = {
+            "blockDevices": [a.status() for a in attached],
+            "cbt": track and bool(writable),
+            "resources": admitted.resources(obj),
+        }
         try:
             self.machines.start(namespace, name, command(config), launch)
         except MachineError as e:
-            transition(self.client, obj, MachinePhase.DEGRADED, e.reason, e.message)
+            self._move(obj, MachinePhase.DEGRADED, e.reason, e.message)
             return Result.requeue(RETRY_SECONDS)
-        transition(
-            self.client,
+        self._move(
             obj,
             MachinePhase.STARTING,
             LAUNCHED,
@@ -269,14 +303,14 @@ class VirtualMachineReconciler:
             **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
         }
         message = f"QEMU is {run_state}"
-        transition(self.client, obj, phase, str(phase), message, fields, ready=True)
+        self._move(obj, phase, str(phase), message, fields, ready=True)
         return Result.requeue(WATCH_SECONDS)
 
     def _stop(self, obj: VirtualMachine, reason: str, message: str) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
-        obj = transition(self.client, obj, MachinePhase.STOPPING, "Stopping", message)
+        obj = self._move(obj, MachinePhase.STOPPING, "Stopping", message)
         self.machines.stop(namespace, name)
-        transition(self.client, obj, MachinePhase.STOPPED, reason, message, _gone_fields())
+        self._move(obj, MachinePhase.STOPPED, reason, message, _gone_fields())
         return Result.requeue(STEP_SECONDS)
 
     def _stopped(self, obj: VirtualMachine) -> Result:
@@ -296,7 +330,7 @@ class VirtualMachineReconciler:
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
             reason, message = "QemuExited", self._exit_message(obj)
         fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}
-        transition(self.client, obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
+        self._move(obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
         return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
 
     def _exit_message(self, obj: VirtualMachine) -> str:
@@ -311,11 +345,11 @@ class VirtualMachineReconciler:
                 nodes = qmp.command("query-named-block-nodes", flat=True)
         except SocketRefusedError as e:
             fields = _gone_fields()
-            transition(self.client, obj, MachinePhase.DEGRADED, e.reason, e.message, fields)
+            self._move(obj, MachinePhase.DEGRADED, e.reason, e.message, fields)
             return Result.requeue(RETRY_SECONDS)
         except (MachineError, QmpError) as e:  # no socket, or no QEMU on it
             fields = _gone_fields()
-            transition(self.client, obj, MachinePhase.STOPPED, "QmpUnreachable", e.message, fields)
+            self._move(obj, MachinePhase.STOPPED, "QmpUnreachable", e.message, fields)
             return Result.requeue(WATCH_SECONDS)
         attached = self._attached(obj)
         devices, on_overlays = [], False
@@ -327,14 +361,14 @@ class VirtualMachineReconciler:
             "blockDevices": devices,
             **self._cbt_fields(on_overlays, vmcbt.wanted(self.client, obj)),
         }
-        transition(self.client, obj, phase, str(phase), f"QEMU is {run_state}", fields, ready=True)
+        self._move(obj, phase, str(phase), f"QEMU is {run_state}", fields, ready=True)
         return Result.requeue(WATCH_SECONDS)
 
     def _delete(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
         if _phase(obj) != MachinePhase.TERMINATING:
             terminating = MachinePhase.TERMINATING
-            obj = transition(self.client, obj, terminating, "Terminating", "being deleted")
+            obj = self._move(obj, terminating, "Terminating", "being deleted")
         if not obj.spec.qmp_socket:
             try:
                 self.machines.stop(namespace, name)

@@ -14,6 +14,7 @@ from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
+from diskferry.control.resources.virtualmachineclass import VIRTUAL_MACHINE_CLASSES
 from diskferry.control.resources.vmbackup import VIRTUAL_MACHINE_BACKUPS
 from diskferry.control.resources.vmbackuptracker import VIRTUAL_MACHINE_BACKUP_TRACKERS
 from diskferry.control.resources.vmexport import VIRTUAL_MACHINE_EXPORTS
@@ -29,6 +30,7 @@ REGISTRY = Registry(
         CLUSTER_VIRTUAL_IMAGES,
         VIRTUAL_DISK_SNAPSHOTS,
         VIRTUAL_MACHINE_EXPORTS,
+        VIRTUAL_MACHINE_CLASSES,
         VIRTUAL_MACHINES,
         DATA_MOVER_CONFIGS,
         BACKUP_STORAGE_LOCATIONS,

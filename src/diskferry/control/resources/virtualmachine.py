@@ -12,15 +12,24 @@ to users, never read back by the daemon.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
 from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
 from diskferry.control.quantity import parse_quantity
-from diskferry.control.resources.common import ApiVersion, Quantity
+from diskferry.control.resources.common import ApiVersion, Quantity, invalid
+from diskferry.control.resources.noeffect import no_effect
+from diskferry.control.resources.placement import (
+    NO_TAINTS,
+    ONE_NODE,
+    Toleration,
+    TopologySpreadConstraint,
+    VmAffinity,
+)
 
 CBT_LABEL = "diskferry.io/changed-block-tracking"
 """A VM labelled with this key and "true" gets CBT whatever the DataMoverConfig selects."""
@@ -44,10 +53,19 @@ class BlockDeviceKind(StrEnum):
 
 
 class BlockDeviceSpecRef(ApiModel):
-    """One disk or image the VM attaches, in the order given."""
+    """One disk or image the VM attaches; the list's order is the boot order."""
 
-    kind: BlockDeviceKind
-    name: str = Field(min_length=1)
+    kind: BlockDeviceKind = Field(
+        description="VirtualDisk (read-write), VirtualImage or ClusterVirtualImage (read-only)."
+    )
+    name: str = Field(min_length=1, description="The object's name.")
+    boot_order: int | None = Field(
+        default=None,
+        alias="bootOrder",
+        ge=1,
+        description="The device's boot priority (lower first); devices without one boot after "
+        "those with one, in the list's order.",
+    )
 
     @property
     def read_only(self) -> bool:
@@ -55,16 +73,28 @@ class BlockDeviceSpecRef(ApiModel):
         return self.kind is not BlockDeviceKind.VIRTUAL_DISK
 
 
+CORE_FRACTION = r"^(Auto|(100|[1-9][0-9]?)%)$"
+
+
 class CpuSpec(ApiModel):
     """The VM's virtual CPUs."""
 
-    cores: int = Field(default=1, ge=1, le=256)
+    cores: int = Field(default=1, ge=1, le=256, description="The number of cores (1).")
+    core_fraction: str | None = Field(
+        default=None,
+        alias="coreFraction",
+        pattern=CORE_FRACTION,
+        description="The share of each core the VM is guaranteed when the host is busy, 1% to "
+        "100% (or Auto): its QEMU's CPU weight in a cgroup of its own (cores times the "
+        "fraction of a plain process's). Unset, the class's policy's defaultCoreFraction, else "
+        "100%; Auto, which Deckhouse hands to its autoscaler, gets the same here.",
+    )
 
 
 class MemorySpec(ApiModel):
     """The VM's memory."""
 
-    size: Quantity = "256Mi"
+    size: Quantity = Field(default="256Mi", description="The guest's memory (256Mi).")
 
     @property
     def size_bytes(self) -> int:
@@ -72,14 +102,291 @@ class MemorySpec(ApiModel):
         return parse_quantity(self.size)
 
 
+class ProvisioningType(StrEnum):
+    """How the guest is configured at its first boot."""
+
+    USER_DATA = "UserData"
+    USER_DATA_REF = "UserDataRef"
+    SYSPREP_REF = "SysprepRef"
+
+
+class SecretRef(ApiModel):
+    """A Secret in the VM's namespace."""
+
+    kind: Literal["Secret"] = Field(default="Secret", description="Secret, the only kind.")
+    name: str = Field(min_length=1, description="The Secret's name.")
+
+
+USER_DATA_LIMIT = 2048
+
+
+class Provisioning(ApiModel):
+    """First-boot configuration, given to the guest on a CD-ROM of its own: cloud-init's
+    NoCloud seed (label `cidata`: user-data, meta-data) or a Windows answer file's."""
+
+    type: ProvisioningType = Field(
+        description="UserData (cloud-init in `userData`), UserDataRef (cloud-init in the "
+        "Secret's `userData` key) or SysprepRef (the Secret's files, autounattend.xml and "
+        "unattend.xml, on the CD-ROM); required."
+    )
+    user_data: str | None = Field(
+        default=None,
+        alias="userData",
+        description=f"cloud-init user data, at most {USER_DATA_LIMIT} bytes.",
+    )
+    user_data_ref: SecretRef | None = Field(
+        default=None,
+        alias="userDataRef",
+        description="The Secret with the cloud-init user data under `userData` (or `value`).",
+    )
+    sysprep_ref: SecretRef | None = Field(
+        default=None, alias="sysprepRef", description="The Secret with the Windows answer files."
+    )
+
+    @model_validator(mode="after")
+    def _has_its_source(self) -> Provisioning:
+        wanted = {
+            ProvisioningType.USER_DATA: "userData",
+            ProvisioningType.USER_DATA_REF: "userDataRef",
+            ProvisioningType.SYSPREP_REF: "sysprepRef",
+        }[self.type]
+        given = {
+            "userData": self.user_data is not None,
+            "userDataRef": self.user_data_ref is not None,
+            "sysprepRef": self.sysprep_ref is not None,
+        }
+        if not given[wanted]:
+            raise invalid(f"type {self.type} requires {wanted}")
+        others = sorted(name for name, set_ in given.items() if set_ and name != wanted)
+        if others:
+            raise invalid(f"type {self.type} cannot have {' or '.join(others)}")
+        if self.user_data is not None and len(self.user_data.encode()) > USER_DATA_LIMIT:
+            raise invalid(
+                f"`userData` exceeds {USER_DATA_LIMIT} byte limit; should use `userDataRef` for "
+                "larger data."
+            )
+        return self
+
+
+class Bootloader(StrEnum):
+    """The VM's firmware."""
+
+    BIOS = "BIOS"
+    EFI = "EFI"
+    EFI_WITH_SECURE_BOOT = "EFIWithSecureBoot"
+
+
+class OsType(StrEnum):
+    """The guest's family, which chooses the devices it gets."""
+
+    WINDOWS = "Windows"
+    GENERIC = "Generic"
+    LEGACY = "Legacy"
+
+
+class RestartApprovalMode(StrEnum):
+    """How changes that need a restart are applied to a running VM."""
+
+    MANUAL = "Manual"
+    AUTOMATIC = "Automatic"
+
+
+class Disruptions(ApiModel):
+    """How changes that need a restart are applied."""
+
+    restart_approval_mode: RestartApprovalMode = Field(
+        default=RestartApprovalMode.MANUAL,
+        alias="restartApprovalMode",
+        description="Manual (the default): a running VM waits for its next start, its "
+        "AwaitingRestartToApplyConfiguration condition True; Automatic: it is restarted to "
+        "apply them.",
+    )
+
+
+class LiveMigrationPolicy(StrEnum):
+    """How a live migration may slow or force the guest."""
+
+    ALWAYS_SAFE = "AlwaysSafe"
+    PREFER_SAFE = "PreferSafe"
+    ALWAYS_FORCED = "AlwaysForced"
+    PREFER_FORCED = "PreferForced"
+
+
+class NetworkType(StrEnum):
+    """The networks a VM joins."""
+
+    MAIN = "Main"
+    NETWORK = "Network"
+    CLUSTER_NETWORK = "ClusterNetwork"
+
+
+class NetworkSpec(ApiModel):
+    """A network interface of the VM."""
+
+    type: NetworkType = Field(
+        description="Main (the one network this host gives: QEMU's user-mode network, NAT to "
+        "the host's), Network or ClusterNetwork (Deckhouse's extra networks: none here, the "
+        "VM's NetworkReady condition says so); required."
+    )
+    id: int | None = Field(default=None, description="The interface's number.")
+    name: str | None = no_effect(
+        "this host has no extra networks", "The network joined.", default=None, min_length=1
+    )
+    virtual_machine_mac_address_name: str | None = no_effect(
+        "the MAC address comes from the VM's uid here",
+        "The VirtualMachineMACAddress object of the interface.",
+        default=None,
+        alias="virtualMachineMACAddressName",
+        min_length=1,
+    )
+    ip_address_name: str | None = no_effect(
+        "this host has no extra networks",
+        "The IPAddress object of a static address on an extra network.",
+        default=None,
+        alias="ipAddressName",
+        min_length=1,
+    )
+
+
+class GpuSpec(ApiModel):
+    """A GPU passed through."""
+
+    gpu_class_name: str = Field(
+        alias="gpuClassName", min_length=1, max_length=253, description="The GPUClass."
+    )
+
+
+class UsbDeviceSpec(ApiModel):
+    """A USB device passed through."""
+
+    name: str = Field(min_length=1, description="The USBDevice object in the namespace.")
+
+
 class VirtualMachineSpec(ApiModel):
     """The VM wanted."""
 
-    run_policy: RunPolicy = Field(alias="runPolicy")
-    block_device_refs: list[BlockDeviceSpecRef] = Field(alias="blockDeviceRefs")
-    cpu: CpuSpec = Field(default_factory=CpuSpec)
-    memory: MemorySpec = Field(default_factory=MemorySpec)
-    enable_guest_agent: bool = Field(default=False, alias="enableGuestAgent")
+    virtual_machine_class_name: str | None = Field(
+        default=None,
+        alias="virtualMachineClassName",
+        min_length=1,
+        description="The VirtualMachineClass giving the CPU model, the nodes and the sizing "
+        "policy. Unset, the class annotated virtualmachineclass.diskferry.io/is-default-class: "
+        '"true"; with none, the host\'s CPU and no sizing policy. A class that does not exist '
+        "keeps the VM Pending.",
+    )
+    run_policy: RunPolicy = Field(
+        default=RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY,
+        alias="runPolicy",
+        description="AlwaysOn (started again whenever it ends), AlwaysOff, Manual (neither "
+        "started nor stopped), AlwaysOnUnlessStoppedManually (the default: started, and again "
+        "after a crash, unless the guest powered itself off or it was stopped through the "
+        "run policy AlwaysOff; set another policy and back to start it again).",
+    )
+    block_device_refs: list[BlockDeviceSpecRef] = Field(
+        alias="blockDeviceRefs",
+        min_length=1,
+        max_length=16,
+        description="The disks and images attached, 1 to 16, in boot order; required.",
+    )
+    cpu: CpuSpec = Field(default_factory=CpuSpec, description="The virtual CPUs.")
+    memory: MemorySpec = Field(default_factory=MemorySpec, description="The memory.")
+    provisioning: Provisioning | None = Field(
+        default=None, description="First-boot configuration (cloud-init, sysprep)."
+    )
+    bootloader: Bootloader = Field(
+        default=Bootloader.BIOS,
+        description="BIOS (the default, SeaBIOS), EFI (OVMF), EFIWithSecureBoot (OVMF with "
+        "Secure Boot and Microsoft's keys, on a q35 machine with SMM); the EFI variables are "
+        "kept in the VM's folder.",
+    )
+    os_type: OsType = Field(
+        default=OsType.GENERIC,
+        alias="osType",
+        description="Generic (the default), Windows (Hyper-V enlightenments under KVM), Legacy "
+        "(no paravirtualized devices without enableParavirtualization; BIOS only, no "
+        "provisioning).",
+    )
+    enable_paravirtualization: bool = Field(
+        default=True,
+        alias="enableParavirtualization",
+        description="virtio devices (the default: disks on virtio-scsi, a virtio-net NIC); "
+        "false: disks on SATA (IDE for Legacy, at most 4) and an e1000 NIC, for guests without "
+        "virtio drivers.",
+    )
+    disruptions: Disruptions = Field(
+        default_factory=Disruptions, description="How changes needing a restart are applied."
+    )
+    termination_grace_period_seconds: int = Field(
+        default=60,
+        alias="terminationGracePeriodSeconds",
+        ge=0,
+        description="Seconds a stopping VM's guest has to power off after the ACPI shutdown "
+        "request (60); then QEMU is ended. 0 ends QEMU at once.",
+    )
+    networks: list[NetworkSpec] = Field(
+        default_factory=lambda: [NetworkSpec(type=NetworkType.MAIN)],
+        description="The network interfaces; the Main network only by default.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        alias="nodeSelector",
+        description="Node labels the VM must run on, as a Pod's: a VM whose selector this "
+        "host's node (kubernetes.io/hostname, kubernetes.io/os, kubernetes.io/arch) does not "
+        "meet stays Pending.",
+    )
+    affinity: VmAffinity | None = Field(
+        default=None, description="Placement rules towards nodes and other VMs and Pods."
+    )
+    tolerations: list[Toleration] = no_effect(
+        NO_TAINTS, "Taints the VM tolerates, as a Pod's.", default_factory=list
+    )
+    topology_spread_constraints: list[TopologySpreadConstraint] = no_effect(
+        ONE_NODE,
+        "How the VM spreads with others over topology domains.",
+        default_factory=list,
+        alias="topologySpreadConstraints",
+    )
+    priority_class_name: str | None = no_effect(
+        "no scheduler ranks VMs on this host",
+        "The PriorityClass of the VM's Pod.",
+        default=None,
+        alias="priorityClassName",
+        min_length=1,
+    )
+    live_migration_policy: LiveMigrationPolicy = no_effect(
+        "a VM never migrates off the one host",
+        "How a live migration may slow or force the guest: AlwaysSafe, PreferSafe (the "
+        "default), AlwaysForced, PreferForced.",
+        default=LiveMigrationPolicy.PREFER_SAFE,
+        alias="liveMigrationPolicy",
+    )
+    virtual_machine_ip_address_name: str | None = no_effect(
+        "the Main network's address is QEMU's user-mode network's, which no object holds",
+        "The VirtualMachineIPAddress object holding the main address.",
+        default=None,
+        alias="virtualMachineIPAddressName",
+        min_length=1,
+    )
+    gpus: list[GpuSpec] = no_effect(
+        "this host passes no GPU through",
+        "GPUs passed through.",
+        default_factory=list,
+        max_length=16,
+    )
+    usb_devices: list[UsbDeviceSpec] = no_effect(
+        "this host passes no USB device through",
+        "USB devices passed through.",
+        default_factory=list,
+        alias="usbDevices",
+        max_length=8,
+    )
+    enable_guest_agent: bool = Field(
+        default=True,
+        alias="enableGuestAgent",
+        description="A guest-agent channel (true, as every Deckhouse VM has): its guest's "
+        "qemu-guest-agent, when it answers, gives the VM's guestOSInfo and addresses, and "
+        "freezes the guest for backups and snapshots.",
+    )
     qmp_socket: str | None = Field(
         default=None,
         alias="qmpSocket",
@@ -92,9 +399,36 @@ class VirtualMachineSpec(ApiModel):
         ),
     )
 
+    @model_validator(mode="after")
+    def _legacy_rules(self) -> VirtualMachineSpec:
+        if self.os_type is not OsType.LEGACY:
+            return self
+        if self.bootloader is not Bootloader.BIOS:
+            raise invalid("The Legacy osType requires the BIOS bootloader.")
+        if self.provisioning is not None:
+            raise invalid(
+                "The Legacy osType does not support provisioning: such operating systems have "
+                "no cloud-init or Sysprep support."
+            )
+        if not self.enable_paravirtualization and len(self.block_device_refs) > 4:
+            raise invalid(
+                "The Legacy osType with enableParavirtualization=false supports at most 4 block "
+                "devices."
+            )
+        return self
+
+    def boot_ordered(self) -> list[BlockDeviceSpecRef]:
+        """The block devices in the order they boot: those with a bootOrder by it, then the
+        rest in the list's order."""
+        numbered = sorted(
+            (r for r in self.block_device_refs if r.boot_order is not None),
+            key=lambda r: r.boot_order or 0,
+        )
+        return [*numbered, *(r for r in self.block_device_refs if r.boot_order is None)]
+
 
 class MachinePhase(StrEnum):
-    """Where a VM is in its life, as Deckhouse names it."""
+    """Where a VM is in its life, as Deckhouse names it (never Migrating on one host)."""
 
     PENDING = "Pending"
     STARTING = "Starting"
@@ -104,6 +438,7 @@ class MachinePhase(StrEnum):
     STOPPED = "Stopped"
     DEGRADED = "Degraded"
     TERMINATING = "Terminating"
+    MIGRATING = "Migrating"
 
 
 class CbtState(StrEnum):
@@ -130,10 +465,115 @@ class BlockDeviceStatus(ApiModel):
     read_only: bool = Field(alias="readOnly")
 
 
+class BlockDeviceStatusRef(ApiModel):
+    """A device of the VM as Deckhouse lists it: whether it is attached, its size."""
+
+    kind: BlockDeviceKind
+    name: str
+    size: str = Field(description="The device's size, as a quantity.")
+    attached: bool = Field(description="Whether the running VM has it attached.")
+    boot_order: int | None = Field(default=None, alias="bootOrder")
+    target: str | None = Field(default=None, description="The device's name in the guest.")
+    hotplugged: bool | None = None
+
+
+class CpuTopology(ApiModel):
+    """How the cores are laid out."""
+
+    sockets: int
+    cores_per_socket: int = Field(alias="coresPerSocket")
+
+
+class CpuResources(ApiModel):
+    """The CPU in effect."""
+
+    cores: int
+    core_fraction: str | None = Field(default=None, alias="coreFraction")
+    requested_cores: str | None = Field(
+        default=None, alias="requestedCores", description="Cores times the fraction (millicores)."
+    )
+    runtime_overhead: str | None = Field(default=None, alias="runtimeOverhead")
+    topology: CpuTopology | None = None
+
+
+class MemoryResources(ApiModel):
+    """The memory in effect."""
+
+    size: str
+    runtime_overhead: str | None = Field(default=None, alias="runtimeOverhead")
+
+
+class Resources(ApiModel):
+    """The resources in effect while the VM runs."""
+
+    cpu: CpuResources
+    memory: MemoryResources
+
+
+class LaunchTimeDuration(ApiModel):
+    """How long the last start took, by step."""
+
+    waiting_for_dependencies: str | None = Field(default=None, alias="waitingForDependencies")
+    virtual_machine_starting: str | None = Field(default=None, alias="virtualMachineStarting")
+    guest_os_agent_starting: str | None = Field(default=None, alias="guestOSAgentStarting")
+
+
+class PhaseTransition(ApiModel):
+    """A phase entered, and when."""
+
+    phase: MachinePhase
+    timestamp: datetime
+
+
+class Stats(ApiModel):
+    """Timing statistics."""
+
+    last_start_time: datetime | None = Field(default=None, alias="lastStartTime")
+    launch_time_duration: LaunchTimeDuration | None = Field(
+        default=None, alias="launchTimeDuration"
+    )
+    phases_transitions: list[PhaseTransition] = Field(
+        default_factory=list, alias="phasesTransitions"
+    )
+
+
+class NetworkStatus(ApiModel):
+    """A network interface as attached."""
+
+    type: NetworkType
+    id: int | None = None
+    name: str | None = None
+    mac_address: str | None = Field(default=None, alias="macAddress")
+    ip_address: str | None = Field(default=None, alias="ipAddress")
+    virtual_machine_mac_address_name: str | None = Field(
+        default=None, alias="virtualMachineMACAddressName"
+    )
+
+
+class Versions(ApiModel):
+    """The hypervisor's versions."""
+
+    qemu: str | None = None
+    libvirt: str | None = None
+
+
 class VirtualMachineStatus(Status):
     """What was observed of the VM."""
 
     phase: MachinePhase | None = None
+    node_name: str | None = Field(default=None, alias="nodeName")
+    ip_address: str | None = Field(default=None, alias="ipAddress")
+    guest_os_info: dict[str, Any] | None = Field(default=None, alias="guestOSInfo")
+    resources: Resources | None = None
+    stats: Stats | None = None
+    networks: list[NetworkStatus] | None = None
+    versions: Versions | None = None
+    block_device_refs: list[BlockDeviceStatusRef] | None = Field(
+        default=None, alias="blockDeviceRefs"
+    )
+    restart_awaiting_changes: list[dict[str, Any]] | None = Field(
+        default=None, alias="restartAwaitingChanges"
+    )
     qmp_socket: str | None = Field(default=None, alias="qmpSocket")
     guest_agent_socket: str | None = Field(default=None, alias="guestAgentSocket")
     block_devices: list[BlockDeviceStatus] | None = Field(default=None, alias="blockDevices")
@@ -151,6 +591,10 @@ class VirtualMachine(Resource):
     status: VirtualMachineStatus = Field(default_factory=VirtualMachineStatus)
 
 
+def _condition(kind: str) -> str:
+    return f".status.conditions[?(@.type=='{kind}')].status"
+
+
 VIRTUAL_MACHINES = KindInfo(
     group=GROUP,
     version=VERSION,
@@ -161,8 +605,15 @@ VIRTUAL_MACHINES = KindInfo(
     categories=("all", "diskferry"),
     columns=(
         Column("Phase", ".status.phase"),
-        Column("Cores", ".spec.cpu.cores", "integer"),
-        Column("Memory", ".spec.memory.size"),
+        Column("Uptime", ".status.stats.lastStartTime", "date"),
+        Column("Cores", ".status.resources.cpu.cores", priority=1),
+        Column("CoreFraction", ".status.resources.cpu.coreFraction", priority=1),
+        Column("Memory", ".status.resources.memory.size", priority=1),
+        Column("Need restart", _condition("AwaitingRestartToApplyConfiguration"), priority=1),
+        Column("Agent", _condition("AgentReady"), priority=1),
+        Column("Migratable", _condition("Migratable"), priority=1),
+        Column("Node", ".status.nodeName"),
+        Column("IPAddress", ".status.ipAddress"),
         Column("CBT", ".status.changedBlockTracking.state"),
         Column("RunPolicy", ".spec.runPolicy", priority=1),
         Column("QMP", ".status.qmpSocket", priority=1),

@@ -1,0 +1,114 @@
+"""What a VM's QEMU is started with, from its spec and its class: the virtual CPU and its
+topology, the memory, the devices, the sockets; and whether the host may run it at all (its
+class exists, it fits the class's sizing policy, this host's node meets its selectors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diskferry.control.machines import Machines
+from diskferry.control.node import node_fields, node_labels
+from diskferry.control.reconcilers.vmclass import class_of
+from diskferry.control.reconcilers.vmsizing import core_fraction, sizing_problem
+from diskferry.control.reconcilers.vmstatus import resources, topology
+from diskferry.control.resources.virtualmachine import VirtualMachine
+from diskferry.control.resources.virtualmachineclass import CpuType, VirtualMachineClass
+from diskferry.control.runtime.client import Client
+from diskferry.qemu.system import VmConfig, VmDisk
+
+BASELINE_CPU = "qemu64"
+"""The model a Features class adds its features to, as Deckhouse's generic model."""
+SIZING = "SizingPolicyMatched"
+CLASS_READY = "VirtualMachineClassReady"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why the VM may not start: the Ready condition's reason and message, and the other
+    conditions that say so."""
+
+    reason: str
+    message: str
+    conditions: dict[str, tuple[bool, str, str] | None]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A VM the host may run, and its class (None when it has none)."""
+
+    vm_class: VirtualMachineClass | None
+
+    def resources(self, vm: VirtualMachine) -> dict[str, object]:
+        """The resources the VM runs with: its cores at its fraction, its memory."""
+        percent = core_fraction(vm, self.vm_class)
+        return resources(vm.spec.cpu.cores, percent, vm.spec.memory.size)
+
+
+def admit(client: Client, vm: VirtualMachine) -> Admitted | Hold:
+    """Whether the host may run `vm`, as Deckhouse's controller decides it before a start."""
+    found = class_of(client, vm)
+    if isinstance(found, str):
+        return Hold("VirtualMachineClassNotFound", found, {CLASS_READY: (False, "NotFound", found)})
+    class_ready = None if found is None else (True, CLASS_READY, "")
+    problem = sizing_problem(vm, found)
+    if problem is not None:
+        conditions = {CLASS_READY: class_ready, SIZING: (False, "SizingPolicyNotMatched", problem)}
+        return Hold("SizingPolicyNotMatched", problem, conditions)
+    placed = _unplaced(vm, found)
+    if placed is not None:
+        return Hold("Unschedulable", placed, {CLASS_READY: class_ready, SIZING: None})
+    return Admitted(found)
+
+
+def _unplaced(vm: VirtualMachine, vm_class: VirtualMachineClass | None) -> str | None:
+    """Why this host's node is not one the VM may run on, None when it is."""
+    labels = node_labels()
+    if any(labels.get(k) != v for k, v in vm.spec.node_selector.items()):
+        return "this host's node does not meet the VM's spec.nodeSelector"
+    node_affinity = vm.spec.affinity.node_affinity if vm.spec.affinity else None
+    required = node_affinity.required if node_affinity else None
+    if required is not None and not required.matches(labels, node_fields()):
+        return (
+            "this host's node does not meet the VM's "
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    selector = vm_class.spec.node_selector if vm_class else None
+    if selector is not None and not selector.matches(labels):
+        name = vm_class.metadata.name if vm_class else ""
+        return (
+            f"this host's node does not meet the spec.nodeSelector of VirtualMachineClass {name}: "
+            "name another class in spec.virtualMachineClassName"
+        )
+    return None
+
+
+def cpu_model(vm_class: VirtualMachineClass | None) -> str | None:
+    """`-cpu` for the class: its model, the baseline with its features, or None (the host's
+    CPU, which is also what Discovery finds on the one host)."""
+    if vm_class is None:
+        return None
+    cpu = vm_class.spec.cpu
+    if cpu.type is CpuType.MODEL:
+        return cpu.model
+    if cpu.type is CpuType.FEATURES:
+        return ",".join([BASELINE_CPU, *(f"+{f}" for f in cpu.features or [])])
+    return None
+
+
+def launch_config(
+    machines: Machines, vm: VirtualMachine, admitted: Admitted, disks: list[VmDisk]
+) -> VmConfig:
+    """The QEMU configuration of `vm` with `disks`."""
+    namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
+    agent = machines.agent_socket(namespace, name) if vm.spec.enable_guest_agent else None
+    return VmConfig(
+        name=f"{namespace}.{name}",
+        cores=vm.spec.cpu.cores,
+        memory_bytes=vm.spec.memory.size_bytes,
+        disks=disks,
+        monitors=[machines.control_socket(namespace, name), machines.qmp_socket(namespace, name)],
+        serial_log=machines.serial_log(namespace, name),
+        agent_socket=agent,
+        cpu=cpu_model(admitted.vm_class),
+        sockets=topology(vm.spec.cpu.cores)["sockets"],
+    )
