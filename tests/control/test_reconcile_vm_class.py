@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 from reconcile_support import Daemon
-from vm_support import create_vm, daemon, ready_disk
+from vm_support import create_vm, daemon, pid_of, ready_disk
 
 from diskferry.control.resources import REGISTRY
 
@@ -107,3 +108,27 @@ def test_a_vm_whose_node_selector_this_host_does_not_meet_stays_pending(daemon: 
     vm = daemon.wait_phase("VirtualMachine", "vm-s", "Pending", "Running", timeout=60)
     assert vm["status"]["phase"] == "Pending"
     assert "spec.nodeSelector" in condition(vm, "Ready")["message"]
+
+
+def cpu_share(pid: int) -> tuple[str, int]:
+    """The CPU weight of the cgroup `pid` is in: ("cpu.weight", N) or ("cpu.shares", N)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        weight = Path(f"/sys/fs/cgroup{path}/cpu.weight")
+        if controllers == "" and weight.exists():
+            return "cpu.weight", int(weight.read_text())
+        if "cpu" in controllers.split(","):
+            shares = Path(f"/sys/fs/cgroup/{controllers}{path}/cpu.shares")
+            return "cpu.shares", int(shares.read_text())
+    raise AssertionError(f"no CPU controller for {pid}")
+
+
+def test_the_core_fraction_is_the_qemu_cpu_weight(daemon: Daemon) -> None:
+    """Two cores at 20%: 0.4 of a plain process's weight (cgroup v2 100, v1 1024)."""
+    ready_disk(daemon, "vd-w")
+    create_vm(daemon, "vm-w", spec("vd-w", cpu={"cores": 2, "coreFraction": "20%"}), {})
+    daemon.wait_phase("VirtualMachine", "vm-w", "Running", timeout=60)
+    pid = pid_of(daemon, "vm-w")
+    assert pid
+    kind, value = cpu_share(pid)
+    assert value == {"cpu.weight": 40, "cpu.shares": 410}[kind]

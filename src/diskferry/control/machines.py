@@ -8,7 +8,8 @@ stderr, each line stamped), `serial.log` and `state.json` (pid, start time, boot
 and what the VM was launched with); every folder down to it is 0700. QEMU runs in a session
 of its own, as engine workers do (see `runner.local`): a daemon that stops or is killed leaves
 its VMs running, as a hypervisor's management daemon does, and the next one re-attaches to
-them by pid and start time; only deleting the VM, or its run policy, stops one.
+them by pid and start time; only deleting the VM, or its run policy, stops one. Each QEMU runs in
+a cgroup of its own weighted by its cores and core fraction (`cpushare`).
 
 A VM that runs elsewhere names its QMP socket in `spec.qmpSocket`; the daemon (root) speaks to
 it only when it lies in DATA_DIR/vm-sockets (or a folder below, none of them a symlink) and is
@@ -32,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from diskferry.control import cpushare
 from diskferry.control.runner.local import write_atomically
 from diskferry.control.runner.tail import tail_lines
 from diskferry.disk import procstat
@@ -56,6 +58,11 @@ class SocketRefusedError(MachineError):
     """A QMP socket named for a VM that runs elsewhere is not one the daemon may use."""
 
     reason = "QmpSocketRefused"
+
+
+def _group(namespace: str, name: str) -> str:
+    """The name of the VM's cgroup."""
+    return f"{namespace}.{name}"
 
 
 def _stamp() -> str:
@@ -136,8 +143,16 @@ class Machines:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def start(self, namespace: str, name: str, argv: list[str], launch: dict[str, Any]) -> None:
-        """Run `argv` as the VM's QEMU, unless it runs already; `launch` is kept with it."""
+    def start(
+        self,
+        namespace: str,
+        name: str,
+        argv: list[str],
+        launch: dict[str, Any],
+        share: tuple[int, int] = (1, 100),
+    ) -> None:
+        """Run `argv` as the VM's QEMU, unless it runs already; `launch` is kept with it, and
+        `share` (cores, percent of each) weighs its CPU."""
         self.check_paths(namespace, name)
         directory = self.directory(namespace, name)
         with self._lock:
@@ -162,8 +177,10 @@ class Machines:
             finally:
                 os.close(log)
             self._children[directory] = child
+            unweighed = cpushare.place(child.pid, _group(namespace, name), *share)
             stat = procstat.read(child.pid)
             record = {
+                "unweighed": unweighed,
                 "pid": child.pid,
                 "startTime": stat.start_time if stat else None,
                 "bootId": procstat.boot_id(),
@@ -190,6 +207,10 @@ class Machines:
         """Whether the VM's QEMU process runs."""
         with self._lock:
             return self._alive(self.directory(namespace, name))
+
+    def unweighed(self, namespace: str, name: str) -> str | None:
+        """Why the VM's QEMU could not be weighed in a cgroup of its own, None when it was."""
+        return self._record(self.directory(namespace, name)).get("unweighed")
 
     def launch(self, namespace: str, name: str) -> dict[str, Any]:
         """What the VM's QEMU was last launched with ({} when never)."""
@@ -231,6 +252,7 @@ class Machines:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
             if self._wait_gone(namespace, name, STOP_SECONDS):
+                cpushare.remove(_group(namespace, name))
                 return
         raise MachineError(f"the QEMU of {namespace}/{name} would not end")
 

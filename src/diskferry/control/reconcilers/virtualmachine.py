@@ -269,10 +269,15 @@ class VirtualMachineReconciler:
             "resources": admitted.resources(obj),
         }
         try:
-            self.machines.start(namespace, name, command(config), launch)
+            share = (obj.spec.cpu.cores, admitted.core_fraction(obj))
+            self.machines.start(namespace, name, command(config), launch, share)
         except MachineError as e:
             self._move(obj, MachinePhase.DEGRADED, e.reason, e.message)
             return Result.requeue(RETRY_SECONDS)
+        unweighed = self.machines.unweighed(namespace, name)
+        if unweighed is not None:
+            said = f"spec.cpu.coreFraction has no effect: {unweighed}"
+            self.client.event(obj, "Warning", "CoreFractionNotApplied", said)
         self._move(
             obj,
             MachinePhase.STARTING,

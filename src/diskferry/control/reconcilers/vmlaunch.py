@@ -38,10 +38,13 @@ class Admitted:
 
     vm_class: VirtualMachineClass | None
 
+    def core_fraction(self, vm: VirtualMachine) -> int:
+        """The percent of each core the VM gets."""
+        return core_fraction(vm, self.vm_class)
+
     def resources(self, vm: VirtualMachine) -> dict[str, object]:
         """The resources the VM runs with: its cores at its fraction, its memory."""
-        percent = core_fraction(vm, self.vm_class)
-        return resources(vm.spec.cpu.cores, percent, vm.spec.memory.size)
+        return resources(vm.spec.cpu.cores, self.core_fraction(vm), vm.spec.memory.size)
 
 
 def admit(client: Client, vm: VirtualMachine) -> Admitted | Hold:
