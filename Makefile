@@ -24,9 +24,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/diskferry demo
 
+# the import contracts of .importlinter, over this checkout's sources
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache --no-logo
 
 # one test process per core: most tests wait on servers and subprocesses
 test: lint
