@@ -1,1 +1,30 @@
-"""The export engine: an HTTPS export server, the export proxy, and a resuming download client."""
+"""The export engine: an HTTPS export server, the export proxy, and a resuming download client.
+
+Its face: the jobs (export, backup point, proxy), their result and phases, the proxy's routes,
+the functions that serve them, the download client, and the errors; each loaded when first
+used (diskferry.faces).
+"""
+
+from diskferry.faces import lazy_face
+
+__all__, __getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        "backuppoint": ("BackupPointJob", "serve_backup_point"),
+        "download": ("DownloadRequest", "DownloadResult", "download as download_volume"),
+        "errors": ("DownloadError", "ExportError", "RoutesError"),
+        "job": (
+            "ExportJob",
+            "ExportPhase",
+            "ExportVolumeSpec",
+            "LinkSettings",
+            "ProxyJob",
+            "ServeResult",
+        ),
+        "routes": ("Route", "RoutesDocument"),
+        "server": ("READY_PATH",),
+        "service": ("serve_export", "serve_proxy"),
+        "token": ("TokenFile",),
+        "volumes": ("parse_spec as parse_volume_spec",),
+    },
+)

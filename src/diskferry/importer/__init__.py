@@ -1,1 +1,22 @@
-"""The import engine: brings a disk image from a file, URL or containerDisk into a volume."""
+"""The import engine: brings a disk image from a file, URL or containerDisk into a volume.
+
+Its face: the jobs (import, push into an image store, upload), their results and phases,
+the functions that run them, and their errors; each loaded when first used (diskferry.faces).
+"""
+
+from diskferry.faces import lazy_face
+
+__all__, __getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        "engine": ("ImageRefusedError", "run_import"),
+        "image_push": ("ImagePushJob", "ImagePushResult", "push_image", "stored_format"),
+        "job": ("ImportJob", "ImportPhase", "ImportResult"),
+        "probe": ("probe_image",),
+        "source": ("SourceError",),
+        "upload_client": ("UploadClientError", "upload_file"),
+        "upload_job": ("UploadJob", "UploadPhase", "UploadResult"),
+        "upload_server": ("UPLOAD_PREFIX",),
+        "upload_service": ("serve_upload",),
+    },
+)

@@ -1,5 +1,18 @@
-"""The project's NBD client and NbdVolume, and opening a volume from a path or NBD URL."""
+"""The project's NBD client and NbdVolume, and opening a volume from a path or NBD URL.
 
-from diskferry.nbd.open import open_volume
+Each name of the face is loaded when first used (diskferry.faces).
+"""
 
-__all__ = ["open_volume"]
+from diskferry.faces import lazy_face
+
+__all__, __getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        "client": ("NbdClient",),
+        "errors": ("NbdConnectionError", "NbdError", "NbdUrlError"),
+        "open": ("open_volume",),
+        "protocol": ("DEFAULT_PORT",),
+        "url": ("NbdUrl", "parse_url as parse_nbd_url"),
+        "volume": ("NbdVolume",),
+    },
+)

@@ -1,1 +1,23 @@
-"""Object storage: one small API over a directory or an S3 bucket and prefix."""
+"""Object storage: one small API over a directory or an S3 bucket and prefix.
+
+Each name of the face is loaded when first used (diskferry.faces).
+"""
+
+from diskferry.faces import lazy_face
+
+__all__, __getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        "backend": ("ObjectInfo",),
+        "credentials": ("parse_credentials", "read_credentials"),
+        "errors": (
+            "BucketNotFoundError",
+            "CredentialsRefusedError",
+            "ForeignEntryError",
+            "ObjectNotFoundError",
+            "ObjectStoreError",
+        ),
+        "s3_options": ("S3Options",),
+        "store": ("ObjectStore",),
+    },
+)

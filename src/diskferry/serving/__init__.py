@@ -1,1 +1,17 @@
-"""HTTPS serving the engines share: certificates, reloading TLS, the listener, the run loop."""
+"""HTTPS serving the engines share: certificates, reloading TLS, the listener, the run loop.
+
+Each name of the face is loaded when first used (diskferry.faces).
+"""
+
+from diskferry.faces import lazy_face
+
+__all__, __getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        "certs": ("CA_CERT", "CA_KEY", "create_ca", "default_sans", "issue_server_cert"),
+        "defaults": ("DEFAULT_ADDRESS", "DEFAULT_PORT", "PROXY_PORT", "default_data_dir"),
+        "errors": ("ServeError", "TlsSetupError"),
+        "listening": ("Listening",),
+        "tls": ("TLS_CERT", "TLS_KEY"),
+    },
+)

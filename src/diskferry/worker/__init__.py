@@ -1,28 +1,19 @@
 """The job runtime every engine's worker uses: job file, /progress, /metrics, result, SIGTERM.
 
 Engines describe their jobs with `WorkerJob` and report through `Reporter`; their worker
-entry points call `diskferry.worker.runtime.run_worker` (which brings in the HTTP server).
-The names below are loaded when first used, so that reporting does not bring in pydantic.
+entry points call `run_worker` (which brings in the HTTP server). Each name is loaded when
+first used (diskferry.faces), so that reporting does not bring in pydantic.
 """
 
-from __future__ import annotations
+from diskferry.faces import lazy_face
 
-import importlib
-from typing import Any
-
-_HOMES = {
-    "JobModel": "job",
-    "WorkerJob": "job",
-    "refuse_inline_secret": "job",
-    "QUIET": "reporter",
-    "EventType": "reporter",
-    "Reporter": "reporter",
-}
-__all__ = ["QUIET", "EventType", "JobModel", "Reporter", "WorkerJob", "refuse_inline_secret"]
-
-
-def __getattr__(name: str) -> Any:
-    """One of `__all__`, from the module that defines it."""
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__all__, __getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        "gate": ("NEVER_RAN", "RELEASE"),
+        "job": ("JOB_ID_PATTERN", "JobModel", "WorkerJob", "refuse_inline_secret"),
+        "reporter": ("QUIET", "EventType", "Reporter"),
+        "runtime": ("BadJobError", "JobContext", "JobKind", "run_worker"),
+        "status": ("JobStatus",),
+    },
+)
