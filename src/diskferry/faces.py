@@ -8,10 +8,12 @@ module would set the package's attribute to the module.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported for this module's annotations alone
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def lazy_face(
@@ -31,7 +33,8 @@ def lazy_face(
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module, attr = where[name]
-        value = getattr(importlib.import_module(f"{package}.{module}"), attr)
+        # __import__ as an import statement calls it, so that -X importtime lists the module
+        value = getattr(__import__(f"{package}.{module}", fromlist=(attr,)), attr)
         setattr(sys.modules[package], name, value)
         return value
 
