@@ -61,7 +61,7 @@ def backup_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Back up a VM's disks: incremental where CBT allows, full where it must, saying why."""
-    from diskferry.backup.job import BackupJob, DiskSource
+    from diskferry.backup import BackupJob, DiskSource
 
     job = build_job(
         BackupJob,
@@ -76,8 +76,8 @@ def backup_command(
         **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
     job.start_opening()
-    from diskferry.backup.engine import run_backup
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import run_backup
+    from diskferry.disk import Progress
 
     progress = Progress()
     left = "removed what it wrote: the repository is as it was"
@@ -94,7 +94,7 @@ def backup_command(
     if json_out:
         print_json(result.to_json())
         return
-    from diskferry.disk.sizes import format_size
+    from diskferry.disk import format_size
 
     for d in result.disks:
         note(
@@ -122,7 +122,7 @@ def restore_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Restore a disk snapshot into a file or block device, in one pass."""
-    from diskferry.backup.job import RestoreJob
+    from diskferry.backup import RestoreJob
 
     if fmt not in ("raw", "qcow2"):
         raise typer.BadParameter("use raw or qcow2", param_hint="--format")
@@ -138,8 +138,8 @@ def restore_command(
         **repo_access(repo, password_file, s3_endpoint, s3_region, wait),
     )
     job.start_opening()
-    from diskferry.backup.restore import run_restore
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import run_restore
+    from diskferry.disk import Progress
 
     progress = Progress()
     left = target_left(target)
@@ -166,9 +166,8 @@ def chain_reset_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Forget a VM's checkpoints in the repository, so that its next backup is full."""
-    from diskferry.backup.job import ChainResetJob
-    from diskferry.backup.ops import reset_vm_chain
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import ChainResetJob, reset_vm_chain
+    from diskferry.disk import Progress
 
     job = build_job(
         ChainResetJob,

@@ -64,7 +64,7 @@ def signals_set(event: threading.Event) -> Iterator[list[int]]:
 def target_left(target: str) -> str:
     """What a cancelled write of `target` leaves, said before it starts: a file as it was (or
     not made), a block device partly written."""
-    from diskferry.disk.file_volume import is_block_device
+    from diskferry.disk import is_block_device
 
     if is_block_device(target):
         return f"the block device {target} is partly written"

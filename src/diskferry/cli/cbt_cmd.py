@@ -10,7 +10,7 @@ from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import note, print_json
 
 if TYPE_CHECKING:
-    from diskferry.qemu.cbt import CbtDisk
+    from diskferry.qemu import CbtDisk
 
 cbt_app = typer.Typer(
     help="Changed-block tracking: a qcow2 metadata overlay whose bitmaps mark what changed.",
@@ -22,9 +22,8 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _change(kind: str, volume: str) -> CbtDisk:
-    from diskferry.backup.job import CbtJob
-    from diskferry.backup.ops import change_cbt
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import CbtJob, change_cbt
+    from diskferry.disk import Progress
 
     with cancellable():
         return change_cbt(CbtJob(kind=kind, volume=volume), Progress())
@@ -33,11 +32,11 @@ def _change(kind: str, volume: str) -> CbtDisk:
 @cbt_app.command("enable")
 def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
     """Make VOLUME.cbt.qcow2 while the VM is stopped; run the VM on it to track writes."""
-    from diskferry.qemu import cbt
+    from diskferry.qemu import cbt_status
 
     disk = _change("cbtEnable", volume)
     if json_out:
-        print_json(cbt.status(disk.volume).to_json())
+        print_json(cbt_status(disk.volume).to_json())
         return
     note(f"CBT enabled on {disk.volume}: run the VM on {disk.overlay} (qcow2) to track writes")
 
@@ -45,10 +44,10 @@ def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
 @cbt_app.command("status")
 def status_command(volume: Volume, json_out: JsonOut = False) -> None:
     """Show whether VOLUME has CBT, and its checkpoints."""
-    from diskferry.disk.sizes import format_size
-    from diskferry.qemu import cbt
+    from diskferry.disk import format_size
+    from diskferry.qemu import cbt_status
 
-    state = cbt.status(volume)
+    state = cbt_status(volume)
     if json_out:
         print_json(state.to_json())
         return

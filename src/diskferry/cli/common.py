@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from diskferry.disk.progress import Progress
-from diskferry.disk.sizes import SizeError, parse_size
-from diskferry.worker.reporter import EventType, Reporter
+from diskferry.disk import Progress, SizeError, parse_size
+from diskferry.worker import EventType, Reporter
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -107,7 +106,7 @@ def progress_bar(progress: Progress, label: str, enabled: bool) -> Iterator[None
     )
     from rich.progress import Progress as RichProgress
 
-    from diskferry.disk.sizes import format_size
+    from diskferry.disk import format_size
 
     stop = threading.Event()
     columns = (

@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 import urllib3
 import yaml
 
-from diskferry.disk.errors import DiskferryError
-from diskferry.serving.defaults import default_data_dir
+from diskferry.disk import DiskferryError
+from diskferry.serving import default_data_dir
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 MERGE_PATCH = "application/merge-patch+json"

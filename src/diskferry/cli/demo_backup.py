@@ -23,8 +23,8 @@ from diskferry.cli.demo_steps import (
 from diskferry.control.machines import Machines
 from diskferry.control.resources.virtualmachine import CBT_LABEL
 from diskferry.control.volumes import VolumeClass, Volumes
-from diskferry.disk.clone import clone_volume
-from diskferry.qemu.qmp import Qmp
+from diskferry.disk import clone_volume
+from diskferry.qemu import Qmp
 
 PASSWORD = "diskferry-demo"
 VM, SECRET, LOCATION = "demo-vm", "demo-repo-password", "demo-repo"

@@ -62,7 +62,7 @@ def _fresh(workdir: Path) -> None:
 
 def _make_sample(workdir: Path) -> Path:
     """A sparse raw disk with scattered runs of data, as qcow2, gzip-compressed."""
-    from diskferry.qemu import img
+    from diskferry.qemu import convert_image
 
     raw = workdir / "sample.raw"
     with open(raw, "wb") as f:
@@ -72,7 +72,7 @@ def _make_sample(workdir: Path) -> Path:
             f.seek(i * stride)
             f.write(os.urandom(_RUN_LENGTH // 2) + bytes([i + 1]) * (_RUN_LENGTH // 2))
     qcow2 = workdir / "sample.qcow2"
-    img.convert(str(raw), str(qcow2), src_format="raw", dst_format="qcow2")
+    convert_image(str(raw), str(qcow2), src_format="raw", dst_format="qcow2")
     packed = workdir / "sample.qcow2.gz"
     with open(qcow2, "rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
@@ -191,7 +191,7 @@ def _ready(kubeconfig: Path) -> None:
 
 def _download(workdir: Path, kubeconfig: Path, reference: Path) -> None:
     """Download the export's raw disk through the proxy (its external link), compare it."""
-    from diskferry.qemu import img
+    from diskferry.qemu import compare_images
 
     status = get_object(kubeconfig, "vmexport", _EXPORT)["status"]
     external = status["links"]["external"]
@@ -206,7 +206,7 @@ def _download(workdir: Path, kubeconfig: Path, reference: Path) -> None:
     note(f"downloading {url}")
     secrets = ("--token-file", str(token_file), "--ca-bundle", str(ca))
     step([*DISKFERRY, "export", "download", url, str(target), *secrets], "export download")
-    if not img.compare(str(reference), str(target), "raw", "raw"):
+    if not compare_images(str(reference), str(target), "raw", "raw"):
         raise DemoError(f"{target} differs from the sample")
     note("downloaded through the proxy; qemu-img compare with the sample: equal")
 

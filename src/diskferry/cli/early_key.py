@@ -29,9 +29,7 @@ def begin_key_derivation(argv: list[str]) -> None:
     """Begin deriving the repository key that the command line `argv` is about to need."""
     if not argv or argv[0] not in _COMMANDS:
         return
-    from diskferry.backup import key_ahead
-    from diskferry.backup.errors import PasswordError
-    from diskferry.backup.password import read_password
+    from diskferry.backup import PasswordError, derive_key_ahead, read_password
 
     repo = _value(argv, "--repo")
     if not repo or "://" in repo:
@@ -44,4 +42,4 @@ def begin_key_derivation(argv: list[str]) -> None:
     except PasswordError:
         return
     if password:
-        key_ahead.begin(repo, password)
+        derive_key_ahead(repo, password)

@@ -33,7 +33,7 @@ from diskferry.cli.server_options import (
     serve_logging,
     timing_fields,
 )
-from diskferry.serving.defaults import DEFAULT_ADDRESS
+from diskferry.serving import DEFAULT_ADDRESS
 
 export_app = typer.Typer(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
 ca_app = typer.Typer(help="The CA that issues export server certificates.")
@@ -46,7 +46,7 @@ def ca_create(
     dir: Annotated[Path, typer.Option("--dir", help="Directory for ca.crt and ca.key.")],
 ) -> None:
     """Create a CA (ca.crt, ca.key) that export servers and the proxy issue certificates from."""
-    from diskferry.serving.certs import create_ca
+    from diskferry.serving import create_ca
 
     note(f"wrote {create_ca(dir)}")
 
@@ -81,17 +81,21 @@ def export_serve(
     idle_timeout: IdleTimeout = "60s",
 ) -> None:
     """Serve one export's volumes over HTTPS with KubeVirt's paths, until its TTL."""
-    from diskferry.disk.progress import Progress
-    from diskferry.export.job import ExportJob, ExportVolumeSpec, LinkSettings
-    from diskferry.export.service import serve_export
-    from diskferry.export.volumes import parse_spec
+    from diskferry.disk import Progress
+    from diskferry.export import (
+        ExportJob,
+        ExportVolumeSpec,
+        LinkSettings,
+        parse_volume_spec,
+        serve_export,
+    )
 
     if links_json is not None and not (internal_url and external_url):
         raise typer.BadParameter("--links-json needs --internal-url and --external-url")
     timing = timing_fields(header_timeout, idle_timeout, grace)
     lifetime = parse_duration(ttl)
-    specs = [parse_spec(v) for v in volume]
-    bitmaps = dict(parse_spec(b) for b in bitmap or [])
+    specs = [parse_volume_spec(v) for v in volume]
+    bitmaps = dict(parse_volume_spec(b) for b in bitmap or [])
     if not bitmaps.keys() <= {n for n, _ in specs}:
         raise typer.BadParameter("--bitmap names a volume that no --volume gives")
     links = None
@@ -139,9 +143,8 @@ def export_download(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Download a volume into a raw file: only allocated ranges, resuming after breaks."""
-    from diskferry.disk.file_volume import is_block_device
-    from diskferry.disk.progress import Progress
-    from diskferry.export.download import DownloadRequest, download
+    from diskferry.disk import Progress, is_block_device
+    from diskferry.export import DownloadRequest, download_volume
 
     if encoding not in ("raw", "gzip", "zstd"):
         raise typer.BadParameter(f"{encoding!r} is not raw, gzip or zstd", param_hint="--encoding")
@@ -155,7 +158,7 @@ def export_download(
             "give it with --token-file"
         )
     if token_file is not None:
-        from diskferry.export.token import TokenFile
+        from diskferry.export import TokenFile
 
         token = TokenFile(token_file).read()
     req = DownloadRequest(
@@ -177,7 +180,7 @@ def export_download(
         cancellable(target_left(str(target))) as cancel,
         progress_bar(progress, "download", enabled=not no_progress and not json_out),
     ):
-        result = download(req, progress, cancel)
+        result = download_volume(req, progress, cancel)
     if json_out:
         print_json(result.to_json())
     else:
@@ -212,9 +215,8 @@ def proxy_serve(
     ] = None,
 ) -> None:
     """Route /api/export.kubevirt.io/... requests to the export servers in the routes file."""
-    from diskferry.disk.progress import Progress
-    from diskferry.export.job import ProxyJob
-    from diskferry.export.service import serve_proxy
+    from diskferry.disk import Progress
+    from diskferry.export import ProxyJob, serve_proxy
 
     job = build_job(
         ProxyJob,

@@ -25,10 +25,8 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _reference(text: str, *, layout: bool = False):
     """The parsed reference (oci:DIR[:TAG] too when `layout`); a malformed one is a usage error."""
-    from diskferry.disk.schemes import is_layout_reference
-    from diskferry.registry.errors import BadReferenceError
-    from diskferry.registry.layout import parse_layout_reference
-    from diskferry.registry.reference import parse_reference
+    from diskferry.disk import is_layout_reference
+    from diskferry.registry import BadReferenceError, parse_layout_reference, parse_reference
 
     try:
         if layout and is_layout_reference(text):
@@ -47,8 +45,7 @@ def _client(
     retries: int,
     timeout: str,
 ):
-    from diskferry.registry.auth import parse_creds
-    from diskferry.registry.client import RegistryClient, RegistryOptions
+    from diskferry.registry import RegistryClient, RegistryOptions, parse_creds
 
     check_creds(creds)
     parsed = _reference(ref)
@@ -81,8 +78,8 @@ def push_command(
     json_out: JsonOut = False,
 ) -> None:
     """Store a disk image as a containerDisk (raw or qcow2, one uncompressed tar layer)."""
-    from diskferry.disk.progress import Progress
-    from diskferry.importer.image_push import push_image, stored_format
+    from diskferry.disk import Progress
+    from diskferry.importer import push_image, stored_format
 
     _reference(ref, layout=True)
     job = import_job(
@@ -156,8 +153,7 @@ def inspect_command(
     json_out: JsonOut = False,
 ) -> None:
     """Show an image's digest, platform, layers and annotations."""
-    from diskferry.registry.images import describe, resolve
-    from diskferry.registry.layout import Layout
+    from diskferry.registry import Layout, describe, resolve
 
     if ref.startswith("oci:"):
         folder, tag = _reference(ref, layout=True)
@@ -184,7 +180,7 @@ def list_command(
     json_out: JsonOut = False,
 ) -> None:
     """List the tags of a repository."""
-    from diskferry.registry.images import list_tags
+    from diskferry.registry import list_tags
 
     client, parsed = _client(ref, insecure, creds, authfile, ca_bundle, retries, timeout)
     tags = list_tags(client, parsed.repository)
@@ -206,7 +202,7 @@ def delete_command(
     timeout: Timeout = "30s",
 ) -> None:
     """Delete an image (its manifest, and so every tag naming it)."""
-    from diskferry.registry.images import delete_manifest, get_manifest
+    from diskferry.registry import delete_manifest, get_manifest
 
     client, parsed = _client(ref, insecure, creds, authfile, ca_bundle, retries, timeout)
     digest = get_manifest(client, parsed.repository, parsed.reference).digest
@@ -225,7 +221,7 @@ def serve_command(
     """Serve the store as a registry (plain HTTP on 127.0.0.1) until SIGTERM or SIGINT."""
     from aiohttp import web
 
-    from diskferry.registry.serve import RegistryServer
+    from diskferry.registry import RegistryServer
 
     token = None
     if token_file is not None:

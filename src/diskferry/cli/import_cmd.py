@@ -20,7 +20,7 @@ from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
 
 if TYPE_CHECKING:
-    from diskferry.importer.job import ImportJob
+    from diskferry.importer import ImportJob
 
 
 def import_command(
@@ -90,7 +90,7 @@ def import_job(
     content_check: bool = True,
 ) -> ImportJob:
     """The import job of a command's flags, checked."""
-    from diskferry.importer.job import ImportJob
+    from diskferry.importer import ImportJob
 
     if format not in ("raw", "qcow2"):
         raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
@@ -118,8 +118,8 @@ def import_job(
 
 def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None:
     """Run the import with a progress bar; print its result."""
-    from diskferry.disk.progress import Progress
-    from diskferry.importer.engine import run_import
+    from diskferry.disk import Progress
+    from diskferry.importer import run_import
 
     progress = Progress()
     with (
@@ -130,7 +130,7 @@ def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None
     if json_out:
         print_json(result.to_json())
     else:
-        from diskferry.disk.sizes import format_size
+        from diskferry.disk import format_size
 
         note(
             f"imported {result.source_format}"
@@ -141,7 +141,7 @@ def run_and_report(job: ImportJob, *, no_progress: bool, json_out: bool) -> None
 
 
 def _check_checksum(spec: str) -> None:
-    from diskferry.disk.checksums import Checksum, ChecksumError
+    from diskferry.disk import Checksum, ChecksumError
 
     try:
         Checksum(spec)
@@ -158,7 +158,7 @@ def info_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show an image's format, compression, virtual and allocated size, backing file."""
-    from diskferry.importer.probe import probe_image
+    from diskferry.importer import probe_image
 
     found = probe_image(
         image,
@@ -170,7 +170,7 @@ def info_command(
     if json_out:
         print_json(found)
         return
-    from diskferry.disk.sizes import format_size
+    from diskferry.disk import format_size
 
     for key, value in found.items():
         shown = format_size(value) if key.endswith("Size") and isinstance(value, int) else value

@@ -41,7 +41,7 @@ def list_command(
     json_out: JsonOpt = False,
 ) -> None:
     """List the key files; `*` marks the one the password given opens."""
-    from diskferry.backup.key_ring import list_keys
+    from diskferry.backup import list_keys
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         keys = list_keys(opened)
@@ -63,7 +63,7 @@ def add_command(
     s3_region: RegionOpt = None,
 ) -> None:
     """Add a password: a new key file that opens the repository too."""
-    from diskferry.backup.key_ring import add_key
+    from diskferry.backup import add_key
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         key_id = add_key(opened, new_password(new_password_file))
@@ -79,7 +79,7 @@ def remove_command(
     s3_region: RegionOpt = None,
 ) -> None:
     """Remove a key file (not the one the password given opens)."""
-    from diskferry.backup.key_ring import remove_key
+    from diskferry.backup import remove_key
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         removed = remove_key(opened, key_id)
@@ -95,7 +95,7 @@ def passwd_command(
     s3_region: RegionOpt = None,
 ) -> None:
     """Change the password: a key file for the new one replaces the one in use."""
-    from diskferry.backup.key_ring import change_password
+    from diskferry.backup import change_password
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         key_id = change_password(opened, new_password(new_password_file))

@@ -13,9 +13,7 @@ from diskferry.cli.common import fail_line
 from diskferry.cli.early_key import begin_key_derivation
 from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
-from diskferry.disk.errors import BAD_USAGE, DiskferryError
-from diskferry.disk.heap import limit_arenas
-from diskferry.disk.quick_exit import freeze_at_exit
+from diskferry.disk import BAD_USAGE, DiskferryError, freeze_at_exit, limit_arenas
 
 app = typer.Typer(
     name="diskferry",

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk import DiskferryError
 
 SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -6,7 +6,7 @@ import getpass
 import os
 import sys
 
-from diskferry.backup.errors import PasswordError
+from diskferry.backup import PasswordError
 
 PASSWORD_ENV = "DISKFERRY_PASSWORD"
 
@@ -33,7 +33,7 @@ def prompt_if_needed(password_file: str | None, *, twice: bool = False) -> None:
 def new_password(password_file: str | None) -> str:
     """The new password of `repo key add|passwd`: from --new-password-file, or typed twice."""
     if password_file:
-        from diskferry.backup.password import read_password
+        from diskferry.backup import read_password
 
         found = read_password(password_file)
         assert found is not None  # a password file gives a password or raises

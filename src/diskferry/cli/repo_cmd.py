@@ -11,8 +11,7 @@ from diskferry.cli.common import NOTES, build_job, note, print_json, progress_ba
 from diskferry.cli.password_prompt import prompt_if_needed
 
 if TYPE_CHECKING:
-    from diskferry.backup.job import RepoAccess
-    from diskferry.backup.snapshots import SnapshotInfo
+    from diskferry.backup import RepoAccess, SnapshotInfo
 
 RepoOpt = Annotated[str, typer.Option("--repo", help="A directory or s3://bucket/prefix.")]
 PasswordFileOpt = Annotated[
@@ -58,7 +57,7 @@ def open_access(
     url: str, password_file: str | None, endpoint: str | None, region: str | None
 ) -> RepoAccess:
     """The access to an existing repository that the flags give (its password asked if need be)."""
-    from diskferry.backup.job import RepoAccess
+    from diskferry.backup import RepoAccess
 
     return RepoAccess(**repo_access(url, password_file, endpoint, region))
 
@@ -78,9 +77,8 @@ def init_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Make a new, empty backup repository."""
-    from diskferry.backup.job import InitJob
-    from diskferry.backup.ops import init_repository
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import InitJob, init_repository
+    from diskferry.disk import Progress
 
     job = build_job(
         InitJob,
@@ -112,10 +110,8 @@ def check_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check that every snapshot's chunks are indexed and stored (and intact, with --read-data)."""
-    from diskferry.backup.errors import CheckFailedError
-    from diskferry.backup.job import CheckJob
-    from diskferry.backup.ops import check_repository
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import CheckFailedError, CheckJob, check_repository
+    from diskferry.disk import Progress
 
     job = build_job(
         CheckJob,
@@ -147,8 +143,8 @@ def stats_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Show what the repository holds: snapshots, chunks, packs, their sizes, unused bytes."""
-    from diskferry.backup.prune import unused_space
-    from diskferry.disk.sizes import format_size
+    from diskferry.backup import unused_space
+    from diskferry.disk import format_size
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         stats = opened.stats()
@@ -179,9 +175,8 @@ def upgrade_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Bring a format-2 repository to format 3: its config authenticated under its keys."""
-    from diskferry.backup.job import UpgradeJob
-    from diskferry.backup.ops import upgrade_repository
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import UpgradeJob, upgrade_repository
+    from diskferry.disk import Progress
 
     job = build_job(
         UpgradeJob,
@@ -262,7 +257,7 @@ def snapshots_command(
 
 def _print_snapshots(found: list[dict[str, Any]]) -> None:
     """The snapshots as a table of 80 columns (--json has every field)."""
-    from diskferry.disk.sizes import format_size
+    from diskferry.disk import format_size
 
     print(f"{'ID':16} {'TIME':16} {'VM/DISK':20} {'TYPE':4} {'SIZE':>9} TAGS")
     for s in found:
@@ -294,9 +289,8 @@ def forget_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Forget snapshots by id or by a keep policy (their data goes at the next prune)."""
-    from diskferry.backup.job import ForgetJob
-    from diskferry.backup.ops import forget_snapshots
-    from diskferry.disk.progress import Progress
+    from diskferry.backup import ForgetJob, forget_snapshots
+    from diskferry.disk import Progress
 
     job = build_job(
         ForgetJob,
@@ -330,11 +324,8 @@ def prune_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Delete data no snapshot names; repack packs that are mostly unused."""
-    from diskferry.backup.job import PruneJob
-    from diskferry.backup.ops import prune_repository
-    from diskferry.backup.prune import Unused, unused_text
-    from diskferry.disk.progress import Progress
-    from diskferry.disk.sizes import format_size
+    from diskferry.backup import PruneJob, Unused, prune_repository, unused_text
+    from diskferry.disk import Progress, format_size
 
     job = build_job(
         PruneJob,

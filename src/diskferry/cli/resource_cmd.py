@@ -10,7 +10,7 @@ import typer
 
 from diskferry.cli.common import fail_line
 from diskferry.cli.server_options import parse_duration
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk import DiskferryError
 
 if TYPE_CHECKING:  # each command imports what it uses, so that other commands start fast
     from diskferry.cli.daemon_client import DaemonClient, ResourceType

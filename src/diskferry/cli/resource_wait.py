@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from diskferry.cli.daemon_client import DaemonClient, DaemonError, ResourceType
-from diskferry.disk.errors import DiskferryError
+from diskferry.disk import DiskferryError
 
 FAILED = "Failed"
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from diskferry.cli.common import note
-from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT, PROXY_PORT, default_data_dir
+from diskferry.serving import DEFAULT_ADDRESS, DEFAULT_PORT, PROXY_PORT, default_data_dir
 
 # how long `--stop` gives the daemon, then its workers, to end after SIGTERM before SIGKILL
 STOP_SECONDS = 90

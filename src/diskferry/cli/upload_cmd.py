@@ -27,7 +27,7 @@ from diskferry.cli.server_options import (
     serve_logging,
     timing_fields,
 )
-from diskferry.serving.defaults import DEFAULT_ADDRESS
+from diskferry.serving import DEFAULT_ADDRESS
 
 _SEND = "send"
 
@@ -69,8 +69,8 @@ def upload_send(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Upload FILE to the upload server at URL; done once the server has imported it."""
-    from diskferry.disk.progress import Progress
-    from diskferry.importer.upload_client import upload_file
+    from diskferry.disk import Progress
+    from diskferry.importer import upload_file
 
     progress = Progress()
     with (
@@ -117,9 +117,8 @@ def upload_serve(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
     """Take one upload into TARGET over HTTPS, on CDI's paths and Deckhouse's /upload/TOKEN."""
-    from diskferry.disk.progress import Progress
-    from diskferry.importer.upload_job import UploadJob
-    from diskferry.importer.upload_service import serve_upload
+    from diskferry.disk import Progress
+    from diskferry.importer import UploadJob, serve_upload
 
     if format not in ("raw", "qcow2"):
         raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")

@@ -29,7 +29,7 @@ Force = Annotated[bool, typer.Option("--force", help="Replace a file that exists
 
 def parse_address(value: str) -> tuple[str, int]:
     """ADDRESS[:PORT] (an IPv6 address in brackets) as a host and port; 10809 by default."""
-    from diskferry.nbd.protocol import DEFAULT_PORT
+    from diskferry.nbd import DEFAULT_PORT
 
     match = _ADDRESS.fullmatch(value)
     port = int(match["port"] or DEFAULT_PORT) if match else -1
@@ -65,7 +65,7 @@ def serve_command(
 
     Block status tells the client the holes and zeros, so a clone reads only data.
     """
-    from diskferry.qemu.nbd_server import NbdServeOptions, NbdServer
+    from diskferry.qemu import NbdServeOptions, NbdServer
 
     if format not in ("raw", "qcow2"):
         raise typer.BadParameter(f"format {format!r} is not raw or qcow2", param_hint="--format")
@@ -91,7 +91,7 @@ def _qemu_tls_dir(cert_dir: str, host: str) -> Iterator[str]:
     The issued certificate names `host` besides the usual names; its directory is removed
     when the server ends.
     """
-    from diskferry.serving.certs import CA_CERT, default_sans, issue_server_cert
+    from diskferry.serving import CA_CERT, default_sans, issue_server_cert
 
     if not os.path.exists(os.path.join(cert_dir, CA_CERT)):
         yield cert_dir
@@ -117,8 +117,7 @@ def create_command(
     json_out: JsonOut = False,
 ) -> None:
     """Make TARGET a blank volume: a sparse file, or a block device zeroed (BLKZEROOUT)."""
-    from diskferry.disk.blank import create_blank
-    from diskferry.disk.progress import Progress
+    from diskferry.disk import Progress, create_blank
 
     _say_overwrite(target, "zeroes")
     progress = Progress()
@@ -144,8 +143,7 @@ def clone_command(
     json_out: JsonOut = False,
 ) -> None:
     """Clone SOURCE to DESTINATION: a reflink where the file system shares extents, else a copy."""
-    from diskferry.disk.clone import clone_volume
-    from diskferry.disk.progress import Progress
+    from diskferry.disk import Progress, clone_volume
 
     _say_overwrite(destination, "overwrites")
     progress = Progress()
@@ -170,7 +168,7 @@ def clone_command(
 
 def _say_overwrite(path: str, verb: str) -> None:
     """Say before it starts that the command writes the block device `path` in place."""
-    from diskferry.disk.file_volume import is_block_device
+    from diskferry.disk import is_block_device
 
     if is_block_device(path):
         note(f"this command {verb} the block device {path}")
