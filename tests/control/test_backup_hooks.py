@@ -1,7 +1,8 @@
-"""A Backup's Velero hooks run in a running VM's guest through its agent (a real qemu-ga, jailed
-on a loop image): the hooks that apply to the VM (its namespace, labels, resources) run pre
+"""Velero's hooks run in a running VM's guest through its agent (a real qemu-ga, jailed on a
+loop image). A Backup's hooks that apply to the VM (its namespace, labels, resources) run pre
 and post, counted in the Backup's hookStatus; one that fails with onError Continue is a
-warning, one with Fail fails the VM's backup; a hook for pods applies to no VM."""
+warning, one with Fail fails the VM's backup; a hook for pods applies to no VM. A Restore's
+exec hooks run in the restored VM once it runs, counted in its hookStatus."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import cbt_state
 
-from diskferry.control.reconcilers import dataupload
+from diskferry.control.reconcilers import dataupload, restorehooks
 from diskferry.control.reconcilers.virtualmachine import Sockets
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
@@ -46,25 +47,31 @@ def guest(short_base: Path, monkeypatch) -> Any:
     (short_base / "guest").mkdir()
     with jailed_agent(short_base / "guest") as agent:
         found: GuestAgent = agent
-        monkeypatch.setattr(
-            dataupload,
-            "sockets_of",
-            lambda machines, vm: Sockets(
-                str(machines.qmp_socket(vm.metadata.namespace, vm.metadata.name)), found.socket
-            ),
-        )
+
+        def sockets(machines, vm):
+            qmp = machines.qmp_socket(vm.metadata.namespace, vm.metadata.name)
+            return Sockets(str(qmp), found.socket)
+
+        for module in (dataupload, restorehooks):
+            monkeypatch.setattr(module, "sockets_of", sockets)
         yield found
 
 
-def test_hooks_run_in_the_guest_around_the_backup(vm_daemon: Daemon, short_base, guest) -> None:
-    directory_location(vm_daemon, short_base / "backups")
-    vm_daemon.apply("VirtualDisk", "vd1", {"persistentVolumeClaim": {"size": "4Mi"}})
-    disk_file(vm_daemon, "default", "vd1")
+def running_vm(daemon: Daemon, base: Path) -> None:
+    """The location `repo` in `base`/backups, and the running VM vm1 (app=db) on vd1, with
+    CBT and a guest agent."""
+    directory_location(daemon, base / "backups")
+    daemon.apply("VirtualDisk", "vd1", {"persistentVolumeClaim": {"size": "4Mi"}})
+    disk_file(daemon, "default", "vd1")
     machine = vm_manifest("vm1", "AlwaysOn", ["vd1"], {**CBT_LABELS, "app": "db"})
     machine["spec"]["enableGuestAgent"] = True
-    apply(vm_daemon, [machine])
-    vm_daemon.wait_phase("VirtualMachine", "vm1", "Running", timeout=60)
-    wait_until(lambda: cbt_state(vm_daemon, "vm1") == "Enabled", 60)
+    apply(daemon, [machine])
+    daemon.wait_phase("VirtualMachine", "vm1", "Running", timeout=60)
+    wait_until(lambda: cbt_state(daemon, "vm1") == "Enabled", 60)
+
+
+def test_hooks_run_in_the_guest_around_the_backup(vm_daemon: Daemon, short_base, guest) -> None:
+    running_vm(vm_daemon, short_base)
 
     db = {
         "name": "db",
@@ -98,3 +105,48 @@ def test_hooks_run_in_the_guest_around_the_backup(vm_daemon: Daemon, short_base,
     assert status["hookStatus"] == {"hooksAttempted": 1, "hooksFailed": 1}
     [volume] = status["volumes"]
     assert "hook check (pre) failed: exited 1" in volume["reason"]
+
+
+def test_a_restores_hooks_run_in_the_restored_vm_once_it_runs(
+    vm_daemon: Daemon, short_base, guest
+) -> None:
+    running_vm(vm_daemon, short_base)
+    apply(vm_daemon, [backup("b1")])
+    assert wait_for(vm_daemon, "Backup", "default", "b1", *ENDED)["status"]["phase"] == "Completed"
+    hooks = {
+        "name": "warm",
+        "includedNamespaces": ["restored"],
+        "postHooks": [
+            {"init": {"initContainers": [{"name": "x", "image": "alpine"}]}},
+            exec_hook("/usr/bin/touch", "/restored-ran", waitTimeout="2m", execTimeout="10s"),
+            exec_hook("/usr/bin/false"),
+        ],
+    }
+    elsewhere = {
+        "name": "elsewhere",
+        "includedNamespaces": ["other"],
+        "postHooks": [exec_hook("/usr/bin/touch", "/elsewhere-ran")],
+    }
+    restore = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "Restore",
+        "metadata": {"name": "r1", "namespace": "default"},
+        "spec": {
+            "backupName": "b1",
+            "namespaceMapping": {"default": "restored"},
+            "hooks": {"resources": [hooks, elsewhere]},
+        },
+    }
+    apply(vm_daemon, [restore])
+    status = wait_for(vm_daemon, "Restore", "default", "r1", *ENDED)["status"]
+    assert status["phase"] == "Completed", status
+    assert status["hookStatus"] == {"hooksAttempted": 2, "hooksFailed": 1}
+    assert status["warnings"] == 1
+    [machine] = status["virtualMachines"]
+    assert [(r["name"], r["failed"]) for r in machine["hookRuns"]] == [
+        ("warm", False),
+        ("warm", True),
+    ]
+    assert (guest.root / "restored-ran").exists()
+    assert not (guest.root / "elsewhere-ran").exists()
+    assert get(vm_daemon, "VirtualMachine", "restored", "vm1")["status"]["phase"] == "Running"

@@ -28,7 +28,9 @@ def failed_hook(message: str) -> tuple[str, str] | None:
     return None if found is None else (found["name"], found["phase"])
 
 
-def _run(agent: str, hook: HookCommand) -> HookOutcome:
+def run_hook(agent: str, hook: HookCommand) -> HookOutcome:
+    """Run one hook's command through the agent at `agent`: how it ended (a command the
+    agent refuses or cannot reach has failed)."""
     try:
         ran = guest_exec(agent, hook.command, hook.timeout)
     except QmpError as e:
@@ -53,7 +55,7 @@ def run_hooks(
     """Run the hooks of `phase` in order through the agent at `agent`; their outcomes."""
     outcomes = []
     for hook in (h for h in hooks if h.phase == phase):
-        outcome = _run(agent, hook)
+        outcome = run_hook(agent, hook)
         outcomes.append(outcome)
         said = f"hook {hook.name} ({phase}) {'failed' if outcome.failed else 'ran'}: "
         kind = EventType.WARNING if outcome.failed else EventType.NORMAL

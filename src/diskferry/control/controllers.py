@@ -97,7 +97,7 @@ class Controllers:
             *movers,
             BackupStorageLocationReconciler(self.client),
             BackupReconciler(self.client, objects.clock),
-            RestoreReconciler(self.client),
+            RestoreReconciler(self.client, objects.clock, self.machines),
             ScheduleReconciler(self.client, objects.clock),
             *extra,
         ]

@@ -13,19 +13,22 @@ when one is not. The images the VMs mount that the filters take are made from th
 when missing. What exists already is left as it is (`existingResourcePolicy` none, with a
 Warning Event); with `update`, a stopped VM gets the backup's spec, labels and annotations and
 its missing disks restored, existing disks get the backup's labels and annotations, and no
-disk's data is ever overwritten; a running VM is left, saying so."""
+disk's data is ever overwritten; a running VM is left, saying so. The exec hooks that take a
+restored VM run in its guest once it runs (see restorehooks); the Restore ends after them."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.machines import Machines
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
 from diskferry.control.names import short_name
 from diskferry.control.reconcilers.backup import positive
 from diskferry.control.reconcilers.backupmeta import metadata_name, read_document
 from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.location import location_of
+from diskferry.control.reconcilers.restorehooks import WAITING, RestoreHooks, stopped
 from diskferry.control.reconcilers.selection import ClusterImages, Taken, restore_taken
 from diskferry.control.resources.backup import Backup, BackupPhase
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
@@ -73,9 +76,12 @@ class RestoreReconciler:
 
     info = RESTORES
 
-    def __init__(self, client: Client, clock: Clock | None = None) -> None:
+    def __init__(
+        self, client: Client, clock: Clock | None = None, machines: Machines | None = None
+    ) -> None:
         self.client = client
         self.clock = clock or Clock()
+        self.hooks = None if machines is None else RestoreHooks(client, machines)
 
     def reconcile(self, obj: Restore) -> Result:
         """One step of the restore."""
@@ -424,7 +430,10 @@ class RestoreReconciler:
 
     def _follow(self, obj: Restore) -> Result:
         machines = [m.to_json() for m in obj.status.virtual_machines]
+        now = self.clock.now()
         for machine in machines:
+            if machine.get("hooks") == WAITING and self.hooks is not None:
+                self.hooks.step(obj, machine, machines, now)
             if machine["phase"] != "Restoring":
                 continue
             for disk in machine["disks"]:
@@ -436,6 +445,8 @@ class RestoreReconciler:
             if all(p in ("Completed", "Skipped") for p in phases):
                 self._give_back(obj, machine)
                 machine["phase"] = "Completed"
+                if self.hooks is not None:
+                    self.hooks.begin(obj, machine, now)
             else:
                 machine["phase"] = "Failed"
                 why = "; ".join(d["message"] for d in machine["disks"] if d.get("message"))
@@ -454,14 +465,19 @@ class RestoreReconciler:
         }
         restored = sum(1 for m in machines if m["phase"] == "Completed")
         fields["progress"] = {"totalItems": len(machines), "itemsRestored": restored}
-        if any(m["phase"] == "Restoring" for m in machines):
+        runs = [run for m in machines for run in m.get("hookRuns") or []]
+        if runs:
+            failed_runs = sum(1 for run in runs if run["failed"])
+            fields["hookStatus"] = {"hooksAttempted": len(runs), "hooksFailed": failed_runs}
+        if any(m["phase"] == "Restoring" or m.get("hooks") == WAITING for m in machines):
             fields["phase"] = RestorePhase.WAITING_FOR_PLUGIN_OPERATIONS.value
             current = obj.status.to_json()
             if any(current.get(key) != value for key, value in fields.items()):
                 self.client.patch_status(obj, fields)
             return Result.requeue(POLL_SECONDS)
         failed = len(machines) - restored
-        if not failed:
+        hook_failures = [run for run in runs if run["failed"]]
+        if not failed and not stopped(machines):
             phase = RestorePhase.COMPLETED
         elif restored:
             phase = RestorePhase.PARTIALLY_FAILED
@@ -471,7 +487,13 @@ class RestoreReconciler:
             message = NO_VMS
         else:
             message = f"{restored} of {len(machines)} VirtualMachines restored"
-        return self._end(obj, phase, message, errors=failed, **fields)
+        if hook_failures:
+            message += f"; {len(hook_failures)} of {len(runs)} hooks failed"
+        fields["warnings"] = (obj.status.warnings or 0) + sum(
+            1 for run in hook_failures if run["onError"] != "Fail"
+        )
+        errors = failed + sum(1 for run in hook_failures if run["onError"] == "Fail")
+        return self._end(obj, phase, message, errors=errors, **fields)
 
     def _follow_disk(self, obj: Restore, disk: dict[str, Any]) -> None:
         """The phase of the disk's DataDownload, and why it did not complete; one that the

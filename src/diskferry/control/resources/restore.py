@@ -190,8 +190,20 @@ class RestoredDisk(ApiModel):
     )
 
 
+class RestoreHookRun(ApiModel):
+    """How one of a restored VM's hooks ended."""
+
+    name: str = Field(description="The hook.")
+    on_error: str = Field(alias="onError", description="Continue or Fail.")
+    exit_code: int | None = Field(
+        default=None, alias="exitCode", description="The command's exit code."
+    )
+    failed: bool = Field(description="Whether it failed, or could not run.")
+    message: str = Field(description="How it ended.")
+
+
 class RestoredMachine(ApiModel):
-    """One VM restored: where, the runPolicy it gets back, its disks."""
+    """One VM restored: where, the runPolicy it gets back, its disks, its hooks."""
 
     namespace: str = Field(description="The namespace it is restored into.")
     name: str = Field(description="The VirtualMachine.")
@@ -206,6 +218,17 @@ class RestoredMachine(ApiModel):
         description="true: the VM existed and was updated (existingResourcePolicy: update).",
     )
     disks: list[RestoredDisk] = Field(default_factory=list, description="Its disks.")
+    hooks: Literal["Waiting", "Done"] | None = Field(
+        default=None,
+        description="Waiting: its hooks wait for it to run with an answering guest agent; "
+        "Done: they ran, or cannot.",
+    )
+    hooks_since: datetime | None = Field(
+        default=None, alias="hooksSince", description="Since when its hooks wait."
+    )
+    hook_runs: list[RestoreHookRun] = Field(
+        default_factory=list, alias="hookRuns", description="Its hooks, as they ended."
+    )
 
 
 class RestoreProgress(ApiModel):
