@@ -161,9 +161,14 @@ def test_validation_errors_are_failed_validation(base) -> None:
     daemon = Daemon(base / "data")
     try:
         apply(daemon, location(base / "backups", default=False))
+        read_only = location(base / "other")[1]
+        read_only["metadata"]["name"] = "ro"
+        read_only["spec"].update(default=False, accessMode="ReadOnly")
         apply(
             daemon,
             [
+                read_only,
+                backup("readonly", storageLocation="ro"),
                 backup("nowhere"),
                 backup("missing", storageLocation="aws-primary"),
                 backup(
@@ -175,7 +180,8 @@ def test_validation_errors_are_failed_validation(base) -> None:
             ],
         )
         errors = {
-            name: ended(daemon, "Backup", name)["status"] for name in ("nowhere", "missing", "both")
+            name: ended(daemon, "Backup", name)["status"]
+            for name in ("nowhere", "missing", "both", "readonly")
         }
         assert {s["phase"] for s in errors.values()} == {"FailedValidation"}
         assert (
@@ -186,6 +192,9 @@ def test_validation_errors_are_failed_validation(base) -> None:
             "the BackupStorageLocation aws-primary does not exist in the namespace default"
         ]
         assert "only one can be specified" in errors["both"]["validationErrors"][0]
+        assert errors["readonly"]["validationErrors"] == [
+            "the BackupStorageLocation ro is ReadOnly: no backup is written into it"
+        ]
     finally:
         daemon.stop()
 

@@ -225,6 +225,17 @@ def test_the_template_metadata_labels_the_backups(base, daemon, clock) -> None:
     assert backup["metadata"]["labels"] == {"tier": "gold", LABEL: "labelled"}
 
 
+def test_backups_owned_by_their_schedule_go_with_it(base, daemon, clock) -> None:
+    doc = schedule("owning", select="none", useOwnerReferencesInBackup=True)
+    apply(daemon, [*location(base, vm=False), doc])
+    status_of(daemon, "owning", "nextRun")
+    backup = fire(daemon, clock, "owning", datetime(2026, 1, 1, 1, 0, 5, tzinfo=UTC))
+    [owner] = backup["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Schedule", "owning")
+    daemon.objects.delete(REGISTRY.by_kind("Schedule"), "default", "owning")
+    wait_until(lambda: get(daemon, "Backup", "default", backup["metadata"]["name"]) is None, 60)
+
+
 def test_runs_missed_while_down_get_one_catch_up_run(base, clock) -> None:
     first = Daemon(base / "data", clock=clock)
     try:
