@@ -88,12 +88,6 @@ def openapi_schema(info: KindInfo) -> Schema:
     return out
 
 
-def _extensions_kept(node: Schema) -> Schema:
-    """`node` without diskferry's own schema keys, which a CRD's schema may not hold (its
-    descriptions say what they say)."""
-    return _children({k: v for k, v in node.items() if k != NO_EFFECT}, _extensions_kept)
-
-
 def _column(column: Column) -> dict[str, Any]:
     out: dict[str, Any] = {"name": column.name, "type": column.type, "jsonPath": column.json_path}
     if column.priority:
@@ -119,7 +113,7 @@ def crd(info: KindInfo) -> Schema:
         "name": info.version,
         "served": True,
         "storage": True,
-        "schema": {"openAPIV3Schema": _extensions_kept(openapi_schema(info))},
+        "schema": {"openAPIV3Schema": openapi_schema(info)},
     }
     if info.has_status:
         version["subresources"] = {"status": {}}
