@@ -94,6 +94,7 @@ def vm_manifest(name: str, policy: str, disks: list[str], labels: dict[str, str]
             "runPolicy": policy,
             "blockDeviceRefs": [{"kind": "VirtualDisk", "name": d} for d in disks],
             "memory": {"size": "64Mi"},
+            "terminationGracePeriodSeconds": 0,  # no guest OS to power off on an ACPI request
         },
     }
 

@@ -216,6 +216,7 @@ spec:
   runPolicy: AlwaysOn
   blockDeviceRefs: [{{kind: VirtualDisk, name: my-volume}}]
   memory: {{size: 64Mi}}
+  terminationGracePeriodSeconds: 0  # no guest OS to power off on an ACPI request
 ---
 apiVersion: v1
 kind: Secret

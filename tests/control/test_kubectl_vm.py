@@ -40,6 +40,7 @@ spec:
   runPolicy: AlwaysOn
   blockDeviceRefs: [{kind: VirtualDisk, name: vd-k}]
   memory: {size: 64Mi}
+  terminationGracePeriodSeconds: 0  # no guest OS to power off on an ACPI request
 """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import time
@@ -10,13 +11,14 @@ from pathlib import Path
 from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import (
+    POWER_BUTTON,
     apply_vm,
     daemon,
     hmp,
     patch_vm,
     pid_of,
     ready_disk,
-    write_power_off_boot_sector,
+    write_boot_sector,
 )
 
 from diskferry.disk import procstat
@@ -130,7 +132,7 @@ def test_a_vm_with_qmp_socket_is_watched_never_started_or_stopped(daemon: Daemon
 def test_a_guest_power_off_stays_off_unless_the_policy_is_always_on(daemon: Daemon) -> None:
     """A guest that powers itself off: AlwaysOnUnlessStoppedManually leaves it Stopped
     (GuestShutdown); switched to AlwaysOn, it is started again."""
-    write_power_off_boot_sector(ready_disk(daemon, "vd-p"))
+    write_boot_sector(ready_disk(daemon, "vd-p"))
     apply_vm(daemon, "vm-p", "AlwaysOnUnlessStoppedManually", ["vd-p"])
     first = wait_until(lambda: pid_of(daemon, "vm-p"), 30)
     vm = daemon.wait_phase("VirtualMachine", "vm-p", "Stopped", timeout=30)
@@ -202,3 +204,53 @@ def test_socket_paths_too_long_make_the_vm_degraded_saying_so(tmp_path: Path) ->
         assert pid_of(deep, "vm-s") is None
     finally:
         deep.stop()
+
+
+def in_boot_sector(qmp_socket: str) -> bool:
+    """Whether the guest runs its boot sector's code (at 0x7c00), past the BIOS."""
+    found = re.search(r"EIP=([0-9a-f]+)", hmp(qmp_socket, "info registers"))
+    return found is not None and 0x7C00 <= int(found[1], 16) < 0x7E00
+
+
+def ready_reason(daemon: Daemon, name: str) -> dict:
+    """The VM's Ready condition."""
+    vm = daemon.get("VirtualMachine", name) or {}
+    return next(c for c in vm["status"]["conditions"] if c["type"] == "Ready")
+
+
+def test_a_stopping_vm_gets_an_acpi_shutdown_and_its_grace_period(daemon: Daemon) -> None:
+    """AlwaysOff asks the guest to power off (ACPI): one that does is Stopped well within its
+    terminationGracePeriodSeconds; one that does not is ended once the period is over."""
+    write_boot_sector(ready_disk(daemon, "vd-g"), POWER_BUTTON)
+    ready_disk(daemon, "vd-h")  # nothing boots from it: no one presses the button
+    apply_vm(daemon, "vm-g", "AlwaysOn", ["vd-g"], terminationGracePeriodSeconds=600)
+    apply_vm(daemon, "vm-h", "AlwaysOn", ["vd-h"], terminationGracePeriodSeconds=1)
+    running = daemon.wait_phase("VirtualMachine", "vm-g", "Running", timeout=30)
+    daemon.wait_phase("VirtualMachine", "vm-h", "Running", timeout=30)
+    wait_until(lambda: in_boot_sector(running["status"]["qmpSocket"]), 60)  # past the BIOS
+    for name in ("vm-g", "vm-h"):
+        patch_vm(daemon, name, {"spec": {"runPolicy": "AlwaysOff"}})
+    daemon.wait_phase("VirtualMachine", "vm-g", "Stopped", timeout=60)
+    assert ready_reason(daemon, "vm-g")["reason"] == "GuestPoweredOff"
+    daemon.wait_phase("VirtualMachine", "vm-h", "Stopped", timeout=60)
+    ended = ready_reason(daemon, "vm-h")
+    assert ended["reason"] == "GracePeriodOver"
+    assert "did not power off within 1 s" in ended["message"]
+    assert "terminationGracePeriodSeconds" in ended["message"]
+
+
+def test_always_on_unless_stopped_manually_is_the_default_and_a_policy_flip_starts_it(
+    daemon: Daemon,
+) -> None:
+    """A VM with no runPolicy starts; powered off from inside it stays off (GuestShutdown);
+    set AlwaysOff and back, it starts again."""
+    write_boot_sector(ready_disk(daemon, "vd-u"))
+    refs = [{"kind": "VirtualDisk", "name": "vd-u"}]
+    daemon.apply("VirtualMachine", "vm-u", {"blockDeviceRefs": refs, "memory": {"size": "64Mi"}})
+    first = wait_until(lambda: pid_of(daemon, "vm-u"), 30)
+    daemon.wait_phase("VirtualMachine", "vm-u", "Stopped", timeout=30)
+    assert ready_reason(daemon, "vm-u")["reason"] == "GuestShutdown"
+    patch_vm(daemon, "vm-u", {"spec": {"runPolicy": "AlwaysOff"}})
+    wait_until(lambda: ready_reason(daemon, "vm-u")["reason"] == "Stopped", 30)
+    patch_vm(daemon, "vm-u", {"spec": {"runPolicy": "AlwaysOnUnlessStoppedManually"}})
+    wait_until(lambda: pid_of(daemon, "vm-u") != first, 30)

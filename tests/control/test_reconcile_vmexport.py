@@ -190,7 +190,12 @@ def test_a_stopped_vm_has_its_disks_served_and_a_running_one_and_its_disk_wait(
     daemon.apply("VirtualDisk", "vd2", {"persistentVolumeClaim": {"size": "4Mi"}})
     blank = daemon.wait_phase("VirtualDisk", "vd2", "Ready", "Failed", timeout=30)
     refs = [{"kind": "VirtualDisk", "name": name} for name in ("vd1", "vd2")]
-    vm_spec = {"runPolicy": "AlwaysOff", "blockDeviceRefs": refs, "memory": {"size": "64Mi"}}
+    vm_spec = {
+        "runPolicy": "AlwaysOff",
+        "blockDeviceRefs": refs,
+        "memory": {"size": "64Mi"},
+        "terminationGracePeriodSeconds": 0,  # no guest OS to power off on an ACPI request
+    }
     daemon.apply("VirtualMachine", "vm1", vm_spec)
     daemon.wait_phase("VirtualMachine", "vm1", "Stopped", timeout=30)
     _export(daemon, "vm", "VirtualMachine", "vm1")

@@ -58,11 +58,15 @@ def ready_disk(daemon: Daemon, name: str) -> Path:
     return daemon.claim(daemon.wait_phase("VirtualDisk", name, "Ready", timeout=30))
 
 
+QUICK_STOP = {"terminationGracePeriodSeconds": 0}
+"""The test VMs have no guest OS to power off on an ACPI request: ended at once."""
+
+
 def apply_vm(daemon: Daemon, name: str, policy: str, disks: list[str], **spec: Any) -> None:
-    """A VirtualMachine on the VirtualDisks `disks`, small."""
+    """A VirtualMachine on the VirtualDisks `disks`, small, ended at once when stopped."""
     refs = [{"kind": "VirtualDisk", "name": d} for d in disks]
-    body = {"runPolicy": policy, "blockDeviceRefs": refs, "memory": {"size": "64Mi"}, **spec}
-    daemon.apply("VirtualMachine", name, body)
+    body = {"runPolicy": policy, "blockDeviceRefs": refs, "memory": {"size": "64Mi"}}
+    daemon.apply("VirtualMachine", name, {**body, **QUICK_STOP, **spec})
 
 
 def patch_vm(daemon: Daemon, name: str, patch: dict[str, Any]) -> None:
@@ -77,12 +81,12 @@ def hmp(socket: str, line: str) -> str:
 
 
 def create_vm(daemon: Daemon, name: str, spec: dict[str, Any], labels: dict[str, str]) -> None:
-    """A VirtualMachine with `labels`."""
+    """A VirtualMachine with `labels`, ended at once when stopped unless `spec` says otherwise."""
     body = {
         "apiVersion": "diskferry.io/v1alpha1",
         "kind": "VirtualMachine",
         "metadata": {"name": name, "labels": labels},
-        "spec": spec,
+        "spec": {**QUICK_STOP, **spec},
     }
     daemon.objects.create(REGISTRY.by_kind("VirtualMachine"), "default", body)
 
@@ -97,8 +101,13 @@ POWER_OFF = bytes.fromhex("BA0406B80020EFF4EBFE")
 """A boot sector's code that powers the PC off: `out 0x604, 0x2000` (PIIX4 ACPI S5), `hlt`."""
 
 
-def write_power_off_boot_sector(disk: Path) -> None:
-    """Make `disk` boot a guest that powers itself off at once."""
-    sector = POWER_OFF + bytes(510 - len(POWER_OFF)) + b"\x55\xaa"
+POWER_BUTTON = bytes.fromhex("BA0206B80001EFBA0006EDA9000174F7BA0406B80020EFF4EBFE")
+"""A boot sector's code that powers the PC off once its power button is pressed (ACPI): enable
+the button's event (`out 0x602, 0x100`), wait for its status bit (`in 0x600`), then S5."""
+
+
+def write_boot_sector(disk: Path, code: bytes = POWER_OFF) -> None:
+    """Make `disk` boot a guest running `code` (by default, one that powers itself off)."""
+    sector = code + bytes(510 - len(code)) + b"\x55\xaa"
     with disk.open("r+b") as f:
         f.write(sector)

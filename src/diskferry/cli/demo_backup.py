@@ -59,6 +59,7 @@ metadata:
 spec:
   runPolicy: {run_policy}
   memory: {{size: 64Mi}}
+  terminationGracePeriodSeconds: 0  # the demo's guest has no OS to power off on ACPI's request
   blockDeviceRefs: [{{kind: VirtualDisk, name: {disk}}}]
 """
 

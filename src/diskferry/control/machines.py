@@ -216,6 +216,20 @@ class Machines:
         """What the VM's QEMU was last launched with ({} when never)."""
         return self._record(self.directory(namespace, name)).get("launch") or {}
 
+    def power_down(self, namespace: str, name: str) -> None:
+        """Press the VM's ACPI power button (QMP `system_powerdown`), and remember when."""
+        directory = self.directory(namespace, name)
+        with self.monitor(namespace, name) as qmp:
+            qmp.command("system_powerdown")
+        with self._lock:
+            record = {**self._record(directory), "powerDownAt": time.time()}
+            write_atomically(directory / "state.json", json.dumps(record).encode())
+
+    def since_power_down(self, namespace: str, name: str) -> float | None:
+        """Seconds since the running VM's power button was pressed, None when it was not."""
+        pressed = self._record(self.directory(namespace, name)).get("powerDownAt")
+        return time.time() - pressed if isinstance(pressed, float) else None
+
     def since_start(self, namespace: str, name: str) -> float | None:
         """Seconds since the VM's QEMU was last started, None when it never was."""
         started = self._record(self.directory(namespace, name)).get("startedAt")

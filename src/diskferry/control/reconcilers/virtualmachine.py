@@ -1,10 +1,13 @@
 """VirtualMachine: a QEMU process per VM, kept to its run policy; Deckhouse's phases.
 
 AlwaysOn starts the VM and starts it again when it ends (crash, guest power-off);
-AlwaysOnUnlessStoppedManually does so too unless the guest powered itself off; AlwaysOff
-stops it; Manual leaves it as it is. A VM waits in Pending until every disk and image it
-names is Ready. Stopping ends QEMU with SIGTERM, on which it quits cleanly at once (the
-guest gets no ACPI shutdown). Deleting the VM stops it, then removes its directory. A VM
+AlwaysOnUnlessStoppedManually (the default) does so too unless it was stopped by hand: the
+guest powered itself off, or the policy was AlwaysOff since (switched back, it starts again);
+AlwaysOff stops it; Manual leaves it as it is. A VM waits in Pending until every disk and image
+it names is Ready, its class admits it and this host's node meets its selectors. Stopping
+presses the guest's ACPI power button and waits `terminationGracePeriodSeconds` for it to power
+off, then ends QEMU with SIGTERM (on which it quits cleanly at once). Deleting the VM stops it
+so, then removes its directory. A VM
 with `spec.qmpSocket` runs elsewhere: diskferry only watches it (its phase, its disks'
 targets, its CBT state) and never starts or stops it; a socket outside DATA_DIR/vm-sockets
 (see `machines`) is refused, and the VM Degraded, without a connection.
@@ -15,6 +18,7 @@ shows them, and is never read back for them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass
@@ -55,6 +59,9 @@ WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
 RETRY_SECONDS = 10.0
 GUEST_SHUTDOWN = "GuestShutdown"
+POWERED_OFF = "GuestPoweredOff"
+GRACE_OVER = "GracePeriodOver"
+GRACE_POLL_SECONDS = 0.5
 LAUNCHED = "QemuLaunched"
 _KINDS: dict[BlockDeviceKind, type[Resource]] = {
     BlockDeviceKind.VIRTUAL_DISK: VirtualDisk,
@@ -182,7 +189,7 @@ class VirtualMachineReconciler:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
         if self.machines.running(namespace, name):
             if obj.spec.run_policy is RunPolicy.ALWAYS_OFF:
-                return self._stop(obj, "Stopped", "the run policy is AlwaysOff")
+                return self._shut_down(obj, "the run policy is AlwaysOff")
             return self._observe(obj)
         if _reason(obj) == LAUNCHED:
             return self._failed_start(obj)
@@ -318,6 +325,44 @@ class VirtualMachineReconciler:
         self._move(obj, MachinePhase.STOPPED, reason, message, _gone_fields())
         return Result.requeue(STEP_SECONDS)
 
+    def _shut_down(self, obj: VirtualMachine, why: str) -> Result:
+        """Stop the running VM: its guest asked to power off, QEMU ended once it has or its
+        grace period is over."""
+        due = self._power_off(obj)
+        if isinstance(due, Result):
+            message = f"{why}: the guest was asked to power off (ACPI)"
+            self._move(obj, MachinePhase.STOPPING, "Stopping", message)
+            return due
+        reason, message = due
+        return self._stop(obj, reason, message or why)
+
+    def _power_off(self, obj: VirtualMachine) -> Result | tuple[str, str]:
+        """Press the guest's power button and wait up to its grace period for it to power off:
+        a Result while it waits, else the reason and message QEMU is to be ended with (no
+        message: at once, as a grace period of 0 asks)."""
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        grace = obj.spec.termination_grace_period_seconds
+        if not grace:
+            return "Stopped", ""
+        pressed = self.machines.since_power_down(namespace, name)
+        if pressed is None:
+            with contextlib.suppress(QmpError):  # monitors not open yet: pressed next time
+                self.machines.power_down(namespace, name)
+            return Result.requeue(STEP_SECONDS)
+        try:
+            with self.machines.monitor(namespace, name) as qmp:
+                off = qmp.command("query-status")["status"] == "shutdown"
+        except QmpError:
+            off = False
+        if off:
+            return POWERED_OFF, "the guest powered off on the ACPI shutdown request"
+        if pressed < grace:
+            return Result.requeue(GRACE_POLL_SECONDS)
+        return GRACE_OVER, (
+            f"the guest did not power off within {grace} s of the ACPI shutdown request "
+            "(spec.terminationGracePeriodSeconds): QEMU was ended"
+        )
+
     def _stopped(self, obj: VirtualMachine) -> Result:
         """A VM that is not to run: its disks put on or off CBT as wanted, and Stopped."""
         attached = self._attached(obj)
@@ -328,7 +373,10 @@ class VirtualMachineReconciler:
             for a in writable:
                 vmcbt.prepare(a.file, track)
             on_overlays = track and bool(writable)
-        reason = _reason(obj) if _phase(obj) == MachinePhase.STOPPED else "Stopped"
+        kept = _phase(obj) == MachinePhase.STOPPED and (
+            _reason(obj) != GUEST_SHUTDOWN or obj.spec.run_policy is not RunPolicy.ALWAYS_OFF
+        )
+        reason = _reason(obj) if kept else "Stopped"
         message = "the VM is stopped"
         if isinstance(attached, str):  # its disks cannot be moved on or off CBT until then
             message = f"{message}; {attached}"
@@ -375,6 +423,9 @@ class VirtualMachineReconciler:
             terminating = MachinePhase.TERMINATING
             obj = self._move(obj, terminating, "Terminating", "being deleted")
         if not obj.spec.qmp_socket:
+            due = self._power_off(obj) if self.machines.running(namespace, name) else None
+            if isinstance(due, Result):
+                return due
             try:
                 self.machines.stop(namespace, name)
             except MachineError:
