@@ -10,34 +10,13 @@ from typing import Any
 
 from control_support import wait_until
 from reconcile_support import Daemon
-from vm_support import cbt_state, create_vm, daemon, hmp, ready_disk
+from vm_support import cbt_state, create_vm, daemon, hmp, read_node, ready_disk
 
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES
-from diskferry.nbd.volume import NbdVolume
 from diskferry.qemu.qmp import Qmp
 
 __all__ = ["daemon"]
 PATTERN = b"\xab" * 4096
-
-
-def read_node(qmp_socket: str, node: str, offset: int, length: int) -> bytes:
-    """`length` bytes at `offset` of the VM's block node `node`, as the guest reads them."""
-    path = str(Path(qmp_socket).with_name("nbd-test.sock"))
-    with Qmp(qmp_socket) as qmp:
-        qmp.command("nbd-server-start", addr={"type": "unix", "data": {"path": path}})
-        qmp.command("block-export-add", type="nbd", id="t", node_name=node, name="t")
-    try:
-        volume = NbdVolume.open(f"nbd+unix:///t?socket={path}")
-        try:
-            buf = bytearray(length)
-            volume.read_into(offset, buf)
-            return bytes(buf)
-        finally:
-            volume.close()
-    finally:
-        with Qmp(qmp_socket) as qmp:
-            qmp.command("block-export-del", id="t")
-            qmp.command("nbd-server-stop")
 
 
 def iso(folder: Path) -> Path:

@@ -16,6 +16,7 @@ from reconcile_support import Daemon
 
 from diskferry.control.resources import REGISTRY
 from diskferry.disk import procstat
+from diskferry.nbd.volume import NbdVolume
 from diskferry.qemu.qmp import Qmp
 
 DISK_SIZE = "16Mi"
@@ -67,6 +68,27 @@ def apply_vm(daemon: Daemon, name: str, policy: str, disks: list[str], **spec: A
     refs = [{"kind": "VirtualDisk", "name": d} for d in disks]
     body = {"runPolicy": policy, "blockDeviceRefs": refs, "memory": {"size": "64Mi"}}
     daemon.apply("VirtualMachine", name, {**body, **QUICK_STOP, **spec})
+
+
+def read_node(qmp_socket: str, node: str, offset: int = 0, length: int | None = None) -> bytes:
+    """`length` bytes (all, by default) at `offset` of the VM's block node `node`, as the guest
+    reads them."""
+    path = str(Path(qmp_socket).with_name("nbd-test.sock"))
+    with Qmp(qmp_socket) as qmp:
+        qmp.command("nbd-server-start", addr={"type": "unix", "data": {"path": path}})
+        qmp.command("block-export-add", type="nbd", id="t", node_name=node, name="t")
+    try:
+        volume = NbdVolume.open(f"nbd+unix:///t?socket={path}")
+        try:
+            buf = bytearray(volume.size - offset if length is None else length)
+            volume.read_into(offset, buf)
+            return bytes(buf)
+        finally:
+            volume.close()
+    finally:
+        with Qmp(qmp_socket) as qmp:
+            qmp.command("block-export-del", id="t")
+            qmp.command("nbd-server-stop")
 
 
 def patch_vm(daemon: Daemon, name: str, patch: dict[str, Any]) -> None:

@@ -34,7 +34,15 @@ from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import READY, Condition, status_of, transition
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
 from diskferry.control.reconcilers.vmclass import class_of
-from diskferry.control.reconcilers.vmlaunch import Admitted, Hold, admit, launch_config
+from diskferry.control.reconcilers.vmlaunch import (
+    PROVISIONING,
+    PROVISIONING_READY,
+    Admitted,
+    Hold,
+    admit,
+    launch_config,
+    seed_of,
+)
 from diskferry.control.reconcilers.vmstatus import replacing, stats
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
@@ -49,6 +57,7 @@ from diskferry.control.resources.virtualmachine import (
 from diskferry.control.resources.virtualmachineclass import VirtualMachineClass
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
+from diskferry.control.seeds import SeedError, write_seed
 from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
@@ -269,6 +278,19 @@ class VirtualMachineReconciler:
         for a in attached:
             path, fmt = (a.file, a.format) if a.ref.read_only else vmcbt.prepare(a.file, track)
             disks.append(VmDisk(a.target, path, fmt, a.ref.read_only, a.within, a.cdrom))
+        seed = seed_of(self.client, obj)
+        if isinstance(seed, str):
+            held_by = {PROVISIONING_READY: (False, "ProvisioningNotReady", seed)}
+            self._move(obj, MachinePhase.PENDING, "ProvisioningNotReady", seed, None, None, held_by)
+            return Result.requeue(WATCH_SECONDS)
+        if seed is not None:
+            path = self.machines.directory(namespace, name) / f"{PROVISIONING}.iso"
+            try:
+                write_seed(path, seed.label, seed.files)
+            except SeedError as e:
+                self._move(obj, MachinePhase.DEGRADED, e.reason, e.message)
+                return Result.requeue(RETRY_SECONDS)
+            disks.append(VmDisk(PROVISIONING, str(path), read_only=True, cdrom=True))
         config = launch_config(self.machines, obj, admitted, disks)
         launch = {
             "blockDevices": [a.status() for a in attached],
@@ -285,12 +307,14 @@ class VirtualMachineReconciler:
         if unweighed is not None:
             said = f"spec.cpu.coreFraction has no effect: {unweighed}"
             self.client.event(obj, "Warning", "CoreFractionNotApplied", said)
+        provisioned = None if seed is None else (True, "ProvisioningReady", "")
         self._move(
             obj,
             MachinePhase.STARTING,
             LAUNCHED,
             "QEMU is starting",
             {"blockDevices": launch["blockDevices"], **self._cbt_fields(launch["cbt"], track)},
+            conditions={PROVISIONING_READY: provisioned},
         )
         return Result.requeue(STEP_SECONDS)
 

@@ -11,7 +11,8 @@ from diskferry.control.node import node_fields, node_labels
 from diskferry.control.reconcilers.vmclass import class_of
 from diskferry.control.reconcilers.vmsizing import core_fraction, sizing_problem
 from diskferry.control.reconcilers.vmstatus import resources, topology
-from diskferry.control.resources.virtualmachine import VirtualMachine
+from diskferry.control.resources.core import Secret
+from diskferry.control.resources.virtualmachine import ProvisioningType, VirtualMachine
 from diskferry.control.resources.virtualmachineclass import CpuType, VirtualMachineClass
 from diskferry.control.runtime.client import Client
 from diskferry.qemu.system import VmConfig, VmDisk
@@ -20,6 +21,46 @@ BASELINE_CPU = "qemu64"
 """The model a Features class adds its features to, as Deckhouse's generic model."""
 SIZING = "SizingPolicyMatched"
 CLASS_READY = "VirtualMachineClassReady"
+PROVISIONING_READY = "ProvisioningReady"
+PROVISIONING = "provisioning"
+"""The node name and device id of the VM's first-boot CD-ROM."""
+USER_DATA_KEYS = ("userData", "userdata")
+"""The keys of a Secret that hold cloud-init user data, Deckhouse's and KubeVirt's."""
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The first-boot CD-ROM's label and files."""
+
+    label: str
+    files: dict[str, bytes]
+
+
+def seed_of(client: Client, vm: VirtualMachine) -> Seed | str | None:
+    """What the VM's first-boot CD-ROM holds: a NoCloud seed (user-data, meta-data), or a
+    Secret's Windows answer files; why it must wait; None without provisioning."""
+    provisioning = vm.spec.provisioning
+    if provisioning is None:
+        return None
+    ref = provisioning.user_data_ref or provisioning.sysprep_ref
+    secret = None
+    if ref is not None:
+        secret = client.get(Secret, vm.metadata.namespace, ref.name)
+        if secret is None:
+            return f"waiting for the Secret {ref.name} of spec.provisioning: it does not exist"
+    if provisioning.type is ProvisioningType.SYSPREP_REF:
+        assert secret is not None
+        data = secret.folded().data
+        return Seed("sysprep", {key: secret.value(key) or b"" for key in sorted(data)})
+    if secret is not None:
+        user_data = next((v for k in USER_DATA_KEYS if (v := secret.value(k)) is not None), None)
+        if user_data is None:
+            name = secret.metadata.name
+            return f"waiting for the Secret {name} of spec.provisioning to hold userData"
+    else:
+        user_data = (provisioning.user_data or "").encode()
+    meta = f"instance-id: {vm.metadata.uid}\nlocal-hostname: {vm.metadata.name}\n"
+    return Seed("cidata", {"user-data": user_data, "meta-data": meta.encode()})
 
 
 @dataclass(frozen=True)
