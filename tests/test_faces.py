@@ -77,8 +77,9 @@ def test_importing_a_face_loads_none_of_the_modules_behind_it(package: str) -> N
 
 
 def _job_models_and_results(engine: str) -> set[str]:
-    """The worker job models, and the pydantic models named `...Result`, that `engine` defines."""
-    from diskferry.worker import WorkerJob
+    """The job models (and the models they hold), and the pydantic models named `...Result`,
+    that `engine` defines; every pydantic model of a `job` module is one or the other."""
+    from diskferry.worker import JobModel
 
     found = set()
     for name in _modules(engine):
@@ -88,7 +89,7 @@ def _job_models_and_results(engine: str) -> set[str]:
                 continue
             if attr.startswith("_") or not issubclass(value, BaseModel):
                 continue
-            if issubclass(value, WorkerJob) or attr.endswith("Result"):
+            if issubclass(value, JobModel) or attr.endswith("Result") or name.endswith("job"):
                 found.add(attr)
     return found
 

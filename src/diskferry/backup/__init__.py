@@ -32,6 +32,8 @@ __all__, __getattr__, __dir__ = lazy_face(
             "DiskTransfer",
             "ForgetJob",
             "ForgetResult",
+            "HookCommand",
+            "HookOutcome",
             "InitJob",
             "InitResult",
             "PruneJob",
