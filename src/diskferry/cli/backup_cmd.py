@@ -8,6 +8,7 @@ import typer
 
 from diskferry.cli.cancel import cancellable, target_left
 from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.help_text import PlainTyper
 from diskferry.cli.repo_cmd import (
     EndpointOpt,
     JsonOpt,
@@ -188,7 +189,7 @@ def register(app: typer.Typer) -> None:
     """Add `backup`, `restore` and `chain reset`."""
     app.command("backup")(backup_command)
     app.command("restore")(restore_command)
-    chain_app = typer.Typer(
+    chain_app = PlainTyper(
         name="chain", help="Manage a VM's checkpoint chain.", no_args_is_help=True
     )
     chain_app.command("reset")(chain_reset_command)

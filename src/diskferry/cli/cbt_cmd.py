@@ -8,11 +8,12 @@ import typer
 
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import note, print_json
+from diskferry.cli.help_text import PlainTyper
 
 if TYPE_CHECKING:
     from diskferry.qemu import CbtDisk
 
-cbt_app = typer.Typer(
+cbt_app = PlainTyper(
     help="Changed-block tracking: a qcow2 metadata overlay whose bitmaps mark what changed.",
     no_args_is_help=True,
 )

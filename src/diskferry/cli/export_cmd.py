@@ -16,6 +16,7 @@ from diskferry.cli.common import (
     print_json,
     progress_bar,
 )
+from diskferry.cli.help_text import PlainTyper
 from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.server_options import (
     Address,
@@ -35,9 +36,9 @@ from diskferry.cli.server_options import (
 )
 from diskferry.serving import DEFAULT_ADDRESS
 
-export_app = typer.Typer(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
-ca_app = typer.Typer(help="The CA that issues export server certificates.")
-proxy_app = typer.Typer(help="The export proxy: one HTTPS entry that routes to export servers.")
+export_app = PlainTyper(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
+ca_app = PlainTyper(help="The CA that issues export server certificates.")
+proxy_app = PlainTyper(help="The export proxy: one HTTPS entry that routes to export servers.")
 export_app.add_typer(ca_app, name="ca")
 
 

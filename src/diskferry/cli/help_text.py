@@ -1,12 +1,18 @@
 """Help in the plain style of restic and skopeo: `SOURCE` and `--format FORMAT`, not typer's
-`{source}` and `<str>` placeholders."""
+`{source}` and `<str>` placeholders (which its rich_markup_mode prints too).
+
+The commands are PlainHelpCommands, given as the `cls` that typer's `command` takes; they
+override click's formatting methods, which typer keeps in its copy of click."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 from typer.core import TyperCommand
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _name(param: Any) -> str:
@@ -44,11 +50,12 @@ class PlainHelpCommand(TyperCommand):
                     formatter.write_dl(rows)
 
 
-def use_plain_help(app: typer.Typer) -> None:
-    """Make every command of `app` and of its sub-apps a PlainHelpCommand."""
-    for command in app.registered_commands:
-        if command.cls in (None, TyperCommand):  # typer's default: no class of its own
-            command.cls = PlainHelpCommand
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            use_plain_help(group.typer_instance)
+class PlainTyper(typer.Typer):
+    """A typer app whose commands are PlainHelpCommands, through the `cls` that typer's
+    `command` takes."""
+
+    def command(
+        self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **settings: Any
+    ) -> Callable[[F], F]:
+        """typer's `command`, its class PlainHelpCommand unless `cls` names another."""
+        return super().command(name, cls=cls or PlainHelpCommand, **settings)

@@ -9,11 +9,12 @@ import typer
 
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import NOTES, note, print_json, progress_bar
+from diskferry.cli.help_text import PlainTyper
 from diskferry.cli.import_cmd import import_job, run_and_report
 from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
 
-image_app = typer.Typer(help="containerDisk images in an OCI registry.")
+image_app = PlainTyper(help="containerDisk images in an OCI registry.")
 
 Ref = Annotated[
     str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST] or oci:DIR[:TAG]")

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from diskferry.cli.common import note, print_json
+from diskferry.cli.help_text import PlainTyper
 from diskferry.cli.password_prompt import new_password
 from diskferry.cli.repo_cmd import (
     EndpointOpt,
@@ -17,7 +18,7 @@ from diskferry.cli.repo_cmd import (
     open_access,
 )
 
-key_app = typer.Typer(
+key_app = PlainTyper(
     help="List, add and remove the passwords (key files) that open a repository.",
     no_args_is_help=True,
 )

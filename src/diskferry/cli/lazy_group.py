@@ -6,11 +6,10 @@ import functools
 import importlib
 from typing import Any
 
-import typer
 import typer.main
 from typer.core import TyperGroup
 
-from diskferry.cli.help_text import use_plain_help
+from diskferry.cli.help_text import PlainTyper
 
 # command name -> the module under diskferry.cli that registers it, in the order help lists them
 COMMAND_MODULES: dict[str, str] = {
@@ -44,15 +43,18 @@ COMMAND_MODULES: dict[str, str] = {
 @functools.cache
 def module_commands(module: str) -> dict[str, Any]:
     """The click commands that `diskferry.cli.<module>` registers, by name, with plain help."""
-    app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    app = PlainTyper(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     importlib.import_module(f"diskferry.cli.{module}").register(app)
-    use_plain_help(app)
-    # get_group, not get_command: an app of one command and no callback comes back bare
-    return dict(typer.main.get_group(app).commands)
+    # typer has no public way to turn an app into click commands since it vendored click (0.26):
+    # get_command is the one its own CliRunner uses; tests/cli/test_typer_api_cli.py checks it
+    built = typer.main.get_command(app)
+    # an app of one command and no callback comes back as that command, not a group
+    return dict(built.commands) if isinstance(built, TyperGroup) else {built.name: built}
 
 
 class LazyGroup(TyperGroup):
-    """A group that lists its commands from COMMAND_MODULES and imports one only when asked."""
+    """A group that lists its commands from COMMAND_MODULES and imports one only when asked,
+    given to typer as the root app's `cls`."""
 
     def list_commands(self, ctx: Any) -> list[str]:
         """The command names, in help order, without importing their modules."""

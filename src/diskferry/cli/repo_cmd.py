@@ -8,6 +8,7 @@ import typer
 
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import NOTES, build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.help_text import PlainTyper
 from diskferry.cli.password_prompt import prompt_if_needed
 
 if TYPE_CHECKING:
@@ -347,7 +348,7 @@ def prune_command(
 
 def register(app: typer.Typer) -> None:
     """Add `repo` (init, check, stats, upgrade, key), `snapshots`, `forget` and `prune`."""
-    repo_app = typer.Typer(
+    repo_app = PlainTyper(
         name="repo", help="Make, check and measure backup repositories.", no_args_is_help=True
     )
     repo_app.command("init")(init_command)

@@ -6,12 +6,12 @@ import threading
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from diskferry.cli.cancel import cancellable, signals_set
 from diskferry.cli.common import build_job, note, print_json, progress_bar, size_option
+from diskferry.cli.help_text import PlainTyper
 from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.server_options import (
     Address,
@@ -35,14 +35,14 @@ _SEND = "send"
 class _SendByDefault(TyperGroup):
     """`upload FILE URL` is `upload send FILE URL`: the first word names a command or a file."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         """Put `send` first when the first word is no command of the group."""
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = [_SEND, *args]
         return super().parse_args(ctx, args)
 
 
-upload_app = typer.Typer(
+upload_app = PlainTyper(
     cls=_SendByDefault,
     help="Upload a disk image to an upload server (FILE URL), or serve one (serve TARGET).",
     no_args_is_help=True,

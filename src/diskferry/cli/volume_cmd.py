@@ -15,8 +15,9 @@ import typer
 
 from diskferry.cli.cancel import cancellable
 from diskferry.cli.common import note, print_json, progress_bar, size_option
+from diskferry.cli.help_text import PlainTyper
 
-volume_app = typer.Typer(
+volume_app = PlainTyper(
     help="Volumes: serve one over NBD for a clone, create a blank one, clone one locally.",
     no_args_is_help=True,
 )
