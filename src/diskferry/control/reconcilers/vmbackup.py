@@ -5,9 +5,10 @@ be pulled; at the end the tracker's `latestCheckpoint` is the backup's checkpoin
 The backup is Incremental from the tracker's latest checkpoint unless `forceFullBackup`, the
 source is the VM itself, or the tracker has none yet (the disks' chain decides further: a
 disk whose checkpoint is gone is backed up whole). Phases beyond KubeVirt's conditions, to
-print: Pending (waiting for the VM's disks), Progressing, Ready (Pull: the endpoints answer),
-Complete, Failed. The conditions are KubeVirt's: Progressing, Complete, Failed, Quiesced.
-What Push and Pull do apart lives in `vmbackuppush` and `vmbackuppull`.
+print: Pending (waiting for the VM's disks, or a Push's location), Progressing, Ready (Pull:
+the endpoints answer through the backup's VirtualMachineExport), Complete, Failed. The
+conditions are KubeVirt's: Progressing, Complete, Failed, Quiesced. What Push and Pull do apart
+lives in `vmbackuppush` and `vmbackuppull`.
 """
 
 from __future__ import annotations
