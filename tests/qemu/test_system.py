@@ -3,6 +3,8 @@ by their targets, a CBT overlay opened with its bitmaps."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import tempfile
 import time
@@ -146,3 +148,103 @@ def test_kvm_counts_as_usable_only_when_a_host_cpu_starts_on_it(
         assert kvm_usable() is usable
     finally:
         system.kvm_usable.cache_clear()
+
+
+OVMF = Path("/usr/share/OVMF")
+
+
+def device(qmp: Qmp, target: str, prop: str) -> object:
+    """A property of the device whose id is `target`."""
+    return qmp.command("qom-get", path=f"/machine/peripheral/{target}", property=prop)
+
+
+@pytest.mark.parametrize(
+    ("bus", "disk_type", "nic_type"),
+    [
+        (system.DiskBus.VIRTIO, "scsi-hd", "virtio-net-pci"),
+        (system.DiskBus.SATA, "ide-hd", "e1000"),
+        (system.DiskBus.IDE, "ide-hd", "e1000"),
+    ],
+)
+def test_disks_on_their_bus_in_boot_order_and_a_nic(
+    short_dir: Path, bus: system.DiskBus, disk_type: str, nic_type: str
+) -> None:
+    disks = []
+    for name, boot in (("one", 2), ("two", 1)):
+        path = short_dir / f"{name}.raw"
+        path.write_bytes(bytes(MiB))
+        disks.append(VmDisk(name, str(path), boot_index=boot))
+    iso = short_dir / "seed.iso"
+    iso.write_bytes(bytes(MiB))
+    disks.append(VmDisk("seed", str(iso), read_only=True, cdrom=True))
+    base = config_of(short_dir, disks, kvm_usable())
+    config = dataclasses.replace(base, bus=bus, nics=["02:00:00:00:00:01"])
+    qemu = run(config)
+    try:
+        with Qmp(str(short_dir / "a.sock")) as qmp:
+            assert device(qmp, "one", "type") == disk_type
+            assert device(qmp, "seed", "type") == disk_type.replace("hd", "cd")
+            assert [device(qmp, d, "bootindex") for d in ("one", "two")] == [2, 1]
+            assert device(qmp, "nic0", "type") == nic_type
+            assert device(qmp, "nic0", "mac") == "02:00:00:00:00:01"
+    finally:
+        qemu.kill()
+        qemu.wait()
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_uefi_boots_ovmf_from_flash_with_the_vms_own_variables(
+    short_dir: Path, secure: bool
+) -> None:
+    code = OVMF / ("OVMF_CODE_4M.secboot.fd" if secure else "OVMF_CODE_4M.fd")
+    variables = short_dir / "efivars.fd"
+    variables.write_bytes(
+        (OVMF / ("OVMF_VARS_4M.ms.fd" if secure else "OVMF_VARS_4M.fd")).read_bytes()
+    )
+    usable = system.kvm_firmware_usable(code, OVMF / "OVMF_VARS_4M.fd")
+    kvm = usable and (not secure or system.kvm_smm_usable())
+    base = config_of(short_dir, [], kvm)
+    config = dataclasses.replace(base, firmware=system.Firmware(code, variables, secure))
+    qemu = run(config)
+    try:
+        with Qmp(str(short_dir / "a.sock")) as qmp:
+            assert qmp.command("query-status")["status"] == "running"
+            machine = qmp.command("qom-get", path="/machine", property="type")
+            assert machine.startswith("pc-q35" if secure else "pc-i440fx")
+            if secure:
+                assert qmp.command("qom-get", path="/machine", property="smm") == "on"
+        opened = {
+            os.readlink(f"/proc/{qemu.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{qemu.pid}/fd")
+        }
+        assert {str(code), str(variables)} <= opened
+    finally:
+        qemu.kill()
+        qemu.wait()
+
+
+def test_a_windows_guest_gets_hyper_v_enlightenments_under_kvm(short_dir: Path) -> None:
+    argv = command(dataclasses.replace(config_of(short_dir, [], True), hyperv=True))
+    assert argv[argv.index("-cpu") + 1] == "host,hv_relaxed,hv_vapic,hv_spinlocks=0x1fff,hv_time"
+    tcg = command(dataclasses.replace(config_of(short_dir, [], False), hyperv=True))
+    assert "-cpu" not in tcg
+
+
+def test_uefi_is_found_unusable_under_kvm_exactly_when_it_stops_there(short_dir: Path) -> None:
+    """The probe's answer is what a UEFI VM under KVM does here: run on, or stop in an error."""
+    if not kvm_usable():
+        pytest.skip("no usable KVM here")
+    code, template = OVMF / "OVMF_CODE_4M.fd", OVMF / "OVMF_VARS_4M.fd"
+    variables = short_dir / "efivars.fd"
+    variables.write_bytes(template.read_bytes())
+    base = config_of(short_dir, [], True)
+    qemu = run(dataclasses.replace(base, firmware=system.Firmware(code, variables)))
+    try:
+        with Qmp(str(short_dir / "a.sock")) as qmp:
+            seen = set()
+            for _ in range(15):
+                seen.add(qmp.command("query-status")["status"])
+                time.sleep(0.2)
+    finally:
+        qemu.kill()
+        qemu.wait()
+    assert system.kvm_firmware_usable(code, template) == ("internal-error" not in seen)

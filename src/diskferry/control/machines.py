@@ -216,6 +216,24 @@ class Machines:
         """What the VM's QEMU was last launched with ({} when never)."""
         return self._record(self.directory(namespace, name)).get("launch") or {}
 
+    def efi_variables(self, namespace: str, name: str, template: Path, secure: bool) -> Path:
+        """The VM's own UEFI variables (kept in its folder across starts, one file with Secure
+        Boot and one without), copied from OVMF's `template` the first time."""
+        directory = self.directory(namespace, name)
+        path = directory / ("efivars-secureboot.fd" if secure else "efivars.fd")
+        if path.exists():
+            return path
+        try:
+            data = template.read_bytes()
+        except OSError as e:
+            raise MachineError(
+                f"OVMF's {template.name} cannot be read ({e.strerror}): UEFI needs Debian's "
+                "ovmf package"
+            ) from e
+        private_folder(directory)
+        write_atomically(path, data)
+        return path
+
     def power_down(self, namespace: str, name: str) -> None:
         """Press the VM's ACPI power button (QMP `system_powerdown`), and remember when."""
         directory = self.directory(namespace, name)

@@ -35,12 +35,15 @@ from diskferry.control.reconcilers.phases import READY, Condition, status_of, tr
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
 from diskferry.control.reconcilers.vmclass import class_of
 from diskferry.control.reconcilers.vmlaunch import (
+    NETWORK_READY,
     PROVISIONING,
     PROVISIONING_READY,
     Admitted,
     Hold,
+    Seed,
     admit,
     launch_config,
+    network_status,
     seed_of,
 )
 from diskferry.control.reconcilers.vmstatus import replacing, stats
@@ -51,6 +54,7 @@ from diskferry.control.resources.virtualmachine import (
     BlockDeviceKind,
     BlockDeviceSpecRef,
     MachinePhase,
+    OsType,
     RunPolicy,
     VirtualMachine,
 )
@@ -61,7 +65,7 @@ from diskferry.control.seeds import SeedError, write_seed
 from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.qemu.system import VmDisk, command
+from diskferry.qemu.system import VmConfig, VmDisk, command, kvm_usable
 from diskferry.registry.errors import RegistryError
 
 WATCH_SECONDS = 2.0
@@ -264,6 +268,11 @@ class VirtualMachineReconciler:
         if isinstance(attached, str):
             self._move(obj, MachinePhase.PENDING, "BlockDevicesNotReady", attached)
             return Result.requeue(WATCH_SECONDS)
+        seed = seed_of(self.client, obj)
+        if isinstance(seed, str):
+            held_by = {PROVISIONING_READY: (False, "ProvisioningNotReady", seed)}
+            self._move(obj, MachinePhase.PENDING, "ProvisioningNotReady", seed, None, None, held_by)
+            return Result.requeue(WATCH_SECONDS)
         track = vmcbt.wanted(self.client, obj)
         writable = [a for a in attached if not a.ref.read_only]
         if track and not all(vmcbt.tracked(a.file) for a in writable):
@@ -274,49 +283,70 @@ class VirtualMachineReconciler:
                 "moving the disks onto their CBT overlays",
                 {"changedBlockTracking": {"state": "Initializing"}},
             )
-        disks = []
-        for a in attached:
-            path, fmt = (a.file, a.format) if a.ref.read_only else vmcbt.prepare(a.file, track)
-            disks.append(VmDisk(a.target, path, fmt, a.ref.read_only, a.within, a.cdrom))
-        seed = seed_of(self.client, obj)
-        if isinstance(seed, str):
-            held_by = {PROVISIONING_READY: (False, "ProvisioningNotReady", seed)}
-            self._move(obj, MachinePhase.PENDING, "ProvisioningNotReady", seed, None, None, held_by)
-            return Result.requeue(WATCH_SECONDS)
-        if seed is not None:
-            path = self.machines.directory(namespace, name) / f"{PROVISIONING}.iso"
-            try:
-                write_seed(path, seed.label, seed.files)
-            except SeedError as e:
-                self._move(obj, MachinePhase.DEGRADED, e.reason, e.message)
-                return Result.requeue(RETRY_SECONDS)
-            disks.append(VmDisk(PROVISIONING, str(path), read_only=True, cdrom=True))
-        config = launch_config(self.machines, obj, admitted, disks)
         launch = {
             "blockDevices": [a.status() for a in attached],
             "cbt": track and bool(writable),
             "resources": admitted.resources(obj),
         }
         try:
+            disks = self._disks(obj, attached, track, seed)
+            config = launch_config(self.machines, obj, admitted, disks)
             share = (obj.spec.cpu.cores, admitted.core_fraction(obj))
             self.machines.start(namespace, name, command(config), launch, share)
-        except MachineError as e:
+        except (MachineError, SeedError) as e:
             self._move(obj, MachinePhase.DEGRADED, e.reason, e.message)
             return Result.requeue(RETRY_SECONDS)
+        self._warn_unmet(obj, config)
+        networks, network_ready = network_status(obj)
+        conditions = {
+            PROVISIONING_READY: None if seed is None else (True, "ProvisioningReady", ""),
+            NETWORK_READY: network_ready,
+        }
+        fields = {
+            "blockDevices": launch["blockDevices"],
+            "networks": networks,
+            **self._cbt_fields(launch["cbt"], track),
+        }
+        message = "QEMU is starting"
+        self._move(obj, MachinePhase.STARTING, LAUNCHED, message, fields, None, conditions)
+        return Result.requeue(STEP_SECONDS)
+
+    def _disks(
+        self, obj: VirtualMachine, attached: list[Attached], track: bool, seed: Seed | None
+    ) -> list[VmDisk]:
+        """The VM's disks as QEMU opens them, in their boot order, its writable ones moved on
+        or off CBT as `track` says, and its first-boot CD-ROM last (SeedError when it cannot be
+        made)."""
+        order = obj.spec.boot_ordered()
+        disks = []
+        for a in attached:
+            path, fmt = (a.file, a.format) if a.ref.read_only else vmcbt.prepare(a.file, track)
+            boot = order.index(a.ref) + 1
+            disks.append(VmDisk(a.target, path, fmt, a.ref.read_only, a.within, a.cdrom, boot))
+        if seed is not None:
+            namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+            path = self.machines.directory(namespace, name) / f"{PROVISIONING}.iso"
+            write_seed(path, seed.label, seed.files)
+            disks.append(VmDisk(PROVISIONING, str(path), read_only=True, cdrom=True))
+        return disks
+
+    def _warn_unmet(self, obj: VirtualMachine, config: VmConfig) -> None:
+        """A Warning for what the VM asked for that this start could not give it."""
+        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
         unweighed = self.machines.unweighed(namespace, name)
         if unweighed is not None:
             said = f"spec.cpu.coreFraction has no effect: {unweighed}"
             self.client.event(obj, "Warning", "CoreFractionNotApplied", said)
-        provisioned = None if seed is None else (True, "ProvisioningReady", "")
-        self._move(
-            obj,
-            MachinePhase.STARTING,
-            LAUNCHED,
-            "QEMU is starting",
-            {"blockDevices": launch["blockDevices"], **self._cbt_fields(launch["cbt"], track)},
-            conditions={PROVISIONING_READY: provisioned},
-        )
-        return Result.requeue(STEP_SECONDS)
+        if config.firmware is not None and not config.kvm and kvm_usable():
+            said = (
+                f"this host's KVM does not run the {obj.spec.bootloader} firmware (OVMF"
+                f"{', with the SMM Secure Boot needs' if config.firmware_secure else ''}): the "
+                "VM runs emulated (TCG), slower"
+            )
+            self.client.event(obj, "Warning", "FirmwareEmulated", said)
+        if obj.spec.os_type is OsType.WINDOWS and config.kvm and not config.hyperv:
+            said = "this host's KVM refuses Hyper-V's enlightenments: the Windows guest has none"
+            self.client.event(obj, "Warning", "HyperVUnavailable", said)
 
     def _observe(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
@@ -330,7 +360,7 @@ class VirtualMachineReconciler:
         if run_state == "shutdown":
             return self._stop(obj, GUEST_SHUTDOWN, "the guest powered itself off")
         launch = self.machines.launch(namespace, name)
-        phase = MachinePhase.RUNNING if run_state == "running" else MachinePhase.PAUSE
+        phase = _phase_of(run_state)
         sockets = sockets_of(self.machines, obj)
         fields = {
             "qmpSocket": sockets.qmp,
@@ -339,7 +369,7 @@ class VirtualMachineReconciler:
             **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
         }
         message = f"QEMU is {run_state}"
-        self._move(obj, phase, str(phase), message, fields, ready=True)
+        self._move(obj, phase, str(phase), message, fields, ready=phase != MachinePhase.DEGRADED)
         return Result.requeue(WATCH_SECONDS)
 
     def _stop(self, obj: VirtualMachine, reason: str, message: str) -> Result:
@@ -432,13 +462,14 @@ class VirtualMachineReconciler:
         devices, on_overlays = [], False
         if not isinstance(attached, str):
             devices, on_overlays = _external_devices(attached, nodes)
-        phase = MachinePhase.RUNNING if run_state == "running" else MachinePhase.PAUSE
+        phase = _phase_of(run_state)
         fields = {
             "qmpSocket": socket,
             "blockDevices": devices,
             **self._cbt_fields(on_overlays, vmcbt.wanted(self.client, obj)),
         }
-        self._move(obj, phase, str(phase), f"QEMU is {run_state}", fields, ready=True)
+        message = f"QEMU is {run_state}"
+        self._move(obj, phase, str(phase), message, fields, ready=phase != MachinePhase.DEGRADED)
         return Result.requeue(WATCH_SECONDS)
 
     def _delete(self, obj: VirtualMachine) -> Result:
@@ -457,6 +488,16 @@ class VirtualMachineReconciler:
             self.machines.remove(namespace, name)
         release(self.client, obj)
         return Result.done()
+
+
+def _phase_of(run_state: str) -> MachinePhase:
+    """The phase a running QEMU's state shows: Running, Degraded when it stopped on an error
+    (its own, the guest's panic, a disk's), Pause otherwise."""
+    if run_state == "running":
+        return MachinePhase.RUNNING
+    if run_state in ("internal-error", "guest-panicked", "io-error"):
+        return MachinePhase.DEGRADED
+    return MachinePhase.PAUSE
 
 
 def _gone_fields() -> dict[str, Any]:

@@ -1,27 +1,53 @@
 """What a VM's QEMU is started with, from its spec and its class: the virtual CPU and its
-topology, the memory, the devices, the sockets; and whether the host may run it at all (its
-class exists, it fits the class's sizing policy, this host's node meets its selectors)."""
+topology, the memory, the disks' bus (virtio unless the guest has no paravirtualization), the
+firmware (SeaBIOS, or OVMF for EFI), the Main network's NICs, the first-boot seed, the sockets;
+and whether the host may run it at all (its class exists, it fits the class's sizing policy,
+this host's node meets its selectors)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from diskferry.control.machines import Machines
 from diskferry.control.node import node_fields, node_labels
+from diskferry.control.reconcilers.phases import Condition
 from diskferry.control.reconcilers.vmclass import class_of
 from diskferry.control.reconcilers.vmsizing import core_fraction, sizing_problem
 from diskferry.control.reconcilers.vmstatus import resources, topology
 from diskferry.control.resources.core import Secret
-from diskferry.control.resources.virtualmachine import ProvisioningType, VirtualMachine
+from diskferry.control.resources.virtualmachine import (
+    Bootloader,
+    NetworkType,
+    OsType,
+    ProvisioningType,
+    VirtualMachine,
+)
 from diskferry.control.resources.virtualmachineclass import CpuType, VirtualMachineClass
 from diskferry.control.runtime.client import Client
-from diskferry.qemu.system import VmConfig, VmDisk
+from diskferry.qemu.system import (
+    DiskBus,
+    Firmware,
+    VmConfig,
+    VmDisk,
+    kvm_firmware_usable,
+    kvm_hyperv_usable,
+    kvm_smm_usable,
+    kvm_usable,
+)
 
+OVMF_DIR = Path("/usr/share/OVMF")
+OVMF = (OVMF_DIR / "OVMF_CODE_4M.fd", OVMF_DIR / "OVMF_VARS_4M.fd")
+OVMF_SECURE = (OVMF_DIR / "OVMF_CODE_4M.secboot.fd", OVMF_DIR / "OVMF_VARS_4M.ms.fd")
+"""Debian's OVMF: the code and the variables' template, without and with Secure Boot (its
+variables enrol Microsoft's keys, as a Windows guest needs)."""
 BASELINE_CPU = "qemu64"
 """The model a Features class adds its features to, as Deckhouse's generic model."""
 SIZING = "SizingPolicyMatched"
 CLASS_READY = "VirtualMachineClassReady"
 PROVISIONING_READY = "ProvisioningReady"
+NETWORK_READY = "NetworkReady"
 PROVISIONING = "provisioning"
 """The node name and device id of the VM's first-boot CD-ROM."""
 USER_DATA_KEYS = ("userData", "userdata")
@@ -139,12 +165,70 @@ def cpu_model(vm_class: VirtualMachineClass | None) -> str | None:
     return None
 
 
+def mac_address(vm: VirtualMachine, index: int) -> str:
+    """The MAC address of the VM's `index`th interface: locally administered, from its uid."""
+    digest = hashlib.sha256(f"{vm.metadata.uid}/{index}".encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
+
+
+def main_networks(vm: VirtualMachine) -> list[int]:
+    """The indexes of the VM's interfaces on the Main network, the one this host gives."""
+    return [i for i, n in enumerate(vm.spec.networks) if n.type is NetworkType.MAIN]
+
+
+def network_status(vm: VirtualMachine) -> tuple[list[dict[str, object]], Condition | None]:
+    """`status.networks` (the Main network's interfaces, their MACs) and the NetworkReady
+    condition (False when the VM asks for networks this host has not; None otherwise)."""
+    shown: list[dict[str, object]] = [
+        {"type": NetworkType.MAIN.value, "macAddress": mac_address(vm, i)}
+        for i in main_networks(vm)
+    ]
+    others = [n.name or n.type.value for n in vm.spec.networks if n.type is not NetworkType.MAIN]
+    if not others:
+        return shown, None
+    message = f"this host has only the Main network: {', '.join(others)} not attached"
+    return shown, (False, "NetworkNotSupported", message)
+
+
+def bus_of(vm: VirtualMachine) -> DiskBus:
+    """Where the VM's disks sit: virtio-scsi, else IDE for Legacy guests, SATA otherwise."""
+    if vm.spec.enable_paravirtualization:
+        return DiskBus.VIRTIO
+    return DiskBus.IDE if vm.spec.os_type is OsType.LEGACY else DiskBus.SATA
+
+
+def firmware_of(machines: Machines, vm: VirtualMachine) -> Firmware | None:
+    """OVMF for an EFI bootloader (Secure Boot's build and Microsoft's keys for
+    EFIWithSecureBoot), with the VM's own variables; None for BIOS."""
+    bootloader = vm.spec.bootloader
+    if bootloader is Bootloader.BIOS:
+        return None
+    secure = bootloader is Bootloader.EFI_WITH_SECURE_BOOT
+    code, template = OVMF_SECURE if secure else OVMF
+    namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
+    variables = machines.efi_variables(namespace, name, template, secure)
+    return Firmware(code, variables, secure)
+
+
+def kvm_for(vm: VirtualMachine) -> bool:
+    """Whether the VM runs under KVM: KVM must run its firmware (OVMF, with SMM for Secure
+    Boot), else it is emulated (TCG)."""
+    bootloader = vm.spec.bootloader
+    if bootloader is Bootloader.BIOS:
+        return kvm_usable()
+    secure = bootloader is Bootloader.EFI_WITH_SECURE_BOOT
+    code, template = OVMF_SECURE if secure else OVMF
+    return (not secure or kvm_smm_usable()) and kvm_firmware_usable(code, template)
+
+
 def launch_config(
     machines: Machines, vm: VirtualMachine, admitted: Admitted, disks: list[VmDisk]
 ) -> VmConfig:
-    """The QEMU configuration of `vm` with `disks`."""
+    """The QEMU configuration of `vm` with `disks` (MachineError when its firmware is not
+    there); under TCG when KVM is not usable, or has no SMM for Secure Boot."""
     namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
     agent = machines.agent_socket(namespace, name) if vm.spec.enable_guest_agent else None
+    firmware = firmware_of(machines, vm)
     return VmConfig(
         name=f"{namespace}.{name}",
         cores=vm.spec.cpu.cores,
@@ -155,4 +239,9 @@ def launch_config(
         agent_socket=agent,
         cpu=cpu_model(admitted.vm_class),
         sockets=topology(vm.spec.cpu.cores)["sockets"],
+        kvm=kvm_for(vm),
+        bus=bus_of(vm),
+        firmware=firmware,
+        nics=[mac_address(vm, i) for i in main_networks(vm)],
+        hyperv=vm.spec.os_type is OsType.WINDOWS and kvm_hyperv_usable(),
     )
