@@ -254,3 +254,39 @@ def test_always_on_unless_stopped_manually_is_the_default_and_a_policy_flip_star
     wait_until(lambda: ready_reason(daemon, "vm-u")["reason"] == "Stopped", 30)
     patch_vm(daemon, "vm-u", {"spec": {"runPolicy": "AlwaysOnUnlessStoppedManually"}})
     wait_until(lambda: pid_of(daemon, "vm-u") != first, 30)
+
+
+def condition_of(daemon: Daemon, name: str, kind: str) -> dict | None:
+    """The VM's condition of `kind`."""
+    vm = daemon.get("VirtualMachine", name) or {}
+    return next((c for c in vm["status"]["conditions"] if c["type"] == kind), None)
+
+
+def test_changes_needing_a_restart_wait_for_one_or_restart_it_when_automatic(
+    daemon: Daemon,
+) -> None:
+    """Two cores asked of a running one-core VM: it runs on, AwaitingRestartToApplyConfiguration
+    and restartAwaitingChanges saying what waits; disruptions Automatic restarts it on two."""
+    ready_disk(daemon, "vd-n")
+    apply_vm(daemon, "vm-n", "Manual", ["vd-n"])
+    patch_vm(daemon, "vm-n", {"spec": {"runPolicy": "AlwaysOn"}})
+    daemon.wait_phase("VirtualMachine", "vm-n", "Running", timeout=30)
+    patch_vm(daemon, "vm-n", {"spec": {"runPolicy": "Manual"}})  # applies without a restart
+    first = pid_of(daemon, "vm-n")
+    patch_vm(daemon, "vm-n", {"spec": {"cpu": {"cores": 2}}})
+    waiting = wait_until(
+        lambda: condition_of(daemon, "vm-n", "AwaitingRestartToApplyConfiguration"), 30
+    )
+    assert waiting["status"] == "True" and waiting["reason"] == "ChangesPendingRestart"
+    vm = daemon.get("VirtualMachine", "vm-n")
+    assert vm["status"]["restartAwaitingChanges"] == [
+        {"operation": "replace", "path": "cpu.cores", "currentValue": 1, "desiredValue": 2}
+    ]
+    assert vm["status"]["resources"]["cpu"]["cores"] == 1 and pid_of(daemon, "vm-n") == first
+    patch_vm(daemon, "vm-n", {"spec": {"disruptions": {"restartApprovalMode": "Automatic"}}})
+    wait_until(lambda: pid_of(daemon, "vm-n") not in (None, first), 60)
+    vm = daemon.wait_phase("VirtualMachine", "vm-n", "Running", timeout=30)
+    assert vm["status"]["resources"]["cpu"]["cores"] == 2
+    wait_until(
+        lambda: condition_of(daemon, "vm-n", "AwaitingRestartToApplyConfiguration") is None, 30
+    )

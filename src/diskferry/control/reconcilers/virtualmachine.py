@@ -46,7 +46,7 @@ from diskferry.control.reconcilers.vmlaunch import (
     network_status,
     seed_of,
 )
-from diskferry.control.reconcilers.vmstatus import replacing, stats
+from diskferry.control.reconcilers.vmstatus import applied, replacing, restart_changes, stats
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import (
@@ -55,6 +55,7 @@ from diskferry.control.resources.virtualmachine import (
     BlockDeviceSpecRef,
     MachinePhase,
     OsType,
+    RestartApprovalMode,
     RunPolicy,
     VirtualMachine,
 )
@@ -74,6 +75,14 @@ RETRY_SECONDS = 10.0
 GUEST_SHUTDOWN = "GuestShutdown"
 POWERED_OFF = "GuestPoweredOff"
 GRACE_OVER = "GracePeriodOver"
+RESTARTING = "Restarting"
+AWAITING_RESTART = "AwaitingRestartToApplyConfiguration"
+AWAITING = (
+    "Waiting for the user to restart in order to apply the configuration changes (set "
+    "spec.runPolicy AlwaysOff and back, or spec.disruptions.restartApprovalMode: Automatic)."
+)
+MIGRATABLE = "Migratable"
+ONE_HOST = "this host is the one node: there is nowhere to migrate the VM to"
 GRACE_POLL_SECONDS = 0.5
 LAUNCHED = "QemuLaunched"
 _KINDS: dict[BlockDeviceKind, type[Resource]] = {
@@ -221,6 +230,8 @@ class VirtualMachineReconciler:
 
     def _should_start(self, obj: VirtualMachine) -> bool:
         policy = obj.spec.run_policy
+        if _reason(obj) == RESTARTING:
+            return policy is not RunPolicy.ALWAYS_OFF
         if policy is RunPolicy.ALWAYS_ON:
             return True
         if policy is RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY:
@@ -287,6 +298,7 @@ class VirtualMachineReconciler:
             "blockDevices": [a.status() for a in attached],
             "cbt": track and bool(writable),
             "resources": admitted.resources(obj),
+            "spec": applied(obj.to_json()["spec"]),
         }
         try:
             disks = self._disks(obj, attached, track, seed)
@@ -360,16 +372,27 @@ class VirtualMachineReconciler:
         if run_state == "shutdown":
             return self._stop(obj, GUEST_SHUTDOWN, "the guest powered itself off")
         launch = self.machines.launch(namespace, name)
+        started = launch.get("spec")  # none from a QEMU an older daemon started
+        changes = [] if started is None else restart_changes(started, obj.to_json()["spec"])
+        automatic = obj.spec.disruptions.restart_approval_mode is RestartApprovalMode.AUTOMATIC
+        if changes and automatic:
+            return self._shut_down(obj, "restarting to apply changes", RESTARTING)
         phase = _phase_of(run_state)
         sockets = sockets_of(self.machines, obj)
         fields = {
             "qmpSocket": sockets.qmp,
             "guestAgentSocket": sockets.agent,
             "blockDevices": launch.get("blockDevices", []),
+            "restartAwaitingChanges": changes or None,
             **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
         }
+        conditions = {
+            AWAITING_RESTART: (True, "ChangesPendingRestart", AWAITING) if changes else None,
+            MIGRATABLE: (False, "NoOtherNode", ONE_HOST),
+        }
         message = f"QEMU is {run_state}"
-        self._move(obj, phase, str(phase), message, fields, ready=phase != MachinePhase.DEGRADED)
+        ready = phase != MachinePhase.DEGRADED
+        self._move(obj, phase, str(phase), message, fields, ready, conditions)
         return Result.requeue(WATCH_SECONDS)
 
     def _stop(self, obj: VirtualMachine, reason: str, message: str) -> Result:
@@ -379,16 +402,16 @@ class VirtualMachineReconciler:
         self._move(obj, MachinePhase.STOPPED, reason, message, _gone_fields())
         return Result.requeue(STEP_SECONDS)
 
-    def _shut_down(self, obj: VirtualMachine, why: str) -> Result:
+    def _shut_down(self, obj: VirtualMachine, why: str, reason: str | None = None) -> Result:
         """Stop the running VM: its guest asked to power off, QEMU ended once it has or its
-        grace period is over."""
+        grace period is over; Stopped with `reason`, else one saying how it ended."""
         due = self._power_off(obj)
         if isinstance(due, Result):
             message = f"{why}: the guest was asked to power off (ACPI)"
             self._move(obj, MachinePhase.STOPPING, "Stopping", message)
             return due
-        reason, message = due
-        return self._stop(obj, reason, message or why)
+        ended, message = due
+        return self._stop(obj, reason or ended, message or why)
 
     def _power_off(self, obj: VirtualMachine) -> Result | tuple[str, str]:
         """Press the guest's power button and wait up to its grace period for it to power off:

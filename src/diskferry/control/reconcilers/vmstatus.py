@@ -85,3 +85,52 @@ def replacing(before: Any, after: Any) -> Any:
         return after
     patch = {key: replacing(before.get(key), value) for key, value in after.items()}
     return {**{key: None for key in before.keys() - after.keys()}, **patch}
+
+
+LIVE = (
+    "runPolicy",
+    "disruptions",
+    "terminationGracePeriodSeconds",
+    "liveMigrationPolicy",
+    "tolerations",
+    "priorityClassName",
+    "topologySpreadConstraints",
+    "affinity",
+    "nodeSelector",
+    "virtualMachineIPAddressName",
+    "qmpSocket",
+)
+"""The spec's fields a running VM takes without a restart (or that only placement reads)."""
+
+
+def applied(spec: dict[str, Any]) -> dict[str, Any]:
+    """What of a VM's spec its QEMU is started with: all but the LIVE fields."""
+    return {key: value for key, value in spec.items() if key not in LIVE}
+
+
+def _leaves(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        found: dict[str, Any] = {}
+        for key, inner in value.items():
+            found.update(_leaves(inner, f"{path}.{key}" if path else key))
+        return found
+    return {path: value}
+
+
+def restart_changes(running: dict[str, Any], wanted: dict[str, Any]) -> list[dict[str, Any]]:
+    """The changes from the spec a VM runs with to the one wanted that wait for a restart, as
+    Deckhouse lists them (operation, path, current and desired values)."""
+    before, after = _leaves(applied(running)), _leaves(applied(wanted))
+    changes = []
+    for path in sorted(before.keys() | after.keys()):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        operation = "add" if path not in before else "remove" if path not in after else "replace"
+        change: dict[str, Any] = {"operation": operation, "path": path}
+        if old is not None:
+            change["currentValue"] = old
+        if new is not None:
+            change["desiredValue"] = new
+        changes.append(change)
+    return changes
