@@ -50,7 +50,11 @@ def namespace(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-def vm(name: str, ns: str = "default", refs: list[tuple[str, str]] = (), **labels: str) -> dict:
+CDROM = [("VirtualImage", "installer")]
+"""A block device no backup moves data of (an image, here one that does not exist)."""
+
+
+def vm(name: str, ns: str = "default", refs: list[tuple[str, str]] = CDROM, **labels: str) -> dict:
     """A stopped VirtualMachine `ns/name` labelled `labels` on the block devices `refs`."""
     return {
         "apiVersion": "diskferry.io/v1alpha1",

@@ -11,10 +11,11 @@ or every disk when `restorePVs` is false, is made from its manifest instead. The
 runPolicy is put back only once all its disks are, and it is left off, with a Warning Event,
 when one is not. The images the VMs mount that the filters take are made from their manifests
 when missing. What exists already is left as it is (`existingResourcePolicy` none, with a
-Warning Event); with `update`, a stopped VM gets the backup's spec, labels and annotations and
-its missing disks restored, existing disks get the backup's labels and annotations, and no
-disk's data is ever overwritten; a running VM is left, saying so. The exec hooks that take a
-restored VM run in its guest once it runs (see restorehooks); the Restore ends after them."""
+Warning Event; a VM whose disk exists is left AlwaysOff, that disk Failed); with `update`, a
+stopped VM gets the backup's spec, labels and annotations and its missing disks restored,
+existing disks get the backup's labels and annotations, and no disk's data is ever
+overwritten; a running VM is left, saying so. The exec hooks that take a restored VM run in
+its guest once it runs (see restorehooks); the Restore ends after them."""
 
 from __future__ import annotations
 
@@ -342,19 +343,23 @@ class RestoreReconciler:
             or self.client.get(DataDownload, obj.metadata.namespace, download) is not None
         )
         if existing is not None and not ours:
-            message = "the VirtualDisk exists already: its data is left as it is"
-            if obj.spec.existing_resource_policy == ExistingResourcePolicy.UPDATE:
-                meta = _meta_of(disk.get("manifest") or {})
-                labels = {**existing.metadata.labels, **(meta.get("labels") or {})}
-                annotations = {**existing.metadata.annotations, **(meta.get("annotations") or {})}
-                merged = existing.metadata.model_copy(
-                    update={"labels": labels, "annotations": annotations}
-                )
-                self.client.update(existing.model_copy(update={"metadata": merged}))
+            if obj.spec.existing_resource_policy != ExistingResourcePolicy.UPDATE:
                 message = (
-                    "the VirtualDisk exists already: it has the backup's labels and "
-                    "annotations, its data is left as it is"
+                    f"the VirtualDisk {namespace}/{name} exists already: it is not restored "
+                    "over (existingResourcePolicy update keeps it for the VM)"
                 )
+                return {"name": name, "phase": "Failed", "message": message}
+            meta = _meta_of(disk.get("manifest") or {})
+            labels = {**existing.metadata.labels, **(meta.get("labels") or {})}
+            annotations = {**existing.metadata.annotations, **(meta.get("annotations") or {})}
+            merged = existing.metadata.model_copy(
+                update={"labels": labels, "annotations": annotations}
+            )
+            self.client.update(existing.model_copy(update={"metadata": merged}))
+            message = (
+                "the VirtualDisk exists already: it has the backup's labels and annotations, "
+                "its data is left as it is"
+            )
             return {"name": name, "phase": "Skipped", "message": message}
         if not disk.get("snapshotID") or obj.spec.restore_pvs is False:
             if existing is None:

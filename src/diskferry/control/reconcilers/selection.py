@@ -118,11 +118,11 @@ def restore_taken(spec: Selection) -> Taken:
 def hook_applies(scope: HookScope, namespace: str, labels: dict[str, str]) -> bool:
     """Whether a hook applies to the VM in `namespace` with `labels`: its namespaces (globs),
     its resources (VirtualMachine in any of its names, or empty) and its label selector."""
-    if any(fnmatchcase(namespace, glob) for glob in scope.excluded_namespaces):
+    if any(fnmatchcase(namespace, glob) for glob in scope.excluded_namespaces or []):
         return False
-    included = [glob for glob in scope.included_namespaces if glob != "*"]
+    included = [glob for glob in scope.included_namespaces or [] if glob != "*"]
     if included and not any(fnmatchcase(namespace, glob) for glob in included):
         return False
-    if not kind_taken(VM, scope.included_resources, scope.excluded_resources):
+    if not kind_taken(VM, scope.included_resources or [], scope.excluded_resources or []):
         return False
     return scope.label_selector is None or scope.label_selector.matches(labels)

@@ -60,24 +60,24 @@ class HookScope(ApiModel):
     """Which VirtualMachines a hook applies to."""
 
     name: str = Field(min_length=1, description="The hook's name, for Events and status.")
-    included_namespaces: Names = Field(
-        default_factory=list,
+    included_namespaces: Names | None = Field(
+        default=None,
         alias="includedNamespaces",
         description="Namespaces of the VMs it applies to, as globs; empty or `*`: all.",
     )
-    excluded_namespaces: Names = Field(
-        default_factory=list,
+    excluded_namespaces: Names | None = Field(
+        default=None,
         alias="excludedNamespaces",
         description="Namespaces it does not apply to, as globs.",
     )
-    included_resources: Names = Field(
-        default_factory=list,
+    included_resources: Names | None = Field(
+        default=None,
         alias="includedResources",
         description="Resources it applies to: empty, `*` or VirtualMachine in any of its names "
         "applies it to VMs; any other (Velero's `pods`) to nothing here." + RESOURCES,
     )
-    excluded_resources: Names = Field(
-        default_factory=list,
+    excluded_resources: Names | None = Field(
+        default=None,
         alias="excludedResources",
         description="Resources it does not apply to." + RESOURCES,
     )

@@ -102,10 +102,10 @@ class RestoreSpec(Selection):
         default=None,
         alias="existingResourcePolicy",
         description="none (the default): a VirtualMachine that exists is left as it is, and "
-        "so are its disks. update: an existing VM that is stopped gets the backup's spec, "
-        "labels and annotations (a running one is left, and the Restore says so); its "
-        "VirtualDisks that exist get the backup's labels and annotations, their data is never "
-        "overwritten.",
+        "so are its disks; a restored VM one of whose disks exists is left AlwaysOff. update: "
+        "an existing VM that is stopped gets the backup's spec, labels and annotations (a "
+        "running one is left, and the Restore says so); its VirtualDisks that exist get the "
+        "backup's labels and annotations and are kept for it, their data never overwritten.",
     )
     restore_status: RestoreStatusSpec | None = no_effect(
         "a restored object's status is what its controller sees, never the backup's",
