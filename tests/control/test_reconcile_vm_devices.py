@@ -8,6 +8,7 @@ import json
 import stat
 from typing import Any
 
+from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import create_vm, daemon, ready_disk
 
@@ -85,3 +86,23 @@ def test_boot_order_and_networks_this_host_has_not(daemon: Daemon) -> None:
     ordered = daemon.wait_phase("VirtualMachine", "vm-c", "Running", timeout=90)["status"]
     assert prop(ordered["qmpSocket"], "vd-vd-c2", "bootindex") == 1
     assert prop(ordered["qmpSocket"], "vd-vd-c1", "bootindex") == 2
+
+
+def test_the_guest_agent_and_the_qemu_version_in_the_status(daemon: Daemon) -> None:
+    """The VM's agent channel, no agent behind it (no guest OS): AgentReady False, saying so;
+    no guestOSInfo nor address; QEMU's version in status.versions."""
+    status = running(daemon, "vm-a", ["vd-a"])
+    agent = wait_until(lambda: condition(daemon, "vm-a", "AgentReady"), 30)
+    assert agent["status"] == "False" and "qemu-guest-agent" in agent["message"]
+    vm = daemon.get("VirtualMachine", "vm-a")
+    assert "guestOSInfo" not in vm["status"] and "ipAddress" not in vm["status"]
+    with Qmp(status["qmpSocket"]) as qmp:
+        version = qmp.command("query-version")["qemu"]
+    wanted = f"{version['major']}.{version['minor']}.{version['micro']}"
+    assert vm["status"]["versions"] == {"qemu": wanted}
+
+
+def condition(daemon: Daemon, name: str, kind: str) -> dict[str, Any] | None:
+    """The VM's condition of `kind`."""
+    vm = daemon.get("VirtualMachine", name) or {}
+    return next((c for c in vm["status"].get("conditions", []) if c["type"] == kind), None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ from diskferry.control.imagestore import ImageStore
 from diskferry.control.machines import MachineError, Machines, SocketRefusedError
 from diskferry.control.model import Resource
 from diskferry.control.node import node_name
-from diskferry.control.reconcilers import vmcbt
+from diskferry.control.reconcilers import vmcbt, vmguest
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import READY, Condition, status_of, transition
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
@@ -82,6 +83,8 @@ AWAITING = (
     "spec.runPolicy AlwaysOff and back, or spec.disruptions.restartApprovalMode: Automatic)."
 )
 MIGRATABLE = "Migratable"
+AGENT_READY = "AgentReady"
+AGENT_SECONDS = 10.0
 ONE_HOST = "this host is the one node: there is nowhere to migrate the VM to"
 GRACE_POLL_SECONDS = 0.5
 LAUNCHED = "QemuLaunched"
@@ -171,6 +174,7 @@ class VirtualMachineReconciler:
         self.machines = machines
         self.store = ImageStore(volumes.data_dir)
         self.clock = clock or Clock()
+        self._asked: dict[tuple[str, str], tuple[float, vmguest.GuestFacts]] = {}
 
     def _move(
         self,
@@ -367,6 +371,7 @@ class VirtualMachineReconciler:
         try:
             with self.machines.monitor(namespace, name) as qmp:
                 run_state = qmp.command("query-status")["status"]
+                version = qmp.command("query-version")["qemu"]
         except QmpError:
             return Result.requeue(STEP_SECONDS)
         if run_state == "shutdown":
@@ -379,21 +384,53 @@ class VirtualMachineReconciler:
             return self._shut_down(obj, "restarting to apply changes", RESTARTING)
         phase = _phase_of(run_state)
         sockets = sockets_of(self.machines, obj)
+        guest, agent_ready = self._guest(obj, sockets.agent)
         fields = {
             "qmpSocket": sockets.qmp,
             "guestAgentSocket": sockets.agent,
             "blockDevices": launch.get("blockDevices", []),
             "restartAwaitingChanges": changes or None,
+            "versions": {"qemu": f"{version['major']}.{version['minor']}.{version['micro']}"},
+            **guest,
             **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
         }
         conditions = {
             AWAITING_RESTART: (True, "ChangesPendingRestart", AWAITING) if changes else None,
             MIGRATABLE: (False, "NoOtherNode", ONE_HOST),
+            AGENT_READY: agent_ready,
         }
         message = f"QEMU is {run_state}"
         ready = phase != MachinePhase.DEGRADED
         self._move(obj, phase, str(phase), message, fields, ready, conditions)
         return Result.requeue(WATCH_SECONDS)
+
+    def _guest(
+        self, obj: VirtualMachine, agent: str | None
+    ) -> tuple[dict[str, Any], Condition | None]:
+        """What the guest agent said, asked at most every AGENT_SECONDS: the status fields
+        (guestOSInfo, ipAddress, networks' addresses) and the AgentReady condition (None without
+        an agent channel)."""
+        key = (obj.metadata.namespace or "", obj.metadata.name or "")
+        asked = self._asked.get(key)
+        if asked is None or time.monotonic() - asked[0] > AGENT_SECONDS:
+            asked = (time.monotonic(), vmguest.ask(agent))
+            self._asked[key] = asked
+        facts = asked[1]
+        networks, _ = network_status(obj)
+        for network in networks:
+            network["ipAddress"] = facts.addresses.get(str(network["macAddress"]))
+        main = next((n["ipAddress"] for n in networks if n["ipAddress"]), None)
+        fields = {
+            "guestOSInfo": facts.os_info or None,
+            "ipAddress": main,
+            "networks": [{k: v for k, v in n.items() if v is not None} for n in networks],
+        }
+        if agent is None:
+            return fields, None
+        if facts.answered:
+            return fields, (True, "AgentReady", "")
+        said = "the guest agent does not answer (is qemu-guest-agent installed and running?)"
+        return fields, (False, "AgentNotReady", said)
 
     def _stop(self, obj: VirtualMachine, reason: str, message: str) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
@@ -497,6 +534,7 @@ class VirtualMachineReconciler:
 
     def _delete(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
+        self._asked.pop((namespace, name), None)
         if _phase(obj) != MachinePhase.TERMINATING:
             terminating = MachinePhase.TERMINATING
             obj = self._move(obj, terminating, "Terminating", "being deleted")
