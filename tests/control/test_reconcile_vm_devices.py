@@ -86,6 +86,10 @@ def test_boot_order_and_networks_this_host_has_not(daemon: Daemon) -> None:
     ordered = daemon.wait_phase("VirtualMachine", "vm-c", "Running", timeout=90)["status"]
     assert prop(ordered["qmpSocket"], "vd-vd-c2", "bootindex") == 1
     assert prop(ordered["qmpSocket"], "vd-vd-c1", "bootindex") == 2
+    assert ordered["blockDeviceRefs"] == [
+        {"kind": "VirtualDisk", "name": "vd-c1", "size": "16Mi", "attached": True, "bootOrder": 2},
+        {"kind": "VirtualDisk", "name": "vd-c2", "size": "16Mi", "attached": True, "bootOrder": 1},
+    ]
 
 
 def test_the_guest_agent_and_the_qemu_version_in_the_status(daemon: Daemon) -> None:

@@ -178,3 +178,17 @@ def test_the_generic_class_sample_applies_and_its_policies_are_read() -> None:
 )
 def test_the_class_rules(spec: dict[str, Any], said: str) -> None:
     assert said in refusal(vmc(**spec))
+
+
+def test_a_class_cpu_is_fixed_once_made_and_its_policies_may_change(
+    service: ObjectService,
+) -> None:
+    info = REGISTRY.by_kind("VirtualMachineClass")
+    made, _ = service.create(info, None, vmc(cpu={"type": "Model", "model": "Nehalem"}))
+    made["spec"]["sizingPolicies"] = [{"cores": {"min": 1, "max": 2}}]
+    service.update(info, None, "c1", made)
+    made = service.get(info, None, "c1")
+    made["spec"]["cpu"] = {"type": "Host"}
+    with pytest.raises(InvalidError) as caught:
+        service.update(info, None, "c1", made)
+    assert "spec.cpu" in caught.value.message and "immutable" in caught.value.message

@@ -30,6 +30,7 @@ from diskferry.control.imagestore import ImageStore
 from diskferry.control.machines import MachineError, Machines, SocketRefusedError
 from diskferry.control.model import Resource
 from diskferry.control.node import node_name
+from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers import vmcbt, vmguest
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import READY, Condition, status_of, transition
@@ -128,6 +129,7 @@ class Attached:
 
     ref: BlockDeviceSpecRef
     file: str
+    size: int
     format: str = "raw"
     within: tuple[int, int] | None = None
     cdrom: bool = False
@@ -140,6 +142,17 @@ class Attached:
             return wanted
         digest = hashlib.sha256(self.ref.name.encode()).hexdigest()[:16]
         return f"{_PREFIX[self.ref.kind]}-{digest}"
+
+    def listed(self, attached: bool, boot_order: int) -> dict[str, Any]:
+        """The device as Deckhouse's `status.blockDeviceRefs` lists it."""
+        ref = self.ref
+        return {
+            "kind": str(ref.kind),
+            "name": ref.name,
+            "size": format_bytes(self.size),
+            "attached": attached,
+            "bootOrder": boot_order,
+        }
 
     def status(self) -> dict[str, Any]:
         """The device as `status.blockDevices` lists it."""
@@ -254,19 +267,21 @@ class VirtualMachineReconciler:
             phase = _phase(device)
             if phase != READY:
                 return f"waiting for the {ref.kind} {ref.name} to be Ready (it is {phase or 'new'})"
-            cdrom = bool(status_of(device).get("cdrom"))
+            shown = status_of(device)
+            cdrom = bool(shown.get("cdrom"))
             if kept_in_store(device):
                 try:
                     disk = self.store.disk(device)
                 except RegistryError as e:
                     return f"waiting for the {ref.kind} {ref.name}: {e.message}"
                 within = (disk.offset, disk.size)
-                found.append(Attached(ref, str(disk.blob), disk.format, within, cdrom))
+                size = int((shown.get("size") or {}).get("unpackedBytes") or disk.size)
+                found.append(Attached(ref, str(disk.blob), size, disk.format, within, cdrom))
                 continue
             claim = claim_of(self.client, self.volumes, device)
             if claim is None or not claim.ready:
                 return f"waiting for the {ref.kind} {ref.name}: its claim is missing"
-            found.append(Attached(ref, str(claim.file), cdrom=cdrom))
+            found.append(Attached(ref, str(claim.file), claim.size(), cdrom=cdrom))
         return found
 
     def _cbt_fields(self, on_overlays: bool, track: bool) -> dict[str, Any]:
@@ -320,6 +335,7 @@ class VirtualMachineReconciler:
         }
         fields = {
             "blockDevices": launch["blockDevices"],
+            "blockDeviceRefs": _listed(obj, attached, True),
             "networks": networks,
             **self._cbt_fields(launch["cbt"], track),
         }
@@ -497,6 +513,8 @@ class VirtualMachineReconciler:
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
             reason, message = "QemuExited", self._exit_message(obj)
         fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}
+        if not isinstance(attached, str):
+            fields["blockDeviceRefs"] = _listed(obj, attached, False)
         self._move(obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
         return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
 
@@ -549,6 +567,12 @@ class VirtualMachineReconciler:
             self.machines.remove(namespace, name)
         release(self.client, obj)
         return Result.done()
+
+
+def _listed(obj: VirtualMachine, attached: list[Attached], on: bool) -> list[dict[str, Any]]:
+    """The VM's devices as Deckhouse's `status.blockDeviceRefs` lists them."""
+    order = obj.spec.boot_ordered()
+    return [a.listed(on, order.index(a.ref) + 1) for a in attached]
 
 
 def _phase_of(run_state: str) -> MachinePhase:

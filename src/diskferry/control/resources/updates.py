@@ -1,4 +1,5 @@
-"""What an update may change: a disk's size may only grow, the rest of each spec is fixed."""
+"""What an update may change: a disk's size may only grow, the rest of each spec is fixed; a
+VirtualMachineClass's CPU is fixed, its other fields may change."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
+from diskferry.control.resources.virtualmachineclass import VirtualMachineClass
 from diskferry.control.resources.vmbackup import VirtualMachineBackup
 from diskferry.control.resources.vmbackuptracker import VirtualMachineBackupTracker
 from diskferry.control.resources.vmexport import VirtualMachineExport
@@ -54,12 +56,20 @@ def _storage_class_causes(old: StorageClass, new: StorageClass) -> list[tuple[st
     return [(name, IMMUTABLE) for name in changed]
 
 
+def _class_causes(old: VirtualMachineClass, new: VirtualMachineClass) -> list[tuple[str, str]]:
+    if old.spec.cpu != new.spec.cpu:
+        return [("spec.cpu", f"{IMMUTABLE} (.spec.cpu is immutable, as Deckhouse keeps it)")]
+    return []
+
+
 def update_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
     """Each `(field path, message)` of a change from `old` to `new` that is not allowed."""
     if isinstance(old, VirtualDisk) and isinstance(new, VirtualDisk):
         return _disk_causes(old, new)
     if isinstance(old, StorageClass) and isinstance(new, StorageClass):
         return _storage_class_causes(old, new)
+    if isinstance(old, VirtualMachineClass) and isinstance(new, VirtualMachineClass):
+        return _class_causes(old, new)
     if isinstance(old, FIXED_SPEC) and isinstance(new, FIXED_SPEC):
         return _spec_causes(old, new)
     return []
