@@ -36,23 +36,19 @@ from diskferry.control.reconcilers.backupdata import (
     freed_text,
     prune_location,
 )
+from diskferry.control.reconcilers.backupdocument import keep_document
 from diskferry.control.reconcilers.backupmeta import (
     SYNCED_FROM,
-    clean_manifest,
     metadata_name,
     read_document,
-    store_document,
-    tracker_state,
 )
 from diskferry.control.reconcilers.bsl import available
-from diskferry.control.reconcilers.dataupload import repository_vm
+from diskferry.control.reconcilers.hookspecs import backup_hooks
 from diskferry.control.reconcilers.lifecycle import FINALIZER, deleting, held, release
 from diskferry.control.reconcilers.location import location_of
 from diskferry.control.reconcilers.selection import (
-    ClusterImages,
     Taken,
     backup_taken,
-    hook_applies,
 )
 from diskferry.control.reconcilers.volumepolicy import decide
 from diskferry.control.resources.backup import (
@@ -65,7 +61,6 @@ from diskferry.control.resources.backup import (
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED
 from diskferry.control.resources.dataupload import DISKS, HOOKS, VM_NAME, DataUpload
-from diskferry.control.resources.hooks import HOOK_TIMEOUT, HookErrorMode
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
@@ -98,30 +93,6 @@ def upload_name(backup: Backup, namespace: str, vm: str) -> str:
     if namespace == backup.metadata.namespace:
         return short_name(backup.metadata.name or "", vm)
     return short_name(backup.metadata.name or "", namespace, vm)
-
-
-def hooks_for(backup: Backup, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
-    """The commands of the Backup's hooks that apply to the VM in `namespace` with `labels`,
-    as a DataUpload's `diskferry.io/hooks` lists them: pre ones, then post ones, each in its
-    spec's order."""
-    hooks = backup.spec.hooks
-    specs = (hooks.resources or []) if hooks is not None else []
-    applying = [s for s in specs if hook_applies(s, namespace, labels)]
-    out = []
-    for phase in ("pre", "post"):
-        for spec in applying:
-            for hook in getattr(spec, phase) or []:
-                run = hook.exec
-                out.append(
-                    {
-                        "name": spec.name,
-                        "phase": phase,
-                        "command": run.command,
-                        "onError": (run.on_error or HookErrorMode.FAIL).value,
-                        "timeout": parse_duration(run.timeout or HOOK_TIMEOUT).total_seconds(),
-                    }
-                )
-    return out
 
 
 def ttl_seconds(backup: Backup) -> float:
@@ -413,7 +384,7 @@ class BackupReconciler:
             annotations={VM_NAME: vm, DISKS: ",".join(disks)},
             ownerReferences=[owner],
         )
-        hooks = hooks_for(obj, namespace, machine.metadata.labels)
+        hooks = backup_hooks(obj, namespace, machine.metadata.labels)
         if hooks:
             meta.annotations[HOOKS] = json.dumps(hooks)
         spec: dict[str, Any] = {
@@ -528,109 +499,15 @@ class BackupReconciler:
         else:
             phase, message = BackupPhase.COMPLETED, f"{ok} VirtualMachines backed up"
         fields["errors"] = len(vms) - ok
+        status = {**obj.status.to_json(), **fields, "phase": phase.value, "message": message}
+        status["completionTimestamp"] = rfc3339(self.clock.now())
         try:
-            self._keep_manifests(obj, taken, volumes, vms, phase, message, fields)
+            keep_document(self.client, obj, taken, volumes, vms, status)
         except DiskferryError as e:
             return self._end(
                 obj, BackupPhase.FAILED, f"the manifests could not be stored: {e.message}", fields
             )
         return self._end(obj, phase, message, fields)
-
-    def _images(
-        self, taken: Taken, volumes: list[dict[str, Any]], vms: dict[tuple[str, str], bool]
-    ) -> list[dict[str, Any]]:
-        """The manifests of the images the filters take: the VirtualImages and the related
-        ClusterVirtualImages the VMs backed up mount, or every ClusterVirtualImage."""
-        wanted: dict[tuple[str, str | None, str], Resource | None] = {}
-        for entry in volumes:
-            if not vms.get((entry["namespace"], entry["virtualMachine"])):
-                continue
-            if entry["kind"] == VirtualImage.__name__ and taken.images:
-                key = (entry["kind"], entry["namespace"], entry["name"])
-                wanted[key] = self.client.get(VirtualImage, entry["namespace"], entry["name"])
-            elif (
-                entry["kind"] == ClusterVirtualImage.__name__
-                and taken.cluster_images is ClusterImages.RELATED
-            ):
-                key = (entry["kind"], None, entry["name"])
-                wanted[key] = self.client.get(ClusterVirtualImage, None, entry["name"])
-        if taken.cluster_images is ClusterImages.ALL:
-            for image in self.client.list(ClusterVirtualImage):
-                wanted[(ClusterVirtualImage.__name__, None, image.metadata.name or "")] = image
-        return [
-            {"kind": kind, "name": name, "manifest": clean_manifest(found.to_json())}
-            for (kind, _, name), found in sorted(wanted.items(), key=lambda i: str(i[0]))
-            if found is not None
-        ]
-
-    def _keep_manifests(
-        self,
-        obj: Backup,
-        taken: Taken,
-        volumes: list[dict[str, Any]],
-        vms: dict[tuple[str, str], bool],
-        phase: BackupPhase,
-        message: str,
-        fields: dict[str, Any],
-    ) -> None:
-        bsl = self.client.get(
-            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location or ""
-        )
-        if bsl is None:
-            raise DiskferryError(f"the BackupStorageLocation {obj.spec.storage_location} is gone")
-        location = location_of(self.client, bsl)
-        machines = []
-        for (namespace, name), good in vms.items():
-            vm = self.client.get(VirtualMachine, namespace, name)
-            if not good or vm is None:
-                continue
-            disks = []
-            for entry in volumes:
-                if (entry["namespace"], entry["virtualMachine"]) != (namespace, name):
-                    continue
-                if entry["kind"] != VirtualDisk.__name__ or not taken.disks:
-                    continue
-                if entry["phase"] not in ("Completed", "Skipped"):
-                    continue
-                disk = self.client.get(VirtualDisk, namespace, entry["name"])
-                kept = {
-                    "name": entry["name"],
-                    "manifest": clean_manifest({} if disk is None else disk.to_json()),
-                }
-                if entry.get("snapshotID"):
-                    kept["snapshotID"] = entry["snapshotID"]
-                disks.append(kept)
-            machines.append(
-                {
-                    "manifest": clean_manifest(vm.to_json()),
-                    "disks": disks,
-                    "tracker": tracker_state(location, repository_vm(namespace, name)),
-                }
-            )
-        now = rfc3339(self.clock.now())
-        status = {
-            **obj.status.to_json(),
-            **fields,
-            "phase": phase.value,
-            "message": message,
-            "completionTimestamp": now,
-        }
-        status.pop("conditions", None)
-        status.pop("observedGeneration", None)
-        document = {
-            "apiVersion": API_VERSION,
-            "kind": "BackupMetadata",
-            "backup": clean_manifest(obj.to_json()),
-            "status": status,
-            "storageLocation": obj.spec.storage_location,
-            "virtualMachines": machines,
-            "images": self._images(taken, volumes, vms),
-        }
-        store_document(
-            location,
-            metadata_name(obj.metadata.namespace or "default", obj.metadata.name or ""),
-            document,
-        )
 
     def _end(self, obj: Backup, phase: BackupPhase, message: str, fields: dict[str, Any]) -> Result:
         status = {

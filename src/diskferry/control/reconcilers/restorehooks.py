@@ -13,12 +13,11 @@ from typing import Any
 from diskferry.backup.hooks import run_hook
 from diskferry.backup.job import HookCommand
 from diskferry.control.clock import rfc3339
-from diskferry.control.duration import parse_duration
 from diskferry.control.machines import Machines
+from diskferry.control.reconcilers.hookspecs import restore_hooks
 from diskferry.control.reconcilers.quiesce import agent_silence
-from diskferry.control.reconcilers.selection import hook_applies
 from diskferry.control.reconcilers.virtualmachine import sockets_of
-from diskferry.control.resources.hooks import HOOK_TIMEOUT, HookErrorMode
+from diskferry.control.resources.hooks import HookErrorMode
 from diskferry.control.resources.restore import Restore
 from diskferry.control.resources.virtualmachine import MachinePhase, RunPolicy, VirtualMachine
 from diskferry.control.runtime.client import Client
@@ -26,35 +25,6 @@ from diskferry.control.runtime.client import Client
 STARTED = (RunPolicy.ALWAYS_ON, RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY)
 WAITING = "Waiting"
 DONE = "Done"
-
-
-def hooks_for(restore: Restore, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
-    """The exec hooks of the Restore that apply to the VM restored into `namespace` with
-    `labels`, in order: name, command, onError (Continue by default), and the timeouts."""
-    hooks = restore.spec.hooks
-    specs = (hooks.resources or []) if hooks is not None else []
-    out = []
-    for spec in specs:
-        if not hook_applies(spec, namespace, labels):
-            continue
-        for hook in spec.post_hooks or []:
-            run = hook.exec
-            if run is None:
-                continue
-            out.append(
-                {
-                    "name": spec.name,
-                    "command": run.command,
-                    "onError": (run.on_error or HookErrorMode.CONTINUE).value,
-                    "execTimeout": parse_duration(run.exec_timeout or HOOK_TIMEOUT).total_seconds(),
-                    "waitTimeout": (
-                        None
-                        if run.wait_timeout is None
-                        else parse_duration(run.wait_timeout).total_seconds()
-                    ),
-                }
-            )
-    return out
 
 
 def stopped(machines: list[dict[str, Any]]) -> bool:
@@ -76,7 +46,7 @@ class RestoreHooks:
     def begin(self, restore: Restore, machine: dict[str, Any], now: datetime) -> None:
         """Mark the hooks of a VM just given back as waiting, or say why none runs."""
         vm = self.client.get(VirtualMachine, machine["namespace"], machine["name"])
-        if vm is None or not hooks_for(restore, machine["namespace"], vm.metadata.labels):
+        if vm is None or not restore_hooks(restore, machine["namespace"], vm.metadata.labels):
             return
         if vm.spec.run_policy not in STARTED:
             machine["hooks"] = DONE
@@ -94,7 +64,9 @@ class RestoreHooks:
         """Run the VM's hooks once it runs with an answering agent; fail those whose
         waitTimeout passed; run none once a hook with onError Fail failed anywhere."""
         vm = self.client.get(VirtualMachine, machine["namespace"], machine["name"])
-        hooks = [] if vm is None else hooks_for(restore, machine["namespace"], vm.metadata.labels)
+        hooks = (
+            [] if vm is None else restore_hooks(restore, machine["namespace"], vm.metadata.labels)
+        )
         if vm is None or stopped(every):
             machine["hooks"] = DONE
             return

@@ -8,12 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from fnmatch import fnmatchcase
 
 from diskferry.control.errors import NotFoundError
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.backup import BackupSpec
-from diskferry.control.resources.hooks import HookScope
 from diskferry.control.resources.selection import Selection
 
 VM = "VirtualMachine"
@@ -113,16 +111,3 @@ def restore_taken(spec: Selection) -> Taken:
         images=kind_taken(IMAGE, included, excluded),
         cluster_images=_cluster(spec, kind_taken(CLUSTER_IMAGE, included, excluded)),
     )
-
-
-def hook_applies(scope: HookScope, namespace: str, labels: dict[str, str]) -> bool:
-    """Whether a hook applies to the VM in `namespace` with `labels`: its namespaces (globs),
-    its resources (VirtualMachine in any of its names, or empty) and its label selector."""
-    if any(fnmatchcase(namespace, glob) for glob in scope.excluded_namespaces or []):
-        return False
-    included = [glob for glob in scope.included_namespaces or [] if glob != "*"]
-    if included and not any(fnmatchcase(namespace, glob) for glob in included):
-        return False
-    if not kind_taken(VM, scope.included_resources or [], scope.excluded_resources or []):
-        return False
-    return scope.label_selector is None or scope.label_selector.matches(labels)
