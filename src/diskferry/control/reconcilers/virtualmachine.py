@@ -174,6 +174,11 @@ def _reason(obj: Resource) -> str | None:
     return ready[0].get("reason") if ready else None
 
 
+def _ready_message(obj: Resource) -> str | None:
+    ready = [c for c in status_of(obj).get("conditions") or [] if c.get("type") == READY]
+    return ready[0].get("message") if ready else None
+
+
 class VirtualMachineReconciler:
     """Runs each VirtualMachine's QEMU as its run policy says."""
 
@@ -510,6 +515,8 @@ class VirtualMachineReconciler:
         message = "the VM is stopped"
         if isinstance(attached, str):  # its disks cannot be moved on or off CBT until then
             message = f"{message}; {attached}"
+        elif kept and reason != "Stopped":  # how it stopped goes on being said
+            message = _ready_message(obj) or message
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
             reason, message = "QemuExited", self._exit_message(obj)
         fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}

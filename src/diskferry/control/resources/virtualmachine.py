@@ -1,13 +1,16 @@
-"""VirtualMachine: Deckhouse's shape (block devices, run policy, CPU, memory) run by diskferry.
+"""VirtualMachine: Deckhouse's `v1alpha2` shape, its whole spec, run by diskferry on one host.
 
-A VM needs only `spec.blockDeviceRefs` and `spec.runPolicy`. VirtualDisks attach as
-writable SCSI disks; VirtualImages and ClusterVirtualImages read-only, as Deckhouse attaches
-them: a CD-ROM for an ISO, else a disk (one kept in the image store is opened in place there).
-`spec.enableGuestAgent` adds a guest-agent channel; `spec.qmpSocket` names the QMP socket
-of a QEMU that something else runs (in DATA_DIR/vm-sockets), which diskferry then only
-watches. Besides Deckhouse's phases, the status has KubeVirt's `changedBlockTracking.state`,
-and, while the VM runs, `qmpSocket` and each disk's QEMU `target` in `blockDevices`: shown
-to users, never read back by the daemon.
+A VM needs only `spec.blockDeviceRefs`; the rest defaults as Deckhouse's does (`runPolicy`
+AlwaysOnUnlessStoppedManually) or as diskferry's (1 core, 256Mi). VirtualDisks attach
+writable; VirtualImages and ClusterVirtualImages read-only, as Deckhouse attaches them: a
+CD-ROM for an ISO, else a disk (one kept in the image store is opened in place there). Each
+field says what it does on one host; those that place a VM in a cluster (tolerations, topology
+spread, VM affinity, priority) are taken with no effect (`no_effect`). `spec.enableGuestAgent`
+adds a guest-agent channel; `spec.qmpSocket` names the QMP socket of a QEMU that something else
+runs (in DATA_DIR/vm-sockets), which diskferry then only watches. Besides Deckhouse's phases
+and status, the status has KubeVirt's `changedBlockTracking.state`, and, while the VM runs,
+`qmpSocket` and each disk's QEMU `target` in `blockDevices`: shown to users, never read back
+by the daemon.
 """
 
 from __future__ import annotations
