@@ -24,6 +24,7 @@ from diskferry.control.machines import Machines
 from diskferry.control.runner.local import LocalRunner
 from diskferry.qemu import img
 from diskferry.qemu.system import VmConfig, command
+from diskferry.worker import WorkerJob
 
 
 def _running_under(directory: Path) -> list[tuple[int, str]]:
@@ -204,6 +205,12 @@ def test_a_wait_that_says_nothing_is_a_demo_error(
         demo_steps.watched(tmp_path / "kubeconfig", "vd", [("vd", "vd-a", "Ready", None)])
 
 
+class LingeringJob(WorkerJob):
+    """A job of the module `lingering`, which the test puts on PYTHONPATH."""
+
+    WORKER = "lingering"
+
+
 def test_the_workers_a_daemon_left_are_ended_with_the_demo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,7 +219,7 @@ def test_the_workers_a_daemon_left_are_ended_with_the_demo(
     data_dir = tmp_path / "data"
     runner = LocalRunner(data_dir)
     for job_id in ("export-proxy", "vmexport-left"):
-        runner.start(job_id, "lingering", {})
+        runner.start(job_id, LingeringJob())
     assert all(runner.state(j).running for j in runner.job_ids())
     stop_jobs(data_dir)
     deadline = time.monotonic() + 30

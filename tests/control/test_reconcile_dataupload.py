@@ -228,6 +228,19 @@ def test_max_incremental_backups_makes_the_next_one_full(daemon):
     assert "reached the limit of 1" in status["disks"][0]["reason"]
 
 
+def test_a_job_its_worker_would_refuse_fails_where_it_is_built_and_starts_none(daemon, tmp_path):
+    daemon.disk("vd-a", data=os.urandom(64 * KiB))
+    daemon.vm("vm-a", ["vd-a"])
+    daemon.upload_with("up", "vm-a", {"diskferry.io/max-incremental-backups": "-1"})
+    status = daemon.wait_phase("DataUpload", "up", *ENDED)["status"]
+    assert status["phase"] == "Failed", status
+    assert "max_incrementals: Input should be greater than or equal to 0" in status["message"]
+    failed = [e for e in daemon.events("up") if e["type"] == "Warning"]
+    assert [e["reason"] for e in failed] == ["InvalidJob"]
+    assert not list((tmp_path / "data" / "jobs").glob("du-*"))
+    assert not list((tmp_path / "data" / "jobs" / "failed").glob("du-*"))
+
+
 def test_an_upload_survives_a_daemon_restart(daemon, tmp_path, monkeypatch):
     daemon.disk("vd-a", data=os.urandom(64 * KiB))
     daemon.vm("vm-a", ["vd-a"])

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from control_support import wait_until
 
-from diskferry.control.runner.base import IMPORT
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import JobStartError, LocalRunner
 from diskferry.control.runner.tail import LINE_CHARS, tail_lines
 from diskferry.disk import procstat
+from diskferry.importer import ImportJob
 
 MiB = 1 << 20
 
@@ -30,14 +31,14 @@ def slow_source(faulty, tmp_path: Path) -> tuple[str, bytes]:
     return faulty.add("slow.img", path, piece=128 * 1024, trickle=0.05), data
 
 
-def _import(url: str, target: Path) -> dict:
-    return {"source": url, "target": str(target)}
+def _import(url: str, target: Path) -> ImportJob:
+    return ImportJob(source=url, target=str(target))
 
 
 def test_a_job_runs_to_its_result(nginx, images, tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
     target = tmp_path / "disk.raw"
-    runner.start("job-1", IMPORT, _import(nginx.publish(images.reference), target))
+    runner.start("job-1", _import(nginx.publish(images.reference), target))
     state = wait_until(lambda: (s := runner.state("job-1")) and not s.running and s)
     assert state.succeeded and state.exit_code == 0
     assert state.result["jobId"] == "job-1"
@@ -52,9 +53,9 @@ def test_a_job_runs_to_its_result(nginx, images, tmp_path: Path) -> None:
 def test_start_twice_runs_once_and_progress_is_read(slow_source, tmp_path: Path) -> None:
     url, data = slow_source
     runner = LocalRunner(tmp_path / "data")
-    runner.start("job-2", IMPORT, _import(url, tmp_path / "disk.raw"))
+    runner.start("job-2", _import(url, tmp_path / "disk.raw"))
     pid = json.loads((tmp_path / "data/jobs/job-2/state.json").read_text())["pid"]
-    runner.start("job-2", IMPORT, _import(url, tmp_path / "other.raw"))
+    runner.start("job-2", _import(url, tmp_path / "other.raw"))
     assert json.loads((tmp_path / "data/jobs/job-2/state.json").read_text())["pid"] == pid
     progress = wait_until(
         lambda: (s := runner.state("job-2")).progress and s.progress["bytesDone"] and s.progress
@@ -72,7 +73,7 @@ def test_cancel_stops_the_worker_and_purge_removes_its_files(slow_source, images
     runner = LocalRunner(tmp_path / "data")
     target = tmp_path / "out" / "disk.raw"
     target.parent.mkdir()
-    runner.start("job-3", IMPORT, _import(url, target))
+    runner.start("job-3", _import(url, target))
     wait_until(lambda: (s := runner.state("job-3")).progress and s.progress["bytesDone"] > 0)
     assert runner.purge("job-3", keep_scratch=False) is False  # running: cancelled instead
     state = wait_until(lambda: (s := runner.state("job-3")) and not s.running and s)
@@ -86,7 +87,7 @@ def test_cancel_stops_the_worker_and_purge_removes_its_files(slow_source, images
 
 def test_a_purged_job_keeps_its_log_tail_until_forgotten(nginx, images, tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
-    runner.start("job-9", IMPORT, _import(nginx.publish(images.reference), tmp_path / "d.raw"))
+    runner.start("job-9", _import(nginx.publish(images.reference), tmp_path / "d.raw"))
     wait_until(lambda: (s := runner.state("job-9")) and not s.running)
     logged = runner.log_tail("job-9")
     assert logged
@@ -100,7 +101,7 @@ def test_a_purged_job_keeps_its_log_tail_until_forgotten(nginx, images, tmp_path
 
 def test_a_failed_job_is_kept_under_failed(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
-    runner.start("job-4", IMPORT, _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
+    runner.start("job-4", _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
     state = wait_until(lambda: (s := runner.state("job-4")) and not s.running and s)
     assert state.failed and state.result["reason"] == "SourceUnavailable"
     assert runner.purge("job-4", keep_scratch=True)
@@ -108,7 +109,7 @@ def test_a_failed_job_is_kept_under_failed(tmp_path: Path) -> None:
     assert (kept / "stderr").exists() and not (tmp_path / "data/jobs/job-4").exists()
     assert runner.state("job-4").result["reason"] == "SourceUnavailable"
     assert runner.job_ids() == []
-    runner.start("job-4", IMPORT, _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
+    runner.start("job-4", _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
     assert not (tmp_path / "data/jobs/job-4").exists()  # a kept job is not started again
     assert runner.purge("job-4", keep_scratch=False)
     assert not kept.exists() and runner.state("job-4") is None
@@ -116,7 +117,7 @@ def test_a_failed_job_is_kept_under_failed(tmp_path: Path) -> None:
 
 def test_a_runner_made_afresh_reattaches_to_a_running_worker(slow_source, tmp_path: Path):
     url, data = slow_source
-    LocalRunner(tmp_path / "data").start("job-5", IMPORT, _import(url, tmp_path / "disk.raw"))
+    LocalRunner(tmp_path / "data").start("job-5", _import(url, tmp_path / "disk.raw"))
     again = LocalRunner(tmp_path / "data")
     progress = wait_until(lambda: (s := again.state("job-5")).running and s.progress)
     assert progress["jobId"] == "job-5"
@@ -128,8 +129,8 @@ _DAEMON = """
 import sys, time
 from pathlib import Path
 from diskferry.control.runner.local import LocalRunner
-LocalRunner(Path(sys.argv[1])).start("job-6", "diskferry.importer.worker",
-                                     {"source": sys.argv[2], "target": sys.argv[3]})
+from diskferry.importer import ImportJob
+LocalRunner(Path(sys.argv[1])).start("job-6", ImportJob(source=sys.argv[2], target=sys.argv[3]))
 print("started", flush=True)
 time.sleep(600)
 """
@@ -159,7 +160,7 @@ def test_a_killed_starter_leaves_the_worker_running_and_its_result_is_read(
 
 def test_a_reused_pid_is_not_taken_for_the_worker(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
-    runner.start("job-7", IMPORT, _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
+    runner.start("job-7", _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
     wait_until(lambda: not runner.state("job-7").running)
     state_file = tmp_path / "data/jobs/job-7/state.json"
     record = json.loads(state_file.read_text())
@@ -181,10 +182,10 @@ def test_bad_ids_and_file_names_are_refused(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
     for job_id in ("../x", "failed", ""):
         with pytest.raises(JobStartError):
-            runner.start(job_id, IMPORT, {})
+            runner.start(job_id, _import("x", tmp_path / "t.raw"))
     for name in ("../x", "state.json", "a/b"):
         with pytest.raises(JobStartError):
-            runner.start("ok", IMPORT, {}, {name: b""})
+            runner.start("ok", _import("x", tmp_path / "t.raw"), [JobFile(name, b"")])
 
 
 def test_files_are_written_beside_the_job(faulty, tmp_path: Path) -> None:
@@ -192,8 +193,8 @@ def test_files_are_written_beside_the_job(faulty, tmp_path: Path) -> None:
     path.write_bytes(b"x" * 65536)
     url = faulty.add("h.img", path)
     runner = LocalRunner(tmp_path / "data")
-    job = {**_import(url, tmp_path / "t.raw"), "headersFile": "headers"}
-    runner.start("job-8", IMPORT, job, {"headers": b"X-Test: yes\n"})
+    job = ImportJob(source=url, target=str(tmp_path / "t.raw"), headers_file="headers")
+    runner.start("job-8", job, [JobFile("headers", b"X-Test: yes\n")])
     wait_until(lambda: runner.state("job-8").succeeded)
     assert faulty.seen("h.img")[0]["X-Test"] == "yes"
     assert (tmp_path / "data/jobs/job-8/headers").stat().st_mode & 0o777 == 0o600
@@ -218,7 +219,7 @@ def test_the_log_tail_is_bounded_whatever_was_printed(tmp_path: Path) -> None:
 
 def test_log_tail_of_a_job_that_printed_much(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
-    runner.start("job-9", IMPORT, _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
+    runner.start("job-9", _import(str(tmp_path / "missing.raw"), tmp_path / "t.raw"))
     wait_until(lambda: not runner.state("job-9").running)
     with open(tmp_path / "data/jobs/job-9/stderr", "ab") as f:
         f.write(b"".join(b"noise %d\n" % n for n in range(100_000)))
@@ -230,7 +231,7 @@ def test_log_tail_of_a_job_that_printed_much(tmp_path: Path) -> None:
 def test_a_worker_killed_outright_has_no_result(slow_source, tmp_path: Path) -> None:
     url, _ = slow_source
     runner = LocalRunner(tmp_path / "data")
-    runner.start("job-10", IMPORT, _import(url, tmp_path / "disk.raw"))
+    runner.start("job-10", _import(url, tmp_path / "disk.raw"))
     wait_until(lambda: runner.state("job-10").progress)
     pid = json.loads((tmp_path / "data/jobs/job-10/state.json").read_text())["pid"]
     os.killpg(pid, signal.SIGKILL)

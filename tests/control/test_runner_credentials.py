@@ -13,8 +13,9 @@ import pytest
 from control_support import wait_until
 
 from diskferry.control.reconcilers.imports import Imports, Source
-from diskferry.control.runner.base import IMPORT
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import JobStartError, LocalRunner
+from diskferry.importer import ImportJob
 
 MiB = 1 << 20
 AUTH = json.dumps({"auths": {"example.invalid": {"auth": "dXNlcjpwYXNz"}}}).encode()
@@ -47,9 +48,8 @@ def test_a_killed_worker_loses_its_credentials_and_keeps_its_other_files(
     source.write_bytes(os.urandom(8 * MiB))
     url = faulty.add("slow.img", source, piece=128 * 1024, trickle=0.05)
     runner = LocalRunner(tmp_path / "data")
-    files = {"auth.json": AUTH, "ca.pem": b"not secret"}
-    job = {"source": url, "target": str(tmp_path / "disk.raw")}
-    runner.start("pull-2", IMPORT, job, files, credentials=["auth.json"])
+    files = [JobFile("auth.json", AUTH, credential=True), JobFile("ca.pem", b"not secret")]
+    runner.start("pull-2", ImportJob(source=url, target=str(tmp_path / "disk.raw")), files)
     job_dir = tmp_path / "data/jobs/pull-2"
     wait_until(lambda: (s := runner.state("pull-2")).progress and s.progress["bytesDone"] > 0)
     assert (job_dir / "auth.json").exists()
@@ -65,17 +65,18 @@ def test_a_succeeded_job_found_by_a_fresh_runner_loses_its_credentials(
     source = tmp_path / "small.raw"
     source.write_bytes(os.urandom(MiB))
     url = faulty.add("small.img", source)
-    job = {"source": url, "target": str(tmp_path / "disk.raw")}
-    LocalRunner(tmp_path / "data").start(
-        "pull-3", IMPORT, job, {"auth.json": AUTH}, credentials=["auth.json"]
-    )
+    job = ImportJob(source=url, target=str(tmp_path / "disk.raw"))
+    LocalRunner(tmp_path / "data").start("pull-3", job, [JobFile("auth.json", AUTH, True)])
     again = LocalRunner(tmp_path / "data")
     assert _ended(again, "pull-3").succeeded
     assert not (tmp_path / "data/jobs/pull-3/auth.json").exists()
 
 
-def test_credentials_must_name_a_given_file(tmp_path: Path) -> None:
+def test_a_secret_inline_is_refused_before_any_worker_runs(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
-    with pytest.raises(JobStartError):
-        runner.start("pull-4", IMPORT, {"source": "x", "target": "y"}, {}, credentials=["a"])
+    job = ImportJob(source="docker://example.invalid/disk", target="y", creds="user:pass")
+    with pytest.raises(JobStartError, match="creds") as refused:
+        runner.start("pull-4", job)
+    assert "pass" not in str(refused.value).replace("authfile", "")
     assert runner.state("pull-4") is None
+    assert not (tmp_path / "data/jobs/pull-4").exists()

@@ -7,15 +7,16 @@ from pathlib import Path
 import pytest
 from control_support import wait_until
 
-from diskferry.control.runner.base import IMPORT
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import JobStartError, LocalRunner
+from diskferry.importer import ImportJob
 
 
 def test_a_jobs_files_are_read_and_replaced(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
     source = tmp_path / "missing.raw"
-    job = {"source": str(source), "target": str(tmp_path / "disk.raw")}
-    runner.start("job-f", IMPORT, job, {"note.txt": b"first"})
+    job = ImportJob(source=str(source), target=str(tmp_path / "disk.raw"))
+    runner.start("job-f", job, [JobFile("note.txt", b"first")])
     assert runner.read_file("job-f", "note.txt") == b"first"
     runner.write_file("job-f", "note.txt", b"second")
     runner.write_file("job-f", "new.txt", b"made")

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from control_support import wait_until, workers_under
 
-from diskferry.control.runner.base import IMPORT, JobState
+from diskferry.control.runner.base import JobState
 from diskferry.control.runner.local import LocalRunner
+from diskferry.importer import ImportJob
 
 MiB = 1 << 20
 JOB = "job-1"
@@ -29,17 +30,18 @@ def die(step):
         os.kill(os.getpid(), signal.SIGKILL)
 
 local.on_start_step = die
+from diskferry.importer import ImportJob
 local.LocalRunner(Path(sys.argv[1])).start(
-    "job-1", "diskferry.importer.worker", {"source": sys.argv[3], "target": sys.argv[4]}
+    "job-1", ImportJob(source=sys.argv[3], target=sys.argv[4])
 )
 """
 
 
-def _ended(runner: LocalRunner, job: dict) -> JobState | None:
+def _ended(runner: LocalRunner, job: ImportJob) -> JobState | None:
     """One look as a reconciler takes it: a job not started (or never run) is started."""
     state = runner.state(JOB)
     if state is None:
-        runner.start(JOB, IMPORT, job)
+        runner.start(JOB, job)
         return None
     return None if state.running else state
 
@@ -62,7 +64,7 @@ def test_a_starter_killed_mid_start_leaves_the_job_to_run_once(
     wait_until(lambda: faulty.seen("once.raw") or not workers_under(data_dir), 60)
 
     runner = LocalRunner(data_dir)
-    job = {"source": url, "target": str(target)}
+    job = ImportJob(source=url, target=str(target))
     state = wait_until(lambda: _ended(runner, job), 60)
     assert state.succeeded and state.result["jobId"] == JOB
     assert target.read_bytes() == data

@@ -20,9 +20,11 @@ from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
-from diskferry.control.runner.base import IMPORT
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import LocalRunner
 from diskferry.disk import procstat
+from diskferry.importer import ImportJob
+from diskferry.worker import WorkerJob
 
 MiB = 1 << 20
 
@@ -106,7 +108,7 @@ def test_serve_stop_ends_the_daemon_and_every_worker(data_dir, slow_url, tmp_pat
 
 def test_serve_stop_without_a_daemon_ends_the_workers_left(data_dir, slow_url, tmp_path) -> None:
     runner = LocalRunner(data_dir)
-    runner.start("job-1", IMPORT, {"source": slow_url, "target": str(tmp_path / "disk.raw")})
+    runner.start("job-1", ImportJob(source=slow_url, target=str(tmp_path / "disk.raw")))
     wait_until(lambda: (s := runner.state("job-1")).progress and s.progress["bytesDone"] > 0)
     # a record left by a daemon killed outright, naming a pid now another process's
     me = procstat.read(os.getpid())
@@ -123,12 +125,18 @@ def test_serve_stop_without_a_daemon_ends_the_workers_left(data_dir, slow_url, t
     assert not (tmp_path / "disk.raw").exists()
 
 
+class DeafJob(WorkerJob):
+    """A job of the module `deaf`, which a test gives beside the job file."""
+
+    WORKER = "deaf"
+
+
 def test_a_worker_deaf_to_sigterm_is_killed_at_the_timeout(tmp_path: Path) -> None:
     runner = LocalRunner(tmp_path / "data")
     # a module beside the job file, which the worker's `python -m` finds first
     deaf = b"import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n"
-    runner.start("deaf", "deaf", {}, {"deaf.py": deaf})
-    runner.start("quick", IMPORT, {"source": str(tmp_path / "none"), "target": "t"})
+    runner.start("deaf", DeafJob(), [JobFile("deaf.py", deaf)])
+    runner.start("quick", ImportJob(source=str(tmp_path / "none"), target="t"))
     wait_until(lambda: not runner.state("quick").running)
     assert runner.state("deaf").running
 

@@ -12,7 +12,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,12 @@ from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.dataupload import VM_NAME, DataUpload
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.resources.vmbackup import VirtualMachineBackup
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
+from diskferry.worker import WorkerJob
 
 
 class Listener:
@@ -81,16 +83,9 @@ class RecordingRunner(LocalRunner):
 
     def __init__(self, data_dir: Path) -> None:
         super().__init__(data_dir)
-        self.started: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, WorkerJob] = {}
 
-    def start(
-        self,
-        job_id: str,
-        module: str,
-        job: dict[str, Any],
-        files: dict[str, bytes] | None = None,
-        credentials: Collection[str] = (),
-    ) -> None:
+    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
         self.started[job_id] = job
 
 
@@ -170,8 +165,8 @@ def test_a_backup_of_a_running_vm_reaches_qemu_by_its_own_socket_not_its_status(
     location = Location(str(world.data_dir.parent / "repo"), "a password")
     job = reconciler.prepare(upload, location, DataMoverConfigSpec())
     assert isinstance(job, Job)
-    assert job.job["qmp"] == str(world.machines.qmp_socket("default", "vm-s"))
-    assert "qga" not in job.job  # the VM's own agent socket does not answer: no freeze
+    assert job.job.qmp == str(world.machines.qmp_socket("default", "vm-s"))
+    assert job.job.qga is None  # the VM's own agent socket does not answer: no freeze
     assert evil.accepted == 0
 
 
@@ -191,8 +186,8 @@ def test_a_pull_backup_of_a_running_vm_reaches_qemu_by_its_own_socket(
     pull = PullBackup(world.client, runner, world.volumes, certs, proxy, Clock())
     pull.step(backup, Source(vm, None, None))
     job = runner.started[pull.job_id(backup)]
-    assert job["qmp"] == str(world.machines.qmp_socket("default", "vm-s"))
-    assert "qga" not in job
+    assert job.qmp == str(world.machines.qmp_socket("default", "vm-s"))
+    assert job.qga is None
     assert evil.accepted == 0
 
 

@@ -28,6 +28,7 @@ class RepoAccess(WorkerJob):
     """Where the repository is and where its password comes from (never the password itself:
     a job file names a file or an environment variable, and has no field for it inline)."""
 
+    WORKER = "diskferry.backup.worker"
     repo: str
     password_file: str | None = Field(default=None, alias="passwordFile")
     password_env: str | None = Field(
@@ -254,6 +255,7 @@ class UpgradeJob(RepoAccess):
 class CbtJob(WorkerJob):
     """What `diskferry cbt enable|disable` and the worker run, on one raw volume."""
 
+    WORKER = "diskferry.backup.worker"
     kind: Literal["cbtEnable", "cbtDisable"]
     volume: str
 

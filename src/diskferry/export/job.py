@@ -54,6 +54,7 @@ class ExportJob(WorkerJob, Listening):
     The token is read from `tokenFile` on every request; a job holds no token inline.
     """
 
+    WORKER = "diskferry.export.worker"
     kind: Literal["export"] = "export"
     name: str
     volumes: list[ExportVolumeSpec] = Field(min_length=1)
@@ -90,6 +91,7 @@ class ProxyJob(WorkerJob, Listening):
     """What `diskferry proxy serve` and the worker run: the export proxy over a routes file,
     in `processes` processes that accept on one port and share the backend pool's bounds."""
 
+    WORKER = "diskferry.export.worker"
     kind: Literal["proxy"] = "proxy"
     routes: str = Field(description="the routes file (YAML), re-read when it changes")
     backend_idle_timeout: float = Field(default=30.0, gt=0, alias="backendIdleTimeout")

@@ -28,6 +28,7 @@ class ImportJob(WorkerJob):
     the CLI passes the `--header` values it was given in-process.
     """
 
+    WORKER = "diskferry.importer.worker"
     kind: Literal["import"] = "import"
     source: str
     target: str

@@ -28,6 +28,7 @@ class UploadJob(WorkerJob, Listening):
     token and is the secret of Deckhouse's path `/upload/<token>`.
     """
 
+    WORKER = "diskferry.importer.worker"
     kind: Literal["upload"] = "upload"
     target: str
     format: Literal["raw", "qcow2"] = "raw"

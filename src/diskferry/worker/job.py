@@ -9,9 +9,9 @@ are allowed (`headersFile`, `tokenFile`, `passwordFile`, `passwordEnv`).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 JOB_FILE = "jobFile"
@@ -30,8 +30,13 @@ class JobModel(BaseModel):
 
 
 class WorkerJob(JobModel):
-    """Fields every job has: its id, and where /progress and /metrics listen (port 0 picks one)."""
+    """Fields every job has: its id, and where /progress and /metrics listen (port 0 picks one).
 
+    Each engine names its worker in `WORKER`, so that a runner knows from the job alone what
+    runs it: `python -m WORKER JOB.json`.
+    """
+
+    WORKER: ClassVar[str] = ""
     job_id: str | None = Field(default=None, alias="jobId", pattern=JOB_ID_PATTERN)
     address: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
@@ -40,9 +45,23 @@ class WorkerJob(JobModel):
 J = TypeVar("J", bound=WorkerJob)
 
 
+def job_file(job: WorkerJob) -> dict[str, Any]:
+    """`job` as its job file holds it: every field by its camelCase name, as JSON values."""
+    return job.model_dump(mode="json", by_alias=True)
+
+
 def validate_job(model: type[J], data: dict[str, Any]) -> J:
     """`data`, read from a job file, as a `model`: inline secrets refused."""
     return model.model_validate(data, context={JOB_FILE: True})
+
+
+def validation_message(e: ValidationError) -> str:
+    """What is wrong with a job, one problem after another, naming each field and no value."""
+    problems = []
+    for error in e.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(part) for part in error["loc"]) or "the job"
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems)
 
 
 def refuse_inline_secret(info: ValidationInfo, given: bool, instead: str) -> None:

@@ -33,7 +33,7 @@ from diskferry.disk.heap import limit_arenas
 from diskferry.disk.progress import Progress
 from diskferry.disk.quick_exit import freeze_at_exit
 from diskferry.disk.urls import without_credentials
-from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job
+from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job, validation_message
 from diskferry.worker.jobdir import JobDirectoryWatch
 from diskferry.worker.reporter import Reporter
 from diskferry.worker.server import StatusServer
@@ -80,14 +80,6 @@ def _job_id(data: dict[str, Any]) -> str | None:
     return found if isinstance(found, str) and re.match(JOB_ID_PATTERN, found) else None
 
 
-def _validation_message(e: ValidationError) -> str:
-    problems = []
-    for error in e.errors(include_url=False, include_input=False, include_context=False):
-        where = ".".join(str(part) for part in error["loc"]) or "the job"
-        problems.append(f"{where}: {error['msg']}")
-    return "; ".join(problems)
-
-
 def load_job(kinds: Mapping[str, JobKind], default: str, args: list[str]) -> tuple[str, WorkerJob]:
     """The kind and the validated job of the one job file in `args`; BadJobError otherwise."""
     if len(args) != 1:
@@ -116,7 +108,7 @@ def load_job(kinds: Mapping[str, JobKind], default: str, args: list[str]) -> tup
         return kind, validate_job(kinds[kind].model, data)
     except ValidationError as e:
         raise BadJobError(
-            f"the job file {path} is not a valid {kind} job: {_validation_message(e)}", job_id
+            f"the job file {path} is not a valid {kind} job: {validation_message(e)}", job_id
         ) from None
 
 

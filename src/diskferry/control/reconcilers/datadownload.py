@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diskferry.backup import RestoreJob
 from diskferry.control.model import API_VERSION, ObjectMeta
 from diskferry.control.quantity import format_bytes, parse_quantity
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
@@ -106,17 +107,16 @@ class DataDownloadReconciler(MoverReconciler):
             )
         if claim is None or not claim.ready:
             return Waiting(f"waiting for the claim of the VirtualDisk {name} to be made")
-        fields, files = location.job()
-        job: dict[str, Any] = {
-            **fields,
-            "kind": "restore",
-            "snapshot": obj.spec.snapshot_id,
-            "target": claim.path,
-            "format": "raw",
-            "size": claim.size(),
-            "force": True,
-            "wait": True,
-        }
+        job, files = location.job(
+            RestoreJob,
+            snapshot=obj.spec.snapshot_id,
+            target=claim.path,
+            format="raw",
+            size=claim.size(),
+            force=True,
+            wait=True,
+            bandwidth_limit=config.bandwidth_bytes,
+        )
         return Job(job, files, f"the VirtualDisk {name} is ready to be written")
 
     def completed(self, obj: DataDownload, result: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,9 @@ import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import format_duration, parse_duration
@@ -39,11 +41,15 @@ from diskferry.control.reconcilers.scheduler import EPOCH, Scheduler
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, load_config
-from diskferry.control.runner.base import BACKUP, JobState, Runner
+from diskferry.control.runner.base import JobFile, JobState, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
+from diskferry.worker.job import validation_message
+
+if TYPE_CHECKING:
+    from diskferry.backup import DiskTransfer
 
 log = logging.getLogger("diskferry.control")
 POLL_SECONDS = 1.0
@@ -53,6 +59,8 @@ FAILED_KEPT = 10
 """Failed workers' scratch kept for debugging, per kind; older ones are removed."""
 FINALIZER = "diskferry.io/data-mover"
 CANCELLED = "Cancelled"
+INVALID_JOB = "InvalidJob"
+"""The reason of a mover whose job, built from its object, is not one its worker takes."""
 """The reason of a worker's result once it was stopped."""
 
 
@@ -71,10 +79,10 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Job:
-    """The worker job the mover runs, its files, and the status fields it brings."""
+    """The worker job the mover runs, its files, and the message of its Prepared phase."""
 
-    job: dict[str, Any]
-    files: dict[str, bytes] = field(default_factory=dict)
+    job: DiskTransfer
+    files: list[JobFile] = field(default_factory=list)
     message: str = ""
 
 
@@ -201,7 +209,11 @@ class MoverReconciler(ABC):
             location = location_of(self.client, bsl)
         except DiskferryError as e:
             raise MoverFailure(e.message, reason=e.reason) from e
-        prepared = self.prepare(obj, location, config)
+        try:
+            prepared = self.prepare(obj, location, config)
+        except ValidationError as e:
+            message = f"its worker's job is not valid: {validation_message(e)}"
+            raise MoverFailure(message, reason=INVALID_JOB) from None
         if isinstance(prepared, Waiting):
             self._note(obj, prepared.message)
             return Result.requeue(WAIT_SECONDS)
@@ -211,10 +223,7 @@ class MoverReconciler(ABC):
         def start() -> None:
             # the job first: a daemon killed in between finds it Prepared, and the start of
             # a job already started starts nothing
-            job = dict(prepared.job)
-            if config.bandwidth_bytes is not None:
-                job["bandwidthLimit"] = config.bandwidth_bytes
-            self.runner.start(self.job_id(obj), BACKUP, job, prepared.files)
+            self.runner.start(self.job_id(obj), prepared.job, prepared.files)
             fields = {"startTimestamp": rfc3339(self.clock.now())}
             self._move(obj, MoverPhase.IN_PROGRESS, "InProgress", self.running, fields)
 

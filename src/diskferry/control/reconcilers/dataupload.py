@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from diskferry.backup import BackupJob, DiskSource, HookCommand
 from diskferry.backup.hooks import HookFailedError, failed_hook
-from diskferry.backup.job import HookCommand
 from diskferry.control.duration import parse_duration
 from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
@@ -189,44 +189,42 @@ class DataUploadReconciler(MoverReconciler):
         short = shortfall(rooms, running)
         if short:
             raise MoverFailure(short, reason="InsufficientSpace")
-        fields, files = location.job()
-        job: dict[str, Any] = {
-            **fields,
-            "kind": "backup",
-            "vm": repository_vm(namespace, name),
-            "disks": [{"name": disk, "path": str(c.file)} for disk, c in claims.items()],
-            "full": _yes(obj, FORCE_FULL),
-            "wait": True,
-        }
         limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or (
             vm.metadata.annotations.get(MAX_INCREMENTALS)
         )
-        if limit is not None or config.max_incremental_backups:
-            job["maxIncrementals"] = (
-                int(limit) if limit is not None else config.max_incremental_backups
-            )
+        if limit is None and config.max_incremental_backups:
+            limit = str(config.max_incremental_backups)
+        fields: dict[str, Any] = {}
         if running:
-            job["qmp"] = sockets_of(Machines(self.volumes.data_dir), vm).qmp
-            self._quiesce(obj, vm, job)
-        self._hooks(obj, vm, running, job)
+            fields["qmp"] = sockets_of(Machines(self.volumes.data_dir), vm).qmp
+            fields.update(self._quiesce(obj, vm))
+        fields.update(self._hooks(obj, vm, running))
+        job, files = location.job(
+            BackupJob,
+            vm=repository_vm(namespace, name),
+            disks=[DiskSource(name=disk, path=str(c.file)) for disk, c in claims.items()],
+            full=_yes(obj, FORCE_FULL),
+            wait=True,
+            max_incrementals=limit,
+            bandwidth_limit=config.bandwidth_bytes,
+            **fields,
+        )
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
 
-    def _hooks(
-        self, obj: DataUpload, vm: VirtualMachine, running: bool, job: dict[str, Any]
-    ) -> None:
-        """Give the job the annotation's hooks and the agent that runs them. Only a running
-        VM's guest runs them (a stopped VM's disks do not change); without an agent that
-        answers, a hook with onError Fail fails the upload, others are a Warning."""
+    def _hooks(self, obj: DataUpload, vm: VirtualMachine, running: bool) -> dict[str, Any]:
+        """The job's fields of the annotation's hooks and the agent that runs them. Only a
+        running VM's guest runs them (a stopped VM's disks do not change); without an agent
+        that answers, a hook with onError Fail fails the upload, others are a Warning."""
         hooks = hooks_of(obj)
         if not hooks:
-            return
+            return {}
         once = obj.status.phase == MoverPhase.ACCEPTED  # not at each look while Prepared
         names = ", ".join(h.name for h in hooks)
         if not running:
             if once:
                 message = f"the VM is not running: its hooks ({names}) do not run"
                 self.client.event(obj, "Normal", "HooksNotRun", message)
-            return
+            return {}
         agent = sockets_of(Machines(self.volumes.data_dir), vm).agent
         silence = agent_silence(agent)
         if silence is not None:
@@ -238,20 +236,19 @@ class DataUploadReconciler(MoverReconciler):
             if once:
                 message = f"{silence}: the hooks ({names}) do not run"
                 self.client.event(obj, "Warning", "HooksNotRun", message)
-            return
-        job["hooks"] = [h.model_dump(by_alias=True) for h in hooks]
-        job["hookAgent"] = agent
+            return {}
+        return {"hooks": hooks, "hook_agent": agent}
 
-    def _quiesce(self, obj: DataUpload, vm: VirtualMachine, job: dict[str, Any]) -> None:
-        """Freeze through the agent when it answers; otherwise warn, or fail when required."""
+    def _quiesce(self, obj: DataUpload, vm: VirtualMachine) -> dict[str, Any]:
+        """The job's field of the agent that freezes the guest when it answers; otherwise
+        warn, or fail when a frozen guest is required."""
         wanted = {**vm.metadata.annotations, **obj.metadata.annotations}
         if wanted.get(SKIP_QUIESCE, "").lower() == "true":
-            return
+            return {}
         socket_path = sockets_of(Machines(self.volumes.data_dir), vm).agent
         silence = agent_silence(socket_path)
         if silence is None:
-            job["qga"] = socket_path
-            return
+            return {"qga": socket_path}
         if wanted.get(REQUIRE_QUIESCE, "").lower() == "true":
             raise MoverFailure(
                 f"{silence}, and {REQUIRE_QUIESCE} asks for a frozen guest", reason="QuiesceFailed"
@@ -259,6 +256,7 @@ class DataUploadReconciler(MoverReconciler):
         if obj.status.phase == MoverPhase.ACCEPTED:  # once, not at each look while Prepared
             message = f"{silence}: the backup is crash-consistent"
             self.client.event(obj, "Warning", "QuiesceUnavailable", message)
+        return {}
 
     def failure_fields(self, obj: DataUpload, reason: str, message: str) -> dict[str, Any]:
         """The hook that stopped the backup, when one did."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from cryptography import x509
 
 from diskferry.control.clock import Clock
-from diskferry.control.runner.base import Runner
+from diskferry.control.runner.base import JobFile, Runner
 from diskferry.serving.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
 from diskferry.serving.tls import TLS_CERT, TLS_KEY
 
@@ -52,6 +52,10 @@ class ServerCerts:
         ca = self.ca_pem()
         chain, key = issue_server_cert(self.pki_dir, sans, self.lifetime)
         return {TLS_CERT: chain, TLS_KEY: key, CA_CERT: ca}
+
+    def job_files(self, sans: list[str]) -> list[JobFile]:
+        """The files of a server's certificate directory (see `files`), for its job."""
+        return [JobFile(name, data) for name, data in self.files(sans).items()]
 
     def renew_at(self, chain: bytes | None) -> datetime | None:
         """When a certificate is due for renewal (half its life before it expires)."""

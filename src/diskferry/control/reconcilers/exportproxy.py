@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import Imports
-from diskferry.control.runner.base import JobState, Runner
+from diskferry.control.runner.base import JobFile, JobState, Runner
+from diskferry.export import ProxyJob
 from diskferry.export.routes import Route, RoutesDocument
 from diskferry.qemu.storage_daemon import runtime_dir
 from diskferry.serving.certs import CA_CERT
@@ -32,7 +33,6 @@ from diskferry.serving.unix_socket import SOCKET_PATH_MAX
 log = logging.getLogger("diskferry.control")
 PROXY_ADDRESS = "127.0.0.1"
 PROXY_JOB = "export-proxy"
-PROXY_MODULE = "diskferry.export.worker"
 ROUTES_FILE = "routes.yaml"
 SOCKETS_DIR = "exports"
 ENSURE_SECONDS = 5.0
@@ -152,17 +152,16 @@ class ProxyKeeper:
             self.certs.renew(self.runner, PROXY_JOB, [self.address])
 
     def _start(self, routes: dict[tuple[str, str], Route]) -> None:
-        job = {
-            "kind": "proxy",
-            "routes": ROUTES_FILE,
-            "certDir": ".",
-            "sans": [self.address],
-            "listenAddress": self.address,
-            "listenPort": self.port,
-            "grace": PROXY_GRACE,
-        }
-        files = {**self.certs.files([self.address]), ROUTES_FILE: routes_text(routes)}
-        self.runner.start(PROXY_JOB, PROXY_MODULE, job, files)
+        job = ProxyJob(
+            routes=ROUTES_FILE,
+            cert_dir=".",
+            sans=[self.address],
+            listen_address=self.address,
+            listen_port=self.port,
+            grace=PROXY_GRACE,
+        )
+        files = [*self.certs.job_files([self.address]), JobFile(ROUTES_FILE, routes_text(routes))]
+        self.runner.start(PROXY_JOB, job, files)
 
     def set_route(self, route: Route) -> None:
         """Route the export `route` names (replacing its previous route)."""

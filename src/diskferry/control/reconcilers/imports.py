@@ -25,11 +25,12 @@ from diskferry.control.reconcilers.uploads import (
     uploaded_result,
     waiting_for_user,
 )
-from diskferry.control.runner.base import IMPORT, JobState, Runner
+from diskferry.control.runner.base import JobFile, JobState, Runner
 from diskferry.control.volumes import Claim
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
 from diskferry.disk.schemes import is_layout_reference
+from diskferry.importer import ImportJob
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
@@ -38,6 +39,7 @@ log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
 SIZE_TOO_SMALL = "SizeTooSmall"
 AUTH_FILE = "auth.json"
+CA_FILE = "ca.pem"
 TOO_SMALL = (SIZE_TOO_SMALL, "TargetTooSmall")
 
 
@@ -118,24 +120,20 @@ def too_small_message(claim_size: int, message: str) -> str:
     )
 
 
-def source_files(source: Source, files: dict[str, bytes]) -> dict[str, Any]:
-    """The job fields that reach `source` (its CA bundle, registry credentials, plain HTTP to a
-    registry on loopback), the files they name added to `files` (see `credential_files`)."""
+def source_files(source: Source) -> tuple[dict[str, Any], list[JobFile]]:
+    """The fields of an import job that reach `source` (its CA bundle, registry credentials,
+    plain HTTP to a registry on loopback), and the files they name."""
     fields: dict[str, Any] = {}
+    files: list[JobFile] = []
     if source.ca_bundle:
-        files["ca.pem"] = source.ca_bundle
-        fields["caBundle"] = "ca.pem"
+        files.append(JobFile(CA_FILE, source.ca_bundle))
+        fields["ca_bundle"] = CA_FILE
     if source.authfile:
-        files[AUTH_FILE] = source.authfile
+        files.append(JobFile(AUTH_FILE, source.authfile, credential=True))
         fields["authfile"] = AUTH_FILE
     if source.insecure:
         fields["insecure"] = True
-    return fields
-
-
-def credential_files(files: dict[str, bytes]) -> list[str]:
-    """The names in `files` that hold credentials, for the runner to remove once the job ends."""
-    return [AUTH_FILE] if AUTH_FILE in files else []
+    return fields, files
 
 
 class SourceUnavailableError(DiskferryError):
@@ -219,19 +217,17 @@ class Imports:
             )
             return
         # the claim's volume is this object's own: the import fills it, made or left before
-        job: dict[str, Any] = {
-            "source": source.location,
-            "target": claim.path,
-            "format": "raw",
-            "force": True,
-        }
-        files: dict[str, bytes] = {}
-        if size is not None:
-            job["size"] = size
-        if source.checksum:
-            job["checksum"] = source.checksum
-        job.update(source_files(source, files))
-        self.runner.start(job_id, IMPORT, job, files, credential_files(files))
+        fields, files = source_files(source)
+        job = ImportJob(
+            source=source.location,
+            target=claim.path,
+            format="raw",
+            force=True,
+            size=size,
+            checksum=source.checksum,
+            **fields,
+        )
+        self.runner.start(job_id, job, files)
 
     def finish(self, job_id: str, tag: str, keep: bool) -> bool:
         """Log the ended job's last lines tagged with `tag`, then settle it."""

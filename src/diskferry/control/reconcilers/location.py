@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from diskferry.backup.errors import RepositoryNotFoundError
 from diskferry.backup.repository import Repository
@@ -17,6 +17,7 @@ from diskferry.control.resources.backupstoragelocation import (
     SecretKeySelector,
 )
 from diskferry.control.resources.core import Secret
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runtime.client import Client
 from diskferry.disk.errors import DiskferryError
 from diskferry.objstore.credentials import DEFAULT_PROFILE, parse_credentials
@@ -25,6 +26,11 @@ from diskferry.objstore.store import S3Options
 PASSWORD_FILE = "repo-password"
 CREDENTIALS_FILE = "s3-credentials"
 CA_FILE = "s3-ca.pem"
+
+if TYPE_CHECKING:
+    from diskferry.backup import RepoAccess
+
+J = TypeVar("J", bound="RepoAccess")
 
 
 class LocationError(DiskferryError):
@@ -87,26 +93,26 @@ class Location:
             ca_bundle=self.ca_bundle,
         )
 
-    def job(self) -> tuple[dict[str, Any], dict[str, bytes]]:
-        """The repository fields of a backup worker's job, and the files they name."""
-        fields: dict[str, Any] = {"repo": self.url}
-        files: dict[str, bytes] = {}
+    def job(self, model: type[J], **fields: Any) -> tuple[J, list[JobFile]]:
+        """A `model` job on this repository with `fields` besides, and the files its repository
+        fields name (the password, the S3 credentials and CA)."""
+        access: dict[str, Any] = {"repo": self.url}
+        files: list[JobFile] = []
         if self.password is not None:
-            fields["passwordFile"] = PASSWORD_FILE
-            files[PASSWORD_FILE] = self.password.encode()
+            access["password_file"] = PASSWORD_FILE
+            files.append(JobFile(PASSWORD_FILE, self.password.encode(), credential=True))
         if self.endpoint:
-            fields["s3Endpoint"] = self.endpoint
+            access["s3_endpoint"] = self.endpoint
         if self.region:
-            fields["s3Region"] = self.region
+            access["s3_region"] = self.region
         if self.credentials is not None:
-            fields["s3CredentialsFile"] = CREDENTIALS_FILE
-            files[CREDENTIALS_FILE] = self.credentials
-            if self.profile:
-                fields["s3Profile"] = self.profile
+            access["s3_credentials_file"] = CREDENTIALS_FILE
+            access["s3_profile"] = self.profile
+            files.append(JobFile(CREDENTIALS_FILE, self.credentials, credential=True))
         if self.ca_bundle is not None:
-            fields["s3CaFile"] = CA_FILE
-            files[CA_FILE] = self.ca_bundle
-        return fields, files
+            access["s3_ca_file"] = CA_FILE
+            files.append(JobFile(CA_FILE, self.ca_bundle))
+        return model(**access, **fields), files
 
 
 def location_of(client: Client, bsl: BackupStorageLocation) -> Location:

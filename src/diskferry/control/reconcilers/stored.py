@@ -35,7 +35,6 @@ from diskferry.control.reconcilers.imports import (
     Imports,
     Outcome,
     Source,
-    credential_files,
     failure,
     source_files,
 )
@@ -46,10 +45,11 @@ from diskferry.control.reconcilers.sources import Waiting, resolve_source
 from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
 from diskferry.control.resources.common import DataSource
-from diskferry.control.runner.base import IMPORT, Runner
+from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Claim, VolumeClass, Volumes
+from diskferry.importer import ImagePushJob
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
@@ -162,18 +162,17 @@ class StoredImages:
         job_id = self.job_id(obj)
         state = self.runner.state(job_id)
         if state is None:
-            job: dict[str, Any] = {
-                "kind": "push",
-                "source": source.location,
-                "reference": self.reference(obj),
-            }
-            if source.checksum:
-                job["checksum"] = source.checksum
-            if source.local_file:  # a raw claim: a tar of it would hold every byte of its size
-                job["storeFormat"] = "qcow2"
-            files: dict[str, bytes] = {}
-            job.update(source_files(source, files))
-            self.runner.start(job_id, IMPORT, job, files, credential_files(files))
+            fields, files = source_files(source)
+            # a raw claim: a tar of it would hold every byte of its size
+            stored = "qcow2" if source.local_file else None
+            job = ImagePushJob(
+                source=source.location,
+                reference=self.reference(obj),
+                checksum=source.checksum,
+                store_format=stored,
+                **fields,
+            )
+            self.runner.start(job_id, job, files)
             return Outcome(True, progress_fields({}))
         if state.running:
             return Outcome(True, progress_fields(state.progress) if state.progress else None)

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from diskferry.control.duration import format_duration, parse_duration
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.runner.base import IMPORT, Runner
+from diskferry.control.runner.base import JobFile, Runner
 from diskferry.disk.checksums import ChecksumError
 from diskferry.export.routes import Route
+from diskferry.importer import UploadJob
 from diskferry.importer.upload_job import UploadPhase
 from diskferry.importer.upload_server import UPLOAD_PREFIX
 from diskferry.serving.certs import CA_CERT
@@ -96,22 +97,19 @@ def start_upload(
 ) -> None:
     """Start the upload server that writes what is uploaded into `target` (grown to `size`),
     refusing an upload whose bytes do not match `checksum` (`ALGO:HEX`) when one is given."""
-    job: dict[str, Any] = {
-        "kind": "upload",
-        "target": target,
-        "format": "raw",
-        "tokenFile": TOKEN_FILE,
-        "certDir": ".",
-        "sans": UPLOAD_SANS,
-        "listenAddress": UPLOAD_HOST,
-        "listenPort": 0,
-    }
-    if size is not None:
-        job["size"] = size
-    if checksum:
-        job["checksum"] = checksum
-    files = {**certs.files(UPLOAD_SANS), TOKEN_FILE: token_text(token_ttl)}
-    runner.start(job_id, IMPORT, job, files, credentials=[TOKEN_FILE])
+    job = UploadJob(
+        target=target,
+        format="raw",
+        token_file=TOKEN_FILE,
+        cert_dir=".",
+        sans=UPLOAD_SANS,
+        listen_address=UPLOAD_HOST,
+        listen_port=0,
+        size=size,
+        checksum=checksum or None,
+    )
+    token = JobFile(TOKEN_FILE, token_text(token_ttl), credential=True)
+    runner.start(job_id, job, [*certs.job_files(UPLOAD_SANS), token])
 
 
 def renew_expired_token(runner: Runner, job_id: str, ttl: timedelta) -> bool:

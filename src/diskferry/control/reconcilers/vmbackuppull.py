@@ -57,6 +57,7 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
+from diskferry.export import BackupPointJob
 
 POLL_SECONDS = 1.0
 CHECK_SECONDS = 5.0
@@ -179,16 +180,16 @@ class PullBackup:
         disks: list[dict[str, str]],
         extra: dict[str, Any],
     ) -> None:
-        job = {
+        fields = {
             **extra,
-            "kind": "backupPoint",
             "name": obj.metadata.name,
             "volumes": disks,
             "chain": source.chain,
             "since": source.since,
-            "pointFile": POINT_FILE,
+            "point_file": POINT_FILE,
         }
-        start_server(self, self.job_id(obj), self._route(obj), port, left, token, job)
+        route = self._route(obj)
+        start_server(self, self.job_id(obj), route, port, left, token, BackupPointJob, fields)
 
     def _read(self, obj: VirtualMachineBackup, name: str) -> dict[str, Any] | None:
         text = self.runner.read_file(self.job_id(obj), name)

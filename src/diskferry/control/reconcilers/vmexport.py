@@ -24,6 +24,7 @@ import json
 import logging
 import socket
 import ssl
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -54,11 +55,12 @@ from diskferry.control.resources.vmexport import (
     ExportSourceKind,
     VirtualMachineExport,
 )
-from diskferry.control.runner.base import Runner
+from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
+from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
 from diskferry.export.links import backup_link, manifest_links
 from diskferry.export.routes import Route
 from diskferry.export.server import READY_PATH
@@ -66,7 +68,6 @@ from diskferry.serving.certs import CA_CERT
 
 log = logging.getLogger("diskferry.control")
 M = TypeVar("M", bound=Resource)
-EXPORT_MODULE = "diskferry.export.worker"
 PORT_ANNOTATION = "diskferry.io/export-port"
 HOST = "127.0.0.1"
 TOKEN_FILE = "token"
@@ -140,33 +141,34 @@ def start_server(
     port: int,
     left: float,
     token: Token,
-    job: dict[str, Any],
-    files: dict[str, bytes] | None = None,
+    model: type[ExportJob],
+    fields: dict[str, Any],
+    files: Sequence[JobFile] = (),
 ) -> None:
-    """Start the export worker `job_id` for `job` (its kind, name, volumes and own fields) on
-    `port` (and on its Unix socket) for `left` seconds, with the token, a certificate for
-    127.0.0.1, links through the proxy's `route` (namespace, name), and `files` its job names."""
-    served = {
-        **job,
-        "tokenFile": TOKEN_FILE,
-        "ttl": left,
-        "grace": DRAIN_SECONDS,
-        "certDir": ".",
-        "sans": [HOST],
-        "listenAddress": HOST,
-        "listenPort": port,
-        "links": {
-            "internalUrl": f"https://{HOST}:{port}",
-            "externalUrl": keeper.proxy.external_url(*route),
-            "externalCa": CA_CERT,
-            "file": LINKS_FILE,
-        },
-    }
-    unix_socket = export_socket(job_id)
-    if unix_socket is not None:
-        served["unixSocket"] = unix_socket
-    given = {**keeper.certs.files([HOST]), TOKEN_FILE: token.value, **(files or {})}
-    keeper.runner.start(job_id, EXPORT_MODULE, served, given)
+    """Start the export worker `job_id`, a `model` job of `fields` (its name, volumes and own
+    fields), on `port` (and on its Unix socket) for `left` seconds, with the token, a
+    certificate for 127.0.0.1, links through the proxy's `route` (namespace, name), and
+    `files` its job names."""
+    links = LinkSettings(
+        internal_url=f"https://{HOST}:{port}",
+        external_url=keeper.proxy.external_url(*route),
+        external_ca=CA_CERT,
+        file=LINKS_FILE,
+    )
+    job = model(
+        **fields,
+        token_file=TOKEN_FILE,
+        ttl=left,
+        grace=DRAIN_SECONDS,
+        cert_dir=".",
+        sans=[HOST],
+        listen_address=HOST,
+        listen_port=port,
+        links=links,
+        unix_socket=export_socket(job_id),
+    )
+    given = [*keeper.certs.job_files([HOST]), JobFile(TOKEN_FILE, token.value), *files]
+    keeper.runner.start(job_id, job, given)
 
 
 def stop_server(keeper: ServerKeeper, job_id: str) -> bool:
@@ -367,13 +369,16 @@ class VirtualMachineExportReconciler:
         left: float,
     ) -> None:
         """Start the server of the served volumes; a VM's with its manifest."""
-        volumes = [{"name": volume, "path": source.location} for volume, source in served.volumes]
-        job: dict[str, Any] = {"kind": "export", "name": obj.metadata.name, "volumes": volumes}
-        files = {}
+        volumes = [
+            ExportVolumeSpec(name=volume, path=source.location) for volume, source in served.volumes
+        ]
+        fields: dict[str, Any] = {"name": obj.metadata.name, "volumes": volumes}
+        files = []
         if served.vm is not None:
-            job["manifest"] = MANIFEST_FILE
-            files[MANIFEST_FILE] = vm_manifest(served.vm, served.disks)
-        start_server(self, self.job_id(obj), self._key(obj), port, left, token, job, files)
+            fields["manifest"] = MANIFEST_FILE
+            files.append(JobFile(MANIFEST_FILE, vm_manifest(served.vm, served.disks)))
+        route = self._key(obj)
+        start_server(self, self.job_id(obj), route, port, left, token, ExportJob, fields, files)
 
     def _links(self, job_id: str) -> dict[str, Any] | None:
         """The links the server wrote, in the status's shape; None before it wrote them."""

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
-IMPORT = "diskferry.importer.worker"
-EXPORT = "diskferry.export.worker"
-BACKUP = "diskferry.backup.worker"
+if TYPE_CHECKING:
+    from diskferry.worker.job import WorkerJob
+
 LOG_LINES = 200
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A file given to a job, written beside its job file, where the job's fields name it by
+    `name`; a `credential` is removed once the job has ended, however it ended."""
+
+    name: str
+    data: bytes = field(repr=False)
+    credential: bool = False
 
 
 @dataclass(frozen=True)
@@ -37,18 +47,11 @@ class JobState:
 class Runner(Protocol):
     """Starts worker jobs by id and tells their state; every method is idempotent."""
 
-    def start(
-        self,
-        job_id: str,
-        module: str,
-        job: dict[str, Any],
-        files: dict[str, bytes] | None = None,
-        credentials: Collection[str] = (),
-    ) -> None:
-        """Run `python -m module JOB.json` on `job` (its `jobId` set to `job_id`), with `files`
+    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+        """Run `job` (its `jobId` set to `job_id`) in its engine's worker, with `files`
         written beside the job file, where relative paths in the job find them; a job id
-        already started is not started again. The files named in `credentials` are removed
-        once the job has ended, whether it succeeded, failed or was killed."""
+        already started is not started again. A job its worker would refuse to read (a
+        secret inline) is refused here, and nothing runs."""
 
     def state(self, job_id: str) -> JobState | None:
         """The job's state, None when no job of that id was started (or it was purged)."""

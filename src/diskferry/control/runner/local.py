@@ -34,17 +34,25 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from diskferry.control.runner.base import LOG_LINES, JobState
+from pydantic import ValidationError
+
+from diskferry.control.runner.base import LOG_LINES, JobFile, JobState
 from diskferry.control.runner.tail import first_line, tail_lines
 from diskferry.disk import procstat
 from diskferry.disk.errors import DiskferryError
 from diskferry.worker.gate import NEVER_RAN, RELEASE
-from diskferry.worker.job import JOB_ID_PATTERN
+from diskferry.worker.job import (
+    JOB_ID_PATTERN,
+    WorkerJob,
+    job_file,
+    validate_job,
+    validation_message,
+)
 
 PROGRESS_TIMEOUT = 1.0
 STOP_POLL_SECONDS = 0.1
@@ -97,6 +105,20 @@ def _check_file_name(name: str) -> None:
         raise JobStartError(f"{name!r} is not a usable name for a job's file")
 
 
+def _job_file(job: WorkerJob, job_id: str) -> dict[str, Any]:
+    """What `job.json` holds for `job` under `job_id`; JobStartError when its engine names no
+    worker, or its worker would refuse it (a secret inline)."""
+    if not job.WORKER:
+        raise JobStartError(f"a {type(job).__name__} names no worker to run it")
+    data = {**job_file(job), "jobId": job_id}
+    try:
+        validate_job(type(job), data)
+    except ValidationError as e:
+        message = f"a {type(job).__name__} cannot go into a job file: {validation_message(e)}"
+        raise JobStartError(message) from None
+    return data
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
@@ -131,22 +153,15 @@ class LocalRunner:
         """The ids of the jobs not purged, kept failed ones apart."""
         return sorted(p.parent.name for p in self.root.glob("*/state.json"))
 
-    def start(
-        self,
-        job_id: str,
-        module: str,
-        job: dict[str, Any],
-        files: dict[str, bytes] | None = None,
-        credentials: Collection[str] = (),
-    ) -> None:
-        """Start `python -m module job.json` in the job's directory, unless it was started."""
+    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+        """Start `python -m WORKER job.json` in the job's directory, unless it was started."""
         if not re.match(JOB_ID_PATTERN, job_id) or job_id in (FAILED, LOGS):
             raise JobStartError(f"{job_id!r} is not a usable job id")
-        for name in files or {}:
-            _check_file_name(name)
-        for name in credentials:
-            if name not in (files or {}):
-                raise JobStartError(f"{name!r} names no file given to the job")
+        data = _job_file(job, job_id)
+        for given in files:
+            _check_file_name(given.name)
+        if len({given.name for given in files}) != len(files):
+            raise JobStartError("two files given to the job have the same name")
         with self._lock:
             found = self._dir(job_id)
             if found is not None and not (found / NEVER_RAN).exists():
@@ -155,10 +170,10 @@ class LocalRunner:
             # anything here is of a start that died before it released its worker: it never ran
             shutil.rmtree(directory, ignore_errors=True)
             (directory / "scratch").mkdir(parents=True, mode=0o700)
-            for name, data in (files or {}).items():
-                write_atomically(directory / name, data)
-            write_atomically(directory / "job.json", json.dumps({**job, "jobId": job_id}).encode())
-            child = self._spawn(directory, module)
+            for given in files:
+                write_atomically(directory / given.name, given.data)
+            write_atomically(directory / "job.json", json.dumps(data).encode())
+            child = self._spawn(directory, job.WORKER)
             self._children[job_id] = child
             _step("spawned")
             started = procstat.start_time(child.pid)  # it waits at the gate: alive
@@ -166,14 +181,14 @@ class LocalRunner:
                 directory,
                 {
                     "jobId": job_id,
-                    "module": module,
+                    "module": job.WORKER,
                     "pid": child.pid,
                     "startTime": started,
                     "bootId": procstat.boot_id(),
                     "startedAt": datetime.now(UTC).isoformat(timespec="seconds"),
                     "port": None,
                     "exitCode": child.returncode,
-                    "credentials": sorted(credentials),
+                    "credentials": sorted(f.name for f in files if f.credential),
                 },
             )
             _step("recorded")
