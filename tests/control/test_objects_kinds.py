@@ -58,6 +58,8 @@ def test_a_disk_may_grow_and_its_generation_follows(service: ObjectService) -> N
         DISKS, "default", "vd1", {"spec": {"persistentVolumeClaim": {"size": "128Mi"}}}, "merge"
     )
     assert grown["metadata"]["generation"] == 2
+    ready = {"status": {"phase": "Ready"}}  # past Pending: its spec is fixed but the size
+    service.patch(DISKS, "default", "vd1", ready, "merge", subresource="status")
     with pytest.raises(InvalidError, match=r"spec\.persistentVolumeClaim\.size: may only grow"):
         service.patch(
             DISKS, "default", "vd1", {"spec": {"persistentVolumeClaim": {"size": "1Mi"}}}, "merge"

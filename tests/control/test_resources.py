@@ -341,16 +341,54 @@ def update_refusal(data: dict[str, Any], change: dict[str, Any]) -> str:
 
 
 def test_a_disk_may_only_grow() -> None:
+    ready = {**VD1, "status": {"phase": "Ready"}}
     bigger = vd(**{**VD1["spec"], "persistentVolumeClaim": {"size": "1Gi"}})
-    check_update(REGISTRY.by_kind("VirtualDisk"), *_update(VD1, {"spec": bigger["spec"]}))
+    check_update(REGISTRY.by_kind("VirtualDisk"), *_update(ready, {"spec": bigger["spec"]}))
     smaller = vd(**{**VD1["spec"], "persistentVolumeClaim": {"size": "32Mi"}})
     assert "spec.persistentVolumeClaim.size: may only grow: 32Mi is less than 64Mi" in (
-        update_refusal(VD1, {"spec": smaller["spec"]})
+        update_refusal(ready, {"spec": smaller["spec"]})
     )
     other = vd(**{**VD1["spec"], "dataSource": {"type": "HTTP", "http": {"url": "http://b/c"}}})
-    assert "spec.dataSource: field is immutable" in update_refusal(VD1, {"spec": other["spec"]})
+    assert "spec.dataSource: field is immutable" in update_refusal(ready, {"spec": other["spec"]})
     moved = {**VD1["spec"], "persistentVolumeClaim": {"size": "64Mi", "storageClassName": "b"}}
-    assert "spec.persistentVolumeClaim: field is immutable" in update_refusal(VD1, {"spec": moved})
+    assert "spec.persistentVolumeClaim.storageClassName: field is immutable" in update_refusal(
+        ready, {"spec": moved}
+    )
+
+
+MOVED = {
+    "persistentVolumeClaim": {"size": "32Mi", "storageClassName": "b"},
+    "dataSource": {"type": "HTTP", "http": {"url": "https://example.org/other.qcow2"}},
+}
+
+
+@pytest.mark.parametrize("status", [None, {"phase": "Pending"}], ids=["new", "pending"])
+def test_a_disk_whose_work_has_not_started_may_change_its_spec(status) -> None:
+    data = {**VD1, "status": status} if status else VD1
+    check_update(REGISTRY.by_kind("VirtualDisk"), *_update(data, {"spec": MOVED}))
+
+
+@pytest.mark.parametrize("phase", ["Provisioning", "WaitForUserUpload", "Ready", "Failed"])
+def test_a_disk_whose_work_has_started_says_why_its_spec_is_fixed(phase) -> None:
+    message = update_refusal({**VD1, "status": {"phase": phase}}, {"spec": MOVED})
+    assert (
+        "spec.persistentVolumeClaim.storageClassName: field is immutable once the disk has "
+        f"left Pending (it is {phase}: its claim is made or its worker started); only "
+        "spec.persistentVolumeClaim.size may change, to grow"
+    ) in message
+    assert "spec.dataSource: field is immutable once the disk has left Pending" in message
+
+
+@pytest.mark.parametrize("data", [IMAGE, CLUSTER_IMAGE], ids=["image", "cluster-image"])
+def test_an_image_may_change_its_spec_until_its_work_starts(data) -> None:
+    other = {"spec": {"dataSource": MOVED["dataSource"]}}
+    pending = {**data, "status": {"phase": "Pending"}}
+    check_update(REGISTRY.by_kind(data["kind"]), *_update(pending, other))
+    message = update_refusal({**data, "status": {"phase": "Provisioning"}}, other)
+    assert message.endswith(
+        "spec.dataSource: field is immutable once the image has left Pending (it is "
+        "Provisioning: its worker started)"
+    )
 
 
 def test_other_specs_are_fixed_and_metadata_free() -> None:

@@ -1,11 +1,11 @@
 """The reconcile of an object that is a claim filled by an import: VirtualDisk and VirtualImage.
 
-Pending (waiting for its StorageClass or its source) -> Provisioning (the import worker runs,
-its /progress copied into status; a file claim from another claim is a reflink clone where
-the filesystem allows; an Upload source waits in WaitForUserUpload, its upload server's URLs
-in `imageUploadURLs`, until an upload begins) -> Ready, or Failed with the worker's reason
-and message; a larger size asked of a Ready claim is Resizing, then Ready again; each change
-an Event. A finalizer
+Pending (waiting for its StorageClass or its source; its spec may still change) ->
+Provisioning (written before its claim is made: the import worker runs, its /progress copied
+into status; a file claim from another claim is a reflink clone where the filesystem allows;
+an Upload source waits in WaitForUserUpload, its upload server's URLs in `imageUploadURLs`,
+until an upload begins) -> Ready, or Failed with the worker's reason and message; a larger
+size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
 holds the object while it is Terminating, until its worker is stopped, its claim and its
 worker's files removed. A kind gives the few parts that differ (`ClaimedKind`'s hooks); all
 the rest is here, once.
@@ -29,7 +29,10 @@ from diskferry.control.reconcilers.imports import Imports, Outcome, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
     FAILED,
+    PENDING,
+    PROVISIONING,
     READY,
+    begin,
     status_of,
     transition,
     update_fields,
@@ -51,8 +54,6 @@ if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 log = logging.getLogger("diskferry.control")
-PENDING = "Pending"
-PROVISIONING = "Provisioning"
 PVC_LOST = "PVCLost"
 RESIZING = "Resizing"
 WAIT_FOR_USER_UPLOAD = "WaitForUserUpload"
@@ -206,7 +207,11 @@ class ClaimedKind(ABC):
                 "persistentVolumeClaim.size",
             )
         where = self.claim_fields(volume_class, obj)
-        obj = update_fields(self.client, obj, where)  # shown while the claim is filled
+        waited = self._waited(obj)
+        begun = begin(self.client, obj, "making its claim", where)
+        if begun is None:
+            return Result.done()
+        obj = begun
         try:
             claim = self.volumes.claim(
                 volume_class, obj.metadata.namespace, claim_name(obj), size or 0
@@ -228,7 +233,6 @@ class ClaimedKind(ABC):
         local = source.local_file and not self.imports.started(job_id)
         if local and reflink(source.location, claim, job_id, size):
             return self._ready(obj, claim, {"ok": True, "sourceUID": source.uid})
-        waited = self._waited(obj)
         try:
             policy = upload_policy(obj)
         except DurationError as e:

@@ -1,4 +1,5 @@
-"""Phase changes: the status written once, with the `Ready` condition, and an Event for each."""
+"""Phase changes: the status written once, with the `Ready` condition, and an Event for each;
+and the mark of a disk's or image's work beginning, from which on its spec is fixed."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ from typing import Any, TypeVar
 
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.progress import unchanged
+from diskferry.control.resources.updates import started
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
 
 M = TypeVar("M", bound=Resource)
 READY = "Ready"
 FAILED = "Failed"
+PENDING = "Pending"
+PROVISIONING = "Provisioning"
 DEGRADED = "Degraded"
 
 
@@ -71,3 +75,19 @@ def update_fields(client: Client, obj: M, fields: dict[str, Any]) -> M:
     if unchanged(status_of(obj), fields):
         return obj
     return client.patch_status(obj, fields)
+
+
+def begin(client: Client, obj: M, message: str, fields: dict[str, Any]) -> M | None:
+    """The object, Provisioning with `fields`, before its work (a claim, a worker) starts: the
+    API fixes its spec from then on (see `resources.updates`). None when its spec changed
+    before the mark was written: it is Pending again, for the next reconcile (the change
+    queued one) to start from the new spec."""
+    if started(obj) is not None:
+        return update_fields(client, obj, fields)
+    marked = transition(client, obj, PROVISIONING, PROVISIONING, message, fields)
+    current = client.get(type(obj), obj.metadata.namespace, obj.metadata.name or "")
+    if current is not None and current.metadata.generation == obj.metadata.generation:
+        return marked
+    if current is not None:
+        transition(client, current, PENDING, PENDING, "its spec changed before its work began")
+    return None

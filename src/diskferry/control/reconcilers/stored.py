@@ -1,9 +1,10 @@
 """Images kept in the image store: a VirtualImage with `storage: ContainerRegistry` (the
 default) and every ClusterVirtualImage.
 
-Pending (waiting for its source) -> Provisioning (a `push` worker imports the source and
-stores it as a containerDisk in DATA_DIR/images; the claim of a disk, a snapshot or an image
-is stored as qcow2, so the image keeps what the claim has allocated, not its whole size) ->
+Pending (waiting for its source; its spec may still change) -> Provisioning (written before
+a worker starts: a `push` worker imports the source and stores it as a containerDisk in
+DATA_DIR/images; the claim of a disk, a snapshot or an image is stored as qcow2, so the
+image keeps what the claim has allocated, not its whole size) ->
 Ready with `status.size {stored, unpacked}`, `format`, `cdrom` and `status.target.registryURL`
 (the image's `oci:` reference), or Failed with the worker's reason. An Upload source first
 waits in WaitForUserUpload for an upload server worker to take the upload into a staging file,
@@ -39,7 +40,7 @@ from diskferry.control.reconcilers.imports import (
     source_files,
 )
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import FAILED, READY, status_of, transition
+from diskferry.control.reconcilers.phases import FAILED, READY, begin, status_of, transition
 from diskferry.control.reconcilers.progress import ProgressWrites, progress_fields
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
 from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
@@ -112,7 +113,11 @@ class StoredImages:
         if isinstance(found, Waiting):
             transition(self.client, obj, PENDING, WAITING_FOR_SOURCE, found.message)
             return Result.requeue(WAIT_SECONDS)
-        source = found
+        target = {"target": {"registryURL": self.reference(obj)}}
+        begun = begin(self.client, obj, "starting its worker", target)
+        if begun is None:
+            return Result.done()
+        obj, source = begun, found
         if found.upload:
             staged = self._staged(obj)
             try:

@@ -1,7 +1,11 @@
-"""What an update may change: a disk's size may only grow, the rest of each spec is fixed; a
-VirtualMachineClass's CPU is fixed, its other fields may change."""
+"""What an update may change: a disk's or an image's whole spec until its work starts (it is
+Pending: no claim made, no worker started), then only a disk's size, to grow; the specs of
+the other diskferry.io kinds are fixed at creation; a VirtualMachineClass's CPU is fixed, its
+other fields may change."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from diskferry.control.errors import InvalidError
 from diskferry.control.kinds import KindInfo
@@ -20,28 +24,57 @@ IMMUTABLE = "field is immutable"
 STORAGE_CLASS_FIXED = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
 SIZE = "spec.persistentVolumeClaim.size"
 FIXED_SPEC = (
-    VirtualImage,
-    ClusterVirtualImage,
     VirtualDiskSnapshot,
     VirtualMachineExport,
     VirtualMachineBackup,
     VirtualMachineBackupTracker,
 )
+IMAGES = (VirtualImage, ClusterVirtualImage)
+UNSTARTED = (None, "Pending")
+"""The phases of a disk or an image whose work has not started: no claim, no worker."""
+CLAIM = "persistentVolumeClaim"
+
+
+def started(obj: Resource) -> str | None:
+    """The phase of a disk or an image whose work has started (so its spec is fixed), None
+    while it has not."""
+    phase = (obj.to_json().get("status") or {}).get("phase")
+    return None if phase in UNSTARTED else phase
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any], prefix: str) -> list[str]:
+    """The paths under `prefix` of the fields that differ, one level deep."""
+    names = sorted(before.keys() | after.keys())
+    return [f"{prefix}.{name}" for name in names if before.get(name) != after.get(name)]
 
 
 def _disk_causes(old: VirtualDisk, new: VirtualDisk) -> list[tuple[str, str]]:
+    phase = started(old)
+    if phase is None:
+        return []
     before, after = old.to_json()["spec"], new.to_json()["spec"]
     causes = []
-    old_size = before.get("persistentVolumeClaim", {}).pop("size", None)
-    new_size = after.get("persistentVolumeClaim", {}).pop("size", None)
+    old_claim, new_claim = before.pop(CLAIM, {}), after.pop(CLAIM, {})
+    old_size, new_size = old_claim.pop("size", None), new_claim.pop("size", None)
     if old_size is not None and new_size is None:
         causes.append((SIZE, f"may not be removed (it is {old_size})"))
     elif old_size is not None and parse_quantity(new_size) < parse_quantity(old_size):
         causes.append((SIZE, f"may only grow: {new_size} is less than {old_size}"))
-    for name in sorted(before.keys() | after.keys()):
-        if before.get(name) != after.get(name):
-            causes.append((f"spec.{name}", f"{IMMUTABLE} (only {SIZE} may change)"))
-    return causes
+    why = (
+        f"{IMMUTABLE} once the disk has left Pending (it is {phase}: its claim is made or its "
+        f"worker started); only {SIZE} may change, to grow"
+    )
+    changed = _changed(before, after, "spec") + _changed(old_claim, new_claim, f"spec.{CLAIM}")
+    return causes + [(path, why) for path in sorted(changed)]
+
+
+def _image_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
+    phase = started(old)
+    if phase is None:
+        return []
+    why = f"{IMMUTABLE} once the image has left Pending (it is {phase}: its worker started)"
+    changed = _changed(old.to_json()["spec"], new.to_json()["spec"], "spec")
+    return [(path, why) for path in changed]
 
 
 def _spec_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
@@ -70,6 +103,8 @@ def update_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
         return _storage_class_causes(old, new)
     if isinstance(old, VirtualMachineClass) and isinstance(new, VirtualMachineClass):
         return _class_causes(old, new)
+    if isinstance(old, IMAGES) and isinstance(new, IMAGES):
+        return _image_causes(old, new)
     if isinstance(old, FIXED_SPEC) and isinstance(new, FIXED_SPEC):
         return _spec_causes(old, new)
     return []
@@ -78,9 +113,12 @@ def update_causes(old: Resource, new: Resource) -> list[tuple[str, str]]:
 def check_update(info: KindInfo, old: Resource, new: Resource) -> None:
     """Refuse an update of `old` to `new` that changes what may not change, naming each field.
 
-    A disk's `spec.persistentVolumeClaim.size` may grow; every other spec field of the
-    diskferry.io kinds is fixed at creation, as are a StorageClass's provisioner, parameters,
-    reclaimPolicy and volumeBindingMode. The error is an InvalidError (422), as validation's.
+    A disk's or an image's spec may change while its work has not started (it is Pending, or
+    new), as Deckhouse allows; afterwards only a disk's `spec.persistentVolumeClaim.size`
+    may, to grow. A VirtualMachineClass's `spec.cpu` is fixed; the other diskferry.io kinds'
+    specs are fixed at creation, as are a StorageClass's provisioner, parameters,
+    reclaimPolicy and volumeBindingMode. The error is an InvalidError (422), as validation's,
+    and says why.
     """
     causes = update_causes(old, new)
     if not causes:
