@@ -112,6 +112,11 @@ class Daemon:
         return self.data_dir / "volumes" / status["storageClassName"] / "default" / f"{name}.img"
 
 
+def ready_condition(status: dict[str, Any]) -> dict[str, Any]:
+    """The `Ready` condition of `status`."""
+    return next(c for c in status.get("conditions", []) if c["type"] == "Ready")
+
+
 def http_source(url: str, **extra: Any) -> dict[str, Any]:
     """An HTTP data source."""
     return {"type": "HTTP", "http": {"url": url, **extra}}

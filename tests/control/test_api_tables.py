@@ -19,7 +19,10 @@ OBJ = {
             {"type": "Ready", "status": "True"},
             {"type": "InUse", "status": "False"},
         ],
-        "attachedToVirtualMachines": [{"name": "vm1"}, {"name": "vm2"}],
+        "attachedToVirtualMachines": [
+            {"name": "vm1", "mounted": False},
+            {"name": "vm2", "mounted": True},
+        ],
     },
 }
 
@@ -35,6 +38,10 @@ OBJ = {
         (".status.attachedToVirtualMachines[-1].name", ["vm2"]),
         (".status.attachedToVirtualMachines[*].name", ["vm1", "vm2"]),
         (".status.attachedToVirtualMachines[5].name", []),
+        (".status.attachedToVirtualMachines[?(@.mounted==true)].name", ["vm2"]),
+        (".status.attachedToVirtualMachines[?(@.mounted==false)].name", ["vm1"]),
+        (".status.attachedToVirtualMachines[?(@.mounted=='true')].name", []),
+        (".status.conditions[?(@.status==true)].type", []),
         (".status.missing.deeper", []),
         (".metadata.annotations.a\\.example\\.io\\/is-default", ["true"]),
     ],
@@ -77,7 +84,9 @@ def test_table_cells_and_missing_values() -> None:
     names = [c["name"] for c in answer["columnDefinitions"]]
     cells = dict(zip(names, answer["rows"][0]["cells"], strict=True))
     assert cells["Name"] == "vd1" and cells["Phase"] == "Ready"
-    assert cells["InUse"] == "False" and cells["VirtualMachine"] == "vm1"
+    assert cells["InUse"] == "False" and cells["VirtualMachine"] == "vm2"  # the mounted one
+    priority = {c["name"]: c["priority"] for c in answer["columnDefinitions"]}
+    assert priority["VirtualMachine"] == 0 and priority["InUse"] == 1
     assert cells["Capacity"] is None
     assert cells["Age"] in ("5m", "5m1s")
     assert "object" not in answer["rows"][0]

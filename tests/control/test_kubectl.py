@@ -66,7 +66,7 @@ def test_apply_again_is_unchanged_or_configured(applied: Served) -> None:
 
 def test_get_table_with_print_columns(applied: Served) -> None:
     lines = kubectl(applied, "get", "vd").splitlines()
-    assert lines[0].split() == ["NAME", "PHASE", "CAPACITY", "AGE"]
+    assert lines[0].split() == ["NAME", "PHASE", "CAPACITY", "VIRTUALMACHINE", "AGE"]
     assert lines[1].split()[0] == "vd1"
     wide = kubectl(applied, "get", "virtualdisks", "-o", "wide").splitlines()[0].split()
     assert wide[:3] == ["NAME", "PHASE", "CAPACITY"] and "PROGRESS" in wide and "TARGETPVC" in wide

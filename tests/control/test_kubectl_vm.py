@@ -135,3 +135,79 @@ def test_kubectl_runs_a_vm_that_outlives_a_killed_daemon(base: Path) -> None:
         wait_until(lambda: not (base / "data/vms/default/vm-k").exists(), 30)
     finally:
         assert second.stop() == 0
+
+
+IN_USE = """\
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDisk
+metadata: {name: linux-disk, namespace: default}
+spec:
+  persistentVolumeClaim: {size: 16Mi}
+---
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualMachine
+metadata: {name: linux-vm, namespace: default}
+spec:
+  runPolicy: AlwaysOn
+  blockDeviceRefs: [{kind: VirtualDisk, name: linux-disk}]
+  memory: {size: 64Mi}
+  terminationGracePeriodSeconds: 0  # no guest OS to power off on an ACPI request
+"""
+
+
+def test_kubectl_cannot_delete_a_disk_a_running_vm_uses_until_it_stops(base: Path) -> None:
+    served = start_daemon(
+        base / "data", base / "daemon.log", options=("--proxy-port", str(free_port()))
+    )
+    try:
+        kubectl(served, "apply", "-f", "-", stdin=IN_USE)
+        kubectl(served, "wait", "vm", "linux-vm", "--for=jsonpath={.status.phase}=Running")
+        kubectl(served, "wait", "vd", "linux-disk", "--for=condition=InUse")
+        wide = kubectl(served, "get", "vd", "linux-disk", "-o", "wide").splitlines()
+        columns = dict(zip(wide[0].split(), wide[1].split(), strict=False))
+        assert (columns["PHASE"], columns["INUSE"], columns["VIRTUALMACHINE"]) == (
+            "Ready",
+            "True",
+            "linux-vm",
+        )
+        claim = kubectl(
+            served,
+            "get",
+            "vd",
+            "linux-disk",
+            "-o",
+            "jsonpath={.status.target.persistentVolumeClaimName}",
+        )
+        files = list((base / "data" / "volumes").glob(f"*/default/{claim}.img"))
+        assert len(files) == 1
+
+        out = kubectl(served, "delete", "vd", "linux-disk", "--wait=false")
+        assert 'virtualdisk.diskferry.io "linux-disk" deleted' in out
+        kubectl(served, "wait", "vd", "linux-disk", "--for=jsonpath={.status.phase}=Terminating")
+        finalizers = kubectl(
+            served, "get", "vd", "linux-disk", "-o", "jsonpath={.metadata.finalizers}"
+        )
+        assert "diskferry.io/vd-protection" in finalizers
+        events = wait_until(
+            lambda: kubectl(
+                served,
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=linux-disk,reason=InUse",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ),
+            30,
+        )
+        assert "linux-vm" in events and "deletion waits" in events
+        assert files[0].exists()
+        vm = kubectl(served, "get", "vm", "linux-vm", "-o", "jsonpath={.status.phase}")
+        assert vm == "Running"
+
+        off = '{"spec":{"runPolicy":"AlwaysOff"}}'
+        kubectl(served, "patch", "vm", "linux-vm", "--type=merge", "-p", off)
+        kubectl(served, "wait", "vd", "linux-disk", "--for=delete", "--timeout=60s")
+        assert not files[0].exists()
+    finally:
+        assert served.stop() == 0

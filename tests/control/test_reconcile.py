@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from control_support import wait_until
-from reconcile_support import Daemon
+from reconcile_support import Daemon, ready_condition
 from reconcile_support import http_source as _http
 
 from diskferry.control.model import API_VERSION
@@ -110,7 +110,7 @@ def test_progress_and_speed_are_copied_into_status(daemon, faulty, tmp_path) -> 
         )
     )
     assert seen["phase"] == "Provisioning"
-    assert seen["conditions"][0]["message"] == f"importing {url.split('?')[0]}"
+    assert ready_condition(seen)["message"] == f"importing {url.split('?')[0]}"
     assert seen["progress"].endswith("%") and 0 < float(seen["progress"][:-1]) < 100
     speed = seen["downloadSpeed"]
     assert set(speed) == {"avg", "avgBytes", "current", "currentBytes"}
@@ -345,7 +345,7 @@ def test_a_missing_storage_class_keeps_the_disk_pending(daemon) -> None:
         )
     )
     assert disk["status"]["phase"] == "Pending"
-    assert "nowhere" in disk["status"]["conditions"][0]["message"]
+    assert "nowhere" in ready_condition(disk["status"])["message"]
 
 
 def test_a_snapshot_of_a_block_disk_and_a_file_disk_from_it(daemon, nginx, images) -> None:
@@ -398,7 +398,7 @@ def test_a_private_ca_bundle_and_the_worker_log(daemon, faulty_tls, tls, images)
     assert images.same(daemon.claim(disk), images.reference)
     daemon.apply("VirtualDisk", "untrusted", {"dataSource": _http(url)})
     failed = daemon.wait_phase("VirtualDisk", "untrusted", "Failed", "Ready")
-    assert failed["status"]["conditions"][0]["reason"] == "TlsVerificationFailed"
+    assert ready_condition(failed["status"])["reason"] == "TlsVerificationFailed"
     logged = daemon.controllers.log_tail("VirtualDisk", "default", "untrusted")
     assert any("ERROR" in line for line in logged), logged
     assert daemon.controllers.log_tail("VirtualDisk", "default", "nothing") == []
@@ -427,7 +427,7 @@ def test_a_ready_disk_whose_claim_vanished_is_pvc_lost(daemon) -> None:
     disk = daemon.wait_phase("VirtualDisk", "lost-claim", "Ready")
     daemon.claim(disk).unlink()
     lost = daemon.wait_phase("VirtualDisk", "lost-claim", "PVCLost", timeout=30)
-    assert lost["status"]["conditions"][0]["reason"] == "PVCLost"
+    assert ready_condition(lost["status"])["reason"] == "PVCLost"
     wait_until(lambda: "PVCLost" in {e["reason"] for e in daemon.events("lost-claim")})
 
 

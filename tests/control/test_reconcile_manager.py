@@ -300,3 +300,27 @@ def test_a_status_change_of_a_child_still_queues_its_owner(objects, run) -> None
     before = widgets.calls["parent"]
     _patch_status(objects, "child", "50%")
     wait_until(lambda: widgets.calls["parent"] > before)
+
+
+def _pointed_at(obj: dict) -> list[tuple[str, str | None, str]]:
+    """The widget a widget's spec.color names."""
+    color = obj["spec"].get("color")
+    return [("Widget", "default", color)] if color else []
+
+
+def test_a_change_of_an_object_queues_what_it_bears_on_before_and_after(objects, run) -> None:
+    widgets = Widgets()
+    run(widgets, workers=1, related={"Widget": _pointed_at})
+    _create(objects, "first")
+    _create(objects, "second")
+    objects.create(WIDGETS, "default", {**widget("pointer"), "spec": {"color": "first"}})
+    _after_a_marker(objects, widgets, "m0")
+    before = dict(widgets.calls)
+    _patch_status(objects, "pointer", "50%")  # bears on first: queues it
+    _after_a_marker(objects, widgets, "m1")
+    assert widgets.calls["first"] == before["first"] + 1
+    assert widgets.calls["second"] == before["second"]
+    objects.patch(WIDGETS, "default", "pointer", {"spec": {"color": "second"}}, "merge")
+    _after_a_marker(objects, widgets, "m2")
+    assert widgets.calls["first"] == before["first"] + 2  # the one it bore on before
+    assert widgets.calls["second"] == before["second"] + 1

@@ -24,6 +24,7 @@ from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 from diskferry.control.reconcilers.dataupload import DataUploadReconciler
 from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
 from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
+from diskferry.control.reconcilers.inuse import devices_named
 from diskferry.control.reconcilers.restore import RestoreReconciler
 from diskferry.control.reconcilers.schedule import ScheduleReconciler
 from diskferry.control.reconcilers.scheduler import Scheduler
@@ -102,7 +103,12 @@ class Controllers:
             *extra,
         ]
         self.manager = Manager(
-            objects, self.client, self.reconcilers, workers=workers, resync=resync
+            objects,
+            self.client,
+            self.reconcilers,
+            workers=workers,
+            resync=resync,
+            related={VIRTUAL_MACHINES.kind: devices_named},
         )
 
     def log_text(self, info: KindInfo, obj: dict[str, Any]) -> str | None:

@@ -1,15 +1,19 @@
 """The JSONPath subset of print columns: `.a.b` (a `.` or `/` in a name escaped with `\\`, as
-`.metadata.annotations.a\\.b\\/c`), `[N]`, `[*]` and `[?(@.k=='v')]` filters."""
+`.metadata.annotations.a\\.b\\/c`), `[N]`, `[*]`, and filters on a string (`[?(@.k=='v')]`) or
+on a boolean, null or number (`[?(@.mounted==true)]`)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 _STEP = re.compile(
     r"""\.(?P<field>(?:[A-Za-z0-9_\-]|\\[./])+)
     |\[(?P<index>-?\d+|\*)\]
-    |\[\?\(@\.(?P<key>[A-Za-z0-9_.\-]+)\s*==\s*(?P<quote>['"])(?P<value>.*?)(?P=quote)\)\]""",
+    |\[\?\(@\.(?P<key>[A-Za-z0-9_.\-]+)\s*==\s*
+        (?:(?P<quote>['"])(?P<value>.*?)(?P=quote)|(?P<literal>true|false|null|-?\d+(?:\.\d+)?))
+    \)\]""",
     re.VERBOSE,
 )
 
@@ -38,6 +42,16 @@ def _dig(value: Any, dotted: str) -> Any:
     return value
 
 
+def _matches(value: Any, step: re.Match[str]) -> bool:
+    """Whether `value` has at the filter's key what the filter wants: the string given, or the
+    literal given, of the same JSON type."""
+    found = _dig(value, step["key"])
+    if step["literal"] is None:
+        return str(found) == step["value"]
+    wanted = json.loads(step["literal"])
+    return type(found) is type(wanted) and found == wanted
+
+
 def evaluate(path: str, obj: Any) -> list[Any]:
     """Every value `path` selects in `obj`, in order; empty when it selects nothing."""
     values = [obj]
@@ -57,6 +71,6 @@ def evaluate(path: str, obj: Any) -> list[Any]:
                 if -len(value) <= index < len(value):
                     found.append(value[index])
             else:
-                found.extend(v for v in value if str(_dig(v, step["key"])) == step["value"])
+                found.extend(v for v in value if _matches(v, step))
         values = found
     return values

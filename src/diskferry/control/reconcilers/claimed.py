@@ -7,8 +7,9 @@ an Upload source waits in WaitForUserUpload, its upload server's URLs in `imageU
 until an upload begins) -> Ready, or Failed with the worker's reason and message; a larger
 size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
 holds the object while it is Terminating, until its worker is stopped, its claim and its
-worker's files removed. A kind gives the few parts that differ (`ClaimedKind`'s hooks); all
-the rest is here, once.
+worker's files removed; one more while a VirtualMachine holds it (see `protection`), whose
+deletion waits for the VM to stop. A kind gives the few parts that differ (`ClaimedKind`'s
+hooks); all the rest is here, once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from diskferry.control.reconcilers.phases import (
     update_fields,
 )
 from diskferry.control.reconcilers.progress import ProgressWrites
+from diskferry.control.reconcilers.protection import hold_back, protect
 from diskferry.control.reconcilers.sources import Waiting, claim_name, claim_of, resolve_source
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
@@ -165,6 +167,9 @@ class ClaimedKind(ABC):
 
     def reconcile(self, obj: Any) -> Result:
         """One step of the object's life."""
+        obj, holding = protect(self.client, obj)
+        if deleting(obj) and holding:
+            return hold_back(self.client, obj, holding)
         if deleting(obj):
             try:
                 wanted = resolve(self.client, self.storage_class_name(obj))

@@ -1,5 +1,6 @@
 """The finalizer that holds a resource until what it made (its claim, its worker and the
-worker's files) is removed; a kind may hold by a finalizer of its own name."""
+worker's files) is removed; a kind may hold by a finalizer of its own name, and a disk or an
+image by one more while a VirtualMachine holds it (see `protection`)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ def held(client: Client, obj: M, finalizer: str = FINALIZER) -> M:
     return client.update(obj.model_copy(update={"metadata": meta}))
 
 
-def release(client: Client, obj: Resource, finalizer: str = FINALIZER) -> None:
-    """Remove `finalizer`: the store deletes the object once no finalizer is left."""
+def release(client: Client, obj: M, finalizer: str = FINALIZER) -> M:
+    """The object without `finalizer` (written once): the store deletes an object being
+    deleted once no finalizer is left."""
     if finalizer not in obj.metadata.finalizers:
-        return
+        return obj
     left = [f for f in obj.metadata.finalizers if f != finalizer]
-    client.update(
+    return client.update(
         obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"finalizers": left})})
     )
 

@@ -9,7 +9,8 @@ Ready with `status.size {stored, unpacked}`, `format`, `cdrom` and `status.targe
 (the image's `oci:` reference), or Failed with the worker's reason. An Upload source first
 waits in WaitForUserUpload for an upload server worker to take the upload into a staging file,
 which the push then stores. A Ready image whose store entry went missing is ImageLost.
-Deleting it stops its workers and removes its image and staging file.
+Deleting it stops its workers and removes its image and staging file, once no VirtualMachine
+holds it (see `protection`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from diskferry.control.reconcilers.imports import (
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import FAILED, READY, begin, status_of, transition
 from diskferry.control.reconcilers.progress import ProgressWrites, progress_fields
+from diskferry.control.reconcilers.protection import hold_back, protect
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
 from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
@@ -99,6 +101,9 @@ class StoredImages:
 
     def reconcile(self, obj: Any, data_source: DataSource, namespace: str | None) -> Result:
         """One step of the image's life; its sources are looked up in `namespace`."""
+        obj, holding = protect(self.client, obj)
+        if deleting(obj) and holding:
+            return hold_back(self.client, obj, holding)
         if deleting(obj):
             return self._terminate(obj)
         obj = held(self.client, obj)

@@ -93,10 +93,17 @@ class DiskTarget(ApiModel):
 
 
 class AttachedVirtualMachine(ApiModel):
-    """A virtual machine that uses the disk."""
+    """A virtual machine that names the disk in its blockDeviceRefs (or whose QEMU was started
+    with it)."""
 
-    name: str | None = None
-    mounted: bool | None = None
+    name: str | None = Field(default=None, description="The VirtualMachine's name.")
+    mounted: bool | None = Field(
+        default=None,
+        description=(
+            "Whether the VirtualMachine uses the disk now: its QEMU may have it open (it is not "
+            "Stopped or Pending), so the disk cannot be deleted until it stops."
+        ),
+    )
 
 
 class CreationDuration(ApiModel):
@@ -123,7 +130,13 @@ class VirtualDiskStatus(Status):
     storage_class_name: str | None = Field(default=None, alias="storageClassName")
     stats: VirtualDiskStats | None = None
     attached_to_virtual_machines: list[AttachedVirtualMachine] | None = Field(
-        default=None, alias="attachedToVirtualMachines"
+        default=None,
+        alias="attachedToVirtualMachines",
+        description=(
+            "The VirtualMachines that name the disk, by name; unset when none does. The one "
+            "`mounted` shows in the VirtualMachine column; the InUse condition says whether "
+            "one holds it."
+        ),
     )
     image_upload_urls: ImageUploadURLs | None = Field(default=None, alias="imageUploadURLs")
     source_uid: str | None = Field(default=None, alias="sourceUID")
@@ -150,7 +163,7 @@ VIRTUAL_DISKS = KindInfo(
         Column("Phase", ".status.phase"),
         Column("Capacity", ".status.capacity"),
         Column("InUse", ".status.conditions[?(@.type=='InUse')].status", priority=1),
-        Column("VirtualMachine", ".status.attachedToVirtualMachines[0].name", priority=1),
+        Column("VirtualMachine", ".status.attachedToVirtualMachines[?(@.mounted==true)].name"),
         Column("Progress", ".status.progress", priority=1),
         Column("StorageClass", ".status.storageClassName", priority=1),
         Column("TargetPVC", ".status.target.persistentVolumeClaimName", priority=1),

@@ -5,11 +5,13 @@ it is new or deleted, or its generation, labels, annotations, finalizers or dele
 changed: a write of its status alone does not (as controller-runtime's
 GenerationChangedPredicate has it), so a reconcile that writes status does not call itself
 again. Any change of an object queues each owner its ownerReferences name (when theirs has a
-reconciler), so that a parent hears of its children. Every `resync` seconds every object of
-a reconciled kind is queued again, and Events older than an hour are deleted. Worker threads
-take keys from one WorkQueue, so no key is reconciled twice at once; an error is retried
-with backoff and shown on the object as the condition `Reconciled` (False, reason
-ReconcileError) and a Warning Event; the next success sets it True.
+reconciler), so that a parent hears of its children, and each object `related` maps it to,
+before and after the change (a VM queues the disks it named and those it names now). Every
+`resync` seconds every object of a reconciled kind is queued again, and Events older than an
+hour are deleted. Worker threads take keys from one WorkQueue, so no key is reconciled twice
+at once; an error is retried with backoff and shown on the object as the condition
+`Reconciled` (False, reason ReconcileError) and a Warning Event; the next success sets it
+True.
 `stop` ends the watch, lets the reconciles under way finish, and returns.
 """
 
@@ -19,7 +21,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,9 @@ RECONCILE_ERROR = "ReconcileError"
 RESYNC_SECONDS = 60.0
 WATCH_POLL = 0.5
 WATCHED = ("uid", "generation", "labels", "annotations", "finalizers", "deletionTimestamp")
+Related = Callable[[dict[str, Any]], Iterable[tuple[str, str | None, str]]]
+"""What an object (as API values) bears on: the (kind, namespace, name) of objects to queue
+whenever it changes."""
 
 
 @dataclass(frozen=True)
@@ -82,16 +87,19 @@ class Manager:
         *,
         workers: int = 4,
         resync: float = RESYNC_SECONDS,
+        related: Mapping[str, Related] | None = None,
     ) -> None:
         self.objects = objects
         self.client = client
         self.reconcilers = {r.info.kind: r for r in reconcilers}
+        self.related = dict(related or {})
         self.queue: WorkQueue[ObjectKey] = WorkQueue()
         self.workers = workers
         self.resync = resync
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._seen: dict[ObjectKey, str] = {}  # the watch thread's own
+        self._seen: dict[ObjectKey, str] = {}  # the watch thread's own, as is _bearing
+        self._bearing: dict[ObjectKey, set[tuple[str, str | None, str]]] = {}
 
     def start(self) -> None:
         """Start watching and reconciling."""
@@ -137,17 +145,29 @@ class Manager:
             info = self._info(owner.get("kind", ""))
             if info is not None:
                 self.enqueue(info.kind, namespace if info.namespaced else None, owner["name"])
+        related = self.related.get(key.kind)
+        if related is not None:
+            bearing = set(related(obj))
+            before = self._bearing.pop(key, set())
+            if event != "DELETED":
+                self._bearing[key] = bearing
+            for kind, where, name in sorted(bearing | before, key=str):
+                self.enqueue(kind, where, name)
 
     def _info(self, kind: str) -> KindInfo | None:
         reconciler = self.reconcilers.get(kind)
         return None if reconciler is None else reconciler.info
 
     def _list_all(self) -> str:
-        """Queue every object of a reconciled kind; the resourceVersion to watch from."""
+        """Queue every object of a reconciled kind, and what every object of a related kind
+        bears on; the resourceVersion to watch from."""
         version = self.objects.resource_version()
-        self._seen = {}
-        for reconciler in self.reconcilers.values():
-            for obj in self.objects.list(reconciler.info, None).items:
+        self._seen, self._bearing = {}, {}
+        kinds = {kind: reconciler.info for kind, reconciler in self.reconcilers.items()}
+        for kind in self.related.keys() - kinds.keys():
+            kinds[kind] = self.objects.registry.by_kind(kind)
+        for info in kinds.values():
+            for obj in self.objects.list(info, None).items:
                 self._enqueue_object(obj)
         return version
 
