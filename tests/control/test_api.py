@@ -8,6 +8,7 @@ import pytest
 from api_support import SECRETS, TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
+from diskferry.control.api import openapiproto
 from diskferry.control.api.app import ApiServer
 
 __all__ = ["client", "server"]
@@ -279,7 +280,10 @@ def test_openapi_v3_layout(client: TestClient) -> None:
         "/openapi/v2",
         headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
     )
-    assert proto.status_code == 406
+    assert proto.status_code == 200
+    assert proto.headers["content-type"] == openapiproto.MEDIA_TYPE
+    assert proto.content == openapiproto.document(v2)
+    assert client.get("/openapi/v2", headers={"Accept": "application/xml"}).status_code == 406
 
 
 def test_cluster_scoped_kinds(client: TestClient) -> None:

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from diskferry.control.api import bodies, discovery, media, openapi, reviews
+from diskferry.control.api import bodies, discovery, media, openapi, openapiproto, reviews
 from diskferry.control.api.connections import ConnectionActivity, Connections
 from diskferry.control.api.limits import DEFAULT_LIMITS, Limits, RequestLimits, answer
 from diskferry.control.api.metrics import Metrics
@@ -25,7 +25,6 @@ from diskferry.control.objects import ObjectService
 log = logging.getLogger(__name__)
 PUBLIC = ("/healthz", "/readyz", "/livez", "/version", "/version/")
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-PROTOBUF = "application/com.github.proto-openapi.spec.v2"
 
 
 def _status(code: int, reason: str, message: str) -> JSONResponse:
@@ -65,6 +64,7 @@ class ApiServer:
         self.v3 = openapi.v3_documents(registry)
         self.v3_index = openapi.v3_index(self.v3)
         self.v2 = openapi.v2_document(registry)
+        self.v2_proto = openapiproto.document(self.v2)
         self.app = self._build()
 
     def stop(self) -> None:
@@ -206,8 +206,13 @@ class ApiServer:
 
     async def _openapi_v2(self, request: Request) -> Response:
         accepted = media.parse(request.headers.get("accept"))
+        for wanted in accepted:
+            if wanted.type in openapiproto.ACCEPTED:
+                return Response(self.v2_proto, media_type=openapiproto.MEDIA_TYPE)
+            if wanted.is_json():
+                break
         if accepted and not any(m.is_json() for m in accepted):
-            return _status(406, "NotAcceptable", "only application/json is served")
+            return _status(406, "NotAcceptable", "only JSON and protobuf are served")
         return JSONResponse(self.v2)
 
     async def _openapi_v3_index(self) -> dict[str, Any]:

@@ -44,6 +44,7 @@ WRITE_PARAMS = (
     ("fieldManager", "string", "The name of the writer."),
 )
 ENUMS = {"dryRun": ["All"], "fieldValidation": ["Strict", "Warn", "Ignore"]}
+V3_ONLY = ("anyOf", "oneOf", "allOf", "not", "nullable")
 PATCH_MEDIA = (
     "application/merge-patch+json",
     "application/json-patch+json",
@@ -257,17 +258,36 @@ def v3_index(docs: dict[str, Doc]) -> Doc:
     }
 
 
+def v2_schema(node: Doc) -> Doc:
+    """A structural schema as kube-apiserver publishes a CRD's in OpenAPI v2, which kubectl
+    validates against: no `anyOf`/`oneOf`/`allOf`/`not`, nothing under a node that keeps
+    unknown fields, no type on an array left without items."""
+    out = {key: value for key, value in node.items() if key not in V3_ONLY}
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("properties", None)
+        out.pop("items", None)
+    if out.get("type") == "array" and "items" not in out:
+        out.pop("type")
+    if "properties" in out:
+        out["properties"] = {name: v2_schema(value) for name, value in out["properties"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = v2_schema(out[key])
+    return out
+
+
 def v2_document(registry: Registry) -> Doc:
     """`/openapi/v2`: one Swagger 2.0 document of every kind."""
     builder = _Builder(v3=False)
     paths: dict[str, Doc] = {}
     for info in registry.kinds:
         paths.update(builder.paths(info))
+    definitions = _schemas(registry.kinds, builder.ref)
     return {
         "swagger": "2.0",
         "info": {"title": "diskferry", "version": __version__},
         "paths": paths,
-        "definitions": _schemas(registry.kinds, builder.ref),
+        "definitions": {name: v2_schema(schema) for name, schema in definitions.items()},
         "securityDefinitions": {
             "BearerToken": {"type": "apiKey", "in": "header", "name": "authorization"}
         },
