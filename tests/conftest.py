@@ -534,6 +534,26 @@ def loop_device(tmp_path) -> Iterator[Callable[[int], str]]:
 
 
 @pytest.fixture
+def reflink_dir(tmp_path) -> Iterator[Path]:
+    """A folder on a loop-mounted XFS filesystem that shares extents (reflink); skipped where
+    the kernel refuses the loop device or the mount."""
+    image, mount = tmp_path / "xfs.img", tmp_path / "xfs"
+    with open(image, "wb") as f:
+        f.truncate(512 << 20)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"the kernel refuses the XFS loop mount here: {mounted.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+@pytest.fixture
 def slow_nbd(tmp_path) -> Iterator[Callable[[Path, str], str]]:
     """Serve a raw file over NBD through nbdkit's rate filter: slow_nbd(path, "40M") is the URL
     of `path` read at 40 Mbit/s."""

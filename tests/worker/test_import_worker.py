@@ -115,3 +115,22 @@ def test_an_nbd_export_imports_through_the_worker(tmp_path: Path) -> None:
     assert (finished.result["ok"], finished.result["bytesWritten"]) == (True, len(data))
     assert target.read_bytes() == source.read_bytes()
     assert recorded_job(str(target)) == "import-nbd"
+
+
+def test_a_job_whose_target_it_committed_before_is_done_without_its_source(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "out.img"
+    data = os.urandom(MiB)
+    source = tmp_path / "source.raw"
+    source.write_bytes(data)
+    job = {"jobId": "vd-9", "source": str(source), "target": str(target), "force": True}
+    assert run("import", job_file(tmp_path, job)).code == 0
+    source.unlink()  # run again, the job must not need it
+    again = run("import", job_file(tmp_path, job))
+    assert again.code == 0, again.stderr
+    assert (again.result["ok"], again.result["virtualSize"]) == (True, MiB)
+    assert again.result["bytesRead"] == 0
+    assert target.read_bytes() == data
+    other = run("import", job_file(tmp_path, {**job, "jobId": "vd-10"}))
+    assert (other.code, other.result["reason"]) == (1, "SourceUnavailable")

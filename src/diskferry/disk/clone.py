@@ -1,4 +1,5 @@
-"""Cloning a volume: a reflink (FICLONE) where the file system shares extents, else a copy."""
+"""Cloning a volume: a reflink (FICLONE) where the file system shares extents, else a copy;
+or a reflink alone, where only an instant copy will do."""
 
 from __future__ import annotations
 
@@ -72,6 +73,27 @@ def clone_volume(
             progress.add(result.size)
         progress.finish()
     return result
+
+
+def reflink_volume(
+    source: str, destination: str, *, size: int | None = None, job_id: str | None = None
+) -> bool:
+    """Make the file `destination` share the extents of the file `source` at once (FICLONE),
+    grown to `size` bytes when that is larger, replaced only once whole and committed with
+    `job_id`; False, with nothing made, where the file systems cannot share extents or either
+    is a block device."""
+    target = Target(destination)
+    with FileVolume(source) as src:
+        _refuse_same(src, target, replace=True)
+        try:
+            if _reflink(src, target) is None:
+                return False
+            if size is not None and size > src.size:
+                os.truncate(target.prime, size)
+            target.commit(job_id)
+        finally:
+            target.discard()
+    return True
 
 
 def _refuse_same(src: FileVolume, target: Target, replace: bool) -> None:

@@ -1,7 +1,8 @@
 """The import engine: brings a disk image from a file, URL or containerDisk into a volume.
 
-Its face: the jobs (import, push into an image store, upload), their results and phases,
-the functions that run them, and their errors; each loaded when first used (diskferry.faces).
+Its face: the jobs (import, push into an image store, upload; blank, grow and reflink of a
+volume), their results and phases, the functions that run them, and their errors; each loaded
+when first used (diskferry.faces).
 """
 
 from diskferry.faces import lazy_face
@@ -18,5 +19,14 @@ __all__, __getattr__, __dir__ = lazy_face(
         "upload_job": ("UploadJob", "UploadPhase", "UploadResult"),
         "upload_server": ("UPLOAD_PREFIX",),
         "upload_service": ("serve_upload",),
+        "volume_job": (
+            "BlankJob",
+            "GrowJob",
+            "ReflinkJob",
+            "ReflinkResult",
+            "VolumePhase",
+            "VolumeResult",
+        ),
+        "volume_ops": ("GuestNotFrozenError",),
     },
 )

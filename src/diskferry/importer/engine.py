@@ -5,6 +5,7 @@ An NBD source is a disk already, read by extents (see `from_nbd`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from diskferry.disk.formats import (
 )
 from diskferry.disk.formats import probe_format as probe_image_format
 from diskferry.disk.peek import PeekReader
-from diskferry.disk.prime import Target
+from diskferry.disk.prime import Target, recorded_job
 from diskferry.disk.progress import Progress
 from diskferry.disk.schemes import is_nbd_url, is_reference
 from diskferry.disk.sparse_writer import SparseWriter
@@ -177,8 +178,12 @@ def run_import(
     """Import `job.source` (or the `body_size` bytes of `body`, which it names) into
     `job.target`; the target is replaced only on success.
 
-    A file target committed carries the job's id (see `Target.commit`).
+    A file target committed carries the job's id (see `Target.commit`): a job started again
+    whose target carries its id (an earlier run of it committed the target) is done, and
+    reads nothing.
     """
+    if job.job_id is not None and recorded_job(job.target) == job.job_id:
+        return _done_before(job, progress)
     if is_nbd_url(job.source):
         from diskferry.importer.from_nbd import import_from_nbd
 
@@ -238,6 +243,25 @@ def run_import(
         checksum=None if checksum is None else f"{checksum.algorithm}:{checksum.actual}",
         resumes=stream.resumes,
         digest=stream.digest,
+    )
+
+
+def _done_before(job: ImportJob, progress: Progress) -> ImportResult:
+    """The result of a job whose target an earlier run of it committed: the target as it is."""
+    path = os.path.abspath(job.target)
+    size = os.stat(path).st_size
+    progress.finish()
+    return ImportResult(
+        target=path,
+        source_format=job.format,
+        compression=None,
+        format=job.format,
+        virtual_size=size,
+        bytes_read=0,
+        bytes_written=0,
+        seconds=0.0,
+        average_speed=0,
+        checksum=None,
     )
 
 

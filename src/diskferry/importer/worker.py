@@ -1,5 +1,5 @@
-"""`python -m diskferry.importer.worker JOB.json`: one import, one push into an image store, or
-one upload server, as a child process or Pod."""
+"""`python -m diskferry.importer.worker JOB.json`: one import, one push into an image store, one
+upload server, or one volume job (blank, grow, reflink), as a child process or Pod."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from diskferry.importer.image_push import ImagePushJob, push_image, stored_forma
 from diskferry.importer.job import ImportJob
 from diskferry.importer.upload_job import UploadJob
 from diskferry.importer.upload_service import serve_upload
+from diskferry.importer.volume_job import BlankJob, GrowJob, ReflinkJob
 from diskferry.worker.runtime import JobContext, JobKind, run_worker
 
 
@@ -29,12 +30,36 @@ def run_upload(job: UploadJob, ctx: JobContext) -> dict[str, Any]:
     return serve_upload(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
+def run_blank(job: BlankJob, ctx: JobContext) -> dict[str, Any]:
+    """Make the job's target blank and return its size."""
+    from diskferry.importer.volume_ops import blank
+
+    return blank(job, ctx.progress).to_json()
+
+
+def run_grow(job: GrowJob, ctx: JobContext) -> dict[str, Any]:
+    """Grow the job's target and return its size."""
+    from diskferry.importer.volume_ops import grow
+
+    return grow(job, ctx.progress).to_json()
+
+
+def run_reflink(job: ReflinkJob, ctx: JobContext) -> dict[str, Any]:
+    """Clone the job's source into its target at an instant and return whether it could."""
+    from diskferry.importer.volume_ops import reflink
+
+    return reflink(job, ctx.progress).to_json()
+
+
 if __name__ == "__main__":
     run_worker(
         {
             "import": JobKind(ImportJob, run),
             "push": JobKind(ImagePushJob, run_push),
             "upload": JobKind(UploadJob, run_upload),
+            "blank": JobKind(BlankJob, run_blank),
+            "grow": JobKind(GrowJob, run_grow),
+            "reflink": JobKind(ReflinkJob, run_reflink),
         },
         default="import",
     )
