@@ -3,10 +3,14 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 DEB_PACKAGES := util-linux docker-registry skopeo apache2-utils qemu-utils qemu-system-common qemu-system-x86 qemu-block-extra qemu-guest-agent nginx nbdkit xorriso ovmf \
-	libnbd-bin curl xz-utils bzip2 zstd pigz strace libfuse2 xfsprogs
+	libnbd-bin curl xz-utils bzip2 zstd pigz strace libfuse2 xfsprogs \
+	mmdebstrap umoci podman runc uidmap
 BENCH_PACKAGES := restic borgbackup
 
-.PHONY: setup demo test stress lint bench fuzz clean
+# podman as it works in sandboxes such as CI's (runc, cgroupfs, no default ulimits)
+export CONTAINERS_CONF ?= $(CURDIR)/image/containers.conf
+
+.PHONY: setup demo test stress lint bench fuzz image clean
 
 setup: $(VENV)/.installed
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -20,6 +24,11 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test,fuzz]'
 	touch $@
+
+# one image for the operator and every worker: build/diskferry-VERSION.oci.tar, and
+# localhost/diskferry:VERSION in podman's store (image/build.sh says how)
+image: setup
+	PYTHON=$(PY) image/build.sh build
 
 demo: setup
 	$(VENV)/bin/diskferry demo
