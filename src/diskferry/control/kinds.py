@@ -9,6 +9,9 @@ from typing import Any
 from diskferry.control.errors import NotFoundError
 from diskferry.control.model import Resource
 
+KUBE_MINOR = "32"
+"""The Kubernetes API level served (1.32): what discovery announces and the schemas it checks."""
+
 
 @dataclass(frozen=True)
 class Column:

@@ -7,10 +7,9 @@ from typing import Any
 
 from diskferry import __version__
 from diskferry.control.errors import NotFoundError
-from diskferry.control.kinds import KindInfo, Registry
+from diskferry.control.kinds import KUBE_MINOR, KindInfo, Registry
 
 STATUS_VERBS = ["get", "patch", "update"]
-KUBE_MINOR = "32"
 
 
 def version_info() -> dict[str, str]:
