@@ -23,7 +23,7 @@ from diskferry.control.api.connections import guarded
 from diskferry.control.api.limits import DEFAULT_LIMITS, Limits
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.kubeconfig import write_kubeconfig
-from diskferry.control.objects import ObjectService
+from diskferry.control.objects import KEEP_CHANGES, ObjectService
 from diskferry.control.pki import ensure_pki, ensure_token
 from diskferry.control.resources import REGISTRY
 from diskferry.disk.errors import DiskferryError
@@ -100,6 +100,7 @@ class Daemon:
         registry: Registry = REGISTRY,
         background: Sequence[BackgroundFactory] = (),
         limits: Limits = DEFAULT_LIMITS,
+        keep_changes: int = KEEP_CHANGES,
     ) -> None:
         self.data_dir = prepare_data_dir(data_dir)
         self.address = address
@@ -108,7 +109,9 @@ class Daemon:
         listening = [] if address in WILDCARDS else [address]
         self.pki = ensure_pki(self.data_dir / "pki", listening)
         self.token = ensure_token(self.data_dir / "token")
-        self.service = ObjectService(self.data_dir / "state.db", registry)
+        self.service = ObjectService(
+            self.data_dir / "state.db", registry, keep_changes=keep_changes
+        )
         self.kubeconfig_path = self.data_dir / "kubeconfig"
         self._factories = list(background)
         self._background: list[Background] = []

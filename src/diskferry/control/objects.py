@@ -39,6 +39,7 @@ from diskferry.control.store.selectors import matcher, parse_fields, parse_label
 from diskferry.control.validation import FieldValidation, validate
 
 DEFAULT_NAMESPACE = "default"
+KEEP_CHANGES = 10_000  # changes the feed keeps, as a watch may resume from one
 EVENT_TTL = 3600.0
 PROTECTED_NAMESPACES = (DEFAULT_NAMESPACE,)
 SERVER_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion")
@@ -149,7 +150,7 @@ class ObjectService:
         registry: Registry,
         clock: Clock | None = None,
         *,
-        keep_changes: int = 10_000,
+        keep_changes: int = KEEP_CHANGES,
     ) -> None:
         self.registry = registry
         self.clock = clock or Clock()

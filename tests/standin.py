@@ -1,0 +1,70 @@
+"""The stand-in cluster the cluster shape is tested against, where no kube-apiserver can run.
+
+    .venv/bin/python tests/standin.py --data-dir D [--address 127.0.0.x] [--port N]
+
+It runs the embedded API with Kubernetes' own kinds served too, as objects without controllers
+(Pods, Services, claims, Deployments, Leases, RBAC, CRDs, Routes, Ingresses, KubeVirt's kinds:
+diskferry.control.resources.foreign), the role envtest plays for Go operators. It writes
+D/kubeconfig once the API answers over HTTPS, takes `kubectl apply` of anything a cluster
+admin applies (it stores every object and runs no Deployment: the operator runs on the host,
+`diskferry operator --kubeconfig D/kubeconfig`), and stops everything on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from diskferry.control.daemon import BackgroundFactory, Daemon
+from diskferry.control.objects import KEEP_CHANGES
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.foreign import with_foreign_kinds
+
+KUBE_PORT = 6443
+
+STANDINS: list[BackgroundFactory] = []
+"""What runs beside the API, started with it and stopped on SIGTERM: the stand-in kubelet, which
+runs the Pods the operator creates in podman and writes their status back, goes here."""
+
+
+def standin(
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="State, certificates, token and kubeconfig.")
+    ],
+    address: Annotated[
+        str, typer.Option("--address", help="A loopback address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="HTTPS port of the API (0: any free one).")
+    ] = KUBE_PORT,
+    keep_changes: Annotated[
+        int,
+        typer.Option(
+            "--keep-changes",
+            help="Changes kept for watches to resume from; fewer make a watch that fell behind "
+            "get 410 Gone sooner, as an etcd compacted often does.",
+        ),
+    ] = KEEP_CHANGES,
+) -> None:
+    """Serve the stand-in cluster's API until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    daemon = Daemon(
+        data_dir,
+        address=address,
+        port=port,
+        registry=with_foreign_kinds(REGISTRY),
+        background=STANDINS,
+        keep_changes=keep_changes,
+    )
+    daemon.kubeconfig_path.unlink(missing_ok=True)  # written again once this one answers
+    daemon.run()
+
+
+if __name__ == "__main__":
+    typer.run(standin)
