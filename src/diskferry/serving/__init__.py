@@ -9,7 +9,13 @@ __all__, __getattr__, __dir__ = lazy_face(
     __name__,
     {
         "certs": ("CA_CERT", "CA_KEY", "create_ca", "default_sans", "issue_server_cert"),
-        "defaults": ("DEFAULT_ADDRESS", "DEFAULT_PORT", "PROXY_PORT", "default_data_dir"),
+        "defaults": (
+            "DEFAULT_ADDRESS",
+            "DEFAULT_PORT",
+            "OPERATOR_HEALTH_PORT",
+            "PROXY_PORT",
+            "default_data_dir",
+        ),
         "errors": ("ServeError", "TlsSetupError"),
         "listening": ("Listening",),
         "tls": ("TLS_CERT", "TLS_KEY"),

@@ -9,6 +9,9 @@ from pathlib import Path
 DEFAULT_PORT = 7443
 DEFAULT_ADDRESS = "127.0.0.1"
 PROXY_PORT = 7444
+OPERATOR_HEALTH_PORT = 8081
+"""Where `diskferry operator` answers its probes, GET /healthz and /readyz over plain HTTP (as
+controller-runtime's health probe address): the operator Deployment's probes name this port."""
 ROOT_DATA_DIR = Path("/var/lib/diskferry")
 USER_DATA_DIR = Path("diskferry-data")
 
