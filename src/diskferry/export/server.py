@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 READY_PATH = "/exportready"
 WRITE_SLICE = 256 << 10
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Activity = Callable[[int, int], None]
+"""Told the requests served (the token accepted) so far and those under way, on each change."""
 
 
 class HttpProblem(Exception):
@@ -93,7 +95,8 @@ class ExportServer:
     """One export: named volumes, a manifest, a token file; 410 for everything once expired.
 
     `sides` are the ways in (internal, external) that the manifest's disks are pointed at. A
-    client that takes no byte of a body for `idle` seconds loses its connection.
+    client that takes no byte of a body for `idle` seconds loses its connection. `activity` is
+    told each time a request the token lets in begins and ends.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class ExportServer:
         manifest: list[Document] | None = None,
         idle: float = 60.0,
         sides: dict[str, Side] | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self.name = name
         self.volumes = {v.name: v for v in volumes}
@@ -114,6 +118,9 @@ class ExportServer:
         self.pool = BlockPool()
         self.sender = FileSender(idle=idle)
         self.in_flight = 0
+        self.served = 0
+        self.serving = 0
+        self.activity = activity or (lambda served, in_flight: None)
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -169,8 +176,13 @@ class ExportServer:
                         f"give the export token in the {TOKEN_HEADER} header or query",
                     )
                 return problem_response(401, "BadToken", "the token given is not this export's")
+        counted = request.path != READY_PATH
         self.in_flight += 1
         self._quiet.clear()
+        if counted:
+            self.served += 1
+            self.serving += 1
+            self.activity(self.served, self.serving)
         try:
             return await handler(request)
         except HttpProblem as p:
@@ -179,6 +191,9 @@ class ExportServer:
             return _router_problem(request, e)
         finally:
             self.in_flight -= 1
+            if counted:
+                self.serving -= 1
+                self.activity(self.served, self.serving)
             if self.in_flight == 0:
                 self._quiet.set()
 

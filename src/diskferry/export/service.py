@@ -121,7 +121,17 @@ def serve_export(
                 )
                 write_json(job.links.file, found)
             links = {"internalUrl": job.links.internal_url, "externalUrl": job.links.external_url}
-        server = ExportServer(job.name, volumes, token, manifest, job.idle_timeout, sides)
+        server = ExportServer(
+            job.name,
+            volumes,
+            token,
+            manifest,
+            job.idle_timeout,
+            sides,
+            activity=lambda served, in_flight: reporter.details(
+                requestsServed=served, requestsInFlight=in_flight
+            ),
+        )
         announce = _Announcer(what, job, progress, reporter, links, job.unix_socket)
 
         async def drain(expired: bool) -> None:
