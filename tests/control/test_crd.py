@@ -83,6 +83,7 @@ def test_a_crd_for_every_custom_kind() -> None:
             "ClusterVirtualImage",
             "VirtualDiskSnapshot",
             "VirtualMachineExport",
+            "VirtualDataExport",
             "VirtualMachine",
             "VirtualMachineClass",
             "DataMoverConfig",

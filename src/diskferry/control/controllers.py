@@ -29,6 +29,7 @@ from diskferry.control.reconcilers.restore import RestoreReconciler
 from diskferry.control.reconcilers.schedule import ScheduleReconciler
 from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.storage import ensure_default_classes
+from diskferry.control.reconcilers.vdexport import VirtualDataExportReconciler
 from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
 from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
 from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
@@ -76,12 +77,14 @@ class Controllers:
             | VirtualDiskSnapshotReconciler
             | VirtualMachineExportReconciler
             | VirtualMachineBackupReconciler
-        ] = [
+        ]
+        exports = VirtualMachineExportReconciler(*parts, self.certs, self.proxy, objects.clock)
+        owners = [
             VirtualDiskReconciler(*parts, self.certs, self.proxy),
             VirtualImageReconciler(*parts, self.certs, proxy=self.proxy),
             ClusterVirtualImageReconciler(*parts, self.certs, proxy=self.proxy),
             VirtualDiskSnapshotReconciler(*parts),
-            VirtualMachineExportReconciler(*parts, self.certs, self.proxy, objects.clock),
+            exports,
             VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, objects.clock),
         ]
         self.scheduler = Scheduler()
@@ -95,6 +98,7 @@ class Controllers:
             *owners,
             machines,
             VirtualMachineClassReconciler(self.client),
+            VirtualDataExportReconciler(self.client, self.runner, exports.job_id, objects.clock),
             *movers,
             BackupStorageLocationReconciler(self.client),
             BackupReconciler(self.client, objects.clock),

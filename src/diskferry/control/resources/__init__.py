@@ -10,6 +10,7 @@ from diskferry.control.resources.dataupload import DATA_UPLOADS
 from diskferry.control.resources.restore import RESTORES
 from diskferry.control.resources.schedule import SCHEDULES
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
+from diskferry.control.resources.vdexport import VIRTUAL_DATA_EXPORTS
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, VIRTUAL_IMAGES
@@ -30,6 +31,7 @@ REGISTRY = Registry(
         CLUSTER_VIRTUAL_IMAGES,
         VIRTUAL_DISK_SNAPSHOTS,
         VIRTUAL_MACHINE_EXPORTS,
+        VIRTUAL_DATA_EXPORTS,
         VIRTUAL_MACHINE_CLASSES,
         VIRTUAL_MACHINES,
         DATA_MOVER_CONFIGS,
