@@ -11,13 +11,31 @@ from diskferry.backup.snapshots import SnapshotInfo
 
 
 class KeepPolicy(BaseModel):
-    """Which snapshots of each disk are kept: the newest N, and the newest of N days and weeks."""
+    """Which snapshots of each disk are kept: those any rule keeps (the newest N, the newest of
+    N days, of N weeks); all zeros keeps everything."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    keep_last: int = Field(default=0, ge=0, alias="keepLast")
-    keep_daily: int = Field(default=0, ge=0, alias="keepDaily")
-    keep_weekly: int = Field(default=0, ge=0, alias="keepWeekly")
+    keep_last: int = Field(
+        default=0,
+        ge=0,
+        alias="keepLast",
+        description="Keep each disk's newest N snapshots. Default 0: this rule keeps none.",
+    )
+    keep_daily: int = Field(
+        default=0,
+        ge=0,
+        alias="keepDaily",
+        description="Keep each disk's newest snapshot of each of the last N days (UTC) that "
+        "have one. Default 0: this rule keeps none.",
+    )
+    keep_weekly: int = Field(
+        default=0,
+        ge=0,
+        alias="keepWeekly",
+        description="Keep each disk's newest snapshot of each of the last N ISO weeks that "
+        "have one. Default 0: this rule keeps none.",
+    )
 
     @property
     def has_policy(self) -> bool:

@@ -48,6 +48,13 @@ def _inline(node: Schema, defs: dict[str, Schema]) -> Schema:
     return _children(node, lambda child: _inline(child, defs))
 
 
+def _unwrapped(text: str) -> str:
+    """`text` with each paragraph on one line: a docstring's line breaks are its source's, and
+    kubectl wraps descriptions itself."""
+    paragraphs = (" ".join(p.split()) for p in text.split("\n\n"))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
 def _structural(node: Schema) -> Schema:
     """`node` as a structural schema: a type at every level, no nulls, titles or consts."""
     branches = node.get("anyOf")
@@ -58,6 +65,8 @@ def _structural(node: Schema) -> Schema:
         else:
             node = {**node, "anyOf": kept}
     node = {key: value for key, value in node.items() if key not in DROPPED}
+    if isinstance(node.get("description"), str):
+        node["description"] = _unwrapped(node["description"])
     if node.get("default", 0) is None:
         node.pop("default")
     if "const" in node:

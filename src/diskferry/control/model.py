@@ -93,22 +93,56 @@ class ObjectMeta(ApiModel):
 
 
 class Condition(ApiModel):
-    """One condition in the Kubernetes shape."""
+    """One aspect of the object as last observed, in the Kubernetes shape: its type, whether it
+    holds, why, and since when."""
 
-    type: str
-    status: str = Field(pattern=r"^(True|False|Unknown)$")
-    reason: str = ""
-    message: str = ""
-    last_transition_time: datetime | None = Field(default=None, alias="lastTransitionTime")
-    observed_generation: int | None = Field(default=None, alias="observedGeneration")
+    type: str = Field(
+        description="What the condition is about, one condition per type; each kind has its "
+        "own types (Ready, InUse, Progressing, ...)."
+    )
+    status: str = Field(
+        pattern=r"^(True|False|Unknown)$", description="True, False or Unknown; required."
+    )
+    reason: str = Field(
+        default="",
+        description="Why the condition is as it is, as one CamelCase word for programs to "
+        "match. Default empty.",
+    )
+    message: str = Field(
+        default="", description="Why the condition is as it is, for people. Default empty."
+    )
+    last_transition_time: datetime | None = Field(
+        default=None,
+        alias="lastTransitionTime",
+        description="When `status` last changed, in RFC 3339 (2025-01-31T12:00:00Z).",
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        alias="observedGeneration",
+        description="The `metadata.generation` the condition was written for; lower than the "
+        "object's, it predates the latest spec.",
+    )
 
 
 class Status(ApiModel):
     """What every status holds: the phase, the conditions, the generation they describe."""
 
-    phase: str | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    observed_generation: int | None = Field(default=None, alias="observedGeneration")
+    phase: str | None = Field(
+        default=None,
+        description="Where the object is in its life; unset until its controller first looks "
+        "at it. The kinds that have phases list them.",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="What was last observed about the object, one entry per condition type; "
+        "empty until its controller writes one.",
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        alias="observedGeneration",
+        description="The `metadata.generation` this status was written for; lower than the "
+        "object's, the latest spec has not been looked at yet.",
+    )
 
 
 class Resource(ApiModel):

@@ -8,24 +8,39 @@ import json
 from typing import Any
 
 from diskferry import __version__
-from diskferry.control.crd import openapi_schema
+from diskferry.control.crd import TOP_LEVEL, openapi_schema
 from diskferry.control.kinds import KindInfo, Registry
 
 Doc = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 STATUS = f"{META}.Status"
+OBJECT_METADATA = (
+    "The object's metadata, as every Kubernetes object has it: name, namespace, labels, "
+    "annotations, uid, resourceVersion, generation, finalizers, ownerReferences, "
+    "creationTimestamp and deletionTimestamp."
+)
+LIST_METADATA = "The list's resourceVersion, and `continue` when more objects follow."
 STATUS_SCHEMA = {
     "type": "object",
     "description": "The outcome of a request that returns no object, or an error.",
     "properties": {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-        "status": {"type": "string"},
-        "message": {"type": "string"},
-        "reason": {"type": "string"},
-        "code": {"type": "integer"},
-        "details": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        **{name: TOP_LEVEL[name] for name in ("apiVersion", "kind")},
+        "metadata": {"type": "object", "description": "Empty in a Status."},
+        "status": {"type": "string", "description": "Success or Failure."},
+        "message": {"type": "string", "description": "What happened, for people."},
+        "reason": {
+            "type": "string",
+            "description": "Why the request failed, as one CamelCase word (NotFound, "
+            "AlreadyExists, Conflict, Invalid, ...); empty on success.",
+        },
+        "code": {"type": "integer", "description": "The HTTP status code of the answer."},
+        "details": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "description": "The object the answer is about (its name and kind), each field at "
+            "fault with why (causes), and how long to wait before retrying "
+            "(retryAfterSeconds).",
+        },
     },
 }
 LIST_PARAMS = (
@@ -69,16 +84,21 @@ def _schemas(kinds: list[KindInfo], ref: str) -> dict[str, Any]:
     out: dict[str, Any] = {STATUS: STATUS_SCHEMA}
     for info in kinds:
         schema = copy.deepcopy(openapi_schema(info))
+        schema["properties"]["metadata"]["description"] = OBJECT_METADATA
         schema["x-kubernetes-group-version-kind"] = _gvk(info)
         out[schema_name(info)] = schema
         out[f"{schema_name(info)}List"] = {
             "type": "object",
+            "description": f"A list of {info.kind} objects.",
             "required": ["items"],
             "properties": {
-                "apiVersion": {"type": "string"},
-                "kind": {"type": "string"},
-                "metadata": {"type": "object"},
-                "items": {"type": "array", "items": {"$ref": f"{ref}{schema_name(info)}"}},
+                **{name: TOP_LEVEL[name] for name in ("apiVersion", "kind")},
+                "metadata": {"type": "object", "description": LIST_METADATA},
+                "items": {
+                    "type": "array",
+                    "description": "The objects.",
+                    "items": {"$ref": f"{ref}{schema_name(info)}"},
+                },
             },
             "x-kubernetes-group-version-kind": [{**_gvk(info)[0], "kind": f"{info.kind}List"}],
         }

@@ -40,29 +40,56 @@ class VolumeType(StrEnum):
 class PolicyConditions(ApiModel):
     """What a rule matches: all the conditions given (none given matches every volume)."""
 
-    volume_types: list[VolumeType] | None = Field(default=None, alias="volumeTypes")
-    pvc_labels: dict[str, str] | None = Field(default=None, alias="pvcLabels")
-    storage_class: list[str] | None = Field(default=None, alias="storageClass")
+    volume_types: list[VolumeType] | None = Field(
+        default=None,
+        alias="volumeTypes",
+        description="The kinds of block device matched: disk (a VirtualDisk), cdrom (an image), "
+        'cloudInit (a disk or image labelled diskferry.io/cloud-init: "true"). Unset: any.',
+    )
+    pvc_labels: dict[str, str] | None = Field(
+        default=None,
+        alias="pvcLabels",
+        description="Labels the disk or image must all have, with these values. Unset: any.",
+    )
+    storage_class: list[str] | None = Field(
+        default=None,
+        alias="storageClass",
+        description="The StorageClasses matched: a VirtualDisk's spec.persistentVolumeClaim."
+        "storageClassName must be one of them. Unset: any.",
+    )
 
 
 class PolicyAction(ApiModel):
     """What happens to a volume a rule matches: moved by the data mover, or skipped."""
 
-    type: Literal["skip", "snapshot"]
+    type: Literal["skip", "snapshot"] = Field(
+        description="skip (not backed up) or snapshot (the disk's data moved into the "
+        "repository; an image is skipped all the same, as the data mover moves disks only). "
+        "Required."
+    )
 
 
 class VolumePolicyRule(ApiModel):
     """One rule of a volume policy."""
 
-    conditions: PolicyConditions = Field(default_factory=PolicyConditions)
-    action: PolicyAction
+    conditions: PolicyConditions = Field(
+        default_factory=PolicyConditions,
+        description="What the rule matches: every condition given. Default: every volume.",
+    )
+    action: PolicyAction = Field(description="What happens to a volume it matches; required.")
 
 
 class VolumePolicy(ApiModel):
     """Velero's volume policies: the rules in order, the first match wins."""
 
-    version: str = "v1"
-    volume_policies: list[VolumePolicyRule] = Field(default_factory=list, alias="volumePolicies")
+    version: str = Field(default="v1", description="The document's version, v1 (the default).")
+    volume_policies: list[VolumePolicyRule] = Field(
+        default_factory=list,
+        alias="volumePolicies",
+        description="The rules, in order: the first that matches a VM's block device decides. "
+        "A device no rule matches is backed up when it is a VirtualDisk, skipped when it is an "
+        "image.",
+    )
 
 
 class TypedLocalObjectReference(ApiModel):
@@ -276,15 +303,28 @@ class BackupPhase(StrEnum):
 class BackupVolume(ApiModel):
     """One block device of a selected VM and what happened to it."""
 
-    virtual_machine: str = Field(alias="virtualMachine")
-    namespace: str
-    kind: str
-    name: str
-    action: Literal["backup", "skip"]
-    phase: str
-    reason: str
-    snapshot_id: str | None = Field(default=None, alias="snapshotID")
-    data_upload: str | None = Field(default=None, alias="dataUpload")
+    virtual_machine: str = Field(alias="virtualMachine", description="The VirtualMachine.")
+    namespace: str = Field(description="The VM's namespace.")
+    kind: str = Field(description="VirtualDisk, VirtualImage or ClusterVirtualImage.")
+    name: str = Field(description="The disk's or image's name.")
+    action: Literal["backup", "skip"] = Field(
+        description="backup (its data moved by the VM's DataUpload) or skip, as the volume "
+        "policy, snapshotVolumes and the resource filters decide."
+    )
+    phase: str = Field(
+        description="Pending, InProgress, Completed, Failed (its DataUpload failed or is "
+        "gone, or the VM misses a disk), or Skipped."
+    )
+    reason: str = Field(description="Why it is backed up or skipped, or why it failed.")
+    snapshot_id: str | None = Field(
+        default=None,
+        alias="snapshotID",
+        description="The disk's snapshot in the repository, once Completed: what a "
+        "DataDownload's snapshotID names.",
+    )
+    data_upload: str | None = Field(
+        default=None, alias="dataUpload", description="The DataUpload that moves the VM's disks."
+    )
 
 
 class SelectedMachine(ApiModel):
@@ -310,7 +350,15 @@ NEVER_SET = "never set here"
 class BackupStatus(Status):
     """Where the backup is, each volume, and the counts."""
 
-    phase: BackupPhase | None = Field(default=None, description="Where the backup is.")
+    phase: BackupPhase | None = Field(
+        default=None,
+        description="Where the backup is, in Velero's phases: New (waiting for its "
+        "BackupStorageLocation to be Available), FailedValidation (see validationErrors), "
+        "InProgress (its DataUploads made), WaitingForPluginOperations (waiting for them to "
+        "end), then Completed, PartiallyFailed (some VMs failed) or Failed (all did, or the "
+        "backup failed as a whole); Deleting while its data is removed. Velero's other "
+        "phases do not occur here.",
+    )
     message: str | None = Field(default=None, description="What the backup does or waits for.")
     version: int | None = no_effect(
         f"{NEVER_SET}: the manifests are one document in the repository",

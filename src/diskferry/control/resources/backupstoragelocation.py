@@ -192,11 +192,18 @@ class BackupStorageLocationSpec(ApiModel):
 class BackupStorageLocationStatus(Status):
     """Whether the repository could be opened when last looked at, and why not."""
 
-    phase: BSLPhase | None = Field(default=None, description="Available or Unavailable.")
+    phase: BSLPhase | None = Field(
+        default=None,
+        description="Available (the repository opened, or was made, when last checked) or "
+        "Unavailable (it could not be opened: message says why).",
+    )
     last_validation_time: datetime | None = Field(
         default=None, alias="lastValidationTime", description="When it was last checked."
     )
-    message: str | None = Field(default=None, description="Why it is Unavailable, or what opens.")
+    message: str | None = Field(
+        default=None,
+        description="Why it is Unavailable, or which repository opened (or was made) and where.",
+    )
     repository_id: str | None = Field(
         default=None, alias="repositoryID", description="The repository's id."
     )

@@ -91,19 +91,39 @@ class DataSourceType(StrEnum):
 
 
 class Checksum(ApiModel):
-    """Digests the downloaded file must match, all of those given."""
+    """Digests the file must match, in hex, over its bytes as received (before any
+    decompression): of those given, the strongest (sha512, sha256, sha1, md5) is checked, and
+    a mismatch fails the object with the reason ChecksumMismatch. Default: none, not checked."""
 
-    md5: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{32}$")
-    sha1: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{40}$")
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
-    sha512: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{128}$")
+    md5: str | None = Field(
+        default=None, pattern=r"^[0-9a-fA-F]{32}$", description="MD5, 32 hex digits."
+    )
+    sha1: str | None = Field(
+        default=None, pattern=r"^[0-9a-fA-F]{40}$", description="SHA-1, 40 hex digits."
+    )
+    sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256, 64 hex digits."
+    )
+    sha512: str | None = Field(
+        default=None, pattern=r"^[0-9a-fA-F]{128}$", description="SHA-512, 128 hex digits."
+    )
 
 
 class DataSourceHTTP(ApiModel):
-    """A file at an HTTP or HTTPS URL: qcow2, vmdk, vdi, vhdx, iso or raw, maybe gz or xz."""
+    """A file at an HTTP or HTTPS URL: raw, qcow2, vmdk, vhd, vhdx, vdi or iso, maybe
+    compressed (gzip, xz, zstd, bzip2); its format and compression are found from its bytes."""
 
-    url: str = Field(pattern=r"^https?://\S+$")
-    ca_bundle: Base64 | None = Field(default=None, alias="caBundle")
+    url: str = Field(
+        pattern=r"^https?://\S+$",
+        description="The file's URL, http:// or https://, with no spaces; a user:password@ in "
+        "it is sent as Basic authentication. Required.",
+    )
+    ca_bundle: Base64 | None = Field(
+        default=None,
+        alias="caBundle",
+        description="PEM certificates, in base64, of the CAs the server's TLS certificate is "
+        "verified with, instead of the system's. Default: the system's CAs.",
+    )
     checksum: Checksum | None = None
 
 
@@ -122,15 +142,19 @@ class DataSourceUpload(ApiModel):
 
 
 class ImagePullSecretName(ApiModel):
-    """The Secret, in the same namespace, with the registry's credentials."""
+    """The Secret, in the same namespace, with the registry's credentials: a Docker config
+    under the key `.dockerconfigjson` (a Secret of type kubernetes.io/dockerconfigjson). The
+    object waits while the Secret or its key is missing. Default: none, pulled anonymously."""
 
-    name: str | None = None
+    name: str | None = Field(default=None, description="The Secret's name.")
 
 
 class ImagePullSecret(ImagePullSecretName):
-    """The Secret with the registry's credentials, in the namespace named."""
+    """The Secret with the registry's credentials, a Docker config under the key
+    `.dockerconfigjson`, in the namespace named. The image waits while the Secret or its key
+    is missing. Default: none, pulled anonymously."""
 
-    namespace: str | None = None
+    namespace: str | None = Field(default=None, description="The Secret's namespace.")
 
 
 def registry_reference(image: str) -> str:
@@ -148,11 +172,22 @@ def _image_reference(value: str) -> str:
 
 
 class ContainerImage(ApiModel):
-    """An image in a container registry."""
+    """A disk image in a container registry: a container-disk image, its disk file in a
+    layer."""
 
-    image: Annotated[str, AfterValidator(_image_reference)] = Field(min_length=1)
+    image: Annotated[str, AfterValidator(_image_reference)] = Field(
+        min_length=1,
+        description="The image's reference, HOST[:PORT]/NAME[:TAG|@DIGEST] "
+        "(registry.example.org/disks/ubuntu:24.04), or the same after docker://. Required.",
+    )
     image_pull_secret: ImagePullSecretName | None = Field(default=None, alias="imagePullSecret")
-    ca_bundle: Base64 | None = Field(default=None, alias="caBundle")
+    ca_bundle: Base64 | None = Field(
+        default=None,
+        alias="caBundle",
+        description="PEM certificates, in base64, of the CAs the registry's TLS certificate is "
+        "verified with, instead of the system's. Default: the system's CAs; a registry on "
+        "127.0.0.1 or ::1 without one is reached over plain HTTP.",
+    )
 
 
 class ObjectRefKind(StrEnum):
@@ -165,10 +200,17 @@ class ObjectRefKind(StrEnum):
 
 
 class ObjectRef(ApiModel):
-    """An existing object whose data is copied."""
+    """An existing object whose data is copied: it is waited for until it is Ready."""
 
-    kind: ObjectRefKind
-    name: str = Field(min_length=1)
+    kind: ObjectRefKind = Field(
+        description="VirtualImage, ClusterVirtualImage, VirtualDisk or VirtualDiskSnapshot; "
+        "required."
+    )
+    name: str = Field(
+        min_length=1,
+        description="The object's name: in the same namespace, or cluster-wide for a "
+        "ClusterVirtualImage. Required.",
+    )
 
 
 SUB_OBJECTS = {
@@ -209,7 +251,12 @@ class DataSource(ApiModel):
 
     model_config = ConfigDict(json_schema_extra=_data_source_rules)
 
-    type: DataSourceType
+    type: DataSourceType = Field(
+        description="HTTP (a file at a URL, in `http`), ContainerImage (an image in a "
+        "registry, in `containerImage`), ObjectRef (another object's data, in `objectRef`) or "
+        "Upload (bytes a user uploads to status.imageUploadURLs, `upload` optional); only the "
+        "sub-object of this type may be set. Required."
+    )
     http: DataSourceHTTP | None = None
     container_image: ContainerImage | None = Field(default=None, alias="containerImage")
     object_ref: ObjectRef | None = Field(default=None, alias="objectRef")
@@ -239,16 +286,35 @@ class DataSource(ApiModel):
 
 
 class StatusSpeed(ApiModel):
-    """The download speed, as text ("1.2 MiB/s") and in bytes per second (as a string)."""
+    """How fast the data is read while the object is provisioned, as Deckhouse shows it:
+    since the start (avg) and over the last seconds (current), each as text in binary units
+    ("512/s", "1.5Mi/s", "12Mi/s") and in bytes a second (a string)."""
 
-    avg: str | None = None
-    avg_bytes: str | None = Field(default=None, alias="avgBytes")
-    current: str | None = None
-    current_bytes: str | None = Field(default=None, alias="currentBytes")
+    avg: str | None = Field(default=None, description="The average speed, as text (12Mi/s).")
+    avg_bytes: str | None = Field(
+        default=None, alias="avgBytes", description="The average speed, in bytes a second."
+    )
+    current: str | None = Field(
+        default=None, description="The speed over the last seconds, as text (12Mi/s)."
+    )
+    current_bytes: str | None = Field(
+        default=None,
+        alias="currentBytes",
+        description="The speed over the last seconds, in bytes a second.",
+    )
 
 
 class ImageUploadURLs(ApiModel):
-    """Where to upload the data of an Upload source."""
+    """Where to upload the data of an Upload source, set once its upload server listens: PUT
+    (or POST) the file's bytes to either URL. Each ends in a secret that is replaced when it
+    expires (after 24h, or the annotation diskferry.io/upload-token-ttl), the old URLs then
+    refused."""
 
-    external: str | None = None
-    in_cluster: str | None = Field(default=None, alias="inCluster")
+    external: str | None = Field(
+        default=None, description="The URL through the export proxy, for clients elsewhere."
+    )
+    in_cluster: str | None = Field(
+        default=None,
+        alias="inCluster",
+        description="The URL of the upload server itself, on 127.0.0.1 of the daemon's host.",
+    )

@@ -16,7 +16,10 @@ from diskferry.control.model import ApiModel, Resource
 class NamespaceStatus(ApiModel):
     """A namespace's phase: Active, or Terminating while its objects are deleted."""
 
-    phase: Literal["Active", "Terminating"] = "Active"
+    phase: Literal["Active", "Terminating"] = Field(
+        default="Active",
+        description="Active (the default), or Terminating while its objects are deleted.",
+    )
 
 
 class Namespace(Resource):
@@ -24,7 +27,10 @@ class Namespace(Resource):
 
     api_version: Literal["v1"] = Field(default="v1", alias="apiVersion")
     kind: Literal["Namespace"] = "Namespace"
-    spec: dict[str, list[str]] = Field(default_factory=dict)
+    spec: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Kubernetes' NamespaceSpec (`finalizers`: a list of names), kept as given.",
+    )
     status: NamespaceStatus = Field(default_factory=NamespaceStatus)
 
 
@@ -33,10 +39,27 @@ class Secret(Resource):
 
     api_version: Literal["v1"] = Field(default="v1", alias="apiVersion")
     kind: Literal["Secret"] = "Secret"
-    type: str = "Opaque"
-    data: dict[str, str] = Field(default_factory=dict)
-    string_data: dict[str, str] = Field(default_factory=dict, alias="stringData")
-    immutable: bool | None = None
+    type: str = Field(
+        default="Opaque",
+        description="What the Secret holds, as Kubernetes names it (Opaque, the default; "
+        "kubernetes.io/dockerconfigjson for a registry's credentials, ...); a field selector "
+        "may pick Secrets by it.",
+    )
+    data: dict[str, str] = Field(
+        default_factory=dict,
+        description="The values by key, each in base64. Default empty.",
+    )
+    string_data: dict[str, str] = Field(
+        default_factory=dict,
+        alias="stringData",
+        description="Values given as plain text, written into `data` (in base64) when the "
+        "Secret is stored; never read back. Default empty.",
+    )
+    immutable: bool | None = Field(
+        default=None,
+        description="true: `data` and `type` may not change any more (delete and make the "
+        "Secret again). Default false.",
+    )
 
     @field_validator("data")
     @classmethod
@@ -65,20 +88,28 @@ class Secret(Resource):
 class ObjectReference(ApiModel):
     """The object an event is about."""
 
-    api_version: str | None = Field(default=None, alias="apiVersion")
-    kind: str | None = None
-    namespace: str | None = None
-    name: str | None = None
-    uid: str | None = None
-    resource_version: str | None = Field(default=None, alias="resourceVersion")
-    field_path: str | None = Field(default=None, alias="fieldPath")
+    api_version: str | None = Field(
+        default=None, alias="apiVersion", description="Its apiVersion (diskferry.io/v1alpha1)."
+    )
+    kind: str | None = Field(default=None, description="Its kind.")
+    namespace: str | None = Field(default=None, description="Its namespace.")
+    name: str | None = Field(default=None, description="Its name.")
+    uid: str | None = Field(default=None, description="Its uid.")
+    resource_version: str | None = Field(
+        default=None,
+        alias="resourceVersion",
+        description="Its resourceVersion when the event happened.",
+    )
+    field_path: str | None = Field(
+        default=None, alias="fieldPath", description="The part of it the event is about."
+    )
 
 
 class EventSource(ApiModel):
     """Who wrote an event."""
 
-    component: str | None = None
-    host: str | None = None
+    component: str | None = Field(default=None, description="The component, such as diskferry.")
+    host: str | None = Field(default=None, description="The host it runs on.")
 
 
 class Event(Resource):
@@ -87,17 +118,32 @@ class Event(Resource):
     api_version: Literal["v1"] = Field(default="v1", alias="apiVersion")
     kind: Literal["Event"] = "Event"
     involved_object: ObjectReference = Field(alias="involvedObject")
-    reason: str = ""
-    message: str = ""
-    type: Literal["Normal", "Warning"] = "Normal"
-    count: int = 1
-    first_timestamp: datetime | None = Field(default=None, alias="firstTimestamp")
-    last_timestamp: datetime | None = Field(default=None, alias="lastTimestamp")
-    event_time: datetime | None = Field(default=None, alias="eventTime")
+    reason: str = Field(
+        default="",
+        description="What happened, as one CamelCase word (Ready, Failed, InUse, ...).",
+    )
+    message: str = Field(default="", description="What happened, for people.")
+    type: Literal["Normal", "Warning"] = Field(
+        default="Normal", description="Normal (the default) or Warning."
+    )
+    count: int = Field(default=1, description="How many times it happened (1, the default).")
+    first_timestamp: datetime | None = Field(
+        default=None, alias="firstTimestamp", description="When it first happened."
+    )
+    last_timestamp: datetime | None = Field(
+        default=None, alias="lastTimestamp", description="When it last happened."
+    )
+    event_time: datetime | None = Field(
+        default=None, alias="eventTime", description="When it happened, to the microsecond."
+    )
     source: EventSource = Field(default_factory=EventSource)
-    reporting_component: str | None = Field(default=None, alias="reportingComponent")
-    reporting_instance: str | None = Field(default=None, alias="reportingInstance")
-    action: str | None = None
+    reporting_component: str | None = Field(
+        default=None, alias="reportingComponent", description="The component that wrote it."
+    )
+    reporting_instance: str | None = Field(
+        default=None, alias="reportingInstance", description="The instance that wrote it."
+    )
+    action: str | None = Field(default=None, description="What was done, or failed.")
 
 
 NAMESPACES = KindInfo(

@@ -42,9 +42,14 @@ class DataDownloadSpec(MoverSpec):
     """Which snapshot, into which new disk."""
 
     snapshot_id: str = Field(
-        alias="snapshotID", min_length=1, description="The disk snapshot to restore."
+        alias="snapshotID",
+        min_length=1,
+        description="The disk snapshot to restore, by its id in the repository (a DataUpload's "
+        "status.disks[].snapshotID, a Backup's status.volumes[].snapshotID). Required.",
     )
-    target_volume: TargetVolume = Field(alias="targetVolume", description="The disk written.")
+    target_volume: TargetVolume = Field(
+        alias="targetVolume", description="The VirtualDisk made and written; required."
+    )
     snapshot_size: int | None = Field(
         default=None,
         alias="snapshotSize",

@@ -87,7 +87,13 @@ class MoverSpec(ApiModel):
 class MoverStatus(Status):
     """The status fields both kinds have."""
 
-    phase: MoverPhase | None = Field(default=None, description="Where the mover is.")
+    phase: MoverPhase | None = Field(
+        default=None,
+        description="Where the mover is, as Velero names it: New, Accepted (its storage "
+        "location is Available; for an upload, it is its VM's active one), Prepared (waiting "
+        "for a slot under maxConcurrentDataMovers), InProgress (its worker moves the data), "
+        "Completed, Failed (message says why), Canceling then Canceled (after spec.cancel).",
+    )
     message: str | None = Field(default=None, description="What it does or waits for, or why.")
     start_timestamp: datetime | None = Field(
         default=None, alias="startTimestamp", description="When its worker started."
@@ -101,7 +107,9 @@ class MoverStatus(Status):
     progress: DataMoveOperationProgress = Field(
         default_factory=DataMoveOperationProgress, description="Bytes moved of the total."
     )
-    node: str | None = Field(default=None, description="The host that moves the data.")
+    node: str | None = Field(
+        default=None, description="The host that moves the data: this daemon's host."
+    )
     accepted_by_node: str | None = Field(
         default=None, alias="acceptedByNode", description="The host that accepted it."
     )

@@ -28,10 +28,15 @@ class ChangedBlockTrackingLabelSelectors(ApiModel):
     """The VMs that get CBT: those whose labels, or whose namespace's labels, match."""
 
     virtual_machine_label_selector: LabelSelector | None = Field(
-        default=None, alias="virtualMachineLabelSelector"
+        default=None,
+        alias="virtualMachineLabelSelector",
+        description="VMs whose labels match get CBT. Default: none selected this way.",
     )
     namespace_label_selector: LabelSelector | None = Field(
-        default=None, alias="namespaceLabelSelector"
+        default=None,
+        alias="namespaceLabelSelector",
+        description="The VMs in namespaces whose labels match get CBT. Default: none selected "
+        "this way.",
     )
 
     def selects(self, vm_labels: dict[str, str], namespace_labels: dict[str, str]) -> bool:
@@ -47,15 +52,56 @@ class ChangedBlockTrackingLabelSelectors(ApiModel):
 class DataMoverConfigSpec(ApiModel):
     """The limits every DataUpload and DataDownload runs under."""
 
-    max_concurrent_data_movers: int = Field(default=3, ge=1, alias="maxConcurrentDataMovers")
-    max_incremental_backups: int = Field(default=0, ge=0, alias="maxIncrementalBackups")
-    stale_data_upload_threshold: Duration = Field(default="2h", alias="staleDataUploadThreshold")
-    operation_timeout: Duration = Field(default="4h", alias="operationTimeout")
-    worker_log_lines: int = Field(default=200, ge=1, le=100_000, alias="workerLogLines")
-    changed_block_tracking_label_selectors: ChangedBlockTrackingLabelSelectors | None = Field(
-        default=None, alias="changedBlockTrackingLabelSelectors"
+    max_concurrent_data_movers: int = Field(
+        default=3,
+        ge=1,
+        alias="maxConcurrentDataMovers",
+        description="How many DataUploads, and apart how many DataDownloads, move data at "
+        "once (at least 1, default 3); the others wait in Prepared and are admitted oldest "
+        "first.",
     )
-    bandwidth_limit: Quantity | None = Field(default=None, alias="bandwidthLimit")
+    max_incremental_backups: int = Field(
+        default=0,
+        ge=0,
+        alias="maxIncrementalBackups",
+        description="How many incremental backups may follow a full one in a disk's chain "
+        "before the next is full again; 0 (the default) is no limit. The annotation "
+        "diskferry.io/max-incremental-backups on a DataUpload or its VM overrides it.",
+    )
+    stale_data_upload_threshold: Duration = Field(
+        default="2h",
+        alias="staleDataUploadThreshold",
+        description="Only one DataUpload of a VM is active at once, the oldest; one older than "
+        "this (a Go duration: 2h, 90m) no longer holds back the VM's next one. Default 2h.",
+    )
+    operation_timeout: Duration = Field(
+        default="4h",
+        alias="operationTimeout",
+        description="How long a DataUpload or DataDownload may take from its acceptance, as a "
+        "Go duration, unless its own spec.operationTimeout says otherwise; then its worker is "
+        "stopped and it is Failed. Default 4h.",
+    )
+    worker_log_lines: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        alias="workerLogLines",
+        description="How many of the last lines of a mover's worker log go into the daemon's "
+        "log when the mover ends, 1 to 100000 (default 200).",
+    )
+    changed_block_tracking_label_selectors: ChangedBlockTrackingLabelSelectors | None = Field(
+        default=None,
+        alias="changedBlockTrackingLabelSelectors",
+        description="The VMs whose disks get changed-block tracking (CBT), as KubeVirt's field "
+        "of that name: by their labels or their namespace's. Default: none, but VMs labelled "
+        'diskferry.io/changed-block-tracking: "true".',
+    )
+    bandwidth_limit: Quantity | None = Field(
+        default=None,
+        alias="bandwidthLimit",
+        description="The most each mover reads or writes a second, a quantity of bytes (50Mi, "
+        "100M; at least 1). Default: unlimited.",
+    )
 
     @field_validator("bandwidth_limit")
     @classmethod
@@ -76,7 +122,11 @@ class DataMoverConfig(Resource):
     api_version: ApiVersion = API_VERSION
     kind: Literal["DataMoverConfig"] = "DataMoverConfig"
     spec: DataMoverConfigSpec
-    status: Status = Field(default_factory=Status)
+    status: Status = Field(
+        default_factory=Status,
+        description="Unused: the configuration takes effect as written, and nothing is "
+        "observed of it.",
+    )
 
     @model_validator(mode="after")
     def _named_default(self) -> DataMoverConfig:

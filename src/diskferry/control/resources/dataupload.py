@@ -59,13 +59,32 @@ class DiskUpload(ApiModel):
     """What the upload did for one disk: its snapshot, full or incremental and why, and the
     checkpoint the disk has since."""
 
-    name: str
-    snapshot_id: str = Field(alias="snapshotID")
-    type: Literal["full", "incremental"]
-    reason: str
-    bytes_read: int = Field(alias="bytesRead")
-    bytes_uploaded: int = Field(alias="bytesUploaded")
-    checkpoint: str | None = None
+    name: str = Field(description="The VirtualDisk.")
+    snapshot_id: str = Field(
+        alias="snapshotID",
+        description="The disk's snapshot in the repository: what a DataDownload's snapshotID "
+        "names to restore it.",
+    )
+    type: Literal["full", "incremental"] = Field(
+        description="full (the disk read whole) or incremental (only what changed since its "
+        "checkpoint)."
+    )
+    reason: str = Field(
+        description="Why it is full or incremental: no chain yet, a broken chain, "
+        "maxIncrementalBackups reached, asked, or no changed-block tracking (naming the label "
+        "that turns it on)."
+    )
+    bytes_read: int = Field(alias="bytesRead", description="Bytes read from the disk.")
+    bytes_uploaded: int = Field(
+        alias="bytesUploaded",
+        description="Bytes written to the repository for the disk: new data, after "
+        "deduplication and compression.",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        description="The checkpoint the disk has since, which its next incremental backup "
+        "starts from; unset without changed-block tracking.",
+    )
 
 
 class HookRun(ApiModel):
@@ -104,10 +123,19 @@ class DataUploadStatus(MoverStatus):
         alias="dataMoverResult",
     )
     node_os: NODE_OS | None = Field(
-        default=None, alias="nodeOS", description="The OS of the host that moves the data."
+        default=None,
+        alias="nodeOS",
+        description="The OS of the host that moved the data: linux.",
     )
-    consistency: str | None = None
-    disks: list[DiskUpload] = Field(default_factory=list)
+    consistency: str | None = Field(
+        default=None,
+        description="How the point was taken: `filesystems frozen` (a running VM's guest was "
+        "frozen through its agent) or `crash-consistent` (nothing frozen: the VM was stopped, "
+        "its agent did not answer, or the annotation diskferry.io/skip-quiesce asked so).",
+    )
+    disks: list[DiskUpload] = Field(
+        default_factory=list, description="Each disk backed up, once the upload Completed."
+    )
     hooks: list[HookRun] = Field(
         default_factory=list, description="The hooks run in the VM's guest, in order."
     )

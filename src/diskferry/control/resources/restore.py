@@ -243,7 +243,14 @@ class RestoreProgress(ApiModel):
 class RestoreStatus(Status):
     """Where the restore is, each VM, and the counts."""
 
-    phase: RestorePhase | None = Field(default=None, description="Where the restore is.")
+    phase: RestorePhase | None = Field(
+        default=None,
+        description="Where the restore is, in Velero's phases: New (waiting for the Backup's "
+        "storage location or metadata), FailedValidation (see validationErrors), InProgress "
+        "(its VMs and DataDownloads made), WaitingForPluginOperations (waiting for the "
+        "DataDownloads and the hooks), then Completed, PartiallyFailed or Failed. Velero's "
+        "other phases do not occur here.",
+    )
     message: str | None = Field(default=None, description="What the restore does or waits for.")
     validation_errors: list[str] | None = Field(
         default=None,

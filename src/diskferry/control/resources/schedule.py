@@ -40,7 +40,10 @@ class ScheduleSpec(ApiModel):
     )
     keep: KeepPolicy | None = Field(
         default=None,
-        description="the Backups whose snapshots this policy lets go are forgotten, then pruned",
+        description="Which of the Schedule's Backups stay, judged for each disk of each VM once "
+        "the newest of them ended: the snapshots no rule keeps are forgotten, a Backup left "
+        "with none is deleted, and the repository is pruned (diskferry's; Velero keeps each "
+        "Backup for its ttl). Default: none, each Backup stays for its ttl.",
     )
     use_owner_references_in_backup: bool | None = Field(
         default=None,
@@ -61,19 +64,34 @@ class SchedulePhase(StrEnum):
 class MissedRuns(ApiModel):
     """The times that passed without a run (the daemon was down), and the one run made for them."""
 
-    count: int
-    since: str
-    caught_up: str = Field(alias="caughtUp")
+    count: int = Field(description="How many due times were missed.")
+    since: str = Field(description="The first of them, in RFC 3339.")
+    caught_up: str = Field(
+        alias="caughtUp", description="When the one catch-up Backup was made, in RFC 3339."
+    )
 
 
 class Retention(ApiModel):
     """What the keep policy did after the newest of the Schedule's Backups ended."""
 
-    judged: str = Field(description="the newest ended Backup when the policy was applied")
-    forgotten_snapshots: list[str] = Field(default_factory=list, alias="forgottenSnapshots")
-    deleted_backups: list[str] = Field(default_factory=list, alias="deletedBackups")
-    pruned: bool = False
-    bytes_freed: int | None = Field(default=None, alias="bytesFreed")
+    judged: str = Field(description="The newest ended Backup when the policy was applied.")
+    forgotten_snapshots: list[str] = Field(
+        default_factory=list,
+        alias="forgottenSnapshots",
+        description="The snapshots the policy let go, forgotten in the repository.",
+    )
+    deleted_backups: list[str] = Field(
+        default_factory=list,
+        alias="deletedBackups",
+        description="The Backups deleted because all their snapshots went.",
+    )
+    pruned: bool = Field(
+        default=False,
+        description="Whether the repository was pruned since, freeing what no snapshot uses.",
+    )
+    bytes_freed: int | None = Field(
+        default=None, alias="bytesFreed", description="The bytes the prune freed."
+    )
 
 
 class ScheduleStatus(Status):
@@ -98,8 +116,15 @@ class ScheduleStatus(Status):
         alias="validationErrors",
         description="Why the Schedule is FailedValidation.",
     )
-    missed_runs: MissedRuns | None = Field(default=None, alias="missedRuns")
-    retention: Retention | None = None
+    missed_runs: MissedRuns | None = Field(
+        default=None,
+        alias="missedRuns",
+        description="Due times that passed while the daemon was down: they get one catch-up "
+        "run, not one each (the MissedRuns condition and a Warning Event say so too).",
+    )
+    retention: Retention | None = Field(
+        default=None, description="What the keep policy did last; unset without `keep`."
+    )
 
 
 class Schedule(Resource):

@@ -53,8 +53,16 @@ class StorageClassParameters(ApiModel):
     directory of its own must be one that only root or the daemon's user can write, below
     folders others cannot change (claims are then refused, saying why)."""
 
-    path: str | None = None
-    type: VolumeType = VolumeType.FILE
+    path: str | None = Field(
+        default=None,
+        description="The absolute, normal directory the claims are kept in. Default: "
+        "DATA_DIR/volumes/<class>.",
+    )
+    type: VolumeType = Field(
+        default=VolumeType.FILE,
+        description="file (the default): each claim a sparse file; block: each claim a loop "
+        "block device over a sparse file, where the kernel offers loop devices.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -73,11 +81,27 @@ class StorageClass(Resource):
         default="storage.k8s.io/v1", alias="apiVersion"
     )
     kind: Literal["StorageClass"] = "StorageClass"
-    provisioner: Literal["diskferry.io/local"] = PROVISIONER
-    parameters: StorageClassParameters = Field(default_factory=StorageClassParameters)
-    reclaim_policy: ReclaimPolicy = Field(default=ReclaimPolicy.DELETE, alias="reclaimPolicy")
+    provisioner: Literal["diskferry.io/local"] = Field(
+        default=PROVISIONER,
+        description="diskferry.io/local (the default and only one): claims on this host. "
+        "Fixed once made.",
+    )
+    parameters: StorageClassParameters = Field(
+        default_factory=StorageClassParameters,
+        description="Where and how claims are kept; fixed once made.",
+    )
+    reclaim_policy: ReclaimPolicy = Field(
+        default=ReclaimPolicy.DELETE,
+        alias="reclaimPolicy",
+        description="Delete (the default): a claim is removed with its disk or image; Retain: "
+        "it is kept. Fixed once made.",
+    )
     volume_binding_mode: VolumeBindingMode = Field(
-        default=VolumeBindingMode.IMMEDIATE, alias="volumeBindingMode"
+        default=VolumeBindingMode.IMMEDIATE,
+        alias="volumeBindingMode",
+        description="Immediate (the default) or WaitForFirstConsumer, as Kubernetes names "
+        "them; here a claim is made when its disk or image needs it either way. Fixed once "
+        "made.",
     )
     allow_volume_expansion: bool = no_effect(
         "every class's disks may grow here",

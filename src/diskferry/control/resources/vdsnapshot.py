@@ -33,17 +33,43 @@ class SnapshotPhase(StrEnum):
 class VirtualDiskSnapshotSpec(ApiModel):
     """The disk to copy, and whether the copy must be consistent (its machine's disks frozen)."""
 
-    virtual_disk_name: str = Field(alias="virtualDiskName", pattern=NAME_PATTERN)
-    required_consistency: bool = Field(default=True, alias="requiredConsistency")
+    virtual_disk_name: str = Field(
+        alias="virtualDiskName",
+        pattern=NAME_PATTERN,
+        description="The VirtualDisk to copy, in the same namespace; the snapshot waits until "
+        "it is Ready. Required.",
+    )
+    required_consistency: bool = Field(
+        default=True,
+        alias="requiredConsistency",
+        description="true (the default): a disk a running VirtualMachine holds is copied only "
+        "at an instant with the guest's filesystems frozen through its guest agent; until "
+        "that can be done the snapshot waits Pending (PotentiallyInconsistent). false: it is "
+        "copied at once, and `status.consistent` says whether it came out consistent.",
+    )
 
 
 class VirtualDiskSnapshotStatus(Status):
-    """What was observed of the snapshot; `volumeSnapshotName` shows its claim, which the
-    daemon finds by the snapshot's name and uid, never by this."""
+    """What was observed of the snapshot."""
 
-    phase: SnapshotPhase | None = None
-    consistent: bool | None = None
-    volume_snapshot_name: str | None = Field(default=None, alias="volumeSnapshotName")
+    phase: SnapshotPhase | None = Field(
+        default=None,
+        description="Pending (waiting for its disk, or for a consistent moment), InProgress "
+        "(being copied), Ready (the copy is whole), Failed (the Ready condition's reason and "
+        "message say why), Terminating (being deleted).",
+    )
+    consistent: bool | None = Field(
+        default=None,
+        description="Whether the copy is consistent: true when no VirtualMachine used the "
+        "disk, or its guest's filesystems were frozen at the instant of the copy; false when "
+        "a running VM could change the disk while it was copied.",
+    )
+    volume_snapshot_name: str | None = Field(
+        default=None,
+        alias="volumeSnapshotName",
+        description="The claim that holds the copy (vds-<snapshot>-<uid>), in the disk's "
+        "StorageClass; shown where Deckhouse shows its VolumeSnapshot.",
+    )
 
 
 class VirtualDiskSnapshot(Resource):

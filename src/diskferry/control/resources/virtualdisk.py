@@ -45,13 +45,16 @@ class VirtualDiskObjectRefKind(StrEnum):
 
 
 class VirtualDiskObjectRef(ObjectRef):
-    """An image or a snapshot whose data fills the disk."""
+    """An image or a snapshot whose data fills the disk; it is waited for until it is Ready."""
 
-    kind: VirtualDiskObjectRefKind
+    kind: VirtualDiskObjectRefKind = Field(
+        description="VirtualImage, ClusterVirtualImage or VirtualDiskSnapshot; required."
+    )
 
 
 class VirtualDiskDataSource(DataSource):
-    """Where the disk's data comes from."""
+    """Where the disk's data comes from: `type` and the one sub-object of that type. Unset: a
+    blank disk of `persistentVolumeClaim.size`."""
 
     object_ref: VirtualDiskObjectRef | None = Field(default=None, alias="objectRef")
 
@@ -59,8 +62,22 @@ class VirtualDiskDataSource(DataSource):
 class VirtualDiskPersistentVolumeClaim(ApiModel):
     """The claim that holds the disk: its StorageClass (the default one when unset) and size."""
 
-    storage_class_name: str | None = Field(default=None, alias="storageClassName")
-    size: Quantity | None = None
+    storage_class_name: str | None = Field(
+        default=None,
+        alias="storageClassName",
+        description="The StorageClass the claim is made in. Default: the class annotated "
+        'storageclass.kubernetes.io/is-default-class: "true" (`local` on a new daemon); while '
+        "the class does not exist, the disk stays Pending. May change while the disk is "
+        "Pending, fixed afterwards (Deckhouse's migrates the disk to the new class).",
+    )
+    size: Quantity | None = Field(
+        default=None,
+        description="The disk's size, a quantity of bytes: a number with an optional suffix "
+        "Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), such as 10Gi. "
+        "Default: the size of the source's data (an image's unpacked size); required for a "
+        "blank disk and in a block StorageClass. Once the disk has left Pending it may only "
+        "grow: a Ready disk is then Resizing until its claim has the new size.",
+    )
 
     @property
     def size_bytes(self) -> int | None:
@@ -73,7 +90,9 @@ class VirtualDiskSpec(ApiModel):
 
     data_source: VirtualDiskDataSource | None = Field(default=None, alias="dataSource")
     persistent_volume_claim: VirtualDiskPersistentVolumeClaim = Field(
-        default_factory=VirtualDiskPersistentVolumeClaim, alias="persistentVolumeClaim"
+        default_factory=VirtualDiskPersistentVolumeClaim,
+        alias="persistentVolumeClaim",
+        description="The claim that holds the disk: its StorageClass and size.",
     )
 
     @model_validator(mode="after")
@@ -84,11 +103,12 @@ class VirtualDiskSpec(ApiModel):
 
 
 class DiskTarget(ApiModel):
-    """The claim the disk was written to, as shown: the daemon finds the claim by the disk's
-    kind, name and uid, never by this."""
+    """What was made for the disk: its claim."""
 
     persistent_volume_claim_name: str | None = Field(
-        default=None, alias="persistentVolumeClaimName"
+        default=None,
+        alias="persistentVolumeClaimName",
+        description="The claim's name, vd-<disk>-<uid> as Deckhouse names it.",
     )
 
 
@@ -107,10 +127,17 @@ class AttachedVirtualMachine(ApiModel):
 
 
 class CreationDuration(ApiModel):
-    """How long the disk took to make: waiting for its source, and in all."""
+    """How long the disk took to make, each from its creation, as Go durations (1m30s)."""
 
-    waiting_for_dependencies: Duration | None = Field(default=None, alias="waitingForDependencies")
-    total_provisioning: Duration | None = Field(default=None, alias="totalProvisioning")
+    waiting_for_dependencies: Duration | None = Field(
+        default=None,
+        alias="waitingForDependencies",
+        description="Until its source (an image or a snapshot) was Ready and the copy began; "
+        "unset when it did not wait.",
+    )
+    total_provisioning: Duration | None = Field(
+        default=None, alias="totalProvisioning", description="Until the disk was Ready."
+    )
 
 
 class VirtualDiskStats(ApiModel):
@@ -122,12 +149,33 @@ class VirtualDiskStats(ApiModel):
 class VirtualDiskStatus(Status):
     """What was observed of the disk."""
 
-    phase: DiskPhase | None = None
-    progress: Progress | None = None
+    phase: DiskPhase | None = Field(
+        default=None,
+        description="Pending (waiting for its StorageClass or its source; the spec may still "
+        "change), Provisioning (its claim made and being filled), WaitForUserUpload (an "
+        "Upload source waits for the upload at imageUploadURLs), Ready (the claim holds the "
+        "data), Resizing (the claim grows to a larger size), Failed (the Ready condition's "
+        "reason and message say why), PVCLost (the claim is gone), Terminating (being "
+        "deleted). Deckhouse's WaitForFirstConsumer, Exporting and Migrating do not occur "
+        "here.",
+    )
+    progress: Progress | None = Field(
+        default=None,
+        description="How much of the data is in the claim while it is filled, 0% to 100% "
+        "(42.5%); 100% once Ready.",
+    )
     download_speed: StatusSpeed | None = Field(default=None, alias="downloadSpeed")
-    capacity: str | None = None
+    capacity: str | None = Field(
+        default=None,
+        description="The claim's size as a quantity (64Mi, 10Gi), set when the disk is Ready "
+        "and after each resize.",
+    )
     target: DiskTarget | None = None
-    storage_class_name: str | None = Field(default=None, alias="storageClassName")
+    storage_class_name: str | None = Field(
+        default=None,
+        alias="storageClassName",
+        description="The StorageClass the claim was made in: spec's, or the default class.",
+    )
     stats: VirtualDiskStats | None = None
     attached_to_virtual_machines: list[AttachedVirtualMachine] | None = Field(
         default=None,
@@ -139,7 +187,11 @@ class VirtualDiskStatus(Status):
         ),
     )
     image_upload_urls: ImageUploadURLs | None = Field(default=None, alias="imageUploadURLs")
-    source_uid: str | None = Field(default=None, alias="sourceUID")
+    source_uid: str | None = Field(
+        default=None,
+        alias="sourceUID",
+        description="The uid of the image or snapshot the disk's data was copied from.",
+    )
 
 
 class VirtualDisk(Resource):

@@ -37,7 +37,7 @@ class ImagePhase(StrEnum):
 
 
 class StorageType(StrEnum):
-    """Where a VirtualImage is kept: in the image registry, or in a claim of its own."""
+    """Where a VirtualImage is kept: in the image store, or in a claim of its own."""
 
     CONTAINER_REGISTRY = "ContainerRegistry"
     PERSISTENT_VOLUME_CLAIM = "PersistentVolumeClaim"
@@ -46,56 +46,117 @@ class StorageType(StrEnum):
 class VirtualImagePersistentVolumeClaim(ApiModel):
     """The claim of a `PersistentVolumeClaim` image: its StorageClass, the default when unset."""
 
-    storage_class_name: str | None = Field(default=None, alias="storageClassName")
+    storage_class_name: str | None = Field(
+        default=None,
+        alias="storageClassName",
+        description="The StorageClass the claim is made in. Default: the class annotated "
+        'storageclass.kubernetes.io/is-default-class: "true" (`local` on a new daemon); while '
+        "the class does not exist, the image stays Pending.",
+    )
 
 
 class VirtualImageSpec(ApiModel):
     """The image wanted: where it is kept and where its data comes from."""
 
-    storage: StorageType = Field(default=StorageType.CONTAINER_REGISTRY, validate_default=True)
+    storage: StorageType = Field(
+        default=StorageType.CONTAINER_REGISTRY,
+        validate_default=True,
+        description="ContainerRegistry (the default): kept in the daemon's image store, as a "
+        "container-disk image; PersistentVolumeClaim: kept in a claim of its own, as a disk is. "
+        "Deckhouse's deprecated Kubernetes is refused: write PersistentVolumeClaim.",
+    )
     persistent_volume_claim: VirtualImagePersistentVolumeClaim = Field(
         default_factory=VirtualImagePersistentVolumeClaim, alias="persistentVolumeClaim"
     )
-    data_source: DataSource = Field(alias="dataSource")
+    data_source: DataSource = Field(
+        alias="dataSource",
+        description="Where the image's data comes from: `type` and the one sub-object of that "
+        "type. Required.",
+    )
 
 
 class ImageStatusSize(ApiModel):
-    """The image's sizes: as stored and unpacked, as text and in bytes (as strings)."""
+    """The image's sizes, once Ready: as stored and unpacked, each as a quantity (1536Mi) and
+    in bytes (a string)."""
 
-    stored: str | None = None
-    stored_bytes: str | None = Field(default=None, alias="storedBytes")
-    unpacked: str | None = None
-    unpacked_bytes: str | None = Field(default=None, alias="unpackedBytes")
+    stored: str | None = Field(
+        default=None,
+        description="The space the image takes where it is kept.",
+    )
+    stored_bytes: str | None = Field(
+        default=None, alias="storedBytes", description="The same, in bytes."
+    )
+    unpacked: str | None = Field(
+        default=None,
+        description="The size of the disk it holds: the least a disk made from it can be.",
+    )
+    unpacked_bytes: str | None = Field(
+        default=None, alias="unpackedBytes", description="The same, in bytes."
+    )
 
 
 class ImageStatusTarget(ApiModel):
-    """Where the image was written, as shown (the store's reference or the claim's name): the
-    daemon finds the image by its kind, name and uid, never by this."""
+    """Where the image was written."""
 
-    registry_url: str | None = Field(default=None, alias="registryURL")
+    registry_url: str | None = Field(
+        default=None,
+        alias="registryURL",
+        description="Its reference in the image store (an oci: reference), for an image kept "
+        "there.",
+    )
     persistent_volume_claim_name: str | None = Field(
-        default=None, alias="persistentVolumeClaimName"
+        default=None,
+        alias="persistentVolumeClaimName",
+        description="The name of its claim (vi-<image>-<uid>), for a VirtualImage kept in one.",
     )
 
 
 class ImageStatus(Status):
     """What was observed of an image."""
 
-    phase: ImagePhase | None = None
-    progress: Progress | None = None
+    phase: ImagePhase | None = Field(
+        default=None,
+        description="Pending (waiting for its source; the spec may still change), "
+        "Provisioning (its data being imported), WaitForUserUpload (an Upload source waits "
+        "for the upload at imageUploadURLs), Ready (the image can be used), Failed (the Ready "
+        "condition's reason and message say why), ImageLost (its entry in the image store is "
+        "gone), PVCLost (its claim is gone), Terminating (being deleted).",
+    )
+    progress: Progress | None = Field(
+        default=None,
+        description="How much of the data is imported while the image is provisioned, 0% to "
+        "100% (42.5%); 100% once Ready.",
+    )
     download_speed: StatusSpeed | None = Field(default=None, alias="downloadSpeed")
     size: ImageStatusSize | None = None
-    format: str | None = None
-    cdrom: bool | None = None
+    format: str | None = Field(
+        default=None,
+        description="The image's format, once Ready: in the image store, raw or qcow2 as "
+        "stored (qcow2 for a source in another format, or copied from a claim); in a claim, "
+        "the source's format (raw, qcow2, vmdk, vhd, vhdx, vdi, iso).",
+    )
+    cdrom: bool | None = Field(
+        default=None,
+        description="Whether the source was an ISO image, which a VirtualMachine attaches as a "
+        "CD-ROM.",
+    )
     target: ImageStatusTarget | None = None
     image_upload_urls: ImageUploadURLs | None = Field(default=None, alias="imageUploadURLs")
-    source_uid: str | None = Field(default=None, alias="sourceUID")
+    source_uid: str | None = Field(
+        default=None,
+        alias="sourceUID",
+        description="The uid of the object (image, disk or snapshot) the data was copied from.",
+    )
 
 
 class VirtualImageStatus(ImageStatus):
     """What was observed of a VirtualImage, with the StorageClass of its claim."""
 
-    storage_class_name: str | None = Field(default=None, alias="storageClassName")
+    storage_class_name: str | None = Field(
+        default=None,
+        alias="storageClassName",
+        description="The StorageClass of the image's claim, for an image kept in one.",
+    )
 
 
 class VirtualImage(Resource):
@@ -117,7 +178,12 @@ NAMESPACED_SOURCES = {
 class ClusterVirtualImageObjectRef(ObjectRef):
     """An object whose data makes the image; a namespaced one names its namespace."""
 
-    namespace: str | None = Field(default=None, max_length=63)
+    namespace: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The source's namespace: required for a VirtualImage, VirtualDisk or "
+        "VirtualDiskSnapshot, none for a ClusterVirtualImage.",
+    )
 
     @model_validator(mode="after")
     def _namespace_given(self) -> ClusterVirtualImageObjectRef:
@@ -142,13 +208,22 @@ class ClusterVirtualImageDataSource(DataSource):
 class ClusterVirtualImageSpec(ApiModel):
     """The image wanted: where its data comes from; it is always kept in the image store."""
 
-    data_source: ClusterVirtualImageDataSource = Field(alias="dataSource")
+    data_source: ClusterVirtualImageDataSource = Field(
+        alias="dataSource",
+        description="Where the image's data comes from: `type` and the one sub-object of that "
+        "type. Required.",
+    )
 
 
 class ClusterVirtualImageStatus(ImageStatus):
     """What was observed of a ClusterVirtualImage, with the namespaces that use it."""
 
-    used_in_namespaces: list[str] | None = Field(default=None, alias="usedInNamespaces")
+    used_in_namespaces: list[str] | None = Field(
+        default=None,
+        alias="usedInNamespaces",
+        description="The namespaces of the VirtualDisks made from the image, once it is Ready; "
+        "unset when there are none.",
+    )
 
 
 class ClusterVirtualImage(Resource):

@@ -82,7 +82,13 @@ CORE_FRACTION = r"^(Auto|(100|[1-9][0-9]?)%)$"
 class CpuSpec(ApiModel):
     """The VM's virtual CPUs."""
 
-    cores: int = Field(default=1, ge=1, le=256, description="The number of cores (1).")
+    cores: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="The number of virtual cores, 1 to 256 (default 1); the class's sizing "
+        "policies may narrow it.",
+    )
     core_fraction: str | None = Field(
         default=None,
         alias="coreFraction",
@@ -97,7 +103,11 @@ class CpuSpec(ApiModel):
 class MemorySpec(ApiModel):
     """The VM's memory."""
 
-    size: Quantity = Field(default="256Mi", description="The guest's memory (256Mi).")
+    size: Quantity = Field(
+        default="256Mi",
+        description="The guest's memory, a quantity of bytes with a suffix Mi, Gi (powers of "
+        "1024) or M, G (powers of 1000), such as 4Gi. Default 256Mi.",
+    )
 
     @property
     def size_bytes(self) -> int:
@@ -454,132 +464,253 @@ class CbtState(StrEnum):
 
 
 class ChangedBlockTrackingStatus(ApiModel):
-    """Whether the VM's disks are tracked."""
+    """Whether the VM's disks are tracked (KubeVirt's changedBlockTracking)."""
 
-    state: CbtState = CbtState.DISABLED
+    state: CbtState = Field(
+        default=CbtState.DISABLED,
+        description="Disabled (the default: no tracking), PendingRestart (tracking is wanted: "
+        "the disks take it at the VM's next start, or at once while it is stopped), Enabled "
+        "(every writable disk is tracked, so backups can be incremental). KubeVirt's "
+        "Initializing does not occur here. Tracking is wanted for a VM the DataMoverConfig's "
+        "changedBlockTrackingLabelSelectors select, or labelled "
+        'diskferry.io/changed-block-tracking: "true".',
+    )
 
 
 class BlockDeviceStatus(ApiModel):
     """An attached disk: what it is and its node name and device id in QEMU."""
 
-    kind: BlockDeviceKind
-    name: str
-    target: str
-    read_only: bool = Field(alias="readOnly")
+    kind: BlockDeviceKind = Field(description="VirtualDisk, VirtualImage or ClusterVirtualImage.")
+    name: str = Field(description="The object's name.")
+    target: str = Field(description="The disk's block node name in the VM's QEMU.")
+    read_only: bool = Field(
+        alias="readOnly", description="Whether it is attached read-only (an image)."
+    )
 
 
 class BlockDeviceStatusRef(ApiModel):
     """A device of the VM as Deckhouse lists it: whether it is attached, its size."""
 
-    kind: BlockDeviceKind
-    name: str
+    kind: BlockDeviceKind = Field(description="VirtualDisk, VirtualImage or ClusterVirtualImage.")
+    name: str = Field(description="The object's name.")
     size: str = Field(description="The device's size, as a quantity.")
     attached: bool = Field(description="Whether the running VM has it attached.")
-    boot_order: int | None = Field(default=None, alias="bootOrder")
-    target: str | None = Field(default=None, description="The device's name in the guest.")
-    hotplugged: bool | None = None
+    boot_order: int | None = Field(
+        default=None,
+        alias="bootOrder",
+        description="Its place in the boot order, from 1, as the VM boots its devices.",
+    )
+    target: str | None = Field(
+        default=None,
+        description="The device's name in the guest (Deckhouse's sda, vdb, ...); never set "
+        "here: the guest names its devices.",
+    )
+    hotplugged: bool | None = Field(
+        default=None,
+        description="Whether it was attached while the VM ran (Deckhouse's field); never set "
+        "here: devices attach at the start.",
+    )
 
 
 class CpuTopology(ApiModel):
-    """How the cores are laid out."""
+    """How the cores are laid out, as Deckhouse lays them out: one socket up to 16 cores,
+    then 2, 4 or 8 sockets."""
 
-    sockets: int
-    cores_per_socket: int = Field(alias="coresPerSocket")
+    sockets: int = Field(description="The number of sockets.")
+    cores_per_socket: int = Field(alias="coresPerSocket", description="The cores of each socket.")
 
 
 class CpuResources(ApiModel):
     """The CPU in effect."""
 
-    cores: int
-    core_fraction: str | None = Field(default=None, alias="coreFraction")
-    requested_cores: str | None = Field(
-        default=None, alias="requestedCores", description="Cores times the fraction (millicores)."
+    cores: int = Field(description="The number of cores.")
+    core_fraction: str | None = Field(
+        default=None,
+        alias="coreFraction",
+        description="The share of each core the VM is guaranteed, as a percent (50%).",
     )
-    runtime_overhead: str | None = Field(default=None, alias="runtimeOverhead")
+    requested_cores: str | None = Field(
+        default=None,
+        alias="requestedCores",
+        description="The CPU the VM is guaranteed, cores times the fraction, as a quantity of "
+        "cores (2, or 500m for half a core).",
+    )
+    runtime_overhead: str | None = Field(
+        default=None,
+        alias="runtimeOverhead",
+        description="The CPU Deckhouse's runtime adds to the VM; never set here.",
+    )
     topology: CpuTopology | None = None
 
 
 class MemoryResources(ApiModel):
     """The memory in effect."""
 
-    size: str
-    runtime_overhead: str | None = Field(default=None, alias="runtimeOverhead")
+    size: str = Field(description="The guest's memory, as a quantity (256Mi).")
+    runtime_overhead: str | None = Field(
+        default=None,
+        alias="runtimeOverhead",
+        description="The memory Deckhouse's runtime adds to the VM; never set here.",
+    )
 
 
 class Resources(ApiModel):
-    """The resources in effect while the VM runs."""
+    """The resources the VM runs with, or would run with while it does not run: the spec's,
+    completed from its class."""
 
-    cpu: CpuResources
-    memory: MemoryResources
+    cpu: CpuResources = Field(description="The CPU.")
+    memory: MemoryResources = Field(description="The memory.")
 
 
 class LaunchTimeDuration(ApiModel):
-    """How long the last start took, by step."""
+    """How long the last start took, by step, each in seconds (12s); cleared when the VM is
+    Pending or Stopped."""
 
-    waiting_for_dependencies: str | None = Field(default=None, alias="waitingForDependencies")
-    virtual_machine_starting: str | None = Field(default=None, alias="virtualMachineStarting")
-    guest_os_agent_starting: str | None = Field(default=None, alias="guestOSAgentStarting")
+    waiting_for_dependencies: str | None = Field(
+        default=None,
+        alias="waitingForDependencies",
+        description="From Pending to Starting: waiting for its class, disks and provisioning.",
+    )
+    virtual_machine_starting: str | None = Field(
+        default=None,
+        alias="virtualMachineStarting",
+        description="From Starting to Running: its QEMU starting.",
+    )
+    guest_os_agent_starting: str | None = Field(
+        default=None,
+        alias="guestOSAgentStarting",
+        description="From Running until the guest agent answered (Deckhouse's field); never "
+        "set here.",
+    )
 
 
 class PhaseTransition(ApiModel):
     """A phase entered, and when."""
 
-    phase: MachinePhase
-    timestamp: datetime
+    phase: MachinePhase = Field(description="The phase entered.")
+    timestamp: datetime = Field(description="When, in RFC 3339.")
 
 
 class Stats(ApiModel):
     """Timing statistics."""
 
-    last_start_time: datetime | None = Field(default=None, alias="lastStartTime")
+    last_start_time: datetime | None = Field(
+        default=None,
+        alias="lastStartTime",
+        description="When the VM last became Running (the Uptime column); unset while it does "
+        "not run.",
+    )
     launch_time_duration: LaunchTimeDuration | None = Field(
         default=None, alias="launchTimeDuration"
     )
     phases_transitions: list[PhaseTransition] = Field(
-        default_factory=list, alias="phasesTransitions"
+        default_factory=list,
+        alias="phasesTransitions",
+        description="The last 5 phases the VM entered, oldest first.",
     )
 
 
 class NetworkStatus(ApiModel):
     """A network interface as attached."""
 
-    type: NetworkType
-    id: int | None = None
-    name: str | None = None
-    mac_address: str | None = Field(default=None, alias="macAddress")
-    ip_address: str | None = Field(default=None, alias="ipAddress")
+    type: NetworkType = Field(description="Main, Network or ClusterNetwork, as in the spec.")
+    id: int | None = Field(default=None, description="The interface's number.")
+    name: str | None = Field(
+        default=None, description="The network's name, for Network and ClusterNetwork."
+    )
+    mac_address: str | None = Field(
+        default=None,
+        alias="macAddress",
+        description="The interface's MAC address, derived from the VM's uid so that it stays "
+        "the same across restarts.",
+    )
+    ip_address: str | None = Field(
+        default=None,
+        alias="ipAddress",
+        description="The interface's first IPv4 address, as the guest agent reports it.",
+    )
     virtual_machine_mac_address_name: str | None = Field(
-        default=None, alias="virtualMachineMACAddressName"
+        default=None,
+        alias="virtualMachineMACAddressName",
+        description="The VirtualMachineMACAddress object of the interface (Deckhouse's); "
+        "never set here.",
     )
 
 
 class Versions(ApiModel):
     """The hypervisor's versions."""
 
-    qemu: str | None = None
-    libvirt: str | None = None
+    qemu: str | None = Field(
+        default=None, description="The version of the QEMU running the VM (9.2.0)."
+    )
+    libvirt: str | None = Field(
+        default=None, description="The libvirt version (Deckhouse's); never set here."
+    )
 
 
 class VirtualMachineStatus(Status):
     """What was observed of the VM."""
 
-    phase: MachinePhase | None = None
-    node_name: str | None = Field(default=None, alias="nodeName")
-    ip_address: str | None = Field(default=None, alias="ipAddress")
-    guest_os_info: dict[str, Any] | None = Field(default=None, alias="guestOSInfo")
+    phase: MachinePhase | None = Field(
+        default=None,
+        description="Pending (waiting for its class, disks, images or provisioning Secret, or "
+        "a node that meets its placement: the Ready condition says which), Starting (its QEMU "
+        "starting), Running, Pause (QEMU paused), Stopping (its guest asked to power off), "
+        "Stopped, Degraded (QEMU failed or stopped on an error; started again while the run "
+        "policy wants it), Terminating (being deleted). Deckhouse's Migrating does not occur "
+        "on one host.",
+    )
+    node_name: str | None = Field(
+        default=None,
+        alias="nodeName",
+        description="The host the VM runs on, while it has a QEMU (Starting to Stopping).",
+    )
+    ip_address: str | None = Field(
+        default=None,
+        alias="ipAddress",
+        description="The Main interface's IPv4 address, as the guest agent reports it; unset "
+        "without an answering agent.",
+    )
+    guest_os_info: dict[str, Any] | None = Field(
+        default=None,
+        alias="guestOSInfo",
+        description="The guest's operating system as its agent reports it, in KubeVirt's names: "
+        "id, name, prettyName, version, versionId, machine, kernelRelease, kernelVersion.",
+    )
     resources: Resources | None = None
     stats: Stats | None = None
-    networks: list[NetworkStatus] | None = None
+    networks: list[NetworkStatus] | None = Field(
+        default=None, description="The VM's network interfaces, in the spec's order."
+    )
     versions: Versions | None = None
     block_device_refs: list[BlockDeviceStatusRef] | None = Field(
-        default=None, alias="blockDeviceRefs"
+        default=None,
+        alias="blockDeviceRefs",
+        description="The spec's disks and images as attached, in Deckhouse's shape.",
     )
     restart_awaiting_changes: list[dict[str, Any]] | None = Field(
-        default=None, alias="restartAwaitingChanges"
+        default=None,
+        alias="restartAwaitingChanges",
+        description="The spec's changes a running VM applies only at its next start, as "
+        "Deckhouse lists them: each with operation (add, remove, replace), path, currentValue "
+        "and desiredValue. Unset when there are none.",
     )
-    qmp_socket: str | None = Field(default=None, alias="qmpSocket")
-    guest_agent_socket: str | None = Field(default=None, alias="guestAgentSocket")
-    block_devices: list[BlockDeviceStatus] | None = Field(default=None, alias="blockDevices")
+    qmp_socket: str | None = Field(
+        default=None,
+        alias="qmpSocket",
+        description="The QMP socket of the VM's QEMU, while it runs, for tools that speak QMP.",
+    )
+    guest_agent_socket: str | None = Field(
+        default=None,
+        alias="guestAgentSocket",
+        description="The socket of the VM's guest-agent channel, while it runs (enableGuestAgent).",
+    )
+    block_devices: list[BlockDeviceStatus] | None = Field(
+        default=None,
+        alias="blockDevices",
+        description="The disks and images attached to the running VM's QEMU, with their QEMU "
+        "node names; unset while it does not run.",
+    )
     changed_block_tracking: ChangedBlockTrackingStatus | None = Field(
         default=None, alias="changedBlockTracking"
     )

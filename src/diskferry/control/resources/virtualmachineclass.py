@@ -122,17 +122,29 @@ class CoreRange(ApiModel):
 class MemoryPerCore(ApiModel):
     """Memory allowed for each core."""
 
-    min: Quantity | None = Field(default=None, description="The least memory per core.")
-    max: Quantity | None = Field(default=None, description="The most memory per core.")
+    min: Quantity | None = Field(
+        default=None, description="The least memory per core, a quantity (512Mi, 1Gi)."
+    )
+    max: Quantity | None = Field(
+        default=None, description="The most memory per core, a quantity (512Mi, 1Gi)."
+    )
 
 
 class SizingMemory(ApiModel):
     """Memory allowed, in all and per core."""
 
-    min: Quantity | None = Field(default=None, description="The least memory.")
-    max: Quantity | None = Field(default=None, description="The most memory.")
+    min: Quantity | None = Field(
+        default=None,
+        description="The least memory, a quantity of bytes with a suffix Mi, Gi (powers of "
+        "1024) or M, G (powers of 1000), such as 1Gi. Default: no least.",
+    )
+    max: Quantity | None = Field(
+        default=None, description="The most memory, a quantity (8Gi). Default: no most."
+    )
     step: Quantity | None = Field(
-        default=None, description="The memory's step from min (checked when max is set)."
+        default=None,
+        description="The memory's step from min, a quantity (512Mi), checked when max is set. "
+        "Default: any size.",
     )
     per_core: MemoryPerCore | None = Field(
         default=None, alias="perCore", description="Memory allowed per core."
@@ -241,7 +253,11 @@ class CpuFeatures(ApiModel):
 class VirtualMachineClassStatus(Status):
     """What was observed of the class."""
 
-    phase: ClassPhase | None = None
+    phase: ClassPhase | None = Field(
+        default=None,
+        description="Ready once the class is made, as Deckhouse's classes are (Pending before "
+        "that); Terminating while it is deleted and a VirtualMachine is still of it.",
+    )
     available_nodes: list[str] = Field(
         default_factory=list,
         alias="availableNodes",

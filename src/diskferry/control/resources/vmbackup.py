@@ -25,6 +25,7 @@ from diskferry.control.model import (
     NAME_PATTERN,
     VERSION,
     ApiModel,
+    Condition,
     Resource,
     Status,
 )
@@ -95,7 +96,13 @@ class VirtualMachineBackupSpec(ApiModel):
     """What to back up, how, and where (Push) or for how long and with which token (Pull)."""
 
     source: BackupSource
-    mode: BackupMode = BackupMode.PUSH
+    mode: BackupMode = Field(
+        default=BackupMode.PUSH,
+        description="Push (the default): the point is written into a BackupStorageLocation's "
+        "repository (through a DataUpload vmbackup-<name>). Pull: the point is served, each "
+        "disk's map and data endpoints behind a token, until ttlDuration, for a client to "
+        "read.",
+    )
     storage_location: str | None = Field(
         default=None,
         alias="storageLocation",
@@ -114,10 +121,36 @@ class VirtualMachineBackupSpec(ApiModel):
         "with a DataDownload or a Restore. Pull: not used, the point's scratch is kept in the "
         "daemon's data directory.",
     )
-    skip_quiesce: bool = Field(default=False, alias="skipQuiesce")
-    force_full_backup: bool = Field(default=False, alias="forceFullBackup")
-    token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef", pattern=NAME_PATTERN)
-    ttl_duration: Duration | None = Field(default=None, alias="ttlDuration")
+    skip_quiesce: bool = Field(
+        default=False,
+        alias="skipQuiesce",
+        description="true: the guest's filesystems are not frozen through its guest agent "
+        "around the point (the Quiesced condition says QuiesceSkipped). Default false: frozen "
+        "when the VM runs and its agent answers.",
+    )
+    force_full_backup: bool = Field(
+        default=False,
+        alias="forceFullBackup",
+        description="true: every disk is read whole, even from a tracker's checkpoint. "
+        "Default false: Incremental from the tracker's latest checkpoint where the disks' "
+        "chains allow.",
+    )
+    token_secret_ref: str | None = Field(
+        default=None,
+        alias="tokenSecretRef",
+        pattern=NAME_PATTERN,
+        description="Pull: the Secret, in the backup's namespace, whose key `token` is the "
+        "token the endpoints check (header x-kubevirt-export-token). Default: a Secret "
+        "backup-token-<name> made with a random token and deleted with the backup. Push: not "
+        "used.",
+    )
+    ttl_duration: Duration | None = Field(
+        default=None,
+        alias="ttlDuration",
+        description="Pull: how long the point is served from the backup's creation, as a Go "
+        "duration (2h, 90m); then the backup is Complete and its checkpoint recorded. Default "
+        "2h. Push: not used.",
+    )
 
     @model_validator(mode="after")
     def _target(self) -> VirtualMachineBackupSpec:
@@ -152,37 +185,96 @@ class VirtualMachineBackupSpec(ApiModel):
 class BackupVolumeLink(ApiModel):
     """The endpoints of one volume on one way in."""
 
-    volume_name: str = Field(alias="volumeName")
-    data_endpoint: str = Field(alias="dataEndpoint")
-    map_endpoint: str = Field(alias="mapEndpoint")
+    volume_name: str = Field(alias="volumeName", description="The VirtualDisk's name.")
+    data_endpoint: str = Field(
+        alias="dataEndpoint",
+        description="The URL of the disk's bytes at the point (GET, ?offset=&length= for a part).",
+    )
+    map_endpoint: str = Field(
+        alias="mapEndpoint",
+        description="The URL of the disk's extent map (JSON runs of data, zero or dirty, "
+        "paged by ?offset=&length=&page_size=).",
+    )
 
 
 class BackupLink(ApiModel):
     """The CA that verifies one way in, and each volume's endpoints on it."""
 
-    cert: str
-    volumes: list[BackupVolumeLink] = Field(default_factory=list)
+    cert: str = Field(
+        description="PEM certificates of the CA that signed the server's TLS certificate: the "
+        "one to trust for these URLs."
+    )
+    volumes: list[BackupVolumeLink] = Field(
+        default_factory=list, description="Each disk's endpoints."
+    )
 
 
 class BackupLinks(ApiModel):
-    """The endpoints from this machine (internal) and through the export proxy (external)."""
+    """Pull: where the point is served while the backup is Ready; removed at its end."""
 
-    internal: BackupLink | None = None
-    external: BackupLink | None = None
+    internal: BackupLink | None = Field(
+        default=None,
+        description="The endpoints of the backup's own server, on 127.0.0.1 of the daemon's host.",
+    )
+    external: BackupLink | None = Field(
+        default=None,
+        description="The endpoints through the export proxy, as the backup's "
+        "VirtualMachineExport lists them.",
+    )
 
 
 class VirtualMachineBackupStatus(Status):
     """What was observed of the backup: full or incremental, its checkpoint, its endpoints."""
 
-    phase: BackupPhase | None = None
-    type: BackupType | None = None
-    checkpoint_name: str | None = Field(default=None, alias="checkpointName")
-    endpoint_cert: str | None = Field(default=None, alias="endpointCert")
-    included_volumes: list[BackupVolumeInfo] = Field(default_factory=list, alias="includedVolumes")
+    phase: BackupPhase | None = Field(
+        default=None,
+        description="Beyond KubeVirt, which has conditions only: Pending (waiting for the VM's "
+        "disks, or a Push's BackupStorageLocation), Progressing (the point being taken and, "
+        "for Push, moved), Ready (Pull: the endpoints answer), Complete, Failed (the Failed "
+        "condition's reason and message say why).",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="KubeVirt's conditions: Progressing (until the end), Complete, Failed, "
+        "and Quiesced (whether the guest's filesystems were frozen at the point).",
+    )
+    type: BackupType | None = Field(
+        default=None,
+        description="Full (a disk was read whole: the source is the VM itself, "
+        "forceFullBackup, no checkpoint yet, or a broken chain, as the message says) or "
+        "Incremental (every disk read only where it changed since the checkpoint), as made.",
+    )
+    checkpoint_name: str | None = Field(
+        default=None,
+        alias="checkpointName",
+        description="The checkpoint this backup made, which the next incremental one starts "
+        "from; unset when the VM's disks have no changed-block tracking.",
+    )
+    endpoint_cert: str | None = Field(
+        default=None,
+        alias="endpointCert",
+        description="Pull: PEM certificates of the CA to trust for the external endpoints.",
+    )
+    included_volumes: list[BackupVolumeInfo] = Field(
+        default_factory=list, alias="includedVolumes", description="The VM's disks backed up."
+    )
     links: BackupLinks | None = None
-    token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef")
-    data_upload_name: str | None = Field(default=None, alias="dataUploadName")
-    snapshot_id: str | None = Field(default=None, alias="snapshotID")
+    token_secret_ref: str | None = Field(
+        default=None,
+        alias="tokenSecretRef",
+        description="Pull: the Secret whose key `token` the endpoints check.",
+    )
+    data_upload_name: str | None = Field(
+        default=None,
+        alias="dataUploadName",
+        description="Push: the DataUpload (vmbackup-<name>, owned by the backup) that moves "
+        "the point into the repository.",
+    )
+    snapshot_id: str | None = Field(
+        default=None,
+        alias="snapshotID",
+        description="Push: the backup's id in the repository, as its DataUpload reports it.",
+    )
     export_uid: str | None = Field(
         default=None,
         alias="exportUID",

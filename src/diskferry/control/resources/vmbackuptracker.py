@@ -41,30 +41,62 @@ class TrackedMachine(TypedReference):
 class BackupVolumeInfo(ApiModel):
     """A volume of a backup: its name (the VirtualDisk) and its target in the VM's QEMU."""
 
-    volume_name: str = Field(alias="volumeName")
-    disk_target: str | None = Field(default=None, alias="diskTarget")
-    data_endpoint: str | None = Field(default=None, alias="dataEndpoint")
-    map_endpoint: str | None = Field(default=None, alias="mapEndpoint")
+    volume_name: str = Field(alias="volumeName", description="The VirtualDisk's name.")
+    disk_target: str | None = Field(
+        default=None,
+        alias="diskTarget",
+        description="The disk's block node in the VM's QEMU, when the VM ran at the backup; "
+        "unset for a stopped VM.",
+    )
+    data_endpoint: str | None = Field(
+        default=None,
+        alias="dataEndpoint",
+        description="Pull: the URL of the disk's bytes at the point (GET, ?offset=&length= "
+        "for a part); unset for Push.",
+    )
+    map_endpoint: str | None = Field(
+        default=None,
+        alias="mapEndpoint",
+        description="Pull: the URL of the disk's extent map (JSON: offset, length and type "
+        "data, zero or dirty, paged by ?offset=&length=&page_size=): the runs changed since the "
+        "checkpoint for an Incremental backup, the allocated ones for a Full one; unset for "
+        "Push.",
+    )
 
 
 class BackupCheckpoint(ApiModel):
     """A checkpoint a backup made: the dirty bitmaps' name, when, and the volumes it covers."""
 
-    name: str
-    creation_time: datetime | None = Field(default=None, alias="creationTime")
-    volumes: list[BackupVolumeInfo] = Field(default_factory=list)
+    name: str = Field(
+        description="The checkpoint's name, which the VM's disks carry as persistent dirty bitmaps."
+    )
+    creation_time: datetime | None = Field(
+        default=None,
+        alias="creationTime",
+        description="When the backup that made it was created.",
+    )
+    volumes: list[BackupVolumeInfo] = Field(
+        default_factory=list, description="The VM's disks the checkpoint covers."
+    )
 
 
 class VirtualMachineBackupTrackerSpec(ApiModel):
-    """The VM tracked."""
+    """The VM tracked; fixed at creation."""
 
     source: TrackedMachine
 
 
 class VirtualMachineBackupTrackerStatus(Status):
-    """The checkpoint of the latest backup made through the tracker."""
+    """The checkpoint of the latest backup made through the tracker. A tracker has no phase
+    and no conditions: `phase`, `conditions` and `observedGeneration` stay unset."""
 
-    latest_checkpoint: BackupCheckpoint | None = Field(default=None, alias="latestCheckpoint")
+    latest_checkpoint: BackupCheckpoint | None = Field(
+        default=None,
+        alias="latestCheckpoint",
+        description="The checkpoint of the latest backup made through the tracker: the next "
+        "one through it is incremental from there. Unset until a backup made one (a VM "
+        "without changed-block tracking makes none).",
+    )
     checkpoint_redefinition_required: bool | None = no_effect(
         "a checkpoint is a persistent dirty bitmap in the disk's qcow2 overlay, which survives "
         "the VM's restart, so there is nothing to define again",

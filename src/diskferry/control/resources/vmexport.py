@@ -94,8 +94,21 @@ class VirtualMachineExportSpec(ApiModel):
     """What to export, with which token Secret, for how long."""
 
     source: ExportSource
-    token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef", pattern=NAME_PATTERN)
-    ttl_duration: Duration | None = Field(default=None, alias="ttlDuration")
+    token_secret_ref: str | None = Field(
+        default=None,
+        alias="tokenSecretRef",
+        pattern=NAME_PATTERN,
+        description="The Secret, in the export's namespace, whose key `token` is the token "
+        "clients send (header x-kubevirt-export-token, or the query parameter of that name); "
+        "the export stays Pending while it or its key is missing. Default: a Secret "
+        "export-token-<name> made with a random token and deleted with the export.",
+    )
+    ttl_duration: Duration | None = Field(
+        default=None,
+        alias="ttlDuration",
+        description="How long the export lives from its creation, as a Go duration (2h, "
+        "90m); then it is Terminated and deleted. Default 2h.",
+    )
 
     @property
     def ttl(self) -> timedelta:
@@ -124,22 +137,35 @@ class ExportManifestType(StrEnum):
 class ExportVolumeFormatLink(ApiModel):
     """One format of a volume and its URL."""
 
-    format: ExportVolumeFormat
-    url: str
+    format: ExportVolumeFormat = Field(
+        description="raw (the disk's bytes, disk.img: HEAD and Range work), gzip "
+        "(disk.img.gz), zstd (disk.img.zst) for a disk; dir (a listing) and tar.gz for a "
+        "volume of files."
+    )
+    url: str = Field(description="Where to GET the volume in that format.")
 
 
 class ExportVolume(ApiModel):
     """A volume served, in each of its formats."""
 
-    name: str
-    formats: list[ExportVolumeFormatLink] = Field(default_factory=list)
+    name: str = Field(
+        description="The volume's name: the VirtualDisk's or the VirtualDiskSnapshot's, or "
+        "the PersistentVolumeClaim's as the source names it."
+    )
+    formats: list[ExportVolumeFormatLink] = Field(
+        default_factory=list, description="The formats it is served in, each with its URL."
+    )
 
 
 class ExportManifest(ApiModel):
     """A manifest served, and its URL."""
 
-    type: ExportManifestType
-    url: str
+    type: ExportManifestType = Field(
+        description="all (the VirtualMachine and its VirtualDisks, made to import from this "
+        "export) or auth-header-secret (a Secret holding the token header); KubeVirt's oci "
+        "is not served."
+    )
+    url: str = Field(description="Where to GET the manifest (JSON, or YAML when asked).")
 
 
 class ExportBackupEndpointType(StrEnum):
@@ -170,39 +196,89 @@ class ExportBackup(ApiModel):
 class ExportLink(ApiModel):
     """The URLs of one way in, and the CA in PEM that verifies its host."""
 
-    cert: str | None = None
-    volumes: list[ExportVolume] = Field(default_factory=list)
+    cert: str | None = Field(
+        default=None,
+        description="PEM certificates of the CA that signed the server's TLS certificate: the "
+        "one to trust for these URLs.",
+    )
+    volumes: list[ExportVolume] = Field(
+        default_factory=list, description="The volumes served, in each of their formats."
+    )
     backups: list[ExportBackup] = Field(
         default_factory=list,
         description="The volumes of a backup point served (an export of a VirtualMachineBackup), "
         "each with its map and data endpoints, as KubeVirt lists them; empty for other sources.",
     )
-    manifests: list[ExportManifest] = Field(default_factory=list)
+    manifests: list[ExportManifest] = Field(
+        default_factory=list, description="The manifests served, each with its URL."
+    )
 
 
 class ExportLinks(ApiModel):
-    """The links from this machine (internal) and through the export proxy (external)."""
+    """Where to fetch what is exported, once the export is Ready; removed when it is
+    Terminated."""
 
-    internal: ExportLink | None = None
-    external: ExportLink | None = None
+    internal: ExportLink | None = Field(
+        default=None,
+        description="URLs of the export's own server, on 127.0.0.1 of the daemon's host.",
+    )
+    external: ExportLink | None = Field(
+        default=None,
+        description="URLs through the export proxy, under /api/export.kubevirt.io/v1/"
+        "namespaces/<namespace>/virtualmachineexports/<name>/, for clients elsewhere.",
+    )
 
 
 class ExportCondition(Condition):
     """A condition as KubeVirt's export writes it, with the time it was last probed."""
 
-    last_probe_time: datetime | None = Field(default=None, alias="lastProbeTime")
+    last_probe_time: datetime | None = Field(
+        default=None,
+        alias="lastProbeTime",
+        description="When the condition was last checked (KubeVirt's field); not set here.",
+    )
 
 
 class VirtualMachineExportStatus(Status):
     """What was observed of the export: its links, its token Secret, when it expires."""
 
-    phase: ExportPhase | None = None
-    conditions: list[ExportCondition] = Field(default_factory=list)
+    phase: ExportPhase | None = Field(
+        default=None,
+        description="Pending (the source or the token Secret is not there or not Ready, a "
+        "VirtualMachine runs, or the server is starting), Ready (the server answers at "
+        "`links`), Terminated (the TTL is reached or the export is being deleted: the server "
+        "stopped, the links removed), Skipped (a source with no counterpart here: "
+        "VirtualMachineSnapshot, VirtualMachineTemplate, or a Push VirtualMachineBackup; "
+        "nothing is served until the TTL).",
+    )
+    conditions: list[ExportCondition] = Field(
+        default_factory=list,
+        description="What was last observed about the export, one entry per condition type.",
+    )
     links: ExportLinks | None = None
-    token_secret_ref: str | None = Field(default=None, alias="tokenSecretRef")
-    ttl_expiration_time: datetime | None = Field(default=None, alias="ttlExpirationTime")
-    service_name: str | None = Field(default=None, alias="serviceName")
-    virtual_machine_name: str | None = Field(default=None, alias="virtualMachineName")
+    token_secret_ref: str | None = Field(
+        default=None,
+        alias="tokenSecretRef",
+        description="The Secret whose key `token` the server checks: spec's, the one made "
+        "for the export, or a VirtualMachineBackup's.",
+    )
+    ttl_expiration_time: datetime | None = Field(
+        default=None,
+        alias="ttlExpirationTime",
+        description="When the export is Terminated and deleted: its creation plus its TTL.",
+    )
+    service_name: str | None = Field(
+        default=None,
+        alias="serviceName",
+        description="The name KubeVirt gives the Service in front of the export server "
+        "(virt-export-<name>), shown for KubeVirt's clients; the server is reached at `links`.",
+    )
+    virtual_machine_name: str | None = Field(
+        default=None,
+        alias="virtualMachineName",
+        description="The VirtualMachine whose disks are served (a VirtualMachine or a "
+        "VirtualMachineBackup source).",
+    )
 
 
 class VirtualMachineExport(Resource):
