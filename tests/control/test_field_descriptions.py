@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from api_support import client, server
 from daemon_support import Served, kubectl, start_daemon
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 
-from diskferry.control.crd import crd, crds, openapi_schema
+from diskferry.control.crd import TOP_LEVEL, crd, crds, openapi_schema
 from diskferry.control.resources import REGISTRY
 
 __all__ = ["client", "server"]
@@ -48,6 +49,39 @@ def descriptions(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, st
             yield from descriptions(node[key], f"{path}{mark}")
 
 
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's type holds: itself, or inside a list, a map or a union."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models(arg)]
+
+
+def _object(node: dict[str, Any]) -> dict[str, Any] | None:
+    """The object schema a field's schema holds: itself, or its items' or its values'."""
+    while node is not None and "properties" not in node:
+        node = node.get("items") or node.get("additionalProperties") or None
+    return node
+
+
+def own_descriptions(
+    model: type[BaseModel], schema: dict[str, Any], path: str = ""
+) -> Iterator[tuple[str, str, str]]:
+    """Each field of `model` that has a description of its own: its path, that description
+    and the one its schema shows (apiVersion, kind and metadata, the API's own, left out)."""
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if not path and key in TOP_LEVEL:
+            continue
+        node = schema["properties"][key]
+        here = f"{path}.{key}"
+        if info.description:
+            yield here, info.description, node.get("description") or ""
+        inner = _object(node)
+        for sub in _models(info.annotation):
+            if inner is not None:
+                yield from own_descriptions(sub, inner, here)
+
+
 def field_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
     """The schema of the field at the dotted `path` as kubectl explain names it, through
     arrays (`status.includedVolumes.diskTarget`)."""
@@ -64,6 +98,17 @@ def test_every_field_of_a_crd_has_a_description(kind: str) -> None:
     schema = made["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     missing = [path for path in undescribed(schema) if path != ROOT_METADATA]
     assert not missing, f"{kind}: no description at {missing}"
+
+
+@pytest.mark.parametrize("kind", [info.kind for info in REGISTRY.kinds])
+def test_a_fields_own_description_is_the_one_its_schema_shows(kind: str) -> None:
+    info = REGISTRY.by_kind(kind)
+    lost = [
+        path
+        for path, wanted, shown in own_descriptions(info.model, openapi_schema(info))
+        if wanted.split() != shown.split()
+    ]
+    assert not lost, f"{kind}: the schema does not show the field's description at {lost}"
 
 
 def test_a_description_keeps_each_paragraph_on_one_line() -> None:

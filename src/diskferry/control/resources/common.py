@@ -186,7 +186,7 @@ class ContainerImage(ApiModel):
         alias="caBundle",
         description="PEM certificates, in base64, of the CAs the registry's TLS certificate is "
         "verified with, instead of the system's. Default: the system's CAs; a registry on "
-        "127.0.0.1 or ::1 without one is reached over plain HTTP.",
+        "this machine (localhost, 127.0.0.0/8, ::1) without one is reached over plain HTTP.",
     )
 
 

@@ -57,8 +57,8 @@ class Secret(Resource):
     )
     immutable: bool | None = Field(
         default=None,
-        description="true: `data` and `type` may not change any more (delete and make the "
-        "Secret again). Default false.",
+        description="true: only the Secret's metadata may change any more (delete it and make "
+        "it again to change the rest). Default false.",
     )
 
     @field_validator("data")
@@ -126,7 +126,11 @@ class Event(Resource):
     type: Literal["Normal", "Warning"] = Field(
         default="Normal", description="Normal (the default) or Warning."
     )
-    count: int = Field(default=1, description="How many times it happened (1, the default).")
+    count: int = Field(
+        default=1,
+        description="How many times it happened (1, the default); Events are deleted an hour "
+        "after they were last seen.",
+    )
     first_timestamp: datetime | None = Field(
         default=None, alias="firstTimestamp", description="When it first happened."
     )
@@ -134,7 +138,10 @@ class Event(Resource):
         default=None, alias="lastTimestamp", description="When it last happened."
     )
     event_time: datetime | None = Field(
-        default=None, alias="eventTime", description="When it happened, to the microsecond."
+        default=None,
+        alias="eventTime",
+        description="When it happened, to the microsecond (Kubernetes' newer field); the "
+        "daemon's own Events give firstTimestamp and lastTimestamp instead.",
     )
     source: EventSource = Field(default_factory=EventSource)
     reporting_component: str | None = Field(
