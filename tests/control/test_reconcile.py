@@ -19,12 +19,12 @@ from control_support import wait_until
 from reconcile_support import Daemon, ready_condition
 from reconcile_support import http_source as _http
 
+from diskferry.control.host.embedded.volumes import block_unavailable
 from diskferry.control.model import API_VERSION
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
-from diskferry.control.volumes import block_unavailable
 
 MiB = 1 << 20
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diskferry.control.volumes import VolumeClass, Volumes, block_unavailable
+from diskferry.control.host.embedded.volumes import DirectoryVolumes, block_unavailable
+from diskferry.control.host.volumes import VolumeClass
 from diskferry.disk.file_volume import is_block_device
 
 MiB = 1 << 20
@@ -18,7 +19,7 @@ BLOCK = VolumeClass("fast", "block")
 
 
 def test_a_directory_claim_is_a_path_written_whole_later(tmp_path: Path) -> None:
-    volumes = Volumes(tmp_path)
+    volumes = DirectoryVolumes(tmp_path)
     claim = volumes.claim(FILES, "default", "vd-a", 16 * MiB)
     assert claim.path == str(tmp_path / "volumes/local/default/vd-a.img")
     assert not claim.ready and claim.size() == 0 and not claim.block
@@ -40,7 +41,7 @@ def block_ok() -> None:
 
 
 def test_a_block_claim_is_a_loop_device_over_a_sparse_file(block_ok, tmp_path: Path) -> None:
-    volumes = Volumes(tmp_path)
+    volumes = DirectoryVolumes(tmp_path)
     claim = volumes.claim(BLOCK, "ns1", "vd-b", 16 * MiB)
     try:
         assert claim.block and claim.ready and is_block_device(claim.path)

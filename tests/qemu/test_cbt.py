@@ -32,6 +32,16 @@ def test_enable_keeps_data_and_adds_an_enabled_base_bitmap(volume: str) -> None:
     ]
 
 
+def test_an_overlay_is_its_owners_alone_whatever_the_umask(volume: str) -> None:
+    old = os.umask(0o022)
+    try:
+        disk = cbt.enable(volume)
+    finally:
+        os.umask(old)
+    assert disk.overlay is not None
+    assert os.stat(disk.overlay).st_mode & 0o777 == 0o600
+
+
 def test_writes_through_the_overlay_reach_the_volume_and_mark_the_bitmap(
     cbt_volume: cbt.CbtDisk,
 ) -> None:

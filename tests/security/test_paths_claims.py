@@ -22,7 +22,8 @@ from reconcile_support import Daemon
 from vm_support import ready_disk
 from vmexport_support import get_when_up, raw_url
 
-from diskferry.control.imagestore import ImageStore
+from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.sources import claim_of, stored_image
@@ -30,7 +31,6 @@ from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import VirtualImage
 from diskferry.control.runtime.client import EmbeddedClient
-from diskferry.control.volumes import Volumes
 from diskferry.disk.progress import Progress
 from diskferry.importer.image_push import push_image
 from diskferry.importer.job import ImportJob
@@ -322,16 +322,17 @@ def test_a_patched_status_is_never_read_back(tmp_path: Path, victim: Path) -> No
         for (kind, name), status in forged.items():
             info = REGISTRY.by_kind(kind)
             objects.patch(info, "default", name, {"status": status}, "merge", subresource="status")
-        volumes = Volumes(tmp_path / "d")
+        volumes = DirectoryVolumes(tmp_path / "d")
+        store = LayoutImageStore(tmp_path / "d")
         found = client.get(VirtualDisk, "default", "vd-u")
         assert found is not None
         claim = claim_of(client, volumes, found)
         assert claim is not None and claim.file == disk
         stored = client.get(VirtualImage, "default", "vi-u")
         assert stored is not None
-        source = stored_image(volumes, stored)
+        source = stored_image(store, stored)
         assert source is not None
-        assert source.location == ImageStore(tmp_path / "d").reference(stored)
+        assert source.location == store.reference(stored)
         assert source.location.startswith(f"oci:{tmp_path / 'd' / 'images' / 'vi' / 'default'}")
     finally:
         objects.close()

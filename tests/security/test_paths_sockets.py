@@ -25,6 +25,8 @@ from reconcile_support import Daemon
 from vm_support import ready_disk
 
 from diskferry.control.clock import Clock
+from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.machines import Machines
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
@@ -46,7 +48,6 @@ from diskferry.control.resources.vmbackup import VirtualMachineBackup
 from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
-from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
 from diskferry.worker import WorkerJob
 
@@ -97,7 +98,7 @@ class World:
     data_dir: Path
     objects: ObjectService
     client: EmbeddedClient
-    volumes: Volumes
+    volumes: DirectoryVolumes
     machines: Machines
     disk: Path
 
@@ -135,7 +136,9 @@ def world() -> Iterator[World]:
     objects = ObjectService(base / "d" / "state.db", REGISTRY)
     client = EmbeddedClient(objects, objects.registry)
     try:
-        yield World(base / "d", objects, client, Volumes(base / "d"), Machines(base / "d"), disk)
+        yield World(
+            base / "d", objects, client, DirectoryVolumes(base / "d"), Machines(base / "d"), disk
+        )
     finally:
         objects.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -240,7 +243,8 @@ def test_a_qmp_socket_the_daemon_may_not_use_is_refused_unconnected(
     )
     vm = world.client.get(VirtualMachine, "default", "vm-x")
     assert vm is not None
-    VirtualMachineReconciler(world.client, world.volumes, world.machines).reconcile(vm)
+    store = LayoutImageStore(world.data_dir)
+    VirtualMachineReconciler(world.client, world.volumes, store, world.machines).reconcile(vm)
     status = world.objects.get(REGISTRY.by_kind("VirtualMachine"), "default", "vm-x")["status"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "QmpSocketRefused"

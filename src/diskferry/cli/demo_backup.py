@@ -20,9 +20,10 @@ from diskferry.cli.demo_steps import (
     get_object,
     watched,
 )
+from diskferry.control.host.embedded.volumes import DirectoryVolumes
+from diskferry.control.host.volumes import VolumeClass
 from diskferry.control.machines import Machines
 from diskferry.control.resources.virtualmachine import CBT_LABEL
-from diskferry.control.volumes import VolumeClass, Volumes
 from diskferry.disk import clone_volume
 from diskferry.qemu import Qmp
 
@@ -113,7 +114,7 @@ def _disk_file(kubeconfig: Path, data_dir: Path, namespace: str, name: str) -> P
     """The file of the VirtualDisk `namespace/name`, as the daemon's file StorageClass keeps it."""
     status = get_object(kubeconfig, "vd", name, namespace)["status"]
     volume_class = VolumeClass(status["storageClassName"])
-    claim = Volumes(data_dir).find(
+    claim = DirectoryVolumes(data_dir).find(
         volume_class, namespace, status["target"]["persistentVolumeClaimName"]
     )
     if claim is None:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
@@ -46,7 +48,6 @@ from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager
 from diskferry.control.runtime.reconciler import Reconciler
-from diskferry.control.volumes import Volumes
 
 
 class Controllers:
@@ -66,7 +67,8 @@ class Controllers:
     ) -> None:
         self.client = EmbeddedClient(objects, objects.registry)
         self.runner = LocalRunner(data_dir)
-        self.volumes = Volumes(data_dir)
+        self.volumes = DirectoryVolumes(data_dir)
+        self.store = LayoutImageStore(data_dir)
         self.machines = Machines(data_dir)
         self.certs = certs or ServerCerts(Path(data_dir) / PKI_DIR)
         self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
@@ -78,11 +80,13 @@ class Controllers:
             | VirtualMachineExportReconciler
             | VirtualMachineBackupReconciler
         ]
-        exports = VirtualMachineExportReconciler(*parts, self.certs, self.proxy, objects.clock)
+        exports = VirtualMachineExportReconciler(
+            *parts, self.store, self.certs, self.proxy, objects.clock
+        )
         owners = [
-            VirtualDiskReconciler(*parts, self.certs, self.proxy),
-            VirtualImageReconciler(*parts, self.certs, proxy=self.proxy),
-            ClusterVirtualImageReconciler(*parts, self.certs, proxy=self.proxy),
+            VirtualDiskReconciler(*parts, self.store, self.certs, self.proxy),
+            VirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),
+            ClusterVirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),
             VirtualDiskSnapshotReconciler(*parts),
             exports,
             VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, objects.clock),
@@ -93,7 +97,9 @@ class Controllers:
             DataDownloadReconciler(*parts, self.scheduler),
         ]
         self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
-        machines = VirtualMachineReconciler(self.client, self.volumes, self.machines, objects.clock)
+        machines = VirtualMachineReconciler(
+            self.client, self.volumes, self.store, self.machines, objects.clock
+        )
         self.reconcilers: list[Reconciler] = [
             *owners,
             machines,
@@ -136,7 +142,7 @@ class Controllers:
     def start(self) -> None:
         """Create the default StorageClasses if there are none and the VirtualMachineClass
         `generic` if it is missing, and start reconciling."""
-        ensure_default_classes(self.client)
+        ensure_default_classes(self.client, self.volumes)
         ensure_generic_class(self.client)
         self.proxy.start()
         self.manager.start()

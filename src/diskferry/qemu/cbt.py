@@ -151,7 +151,7 @@ def _counted(overlay: str, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
 
 
 def enable(path: str) -> CbtDisk:
-    """Make the overlay of the raw volume at `path`, with the base bitmap enabled."""
+    """Make the overlay of the raw volume at `path` (0600), with the base bitmap enabled."""
     disk = find(path)
     if disk.overlay is not None:
         raise CbtError(f"CBT is already enabled on {disk.volume} ({disk.overlay})")
@@ -180,6 +180,7 @@ def enable(path: str) -> CbtDisk:
         volume = disk.volume
         _qemu_img(volume, "amend", "-f", "qcow2", "-o", f"data_file={volume}", partial)
         _qemu_img(volume, "bitmap", "--add", "--enable", "-f", "qcow2", partial, BASE)
+        os.chmod(partial, 0o600)  # qemu-img made it with the caller's umask
         os.rename(partial, overlay)
     finally:
         for leftover in (partial, stand_in):

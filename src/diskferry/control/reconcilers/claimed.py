@@ -21,6 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from diskferry.control.duration import DurationError, format_duration
+from diskferry.control.host.images import ImageStore
+from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError, Volumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
@@ -48,7 +50,6 @@ from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Claim, VolumeClass, VolumeError, Volumes, private_file
 from diskferry.disk.prime import Target
 from diskferry.disk.urls import http_url_for_message
 
@@ -111,11 +112,13 @@ class ClaimedKind(ABC):
         client: Client,
         runner: Runner,
         volumes: Volumes,
+        store: ImageStore,
         certs: ServerCerts | None = None,
         proxy: ProxyKeeper | None = None,
     ) -> None:
         self.client = client
         self.volumes = volumes
+        self.store = store
         self.imports = Imports(runner, certs, proxy)
         self.progress = ProgressWrites()
 
@@ -195,7 +198,8 @@ class ClaimedKind(ABC):
         data_source = self.data_source(obj)
         source = None
         if data_source is not None:
-            found = resolve_source(self.client, self.volumes, obj.metadata.namespace, data_source)
+            namespace = obj.metadata.namespace
+            found = resolve_source(self.client, self.volumes, self.store, namespace, data_source)
             if isinstance(found, Waiting):
                 transition(self.client, obj, PENDING, WAITING_FOR_SOURCE, found.message)
                 return Result.requeue(WAIT_SECONDS)
@@ -295,7 +299,7 @@ class ClaimedKind(ABC):
             target.discard()
 
     def _ready(self, obj: Any, claim: Claim, result: dict[str, Any]) -> Result:
-        private_file(claim.file)
+        self.volumes.seal(claim)
         fields = {
             **self.claim_fields(claim.volume_class, obj),
             **self.ready_fields(obj, claim, result),

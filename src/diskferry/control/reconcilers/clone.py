@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 
-from diskferry.control.volumes import Claim
+from diskferry.control.host.volumes import Claim
 from diskferry.disk.prime import Target
 
 
@@ -31,17 +30,3 @@ def reflink(source: str, claim: Claim, job_id: str, size: int | None = None) -> 
         return True
     finally:
         target.discard()
-
-
-def reflink_works(directory: str) -> bool:
-    """Whether the filesystem of `directory` shares extents, tried on two files of its own."""
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".reflink-") as tried:
-        source = os.path.join(tried, "source")
-        with open(source, "wb") as f:
-            f.write(b"\0" * 4096)
-        done = subprocess.run(
-            ["cp", "--reflink=always", source, os.path.join(tried, "clone")],
-            capture_output=True,
-            check=False,
-        )
-        return done.returncode == 0

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from diskferry.control.imagestore import ImageStore
+from diskferry.control.host.images import ImageStore
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.phases import READY, status_of, update_fields
 from diskferry.control.reconcilers.stored import StoredImages
@@ -15,7 +16,6 @@ from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, Clu
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Volumes
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
@@ -34,10 +34,10 @@ class ClusterVirtualImageReconciler:
         client: Client,
         runner: Runner,
         volumes: Volumes,
+        store: ImageStore,
         certs: ServerCerts | None = None,
         proxy: ProxyKeeper | None = None,
     ) -> None:
-        store = ImageStore(volumes.data_dir)
         self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 
     def job_id(self, obj: ClusterVirtualImage) -> str:

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import format_duration, parse_duration
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.claimed import tag
@@ -44,7 +45,6 @@ from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, loa
 from diskferry.control.runner.base import JobFile, JobState, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
 from diskferry.worker.job import validation_message
 

@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from diskferry.backup import BackupJob, DiskSource, HookCommand
 from diskferry.backup.hooks import HookFailedError, failed_hook
 from diskferry.control.duration import parse_duration
+from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
@@ -50,7 +51,6 @@ from diskferry.control.resources.dataupload import (
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachinePhase, VirtualMachine
 from diskferry.control.runtime.client import Client
-from diskferry.control.volumes import Claim, Volumes
 
 CBT_OFF = "ChangedBlockTrackingOff"
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diskferry.control.host.images import ImageStore
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.inuse import disk_holders, holds_disks, names
 from diskferry.control.reconcilers.sources import Waiting, claim_name, resolve_source
@@ -21,7 +23,6 @@ from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
 from diskferry.control.resources.vmexport import ExportSource, ExportSourceKind
 from diskferry.control.runtime.client import Client
-from diskferry.control.volumes import Volumes
 
 SKIPPED = {
     ExportSourceKind.VIRTUAL_MACHINE_SNAPSHOT: (
@@ -58,9 +59,10 @@ def claimed_disk(client: Client, namespace: str | None, claim: str) -> VirtualDi
 class ExportSources:
     """Resolves an export's source against the store and the claims."""
 
-    def __init__(self, client: Client, volumes: Volumes) -> None:
+    def __init__(self, client: Client, volumes: Volumes, store: ImageStore) -> None:
         self.client = client
         self.volumes = volumes
+        self.store = store
 
     def served(self, namespace: str | None, source: ExportSource) -> Served | Waiting:
         """The volumes `source` serves, or why they cannot be served yet."""
@@ -115,5 +117,5 @@ class ExportSources:
         """The claim of the disk or snapshot `name`, served as `volume`, or why it waits."""
         ref = ObjectRef(kind=kind, name=name)
         data_source = DataSource(type=DataSourceType.OBJECT_REF, objectRef=ref)
-        source = resolve_source(self.client, self.volumes, namespace, data_source)
+        source = resolve_source(self.client, self.volumes, self.store, namespace, data_source)
         return source if isinstance(source, Waiting) else Served([(volume, source)])

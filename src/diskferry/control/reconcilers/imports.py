@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from diskferry.control.host.volumes import Claim
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.progress import progress_fields
@@ -26,7 +27,6 @@ from diskferry.control.reconcilers.uploads import (
     waiting_for_user,
 )
 from diskferry.control.runner.base import JobFile, JobState, Runner
-from diskferry.control.volumes import Claim
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
 from diskferry.disk.schemes import is_layout_reference

@@ -11,7 +11,8 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
-from diskferry.control.imagestore import REPOSITORIES, ImageStore
+from diskferry.control.host.images import REPOSITORIES, ImageStore
+from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.phases import READY
@@ -23,6 +24,7 @@ from diskferry.control.resources.common import (
     DataSourceHTTP,
     DataSourceType,
     DataSourceUpload,
+    registry_on_loopback,
     registry_reference,
 )
 from diskferry.control.resources.core import Secret
@@ -35,10 +37,7 @@ from diskferry.control.resources.virtualimage import (
     VirtualImage,
 )
 from diskferry.control.runtime.client import Client
-from diskferry.control.volumes import Claim, Volumes
 from diskferry.disk.errors import DiskferryError
-from diskferry.registry.client import is_loopback
-from diskferry.registry.reference import parse_reference
 
 _CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
 DOCKER_CONFIG_KEY = ".dockerconfigjson"
@@ -105,7 +104,7 @@ def container_image_source(
             message = f"waiting for the pull Secret {secret_ref.name} to hold {DOCKER_CONFIG_KEY}"
             return Waiting(message)
     bundle = base64.b64decode(image.ca_bundle) if image.ca_bundle else None
-    insecure = bundle is None and is_loopback(parse_reference(reference).host)
+    insecure = bundle is None and registry_on_loopback(reference)
     return Source(reference, ca_bundle=bundle, authfile=authfile, insecure=insecure)
 
 
@@ -115,11 +114,11 @@ def kept_in_store(obj: Resource) -> bool:
     return obj.kind in REPOSITORIES and not (isinstance(obj, VirtualImage) and not in_store(obj))
 
 
-def stored_image(volumes: Volumes, obj: Resource) -> Source | None:
+def stored_image(store: ImageStore, obj: Resource) -> Source | None:
     """The image in the store a Ready image was written to, None when it is kept in a claim."""
     if not kept_in_store(obj):
         return None
-    reference = ImageStore(volumes.data_dir).reference(obj)
+    reference = store.reference(obj)
     unpacked = ((obj.to_json().get("status") or {}).get("size") or {}).get("unpackedBytes")
     return Source(reference, size=int(unpacked) if unpacked else None, uid=obj.metadata.uid)
 
@@ -144,7 +143,11 @@ def claim_of(client: Client, volumes: Volumes, obj: Resource) -> Claim | None:
 
 
 def resolve_source(
-    client: Client, volumes: Volumes, namespace: str | None, data_source: DataSource
+    client: Client,
+    volumes: Volumes,
+    store: ImageStore,
+    namespace: str | None,
+    data_source: DataSource,
 ) -> Source | Waiting:
     """What to import for `data_source`, or why it must wait."""
     if data_source.type is DataSourceType.HTTP and data_source.http is not None:
@@ -167,7 +170,7 @@ def resolve_source(
     phase = (found.to_json().get("status") or {}).get("phase")
     if phase != READY:
         return Waiting(f"waiting for the {kind} {ref.name} to be Ready (it is {phase or 'new'})")
-    stored = stored_image(volumes, found)
+    stored = stored_image(store, found)
     if stored is not None:
         return stored
     claim = claim_of(client, volumes, found)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from diskferry.control.host.volumes import VolumeClass, Volumes
 from diskferry.control.model import ObjectMeta
 from diskferry.control.resources.storageclass import (
     DEFAULT_CLASS_ANNOTATION,
@@ -13,7 +14,6 @@ from diskferry.control.resources.storageclass import (
     VolumeType,
 )
 from diskferry.control.runtime.client import Client
-from diskferry.control.volumes import VolumeClass, block_unavailable
 from diskferry.disk.errors import DiskferryError
 
 DEFAULT_CLASS = "local"
@@ -50,15 +50,15 @@ def resolve(client: Client, name: str | None) -> VolumeClass:
     return volume_class(sorted(defaults, key=lambda sc: sc.metadata.name or "")[0])
 
 
-def default_classes() -> list[StorageClass]:
+def default_classes(volumes: Volumes) -> list[StorageClass]:
     """The classes a fresh daemon starts with: `local` (files, the default), and `local-block`
-    (loop devices) where the kernel offers loop devices."""
+    (loop devices) where `volumes` offers block claims."""
     made = [
         StorageClass(
             metadata=ObjectMeta(name=DEFAULT_CLASS, annotations={DEFAULT_CLASS_ANNOTATION: "true"}),
         )
     ]
-    if block_unavailable() is None:
+    if volumes.block_unavailable() is None:
         made.append(
             StorageClass(
                 metadata=ObjectMeta(name=BLOCK_CLASS),
@@ -68,9 +68,9 @@ def default_classes() -> list[StorageClass]:
     return made
 
 
-def ensure_default_classes(client: Client) -> None:
+def ensure_default_classes(client: Client, volumes: Volumes) -> None:
     """Create the default classes when there is no StorageClass at all."""
     if client.list(StorageClass):
         return
-    for storage_class in default_classes():
+    for storage_class in default_classes(volumes):
         client.create(storage_class)

@@ -16,11 +16,11 @@ holds it (see `protection`).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from diskferry.control.duration import DurationError
-from diskferry.control.imagestore import ImageStore
+from diskferry.control.host.images import ImageStore
+from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import (
@@ -51,7 +51,6 @@ from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Claim, VolumeClass, Volumes
 from diskferry.importer import ImagePushJob
 
 if TYPE_CHECKING:
@@ -59,7 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("diskferry.control")
 IMAGE_LOST = "ImageLost"
-STAGING = "staging"
 
 
 class StoredImages:
@@ -82,7 +80,7 @@ class StoredImages:
         self.prefix = prefix
         self.imports = Imports(runner, certs, proxy)
         self.progress = ProgressWrites()
-        self.staging = VolumeClass(STAGING, root=Path(store.root).parent / STAGING)
+        self.staging = store.staging
 
     def job_id(self, obj: Resource) -> str:
         """The id of the image's push job."""
@@ -114,7 +112,7 @@ class StoredImages:
             return self._settled(obj, phase)
         if phase is None:
             obj = transition(self.client, obj, PENDING, PENDING, "waiting to be provisioned")
-        found = resolve_source(self.client, self.volumes, namespace, data_source)
+        found = resolve_source(self.client, self.volumes, self.store, namespace, data_source)
         if isinstance(found, Waiting):
             transition(self.client, obj, PENDING, WAITING_FOR_SOURCE, found.message)
             return Result.requeue(WAIT_SECONDS)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from diskferry.control.host.volumes import Claim, VolumeError, Volumes
 from diskferry.control.machines import MachineError, Machines
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
-from diskferry.control.reconcilers.clone import reflink, reflink_works
+from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.inuse import disk_holders, names
 from diskferry.control.reconcilers.lifecycle import deleting, held
@@ -38,7 +39,6 @@ from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Claim, VolumeError, Volumes, private_file
 
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
@@ -97,7 +97,7 @@ class VirtualDiskSnapshotReconciler:
         agents = self._agents(holders) if holders and required else []
         if isinstance(agents, str):
             return self._wait_for_consistency(obj, agents)
-        if holders and required and (source.block or not reflink_works(str(source.file.parent))):
+        if holders and required and not self.volumes.instant_copies(source):
             why = f"its class {source.volume_class.name} cannot take an instant copy"
             return self._wait_for_consistency(obj, why)
         fields: dict[str, Any] = {"volumeSnapshotName": claim_name(obj)}
@@ -159,7 +159,7 @@ class VirtualDiskSnapshotReconciler:
     ) -> Result:
         """Ready; consistent when taken at an instant with the guests frozen, or while no VM
         held the disk (none took it up while it was copied)."""
-        private_file(claim.file)
+        self.volumes.seal(claim)
         taken_unfrozen = status_of(obj).get("consistent") is False
         held_now = disk_holders(self.client, obj.metadata.namespace, obj.spec.virtual_disk_name)
         fields: dict[str, Any] = {

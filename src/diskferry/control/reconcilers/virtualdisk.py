@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from diskferry.control.host.volumes import Claim
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import ClaimedKind, Filling, age
 from diskferry.control.resources.common import DataSource
 from diskferry.control.resources.datadownload import MADE_BY, DataDownload
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS, VirtualDisk
-from diskferry.control.volumes import Claim
 
 WAITING_FOR_RESTORE = "WaitingForDataDownload"
 RESTORE_LOST = "DataDownloadNotCompleted"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from diskferry.control.imagestore import ImageStore
+from diskferry.control.host.images import ImageStore
+from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.exportcerts import ServerCerts
@@ -17,7 +18,6 @@ from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, VirtualImag
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Claim, Volumes
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
@@ -38,11 +38,11 @@ class VirtualImageReconciler(ClaimedKind):
         client: Client,
         runner: Runner,
         volumes: Volumes,
+        store: ImageStore,
         certs: ServerCerts | None = None,
         proxy: ProxyKeeper | None = None,
     ) -> None:
-        super().__init__(client, runner, volumes, certs, proxy)
-        store = ImageStore(volumes.data_dir)
+        super().__init__(client, runner, volumes, store, certs, proxy)
         self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 
     def reconcile(self, obj: VirtualImage) -> Result:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.control.clock import Clock
-from diskferry.control.imagestore import ImageStore
+from diskferry.control.host.images import ImageNotStoredError, ImageStore
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.machines import MachineError, Machines, SocketRefusedError
 from diskferry.control.model import Resource
 from diskferry.control.node import node_name
@@ -65,11 +66,9 @@ from diskferry.control.resources.virtualmachineclass import VirtualMachineClass
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.seeds import SeedError, write_seed
-from diskferry.control.volumes import Volumes
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.system import VmConfig, VmDisk, command, kvm_usable
-from diskferry.registry.errors import RegistryError
 
 WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
@@ -185,12 +184,17 @@ class VirtualMachineReconciler:
     info = VIRTUAL_MACHINES
 
     def __init__(
-        self, client: Client, volumes: Volumes, machines: Machines, clock: Clock | None = None
+        self,
+        client: Client,
+        volumes: Volumes,
+        store: ImageStore,
+        machines: Machines,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.volumes = volumes
         self.machines = machines
-        self.store = ImageStore(volumes.data_dir)
+        self.store = store
         self.clock = clock or Clock()
         self._asked: dict[tuple[str, str], tuple[float, vmguest.GuestFacts]] = {}
 
@@ -277,11 +281,11 @@ class VirtualMachineReconciler:
             if kept_in_store(device):
                 try:
                     disk = self.store.disk(device)
-                except RegistryError as e:
+                except ImageNotStoredError as e:
                     return f"waiting for the {ref.kind} {ref.name}: {e.message}"
                 within = (disk.offset, disk.size)
                 size = int((shown.get("size") or {}).get("unpackedBytes") or disk.size)
-                found.append(Attached(ref, str(disk.blob), size, disk.format, within, cdrom))
+                found.append(Attached(ref, disk.file, size, disk.format, within, cdrom))
                 continue
             claim = claim_of(self.client, self.volumes, device)
             if claim is None or not claim.ready:

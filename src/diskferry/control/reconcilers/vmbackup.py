@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from diskferry.control.clock import Clock
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import MoverFailure
 from diskferry.control.reconcilers.exportcerts import ServerCerts
@@ -39,7 +40,6 @@ from diskferry.control.resources.vmbackuptracker import (
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Volumes
 
 log = logging.getLogger("diskferry.control")
 STOP_POLL = 0.3

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
@@ -56,7 +57,6 @@ from diskferry.control.resources.vmexport import ExportPhase
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Volumes
 from diskferry.export import BackupPointJob
 
 POLL_SECONDS = 1.0

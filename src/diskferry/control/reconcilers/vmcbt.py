@@ -11,13 +11,10 @@ What a message about CBT tells a user to do is a change to a manifest (`off_reas
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from diskferry.control.resources.core import Namespace
 from diskferry.control.resources.datamoverconfig import load_config
 from diskferry.control.resources.virtualmachine import CBT_LABEL, CbtState, VirtualMachine
 from diskferry.control.runtime.client import Client
-from diskferry.control.volumes import private_file
 from diskferry.qemu import cbt
 
 
@@ -62,7 +59,6 @@ def prepare(volume: str, track: bool) -> tuple[str, str]:
         disk = cbt.disable(volume)
     if disk.overlay is None:
         return disk.volume, "raw"
-    private_file(Path(disk.overlay))  # qemu-img made it with the daemon's umask
     return disk.overlay, "qcow2"
 
 

@@ -29,6 +29,8 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.host.images import ImageStore
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.exportbackup import NotServed, served_point
@@ -58,7 +60,6 @@ from diskferry.control.resources.vmexport import (
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.volumes import Volumes
 from diskferry.disk.errors import DiskferryError
 from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
 from diskferry.export.links import backup_link, manifest_links
@@ -201,6 +202,7 @@ class VirtualMachineExportReconciler:
         client: Client,
         runner: Runner,
         volumes: Volumes,
+        store: ImageStore,
         certs: ServerCerts,
         proxy: ProxyKeeper,
         clock: Clock | None = None,
@@ -212,7 +214,7 @@ class VirtualMachineExportReconciler:
         self.proxy = proxy
         self.clock = clock or Clock()
         self.imports = Imports(runner)
-        self.sources = ExportSources(client, volumes)
+        self.sources = ExportSources(client, volumes, store)
 
     def job_id(self, obj: VirtualMachineExport) -> str:
         """The id of the export's server job."""

@@ -163,6 +163,14 @@ def registry_reference(image: str) -> str:
     return image if is_reference(image) else f"docker://{image}"
 
 
+def registry_on_loopback(reference: str) -> bool:
+    """Whether the registry of the docker:// `reference` is on this machine (localhost,
+    127/8, ::1)."""
+    from diskferry.registry.client import is_loopback  # urllib3, only when an image is read
+
+    return is_loopback(parse_reference(reference).host)
+
+
 def _image_reference(value: str) -> str:
     try:
         parse_reference(registry_reference(value))

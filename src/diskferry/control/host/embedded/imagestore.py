@@ -1,9 +1,10 @@
-"""The embedded image store (the DVCR role): DATA_DIR/images, one OCI image layout per
-repository, as `diskferry image serve DATA_DIR/images` serves it; an image of a VirtualImage is
-`vi/<namespace>/<name>`, of a ClusterVirtualImage `cvi/<name>`, tagged with the object's uid,
-as Deckhouse names them in DVCR. A reference is made only from the object's kind and metadata,
-each part a valid Kubernetes name, never from a URL a status names. A VM opens an image's disk
-in place (`disk`): a slice of the image's layer blob, read-only."""
+"""The embedded host's image store (`host.images`, the DVCR role): DATA_DIR/images, one OCI
+image layout per repository, as `diskferry image serve DATA_DIR/images` serves it; an image of
+a VirtualImage is `vi/<namespace>/<name>`, of a ClusterVirtualImage `cvi/<name>`, tagged with
+the object's uid, as Deckhouse names them in DVCR. A reference is made only from the object's
+kind and metadata, each part a valid Kubernetes name, never from a URL a status names. A VM
+opens an image's disk in place (`disk`): a slice of the image's layer blob, read-only; an
+upload is staged in a claim of DATA_DIR/staging before it is stored."""
 
 from __future__ import annotations
 
@@ -11,21 +12,28 @@ import json
 import shutil
 from pathlib import Path
 
+from diskferry.control.host.embedded.volumes import checked_name
+from diskferry.control.host.images import REPOSITORIES, ImageNotStoredError, StoredDisk
+from diskferry.control.host.volumes import VolumeClass
 from diskferry.control.model import Resource
-from diskferry.control.volumes import checked_name
-from diskferry.registry.disk_in_layer import DiskInLayer, disk_in_layout
+from diskferry.registry.disk_in_layer import disk_in_layout
+from diskferry.registry.errors import RegistryError
 from diskferry.registry.layout import REF_NAME, parse_layout_reference
 
 STORE_DIR = "images"
-REPOSITORIES = {"VirtualImage": "vi", "ClusterVirtualImage": "cvi"}
-"""The kinds kept in the store, and the repository each one's images are under."""
+STAGING = "staging"
 
 
-class ImageStore:
+class LayoutImageStore:
     """Where images are kept, and their references (`oci:DIR:TAG`)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir) / STORE_DIR
+
+    @property
+    def staging(self) -> VolumeClass:
+        """DATA_DIR/staging: the class of the claims uploads are staged in."""
+        return VolumeClass(STAGING, root=self.root.parent / STAGING)
 
     def reference(self, obj: Resource) -> str:
         """The `oci:` reference of the image of a VirtualImage or ClusterVirtualImage."""
@@ -34,11 +42,15 @@ class ImageStore:
         folder = self.root.joinpath(*(checked_name(part or "", "image part") for part in parts))
         return f"oci:{folder}:{checked_name(meta.uid or '', 'uid')}"
 
-    def disk(self, obj: Resource) -> DiskInLayer:
-        """Where the disk of the image of `obj` lies in the store (RegistryError when the store
-        has no such image, or one whose disk cannot be opened in place)."""
+    def disk(self, obj: Resource) -> StoredDisk:
+        """Where the disk of the image of `obj` lies in its layer's blob (ImageNotStoredError
+        when the store has no such image, or one whose disk cannot be opened in place)."""
         folder, tag = parse_layout_reference(self.reference(obj))
-        return disk_in_layout(folder, tag or "")
+        try:
+            found = disk_in_layout(folder, tag or "")
+        except RegistryError as e:
+            raise ImageNotStoredError(e.message) from e
+        return StoredDisk(str(found.blob), found.offset, found.size, found.format)
 
     def holds(self, reference: str) -> bool:
         """Whether the store has the image tagged as `reference` says."""

@@ -1,4 +1,5 @@
-"""Claims of the embedded StorageClasses: files in a directory, or loop devices over sparse files.
+"""The embedded host's claims (`host.volumes`): files in a directory, or loop devices over
+sparse files.
 
 A claim of class C in namespace N lives at DATA_DIR/volumes/C/N/<claim>.img (or under the
 class's own directory). In a file
@@ -26,30 +27,23 @@ import re
 import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError
 from diskferry.control.model import NAME_PATTERN
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import Target
 from diskferry.qemu import cbt
 from diskferry.registry.layout import private_folder
 
 LOOP_CONTROL = "/dev/loop-control"
-FILE = "file"
-BLOCK = "block"
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
 _OTHERS = 0o077
 _OTHERS_WRITE = 0o022
 _NAME = re.compile(NAME_PATTERN)
-
-
-class VolumeError(DiskferryError):
-    """A claim could not be made, found or removed."""
-
-    reason = "VolumeFailed"
 
 
 def block_unavailable() -> str | None:
@@ -62,23 +56,7 @@ def block_unavailable() -> str | None:
 
 
 @dataclass(frozen=True)
-class VolumeClass:
-    """Where a StorageClass keeps its claims (`root`, else DATA_DIR/volumes/<name>), and of which
-    type: file or block."""
-
-    name: str
-    type: str = FILE
-    root: Path | None = None
-    retain: bool = False
-
-    @property
-    def block(self) -> bool:
-        """Whether claims are block devices."""
-        return self.type == BLOCK
-
-
-@dataclass(frozen=True)
-class Claim:
+class FileClaim:
     """One claim: the file behind it and the path workers write (the file, or its device)."""
 
     volume_class: VolumeClass
@@ -150,16 +128,35 @@ def private_file(path: Path) -> None:
         os.close(fd)
 
 
+def _shares_extents(folder: Path) -> bool:
+    """Whether the file system of `folder` shares extents, tried on two files of its own."""
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".reflink-") as tried:
+        source = os.path.join(tried, "source")
+        with open(source, "wb") as f:
+            f.write(b"\0" * 4096)
+        done = subprocess.run(
+            ["cp", "--reflink=always", source, os.path.join(tried, "clone")],
+            capture_output=True,
+            check=False,
+        )
+        return done.returncode == 0
+
+
 def _owners() -> tuple[int, ...]:
     return (0, os.geteuid())
 
 
-class Volumes:
-    """Makes, finds and removes claims under DATA_DIR/volumes."""
+class DirectoryVolumes:
+    """Makes, finds and removes claims under DATA_DIR/volumes (a class's claims under its own
+    root, when it names one)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(os.path.abspath(data_dir))
         self.root = self.data_dir / "volumes"
+
+    def block_unavailable(self) -> str | None:
+        """Why block claims cannot be made here, None when they can."""
+        return block_unavailable()
 
     def _roots(self, volume_class: VolumeClass) -> list[Path]:
         """The folders of the class down to its root: DATA_DIR/volumes and its folder, or its
@@ -247,7 +244,7 @@ class Volumes:
             private_file(file)
         return file
 
-    def find(self, volume_class: VolumeClass, namespace: str, name: str) -> Claim | None:
+    def find(self, volume_class: VolumeClass, namespace: str, name: str) -> FileClaim | None:
         """The claim when it was made (a block claim attached again if it had to be)."""
         file = self._checked_file(volume_class, namespace, name, make=False)
         if file is None:
@@ -256,9 +253,9 @@ class Volumes:
             if not file.exists():
                 return None
             return self._attached(volume_class, namespace, name, file)
-        return Claim(volume_class, namespace, name, file, str(file))
+        return FileClaim(volume_class, namespace, name, file, str(file))
 
-    def locate(self, classes: Iterable[VolumeClass], namespace: str, name: str) -> Claim | None:
+    def locate(self, classes: Iterable[VolumeClass], namespace: str, name: str) -> FileClaim | None:
         """The claim `name` in whichever of `classes` holds its file, None when none does; a
         class refused (VolumeError) is passed over while another one holds the claim."""
         refused = None
@@ -272,13 +269,13 @@ class Volumes:
             raise refused
         return None
 
-    def claim(self, volume_class: VolumeClass, namespace: str, name: str, size: int) -> Claim:
+    def claim(self, volume_class: VolumeClass, namespace: str, name: str, size: int) -> FileClaim:
         """Make the claim, or find it made: a file claim's folder, or a block claim's sparse
         file of `size` bytes and its loop device."""
         file = self._checked_file(volume_class, namespace, name, make=True)
         assert file is not None
         if not volume_class.block:
-            return Claim(volume_class, namespace, name, file, str(file))
+            return FileClaim(volume_class, namespace, name, file, str(file))
         why = block_unavailable()
         if why:
             raise VolumeError(f"cannot make the block claim {name}: {why}")
@@ -293,10 +290,12 @@ class Volumes:
             private_file(file)
         return self._attached(volume_class, namespace, name, file)
 
-    def _attached(self, volume_class: VolumeClass, namespace: str, name: str, file: Path) -> Claim:
+    def _attached(
+        self, volume_class: VolumeClass, namespace: str, name: str, file: Path
+    ) -> FileClaim:
         loops = _loops_of(file)
         device = loops[0] if loops else _losetup("--find", "--show", str(file)).strip()
-        return Claim(volume_class, namespace, name, file, device)
+        return FileClaim(volume_class, namespace, name, file, device)
 
     def grow(self, claim: Claim, size: int) -> None:
         """Grow the claim to `size` bytes (never shrink it); the new bytes read as zeros."""
@@ -305,6 +304,19 @@ class Volumes:
         os.truncate(claim.file, size)
         if claim.block:
             _losetup("--set-capacity", claim.path)
+
+    def seal(self, claim: Claim) -> None:
+        """Make the claim's file 0600 (its writer had its own umask)."""
+        private_file(claim.file)
+
+    def instant_copies(self, claim: Claim) -> bool:
+        """Whether the file system of the claim's folder shares extents (reflink), tried on two
+        files of its own there; never for a block claim."""
+        return not claim.block and _shares_extents(claim.file.parent)
+
+    def tracked(self, claim: Claim) -> bool:
+        """Whether the claim's file has its CBT overlay beside it."""
+        return cbt.find(str(claim.file)).enabled
 
     def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
         """Remove the claim, its loop devices, its CBT overlay and any prime or scratch file

@@ -1,0 +1,107 @@
+"""The volumes of the StorageClasses as reconcilers see them: claims the host makes, finds and
+removes (files and loop devices in the embedded host, PVCs in a cluster). What writes a claim's
+bytes (blank, grow, import, clone) is a job a worker runs, never the host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from diskferry.disk.errors import DiskferryError
+
+FILE = "file"
+BLOCK = "block"
+
+
+class VolumeError(DiskferryError):
+    """A claim could not be made, found or removed."""
+
+    reason = "VolumeFailed"
+
+
+@dataclass(frozen=True)
+class VolumeClass:
+    """Where a StorageClass keeps its claims (`root`, else the host's own place for the class),
+    and of which type: file or block."""
+
+    name: str
+    type: str = FILE
+    root: Path | None = None
+    retain: bool = False
+
+    @property
+    def block(self) -> bool:
+        """Whether claims are block devices."""
+        return self.type == BLOCK
+
+
+class Claim(Protocol):
+    """One claim: the file behind it and the path workers write (the file, or its device)."""
+
+    @property
+    def volume_class(self) -> VolumeClass:
+        """The class the claim is of."""
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the claim is in."""
+
+    @property
+    def name(self) -> str:
+        """The claim's name."""
+
+    @property
+    def file(self) -> Path:
+        """The file that holds the claim's bytes."""
+
+    @property
+    def path(self) -> str:
+        """What a worker writes: the file, or the block device over it."""
+
+    @property
+    def block(self) -> bool:
+        """Whether the claim is a block device."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the claim holds a disk (a file claim exists only once written whole)."""
+
+    def allocated(self) -> int:
+        """The bytes the claim takes on its storage."""
+
+    def size(self) -> int:
+        """The bytes the claim holds (0 while a file claim is not written)."""
+
+
+class Volumes(Protocol):
+    """Makes, finds and removes the claims of StorageClasses; VolumeError when it cannot."""
+
+    def block_unavailable(self) -> str | None:
+        """Why block claims cannot be made here, None when they can."""
+
+    def claim(self, volume_class: VolumeClass, namespace: str, name: str, size: int) -> Claim:
+        """Make the claim of `size` bytes, or find it made (a file claim holds no file until a
+        job writes it whole)."""
+
+    def find(self, volume_class: VolumeClass, namespace: str, name: str) -> Claim | None:
+        """The claim when it was made."""
+
+    def locate(self, classes: Iterable[VolumeClass], namespace: str, name: str) -> Claim | None:
+        """The claim `name` in whichever of `classes` holds it, None when none does."""
+
+    def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
+        """Remove the claim and whatever was made beside it (its CBT overlay)."""
+
+    def grow(self, claim: Claim, size: int) -> None:
+        """Grow the claim to `size` bytes (never shrink it); the new bytes read as zeros."""
+
+    def seal(self, claim: Claim) -> None:
+        """Make the claim a worker wrote the host's alone (its writer had its own umask)."""
+
+    def instant_copies(self, claim: Claim) -> bool:
+        """Whether the claim can be copied at an instant (reflink) into another of its class."""
+
+    def tracked(self, claim: Claim) -> bool:
+        """Whether the claim has its changed-block-tracking overlay."""
