@@ -4,22 +4,11 @@ a docker-registry."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from crd_support import example_documents
 from registry_support import Registry, start_basic_registry, start_registry
-
-EXAMPLES = Path(__file__).parents[2] / "examples"
-
-
-def example_documents() -> list[dict[str, Any]]:
-    """Every document of every example manifest."""
-    docs = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        docs.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
-    return docs
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -9,6 +9,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from crd_support import schema_errors
 
 from diskferry.control.crd import crd, crds, crds_yaml, openapi_schema
 from diskferry.control.model import GROUP
@@ -50,26 +51,9 @@ def structural(node: dict[str, Any], where: str = "") -> None:
         structural(node["additionalProperties"], f"{where}{{}}")
 
 
-def strict(node: dict[str, Any]) -> dict[str, Any]:
-    """`node` refusing unknown fields, as the API server's `fieldValidation=Strict` does."""
-    node = copy.deepcopy(node)
-    stack = [node]
-    while stack:
-        schema = stack.pop()
-        if "properties" in schema and schema is not node["properties"].get("metadata"):
-            schema["additionalProperties"] = False
-        stack.extend(schema.get("properties", {}).values())
-        stack.extend(schema.get(key) for key in ("items",) if key in schema)
-    return node
-
-
 def errors(kind: str, doc: dict[str, Any]) -> list[str]:
     """Where the strict CRD schema of `kind` finds `doc` wrong, as `path: message` lines."""
-    validator = jsonschema.Draft202012Validator(strict(openapi_schema(REGISTRY.by_kind(kind))))
-    return sorted(
-        f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
-        for error in validator.iter_errors(doc)
-    )
+    return schema_errors(openapi_schema(REGISTRY.by_kind(kind)), doc)
 
 
 def test_a_crd_for_every_custom_kind() -> None:
