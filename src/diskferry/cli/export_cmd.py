@@ -34,7 +34,7 @@ from diskferry.cli.server_options import (
     serve_logging,
     timing_fields,
 )
-from diskferry.serving import DEFAULT_ADDRESS
+from diskferry.serving import DEFAULT_ADDRESS, EXPORT_PORT
 
 export_app = PlainTyper(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
 ca_app = PlainTyper(help="The CA that issues export server certificates.")
@@ -63,7 +63,7 @@ def export_serve(
         list[str] | None, typer.Option(help="VOLUME=BITMAP: the dirty bitmap of an NBD volume.")
     ] = None,
     address: Address = DEFAULT_ADDRESS,
-    port: Port = 8443,
+    port: Port = EXPORT_PORT,
     ttl: Annotated[str, typer.Option(help="Lifetime; then 410, drain, exit 0.")] = "2h",
     grace: Grace = "60s",
     manifest: Annotated[Path | None, typer.Option(help="The VM manifest (YAML).")] = None,
@@ -198,7 +198,7 @@ def proxy_serve(
     cert_dir: CertDir,
     san: Sans = None,
     address: Address = DEFAULT_ADDRESS,
-    port: Port = 8443,
+    port: Port = EXPORT_PORT,
     tls_settings: TlsSettingsFile = None,
     header_timeout: HeaderTimeout = "10s",
     idle_timeout: IdleTimeout = "60s",

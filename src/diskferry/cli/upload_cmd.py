@@ -27,7 +27,7 @@ from diskferry.cli.server_options import (
     serve_logging,
     timing_fields,
 )
-from diskferry.serving import DEFAULT_ADDRESS
+from diskferry.serving import DEFAULT_ADDRESS, EXPORT_PORT
 
 _SEND = "send"
 
@@ -106,7 +106,7 @@ def upload_serve(
     size: Annotated[str | None, typer.Option(help="Grow the result to SIZE.")] = None,
     checksum: Annotated[str | None, typer.Option(help="ALGO:HEX of the uploaded stream.")] = None,
     address: Address = DEFAULT_ADDRESS,
-    port: Port = 8443,
+    port: Port = EXPORT_PORT,
     keep_serving: Annotated[
         bool, typer.Option("--keep-serving", help="After the upload, answer 409 until stopped.")
     ] = False,

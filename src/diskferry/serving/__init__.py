@@ -12,6 +12,7 @@ __all__, __getattr__, __dir__ = lazy_face(
         "defaults": (
             "DEFAULT_ADDRESS",
             "DEFAULT_PORT",
+            "EXPORT_PORT",
             "OPERATOR_HEALTH_PORT",
             "PROXY_PORT",
             "default_data_dir",

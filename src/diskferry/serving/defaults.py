@@ -1,5 +1,6 @@
-"""Where the daemon and the export proxy listen, and where the daemon keeps its state,
-unless told otherwise; light enough for the CLI to show them in its help."""
+"""Where the daemon, the export servers, the export proxy and the operator listen, and where the
+daemon keeps its state, unless told otherwise; light enough for the CLI to show them in its
+help. deploy/ names the same ports, and tests/deploy checks that it does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 DEFAULT_PORT = 7443
 DEFAULT_ADDRESS = "127.0.0.1"
 PROXY_PORT = 7444
+EXPORT_PORT = 8443
+"""Where an export server, an upload server and the export proxy listen when given no port, as
+KubeVirt's do in their Pods: the proxy's Service in deploy/ takes 443 to this port."""
 OPERATOR_HEALTH_PORT = 8081
 """Where `diskferry operator` answers its probes, GET /healthz and /readyz over plain HTTP (as
 controller-runtime's health probe address): the operator Deployment's probes name this port."""

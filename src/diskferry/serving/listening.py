@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from diskferry.serving.accesslog import AccessLogger
-from diskferry.serving.defaults import DEFAULT_ADDRESS
+from diskferry.serving.defaults import DEFAULT_ADDRESS, EXPORT_PORT
 from diskferry.serving.listener import Timeouts
 from diskferry.serving.run import ServeOptions
 from diskferry.worker.job import JobModel
@@ -17,7 +17,7 @@ class Listening(JobModel):
     cert_dir: str = Field(alias="certDir", description="tls.crt/tls.key, or a CA to issue from")
     sans: list[str] = Field(default_factory=list, description="default: localhost, 127.0.0.1, host")
     listen_address: str = Field(default=DEFAULT_ADDRESS, alias="listenAddress")
-    listen_port: int = Field(default=8443, ge=0, le=65535, alias="listenPort")
+    listen_port: int = Field(default=EXPORT_PORT, ge=0, le=65535, alias="listenPort")
     tls_settings: str | None = Field(default=None, alias="tlsSettings")
     header_timeout: float = Field(default=10.0, gt=0, alias="headerTimeout")
     idle_timeout: float = Field(default=60.0, gt=0, alias="idleTimeout")

@@ -14,7 +14,7 @@ import uvloop
 from aiohttp import web
 
 from diskferry.serving.accesslog import AccessLogger
-from diskferry.serving.defaults import DEFAULT_ADDRESS
+from diskferry.serving.defaults import DEFAULT_ADDRESS, EXPORT_PORT
 from diskferry.serving.listener import HttpsListener, Timeouts
 from diskferry.serving.tls import ServerTls
 
@@ -30,7 +30,7 @@ class ServeOptions:
     limits."""
 
     host: str = DEFAULT_ADDRESS
-    port: int = 8443
+    port: int = EXPORT_PORT
     sock: socket.socket | None = None
     unix_socket: str | None = None
     ttl: float | None = None
