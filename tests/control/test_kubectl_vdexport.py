@@ -138,3 +138,20 @@ spec:
     )
     failed = wait_phase(daemon, "vde/image", "Failed")
     assert "make a VirtualDisk from it" in completed(failed)["message"]
+
+
+def test_the_spec_is_fixed_once_made(daemon: Served) -> None:
+    apply_text(
+        daemon,
+        """\
+apiVersion: diskferry.io/v1alpha1
+kind: VirtualDataExport
+metadata: {name: fixed, namespace: default}
+spec:
+  targetRef: {kind: VirtualImage, name: some-image}
+""",
+    )
+    patch = '{"spec": {"idleTimeout": "1h"}}'
+    out = kubectl(daemon, "patch", "vde", "fixed", "--type=merge", "-p", patch, ok=False)
+    assert "field is immutable" in out
+    assert get_json(daemon, "vde/fixed")["spec"]["idleTimeout"] == "30m"

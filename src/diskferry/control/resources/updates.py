@@ -12,6 +12,7 @@ from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import parse_quantity
 from diskferry.control.resources.storageclass import StorageClass
+from diskferry.control.resources.vdexport import VirtualDataExport
 from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
@@ -24,6 +25,7 @@ IMMUTABLE = "field is immutable"
 STORAGE_CLASS_FIXED = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
 SIZE = "spec.persistentVolumeClaim.size"
 FIXED_SPEC = (
+    VirtualDataExport,
     VirtualDiskSnapshot,
     VirtualMachineExport,
     VirtualMachineBackup,
