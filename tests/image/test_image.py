@@ -1,13 +1,20 @@
-"""The image `make image` builds: its labels and entrypoint, its non-root user, and a worker in
-it converting a disk on a host folder with the Debian tools the image carries."""
+"""The image `make image` builds: its labels and entrypoint, its non-root user, a worker in it
+converting a disk on a host folder with the Debian tools the image carries, and the export
+proxy serving in it as deploy/ runs it."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import ssl
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
+import pytest
+import yaml
 from image_support import ENV, ROOT, podman
 
 import diskferry
@@ -69,3 +76,93 @@ def test_an_import_worker_in_the_image_converts_a_qcow2_on_a_host_folder(built, 
     assert result["target"] == "/data/disk.raw"
     assert images.same(data / "disk.raw", images.reference)
     assert os.stat(data / "disk.raw").st_uid == uid
+
+
+# the programs the workers run (qemu-img, qemu-nbd, qemu-storage-daemon) and what they run
+# them under or with (setpriv, cp --reflink)
+WORKER_PROGRAMS = ("qemu-img", "qemu-nbd", "qemu-storage-daemon", "setpriv", "cp")
+IMPORT_WORKERS = """
+import importlib, pkgutil, shutil, sys, diskferry
+workers = [m.name for m in pkgutil.walk_packages(diskferry.__path__, "diskferry.")
+           if m.name.endswith(".worker")]
+for name in workers:
+    importlib.import_module(name)
+print(" ".join(workers))
+print(" ".join(p for p in sys.argv[1:] if shutil.which(p) is None))
+"""
+
+
+def test_the_image_carries_every_worker_and_the_programs_they_run(built):
+    proc = podman(
+        *("run", "--rm", "--network", "host", *RESTRICTED, "--entrypoint", "python"),
+        *(built.name, "-c", IMPORT_WORKERS, *WORKER_PROGRAMS),
+    )
+    workers, missing = proc.stdout.split("\n")[:2]
+    engines = {"diskferry.importer.worker", "diskferry.export.worker", "diskferry.backup.worker"}
+    assert engines <= set(workers.split())
+    assert missing == ""
+
+
+def _proxy_container() -> dict:
+    """The export proxy's container as `kubectl kustomize deploy/` gives it, with its volumes."""
+    proc = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "deploy")], capture_output=True, text=True, check=True
+    )
+    [proxy] = [
+        doc
+        for doc in yaml.safe_load_all(proc.stdout)
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "diskferry-export-proxy"
+    ]
+    [container] = proxy["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _port_printed(name: str) -> int:
+    """The port the container `name` printed on its first stdout line (it was given port 0)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = podman("logs", name)
+        first = logs.stdout.split("\n", 1)[0]
+        if first.isdigit():
+            return int(first)
+        assert podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true", (
+            logs.stderr
+        )
+        time.sleep(0.2)
+    raise AssertionError(f"the proxy printed no port: {logs.stderr}")
+
+
+def test_the_export_proxy_serves_in_the_image_as_deploy_runs_it(built, tls, tmp_path):
+    container = _proxy_container()
+    uid, gid = map(int, _skopeo_config(built.archive)["User"].split(":"))
+    mounts = []
+    for mount in container["volumeMounts"]:
+        if mount["mountPath"] == "/tmp":
+            mounts += ["--tmpfs", "/tmp"]
+            continue
+        folder = tmp_path / mount["name"]
+        folder.mkdir()
+        mounts += ["--volume", f"{folder}:{mount['mountPath']}:ro"]
+    (tmp_path / "routes" / "routes.yaml").write_text("exports: []\n")
+    shutil.copyfile(tls.cert, tmp_path / "tls" / "tls.crt")
+    shutil.copyfile(tls.key, tmp_path / "tls" / "tls.key")
+    for path in tmp_path.rglob("*"):
+        os.chown(path, uid, gid)
+    # its own port on the host's network instead of 8443
+    args = ["--port=0" if arg.startswith("--port=") else arg for arg in container["args"]]
+    name = f"diskferry-proxy-{os.getpid()}"
+    podman(
+        *("run", "--detach", "--name", name, "--network", "host", *RESTRICTED, *mounts),
+        *(container["image"], *args),
+    )
+    try:
+        port = _port_printed(name)
+        context = ssl.create_default_context(cafile=str(tls.ca))
+        path = "/api/export.kubevirt.io/v1/namespaces/ns/virtualmachineexports/none/volumes/v"
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"https://127.0.0.1:{port}{path}/disk.img", context=context)
+        assert answer.value.code == 404
+    finally:
+        logs = podman("logs", name).stderr
+        podman("rm", "--force", name)
+    assert "Traceback" not in logs, logs
