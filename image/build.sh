@@ -23,7 +23,7 @@ venv=/opt/diskferry
 version=$("$python" -c 'import sys, tomllib
 print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$repo/pyproject.toml")
 # the tracked files as they are now: HEAD, or a commit of the uncommitted changes on top of it
-snapshot=$(git -C "$repo" stash create)
+snapshot=$(git -C "$repo" -c user.name=diskferry -c user.email=diskferry@localhost stash create)
 revision=$(git -C "$repo" rev-parse HEAD)${snapshot:+-dirty}
 source=${IMAGE_SOURCE:-$(git -C "$repo" remote get-url origin 2>/dev/null || echo "https://github.com/diskferry/diskferry")}
 created=$(git -C "$repo" log -1 --format=%cI HEAD)
