@@ -79,8 +79,8 @@ def test_an_import_worker_in_the_image_converts_a_qcow2_on_a_host_folder(built, 
 
 
 # the programs the workers run (qemu-img, qemu-nbd, qemu-storage-daemon) and what they run
-# them under or with (setpriv, cp --reflink)
-WORKER_PROGRAMS = ("qemu-img", "qemu-nbd", "qemu-storage-daemon", "setpriv", "cp")
+# them under or with (setpriv, prlimit, sh, cp --reflink)
+WORKER_PROGRAMS = ("qemu-img", "qemu-nbd", "qemu-storage-daemon", "setpriv", "prlimit", "sh", "cp")
 IMPORT_WORKERS = """
 import importlib, pkgutil, shutil, sys, diskferry
 workers = [m.name for m in pkgutil.walk_packages(diskferry.__path__, "diskferry.")
