@@ -12,7 +12,7 @@ from diskferry.backup.packs import pack_path
 from diskferry.backup.policy import to_forget
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
-from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id
+from diskferry.backup.snapshots import SnapshotInfo, lead_length, new_snapshot_id
 
 SIZE = 20_000
 
@@ -121,6 +121,25 @@ def test_missing_pack_is_found_without_read_data(three):
     assert name(c) not in report.affected
     with pytest.raises(CorruptObjectError, match="missing"):
         repo.read_chunk(shared)
+
+
+@pytest.mark.parametrize("damage", ["last byte cut", "pages cut", "bytes added"])
+def test_a_manifest_of_another_length_is_reported_and_the_check_goes_on(three, damage):
+    repo, _, a, _, _ = three
+    stored = repo.store.get(a.info.path)
+    changed = {
+        "last byte cut": stored[:-1],
+        "pages cut": stored[: lead_length(a.info.path, stored, table=True)],
+        "bytes added": stored + b"after the last page",
+    }[damage]
+    repo.store.put(a.info.path, changed)
+    report = check(repo)
+    assert [p.object for p in report.problems] == [a.info.path]
+    assert "pages" in report.problems[0].message
+    assert set(report.affected) == {name(a)}
+    assert report.snapshots == 3
+    with pytest.raises(CorruptObjectError, match=a.info.path):
+        list(repo.load_snapshot(a.info.path).entries())
 
 
 def test_forget_and_prune_keep_what_is_named(three):

@@ -250,13 +250,27 @@ class Repository:
             self.store.put_file(info.path, stored)
 
     def load_snapshot(self, path: str) -> Manifest:
-        """The manifest stored at `path`: its description and page table; entries on demand."""
-        return Manifest(
+        """The manifest stored at `path`: its description and page table; entries on demand.
+
+        CorruptObjectError, before any page is read, when its pages do not end where the
+        object does (a manifest cut short, or with bytes after it).
+        """
+        manifest = Manifest(
             path,
             self._read_lead(path, table=True),
             self.codec,
             lambda start, length: self.store.get_range(path, start, length),
         )
+        stored = self.store.head(path)
+        if stored is None:
+            raise ObjectNotFoundError(f"{self.url}: {path} does not exist")
+        if stored.size != manifest.stored_length:
+            raise CorruptObjectError(
+                f"{path} is malformed (its pages end at byte {manifest.stored_length}, the "
+                f"object at byte {stored.size})",
+                objects=(path,),
+            )
+        return manifest
 
     def load_snapshot_info(self, path: str) -> SnapshotInfo:
         """The description of the manifest at `path`, read from the start of the object."""

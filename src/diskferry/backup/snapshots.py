@@ -209,7 +209,8 @@ def decode_info(path: str, start: bytes, codec: Codec) -> SnapshotInfo:
 
 
 class Manifest:
-    """A stored manifest opened for reading: its description, and its entries a page at a time."""
+    """A stored manifest opened for reading: its description, and its entries a page at a time;
+    `stored_length` is where its last page ends, the length of the object it is stored as."""
 
     def __init__(
         self, path: str, lead: bytes, codec: Codec, read: Callable[[int, int], bytes]
@@ -219,9 +220,10 @@ class Manifest:
         self.info = decode_info(path, lead, codec)
         self._codec = codec
         self._read = read
-        self._pages = self._decode_table(lead)
+        self._pages, self.stored_length = self._decode_table(lead)
 
-    def _decode_table(self, lead: bytes) -> list[_Page]:
+    def _decode_table(self, lead: bytes) -> tuple[list[_Page], int]:
+        """The pages the table lists, and where the last one ends."""
         end = lead_length(self.path, lead, table=True)
         if len(lead) < end:
             raise CorruptObjectError(f"{self.path} is truncated", objects=(self.path,))
@@ -237,7 +239,7 @@ class Manifest:
             raise CorruptObjectError(
                 f"{self.path} is malformed ({e})", objects=(self.path,)
             ) from None
-        return pages
+        return pages, start
 
     @property
     def data_bytes(self) -> int:
