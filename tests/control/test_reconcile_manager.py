@@ -20,6 +20,7 @@ from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.manager import Manager, ObjectKey
 from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.source import StoreSource
 
 
 class Widgets:
@@ -72,7 +73,7 @@ def run(objects) -> Iterator:
 
     def start(reconciler: Widgets, **options) -> Manager:
         client = EmbeddedClient(objects, objects.registry)
-        manager = Manager(objects, client, [reconciler], **options)
+        manager = Manager(StoreSource(objects), client, [reconciler], **options)
         manager.start()
         managers.append(manager)
         return manager

@@ -1,18 +1,22 @@
-"""The embedded daemon's controllers: every reconciler and the manager over one data directory.
+"""The controllers: every reconciler and the manager over one data directory.
 
-`Controllers(data_dir, objects).start()` creates the default StorageClasses on a fresh store
+They reach the objects through an Access: the embedded store's (`Controllers(data_dir,
+objects)` with the daemon's ObjectService), or a cluster's API client (diskferry operator).
+`Controllers(...).start()` creates the default StorageClasses on a fresh store
 and the VirtualMachineClass `generic` when it is missing, re-attaches to the workers a previous
 daemon left running (their state is in DATA_DIR/jobs) and starts reconciling and keeping the
 export proxy; `stop()` stops both and leaves workers running. The reconcilers tell time by
-the store's clock, the one that stamps the objects they read.
+the access's clock (the store's, the one that stamps the objects they read).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diskferry.control.clock import Clock
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.kinds import KindInfo
@@ -45,9 +49,25 @@ from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconcile
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.runner.base import LOG_LINES
 from diskferry.control.runner.local import LocalRunner
-from diskferry.control.runtime.client import EmbeddedClient
+from diskferry.control.runtime.client import Client, EmbeddedClient
 from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager
 from diskferry.control.runtime.reconciler import Reconciler
+from diskferry.control.runtime.source import Source, StoreSource
+
+
+@dataclass(frozen=True)
+class Access:
+    """How the controllers reach the objects: a client to read and write them, a source that
+    lists them and follows their changes, and the clock their times are told by."""
+
+    client: Client
+    source: Source
+    clock: Clock
+
+
+def embedded(objects: ObjectService) -> Access:
+    """The embedded store's access: its client, its watch, its clock."""
+    return Access(EmbeddedClient(objects, objects.registry), StoreSource(objects), objects.clock)
 
 
 class Controllers:
@@ -57,7 +77,7 @@ class Controllers:
     def __init__(
         self,
         data_dir: Path,
-        objects: ObjectService,
+        objects: ObjectService | Access,
         *,
         extra: Sequence[Reconciler] = (),
         workers: int = 4,
@@ -65,7 +85,9 @@ class Controllers:
         proxy_port: int = PROXY_PORT,
         certs: ServerCerts | None = None,
     ) -> None:
-        self.client = EmbeddedClient(objects, objects.registry)
+        access = objects if isinstance(objects, Access) else embedded(objects)
+        clock = access.clock
+        self.client = access.client
         self.runner = LocalRunner(data_dir)
         self.volumes = DirectoryVolumes(data_dir)
         self.store = LayoutImageStore(data_dir)
@@ -80,16 +102,14 @@ class Controllers:
             | VirtualMachineExportReconciler
             | VirtualMachineBackupReconciler
         ]
-        exports = VirtualMachineExportReconciler(
-            *parts, self.store, self.certs, self.proxy, objects.clock
-        )
+        exports = VirtualMachineExportReconciler(*parts, self.store, self.certs, self.proxy, clock)
         owners = [
             VirtualDiskReconciler(*parts, self.store, self.certs, self.proxy),
             VirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),
             ClusterVirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),
             VirtualDiskSnapshotReconciler(*parts),
             exports,
-            VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, objects.clock),
+            VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, clock),
         ]
         self.scheduler = Scheduler()
         movers = [
@@ -98,22 +118,22 @@ class Controllers:
         ]
         self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
         machines = VirtualMachineReconciler(
-            self.client, self.volumes, self.store, self.machines, objects.clock
+            self.client, self.volumes, self.store, self.machines, clock
         )
         self.reconcilers: list[Reconciler] = [
             *owners,
             machines,
             VirtualMachineClassReconciler(self.client),
-            VirtualDataExportReconciler(self.client, self.runner, exports.job_id, objects.clock),
+            VirtualDataExportReconciler(self.client, self.runner, exports.job_id, clock),
             *movers,
             BackupStorageLocationReconciler(self.client),
-            BackupReconciler(self.client, objects.clock),
-            RestoreReconciler(self.client, objects.clock, self.machines),
-            ScheduleReconciler(self.client, objects.clock),
+            BackupReconciler(self.client, clock),
+            RestoreReconciler(self.client, clock, self.machines),
+            ScheduleReconciler(self.client, clock),
             *extra,
         ]
         self.manager = Manager(
-            objects,
+            access.source,
             self.client,
             self.reconcilers,
             workers=workers,

@@ -1,17 +1,19 @@
-"""The manager: feeds reconcilers from one watch of the store, with a resync, and retries errors.
+"""The manager: feeds reconcilers from a Source's listing and changes, with a resync, and
+retries errors.
 
-One watch follows every kind. An object queues itself (when its kind has a reconciler) when
-it is new or deleted, or its generation, labels, annotations, finalizers or deletionTimestamp
-changed: a write of its status alone does not (as controller-runtime's
-GenerationChangedPredicate has it), so a reconcile that writes status does not call itself
-again. Any change of an object queues each owner its ownerReferences name (when theirs has a
-reconciler), so that a parent hears of its children, and each object `related` maps it to,
-before and after the change (a VM queues the disks it named and those it names now). Every
-`resync` seconds every object of a reconciled kind is queued again, and Events older than an
-hour are deleted. Worker threads take keys from one WorkQueue, so no key is reconciled twice
-at once; an error is retried with backoff and shown on the object as the condition
-`Reconciled` (False, reason ReconcileError) and a Warning Event; the next success sets it
-True.
+The source (the embedded store, or a cluster's API) lists the reconciled kinds and follows
+their changes. An object queues itself (when its kind has a reconciler) when it is new or
+deleted, or its generation, labels, annotations, finalizers or deletionTimestamp changed: a
+write of its status alone does not (as controller-runtime's GenerationChangedPredicate has
+it), so a reconcile that writes status does not call itself again. Any change of an object
+queues each owner its ownerReferences name (when theirs has a reconciler), so that a parent
+hears of its children, and each object `related` maps it to, before and after the change (a
+VM queues the disks it named and those it names now). Every `resync` seconds every object of a
+reconciled kind is queued again, and Events older than an hour are deleted where the source
+keeps them. Worker threads take keys from one WorkQueue, so no key is reconciled twice at
+once; an error is retried with backoff and shown on the object as the condition `Reconciled`
+(False, reason ReconcileError) and a Warning Event; the next success sets it True. Changes the
+source lost (GoneError) make it list again.
 `stop` ends the watch, lets the reconciles under way finish, and returns.
 """
 
@@ -23,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diskferry.control.errors import ConflictError, GoneError
 from diskferry.control.kinds import KindInfo
@@ -32,10 +34,8 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import find, set_condition
 from diskferry.control.runtime.queue import WorkQueue
 from diskferry.control.runtime.reconciler import Reconciler, Result
+from diskferry.control.runtime.source import Source
 from diskferry.disk.errors import DiskferryError
-
-if TYPE_CHECKING:
-    from diskferry.control.objects import ObjectService
 
 log = logging.getLogger("diskferry.control")
 RECONCILED = "Reconciled"
@@ -77,11 +77,11 @@ def error_message(error: BaseException) -> str:
 
 
 class Manager:
-    """Runs `reconcilers` against the store behind `objects`, through `client`."""
+    """Runs `reconcilers` on the objects `source` lists and follows, through `client`."""
 
     def __init__(
         self,
-        objects: ObjectService,
+        source: Source,
         client: Client,
         reconcilers: Sequence[Reconciler],
         *,
@@ -89,7 +89,7 @@ class Manager:
         resync: float = RESYNC_SECONDS,
         related: Mapping[str, Related] | None = None,
     ) -> None:
-        self.objects = objects
+        self.source = source
         self.client = client
         self.reconcilers = {r.info.kind: r for r in reconcilers}
         self.related = dict(related or {})
@@ -158,31 +158,33 @@ class Manager:
         reconciler = self.reconcilers.get(kind)
         return None if reconciler is None else reconciler.info
 
-    def _list_all(self) -> str:
-        """Queue every object of a reconciled kind, and what every object of a related kind
-        bears on; the resourceVersion to watch from."""
-        version = self.objects.resource_version()
-        self._seen, self._bearing = {}, {}
+    def _kinds(self) -> list[KindInfo]:
+        """The reconciled kinds and the related ones."""
         kinds = {kind: reconciler.info for kind, reconciler in self.reconcilers.items()}
         for kind in self.related.keys() - kinds.keys():
-            kinds[kind] = self.objects.registry.by_kind(kind)
-        for info in kinds.values():
-            for obj in self.objects.list(info, None).items:
-                self._enqueue_object(obj)
-        return version
+            kinds[kind] = self.source.registry.by_kind(kind)
+        return list(kinds.values())
+
+    def _queue_all(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Queue each of `objects` (every object of a reconciled or related kind), and what
+        each of a related kind bears on."""
+        self._seen, self._bearing = {}, {}
+        for obj in objects:
+            self._enqueue_object(obj)
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             try:
                 self._follow()
-            except Exception as e:  # the store failed: list and watch again shortly
-                log.error("watch of the store failed: %s", error_message(e))
+            except Exception as e:  # the source failed: list and follow again shortly
+                log.error("following the objects failed: %s", error_message(e))
                 self._stop.wait(1.0)
 
     def _follow(self) -> None:
-        version = self._list_all()
+        listing = self.source.follow(self._kinds())
+        self._queue_all(listing.objects)
         resynced = time.monotonic()
-        watch = self.objects.watch(None, None, resource_version=version)
+        watch = listing.changes
         try:
             while not self._stop.is_set():
                 try:
@@ -193,8 +195,8 @@ class Manager:
                     if event.type != "BOOKMARK":
                         self._enqueue_object(event.object, event.type)
                 if time.monotonic() - resynced >= self.resync:
-                    self._list_all()
-                    self.objects.expire_events()
+                    self._queue_all(obj for info in self._kinds() for obj in self.source.list(info))
+                    self.source.expire_events()
                     resynced = time.monotonic()
         finally:
             watch.close()
