@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import hashlib
 import json
 import secrets
 import uuid
@@ -29,7 +28,7 @@ from diskferry.control.errors import (
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import GROUP, Resource
 from diskferry.control.resources import noeffect
-from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret
+from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret, new_event
 from diskferry.control.resources.updates import check_update
 from diskferry.control.store import apply as applies
 from diskferry.control.store import patch as patches
@@ -737,42 +736,16 @@ class ObjectService:
         self, involved: Obj, type_: str, reason: str, message: str, component: str
     ) -> Obj:
         """Record an Event about `involved` in its namespace; the same one again bumps its count."""
-        meta = involved.get("metadata") or {}
-        namespace = meta.get("namespace") or DEFAULT_NAMESPACE
-        uid = meta.get("uid") or ""
-        digest = hashlib.sha256(
-            "\0".join((uid, type_, reason, message, component)).encode()
-        ).hexdigest()[:16]
-        name = f"{meta.get('name', '')[:200]}.{digest}"
-        now = self.clock.stamp()
-        reference = {
-            "apiVersion": involved.get("apiVersion"),
-            "kind": involved.get("kind"),
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        }
+        body = new_event(involved, type_, reason, message, component, self.clock.stamp())
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         with self._writing(dry_run=False) as tx:
             existing = tx.get(kind_key(EVENTS), namespace, name)
             if existing is None:
-                body = {
-                    "metadata": {"name": name, "namespace": namespace},
-                    "involvedObject": {k: v for k, v in reference.items() if v is not None},
-                    "type": type_,
-                    "reason": reason,
-                    "message": message,
-                    "count": 1,
-                    "firstTimestamp": now,
-                    "lastTimestamp": now,
-                    "source": {"component": component},
-                    "reportingComponent": component,
-                }
                 return self._insert(tx, EVENTS, namespace, typed_body(EVENTS, body))[0]
             bumped = copy.deepcopy(existing)
             bumped["count"] = int(existing.get("count") or 1) + 1
-            bumped["lastTimestamp"] = now
-            bumped["involvedObject"] = {k: v for k, v in reference.items() if v is not None}
+            bumped["lastTimestamp"] = body["lastTimestamp"]
+            bumped["involvedObject"] = body["involvedObject"]
             return tx.write(kind_key(EVENTS), bumped, "MODIFIED")
 
     def expire_events(self, ttl: float = EVENT_TTL) -> int:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -151,6 +152,49 @@ class Event(Resource):
         default=None, alias="reportingInstance", description="The instance that wrote it."
     )
     action: str | None = Field(default=None, description="What was done, or failed.")
+
+
+def event_reference(involved: dict[str, Any]) -> dict[str, Any]:
+    """The involvedObject of an Event about `involved` (an object's API values)."""
+    meta = involved.get("metadata") or {}
+    reference = {
+        "apiVersion": involved.get("apiVersion"),
+        "kind": involved.get("kind"),
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    return {key: value for key, value in reference.items() if value is not None}
+
+
+def new_event(
+    involved: dict[str, Any], type_: str, reason: str, message: str, component: str, now: str
+) -> dict[str, Any]:
+    """A first Event about `involved`, in its namespace (`default` for a cluster-scoped one),
+    named after it and a digest of what happened and who says so: the same again is found by
+    that name, and its count bumped."""
+    meta = involved.get("metadata") or {}
+    digest = hashlib.sha256(
+        "\0".join((meta.get("uid") or "", type_, reason, message, component)).encode()
+    ).hexdigest()[:16]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{meta.get('name', '')[:200]}.{digest}",
+            "namespace": meta.get("namespace") or "default",
+        },
+        "involvedObject": event_reference(involved),
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": component},
+        "reportingComponent": component,
+    }
 
 
 NAMESPACES = KindInfo(

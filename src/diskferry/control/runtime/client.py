@@ -52,6 +52,14 @@ class Client(Protocol):
         ...
 
 
+def kind_of(registry: Registry, model: type[Resource]) -> KindInfo:
+    """The kind `registry` serves with `model`."""
+    for info in registry.kinds:
+        if info.model is model:
+            return info
+    raise NotFoundError(f"no kind is served with the model {model.__name__}")
+
+
 def selector(labels: dict[str, str] | None) -> str | None:
     """`labels` as an equality label selector, None when there are none."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) if labels else None
@@ -69,10 +77,7 @@ class EmbeddedClient:
 
     def info(self, model: type[Resource]) -> KindInfo:
         """The kind served with `model`."""
-        for info in self.registry.kinds:
-            if info.model is model:
-                return info
-        raise NotFoundError(f"no kind is served with the model {model.__name__}")
+        return kind_of(self.registry, model)
 
     def get(self, model: type[M], namespace: str | None, name: str) -> M | None:
         """The object, None when there is none."""

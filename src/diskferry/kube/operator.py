@@ -1,0 +1,126 @@
+"""The operator: the controllers of `diskferry serve` over a cluster's API, run only by the
+instance that holds the Lease, with its probes on a port of their own.
+
+Every instance answers the probes and tries for the Lease; the one that takes it reconciles
+(every diskferry.io kind, through KubeClient and ClusterSource) until it is stopped, when it
+releases the Lease, or until it loses it, when it stops reconciling before another may take
+over. Until workers run as Pods, the controllers' workers run on the leader's host as its child
+processes (the local runner), their volumes and state under its data directory: instances that
+may lead share that directory, and a new leader re-attaches to the workers the last one left.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diskferry.control.clock import Clock
+from diskferry.control.controllers import Access, Controllers
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.core import SECRETS
+from diskferry.control.runner.stop import serving
+from diskferry.kube.api import KubeApi
+from diskferry.kube.client import KubeClient
+from diskferry.kube.health import Health
+from diskferry.kube.lease import LeaderElector, LeaseTimes
+from diskferry.kube.source import WATCH_SECONDS, ClusterSource
+from diskferry.serving.defaults import OPERATOR_HEALTH_PORT, PROXY_PORT
+
+log = logging.getLogger("diskferry.kube")
+LEASE_NAME = "diskferry-operator"
+NAMESPACE = "diskferry-system"
+STOP_SECONDS = 30  # for the reconciles under way when the operator is stopped
+OWNED = (SECRETS,)  # kinds whose objects the reconciled kinds own: their changes are followed
+
+
+def default_identity() -> str:
+    """This instance's name in the Lease: its host's (a Pod's name) and a unique suffix, as
+    client-go names a candidate."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What an operator instance is told: where its workers keep their state, its Lease, its
+    name in it, its probes' address, the export proxy's port, and its watches' length."""
+
+    data_dir: Path
+    namespace: str = NAMESPACE
+    identity: str = field(default_factory=default_identity)
+    lease_name: str = LEASE_NAME
+    times: LeaseTimes = field(default_factory=LeaseTimes)
+    health_address: str = "0.0.0.0"
+    health_port: int = OPERATOR_HEALTH_PORT
+    proxy_port: int = PROXY_PORT
+    workers: int = 4
+    watch_seconds: int = WATCH_SECONDS
+
+
+class Operator:
+    """One instance: its probes, its candidacy, and the controllers while it leads."""
+
+    def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
+        self.settings = settings
+        self.client = KubeClient(api, REGISTRY, instance=settings.identity)
+        self.source = ClusterSource(api, REGISTRY, also=OWNED, watch_seconds=settings.watch_seconds)
+        self.elector = LeaderElector(
+            api, settings.namespace, settings.lease_name, settings.identity, settings.times
+        )
+        self.health = Health(
+            settings.health_address, settings.health_port, self._alive, self._ready
+        )
+
+    def _alive(self) -> str | None:
+        """The process answers: it is alive (it exits when it cannot go on)."""
+        return None
+
+    def _ready(self) -> str | None:
+        """Ready while the cluster's API answered the Lease's last tries."""
+        answered = self.elector.answered
+        if answered is None:
+            return "the cluster's API has not answered yet"
+        silent = time.monotonic() - answered
+        if silent > self.settings.times.duration:
+            return f"the cluster's API has not answered for {silent:.0f} s"
+        return None
+
+    def run(self, stop: threading.Event) -> bool:
+        """Answer the probes, wait for the Lease and reconcile while it is held, until `stop`
+        is set (True) or the Lease is lost (False: reconciling has stopped)."""
+        self.health.start()
+        try:
+            if not self.elector.acquire(stop):
+                return True
+            return self._lead(stop)
+        finally:
+            self.health.stop()
+
+    def _lead(self, stop: threading.Event) -> bool:
+        settings = self.settings
+        log.info(
+            "holding the lease %s/%s as %s: reconciling",
+            settings.namespace,
+            settings.lease_name,
+            settings.identity,
+        )
+        with serving(settings.data_dir):
+            access = Access(self.client, self.source, Clock())
+            controllers = Controllers(
+                settings.data_dir, access, workers=settings.workers, proxy_port=settings.proxy_port
+            )
+            held = False
+            try:
+                controllers.start()
+                held = self.elector.hold(stop)
+            finally:
+                # a holder that lost the Lease stops before anybody else may take it
+                margin = settings.times.duration - settings.times.renew_deadline
+                controllers.stop(STOP_SECONDS if held else margin)
+        if held:
+            self.elector.release()
+        return held

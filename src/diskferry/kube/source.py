@@ -1,0 +1,143 @@
+"""The manager's Source over a cluster's API: each kind listed, then watched from its listing's
+resourceVersion, as client-go's reflector does.
+
+Each kind's watch runs in a thread of its own and asks for `watch_seconds` at a time; when a
+request ends it asks again from the last resourceVersion it saw (a bookmark's too), so that
+nothing is missed and nothing is read twice. A watch the API answers 410 Gone (the change it
+would resume from is no longer kept) ends the changes with GoneError, and the manager lists
+again; one whose connection keeps failing through the backoff's attempts ends them with that
+error, and the manager lists again a moment later.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from diskferry.control.errors import GoneError
+from diskferry.control.kinds import KindInfo, Registry
+from diskferry.control.runtime.source import Listing
+from diskferry.disk.errors import DiskferryError
+from diskferry.kube.api import KubeApi
+
+log = logging.getLogger("diskferry.kube")
+WATCH_SECONDS = 300  # each watch request's length; client-go's reflector asks for 5 to 10 min
+BATCH = 500  # changes handed to the manager at once
+
+
+@dataclass(frozen=True)
+class KubeChange:
+    """One event of a watch: its type and the object."""
+
+    type: str
+    object: dict[str, Any]
+
+
+class KindWatches:
+    """The changes of each kind from its own resourceVersion, merged as they come."""
+
+    def __init__(self, api: KubeApi, starts: Sequence[tuple[KindInfo, str]], seconds: int) -> None:
+        self.api = api
+        self.seconds = seconds
+        self._changes: queue.Queue[KubeChange | DiskferryError] = queue.Queue()
+        self._stop = threading.Event()
+        for info, version in starts:
+            threading.Thread(
+                target=self._follow, args=(info, version), name=f"watch-{info.plural}", daemon=True
+            ).start()
+
+    def _follow(self, info: KindInfo, version: str) -> None:
+        """Watch the kind from `version` until closed, each request resumed where the last one
+        ended; the error that ends it goes into the queue."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                for event in self.api.watch(info.api_version, info.kind, version, self.seconds):
+                    if self._stop.is_set():
+                        return
+                    failures = 0
+                    obj = event["object"]
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if event["type"] != "BOOKMARK":
+                        self._changes.put(KubeChange(event["type"], obj))
+            except GoneError as error:
+                log.info("the watch of %s expired (%s): listing again", info.plural, error.message)
+                self._changes.put(error)
+                return
+            except DiskferryError as error:
+                failures += 1
+                if failures >= self.api.backoff.attempts:
+                    self._changes.put(error)
+                    return
+                delay = self.api.backoff.delay(failures)
+                log.warning(
+                    "the watch of %s failed: %s; again in %.1f s", info.plural, error, delay
+                )
+                self._stop.wait(delay)
+
+    def next(self, timeout: float) -> list[KubeChange]:
+        """The changes that came within `timeout` seconds; the error that ended a kind's watch
+        (GoneError when its changes were lost)."""
+        try:
+            first = self._changes.get(timeout=timeout)
+        except queue.Empty:
+            return []
+        taken: list[KubeChange] = []
+        item: KubeChange | DiskferryError = first
+        while True:
+            if isinstance(item, DiskferryError):
+                raise item
+            taken.append(item)
+            if len(taken) >= BATCH:
+                return taken
+            try:
+                item = self._changes.get_nowait()
+            except queue.Empty:
+                return taken
+
+    def close(self) -> None:
+        """Stop every watch (each ends at its next event, or when its request ends)."""
+        self._stop.set()
+
+
+class ClusterSource:
+    """Lists and watches the registry's kinds in a cluster; also follows the changes of `also`
+    (kinds whose objects a reconciled kind owns, such as Secrets)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        registry: Registry,
+        *,
+        also: Sequence[KindInfo] = (),
+        watch_seconds: int = WATCH_SECONDS,
+    ) -> None:
+        self.api = api
+        self.registry = registry
+        self.also = tuple(also)
+        self.watch_seconds = watch_seconds
+
+    def list(self, info: KindInfo) -> list[dict[str, Any]]:
+        """Every object of the kind, in every namespace."""
+        items, _ = self.api.list(info.api_version, info.kind)
+        return items
+
+    def follow(self, kinds: Sequence[KindInfo]) -> Listing:
+        """Every object of `kinds` now, and the changes of them and of `also` from then on."""
+        objects: list[dict[str, Any]] = []
+        starts: list[tuple[KindInfo, str]] = []
+        for info in kinds:
+            items, version = self.api.list(info.api_version, info.kind)
+            objects += items
+            starts.append((info, version))
+        for info in self.also:
+            if info not in kinds:
+                starts.append((info, self.api.version(info.api_version, info.kind)))
+        return Listing(objects, KindWatches(self.api, starts, self.watch_seconds))
+
+    def expire_events(self) -> None:
+        """Nothing: the cluster's API server expires Events itself."""

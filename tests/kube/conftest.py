@@ -1,0 +1,32 @@
+"""The kube tests run against the stand-in cluster (tests/standin.py), one for each module."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "operator"))
+
+from standin_support import StandIn, start_standin
+
+from diskferry.kube.api import KubeApi
+from diskferry.kube.config import api_client
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
+    """A stand-in cluster for the module's tests."""
+    base = tmp_path_factory.mktemp("standin")
+    started = start_standin(base / "data", base / "standin.log")
+    yield started
+    assert started.stop() == 0
+
+
+@pytest.fixture
+def api(standin: StandIn, tmp_path: Path) -> KubeApi:
+    """The stand-in's API through the kubernetes client, as the operator reaches it."""
+    return KubeApi(api_client(standin.kubeconfig), discovery_cache=tmp_path / "discovery.json")

@@ -1,0 +1,44 @@
+"""How the operator finds its cluster: a kubeconfig it is given, else in a Pod the service
+account Kubernetes mounts, else KUBECONFIG."""
+
+from __future__ import annotations
+
+import pytest
+from standin_support import StandIn
+
+from diskferry.kube.config import api_client
+from diskferry.kube.errors import ClusterConfigError
+from diskferry.kube.operator import default_identity
+
+POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
+
+def test_in_a_pod_the_service_account_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in POD.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ClusterConfigError, match="service account"):
+        api_client()  # no token is mounted here: the Pod's way is the one tried
+
+
+def test_a_kubeconfig_given_wins_in_a_pod_too(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in POD.items():
+        monkeypatch.setenv(name, value)
+    server = standin.kubeconfig.read_text().split("server: ")[1].split()[0]
+    assert api_client(standin.kubeconfig).configuration.host == server
+
+
+def test_outside_a_pod_kubeconfig_names_the_cluster(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in POD:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(standin.kubeconfig))
+    client = api_client()
+    assert client.configuration.host.startswith("https://127.0.0.1:")
+    assert client.user_agent.startswith("diskferry-operator/")
+
+
+def test_each_instance_has_a_name_of_its_own() -> None:
+    assert default_identity() != default_identity()

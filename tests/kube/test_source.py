@@ -1,0 +1,104 @@
+"""ClusterSource, the manager's Source over a cluster's API, against the stand-in cluster: the
+listing, each kind's changes after it, and a watch that fell behind the changes the API keeps
+(410 Gone) ending the changes so that the manager lists again."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from standin_support import StandIn, start_standin
+
+from diskferry.control.errors import GoneError
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.core import SECRETS
+from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
+from diskferry.control.runtime.source import Changes
+from diskferry.kube.api import KubeApi
+from diskferry.kube.config import api_client
+from diskferry.kube.source import ClusterSource
+
+WAIT_SECONDS = 30
+KEEP_CHANGES = 64  # the fewest the stand-in may keep: a watch 64 changes behind is gone
+
+
+def disk(name: str) -> dict:
+    return {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "VirtualDisk",
+        "metadata": {"name": name},
+        "spec": {"persistentVolumeClaim": {"size": "64Mi"}},
+    }
+
+
+def changes_until(changes: Changes, name: str, kind: str = "VirtualDisk") -> list[str]:
+    """The types of the changes seen until one of the object `kind` `name`, ending with it."""
+    seen: list[str] = []
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        for change in changes.next(0.5):
+            obj = change.object
+            if obj["kind"] == kind and obj["metadata"]["name"] == name:
+                seen.append(change.type)
+                return seen
+    raise AssertionError(f"no change of {kind} {name} in {WAIT_SECONDS} s")
+
+
+def test_the_listing_and_every_change_after_it(api: KubeApi) -> None:
+    api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("listed"))
+    source = ClusterSource(api, REGISTRY, also=(SECRETS,))
+    listing = source.follow([VIRTUAL_DISKS])
+    try:
+        assert [o["metadata"]["name"] for o in listing.objects] == ["listed"]
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("later"))
+        assert changes_until(listing.changes, "later") == ["ADDED"]
+        status = {"status": {"phase": "Ready"}}
+        api.patch(
+            "diskferry.io/v1alpha1", "VirtualDisk", "default", "later", status, subresource="status"
+        )
+        assert changes_until(listing.changes, "later") == ["MODIFIED"]
+        api.delete("diskferry.io/v1alpha1", "VirtualDisk", "default", "later")
+        assert changes_until(listing.changes, "later") == ["DELETED"]
+        api.create("v1", "Secret", "default", {"metadata": {"name": "owned"}})
+        assert changes_until(listing.changes, "owned", "Secret") == ["ADDED"]
+    finally:
+        listing.changes.close()
+
+
+@pytest.fixture(scope="module")
+def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
+    """A stand-in that keeps few changes, as an etcd compacted often."""
+    base = tmp_path_factory.mktemp("compacting")
+    started = start_standin(
+        base / "data", base / "standin.log", "--keep-changes", str(KEEP_CHANGES)
+    )
+    yield started
+    assert started.stop() == 0
+
+
+def test_a_watch_too_far_behind_ends_with_gone_and_a_new_listing_goes_on(
+    compacting: StandIn, tmp_path: Path
+) -> None:
+    api = KubeApi(api_client(compacting.kubeconfig), discovery_cache=tmp_path / "discovery")
+    source = ClusterSource(api, REGISTRY, watch_seconds=1)
+    listing = source.follow([VIRTUAL_DISKS])
+    api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("before"))
+    assert changes_until(listing.changes, "before") == ["ADDED"]
+    # changes the disks' watch does not see, until those after its last one are no longer kept:
+    # when its request ends, it asks again from a resourceVersion the API answers 410 Gone
+    for n in range(3 * KEEP_CHANGES):
+        api.create("v1", "Secret", "default", {"metadata": {"name": f"churn-{n}"}})
+    deadline = time.monotonic() + WAIT_SECONDS
+    with pytest.raises(GoneError):
+        while time.monotonic() < deadline:
+            listing.changes.next(0.5)
+    listing.changes.close()
+    again = source.follow([VIRTUAL_DISKS])
+    try:
+        assert [o["metadata"]["name"] for o in again.objects] == ["before"]
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("after"))
+        assert changes_until(again.changes, "after") == ["ADDED"]
+    finally:
+        again.changes.close()
