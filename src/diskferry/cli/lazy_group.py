@@ -22,6 +22,7 @@ COMMAND_MODULES: dict[str, str] = {
     "backup": "backup_cmd",
     "restore": "backup_cmd",
     "serve": "serve_cmd",
+    "operator": "operator_cmd",
     "crds": "crd_cmd",
     "apply": "resource_cmd",
     "get": "resource_cmd",

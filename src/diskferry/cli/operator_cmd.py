@@ -1,0 +1,125 @@
+"""`diskferry operator`: the reconcilers of `diskferry serve` against a Kubernetes cluster's API,
+with leader election on a Lease and probes on a port of their own."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from diskferry.disk import DiskferryError
+from diskferry.serving import OPERATOR_HEALTH_PORT, PROXY_PORT, default_data_dir
+
+NAMESPACE = "diskferry-system"
+
+
+class LeaseLostError(DiskferryError):
+    """The operator lost its Lease and stopped reconciling: run it again to stand again."""
+
+
+def operator(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="The cluster to reconcile, by its current context (default: in a Pod, the "
+            "service account's; else KUBECONFIG or ~/.kube/config).",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            help=f"Where the operator's Lease is (default: the Pod's namespace, else {NAMESPACE})."
+            " Resources are reconciled in every namespace.",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Where the workers keep their state and volumes, on this host "
+            "(default /var/lib/diskferry as root, ./diskferry-data otherwise).",
+        ),
+    ] = None,
+    identity: Annotated[
+        str | None,
+        typer.Option("--identity", help="This instance's name in the Lease (default: host_uuid)."),
+    ] = None,
+    health_address: Annotated[
+        str, typer.Option("--health-address", help="Address the probes are answered on.")
+    ] = "0.0.0.0",
+    health_port: Annotated[
+        int, typer.Option("--health-port", help="Port of GET /healthz and /readyz.")
+    ] = OPERATOR_HEALTH_PORT,
+    proxy_port: Annotated[
+        int, typer.Option("--proxy-port", help="HTTPS port of the export proxy.")
+    ] = PROXY_PORT,
+    lease_duration: Annotated[
+        float,
+        typer.Option("--lease-duration", help="Seconds a Lease not renewed is held."),
+    ] = 15.0,
+    renew_deadline: Annotated[
+        float,
+        typer.Option(
+            "--renew-deadline", help="Seconds the leader tries to renew before it gives up."
+        ),
+    ] = 10.0,
+    retry_period: Annotated[
+        float, typer.Option("--retry-period", help="Seconds between tries for the Lease.")
+    ] = 2.0,
+    watch_seconds: Annotated[
+        int,
+        typer.Option("--watch-seconds", help="Seconds each watch request lasts before another."),
+    ] = 300,
+) -> None:
+    """Run the reconcilers of `diskferry serve` against a cluster's API, until SIGTERM.
+
+    Of the operators that share the Lease, one reconciles every diskferry.io resource; the
+    others wait, and one takes over within the lease's duration when the leader is gone. A
+    leader that loses the Lease stops reconciling and exits 1. The probes answer on every
+    instance: /healthz while it runs, /readyz while the cluster's API answers.
+
+    Workers do not run as Pods yet: the leader runs them on its own host as child processes
+    (the local runner), their volumes and state under --data-dir, as `diskferry serve` does.
+    Every instance that may lead needs that same directory, where a new leader re-attaches to
+    the workers the last one left running."""
+    from diskferry.cli.cancel import signals_set
+    from diskferry.control.daemon import prepare_data_dir
+    from diskferry.kube.api import KubeApi
+    from diskferry.kube.config import api_client, own_namespace
+    from diskferry.kube.lease import LeaseTimes
+    from diskferry.kube.operator import Operator, OperatorSettings, default_identity
+
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    times = LeaseTimes(lease_duration, renew_deadline, retry_period)
+    directory = prepare_data_dir(data_dir or default_data_dir())
+    settings = OperatorSettings(
+        data_dir=directory,
+        namespace=namespace or own_namespace(NAMESPACE),
+        identity=identity or default_identity(),
+        times=times,
+        health_address=health_address,
+        health_port=health_port,
+        proxy_port=proxy_port,
+        watch_seconds=watch_seconds,
+    )
+    api = KubeApi(api_client(kubeconfig), discovery_cache=directory / "discovery.json")
+    stop = threading.Event()
+    with signals_set(stop):
+        held = Operator(api, settings).run(stop)
+    if not held:
+        raise LeaseLostError(
+            f"lost the lease {settings.namespace}/{settings.lease_name}: stopped reconciling"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `operator` to the CLI."""
+    app.command("operator")(operator)
