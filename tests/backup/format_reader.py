@@ -221,7 +221,7 @@ class Repository:
         self.keys = self._unlock(password)
         if not hmac.compare_digest(mac, config_mac(self.keys, fields)):
             raise FormatError("the config does not match its MAC")
-        self._zstd = zstandard.ZstdDecompressor()
+        self.payloads = {"stored": 0, "zstd": 0}  # what the payloads opened were
         self.index: dict[bytes, Located] = {}
         self.index_objects = 0
 
@@ -275,7 +275,9 @@ class Repository:
                 payload = AESGCM(self.keys.data).decrypt(blob[:NONCE_SIZE], blob[NONCE_SIZE:], ad)
             except InvalidTag:
                 raise FormatError(f"{ad!r} does not authenticate") from None
-        return unpack(payload)
+        plain = unpack(payload)
+        self.payloads["stored" if payload[0] == STORED else "zstd"] += 1
+        return plain
 
     def open_json(self, name: str) -> dict[str, Any]:
         """A sealed JSON object stored under `name`."""
@@ -450,6 +452,7 @@ def read_all(root: Path, password: str | None, out: Path) -> dict[str, Any]:
         "chunks": len(repo.index),
         "packs": len({where.pack for where in repo.index.values()}),
         "indexObjects": repo.index_objects,
+        "payloads": repo.payloads,
         "members": {kind: sorted(names) for kind, names in repo.members.items()},
     }
 
