@@ -12,6 +12,7 @@ import pytest
 from control_support import stop_workers_under, wait_until
 from datamover_support import PASSWORD, MoverDaemon, repository_held
 
+from diskferry.backup import BackupResult
 from diskferry.backup.repository import Repository
 from diskferry.control.model import API_VERSION
 from diskferry.control.reconcilers.datamover import MoverFailure
@@ -196,19 +197,26 @@ def test_a_full_backup_that_read_nothing_from_a_disk_with_data_fails(daemon):
     daemon.upload("up-1", "vm-a", backupStorageLocation="missing")
     upload = DataUpload.model_validate(daemon.get("DataUpload", "up-1"))
     reconciler = daemon.controllers.job_owners["DataUpload"]
-    read_nothing = {
-        "backup": "b",
-        "disks": [
-            {
-                "disk": "vd-a",
-                "snapshot": "s",
-                "type": "full",
-                "reason": "no earlier backup of this disk",
-                "bytesRead": 0,
-                "bytesUploaded": 0,
-            }
-        ],
-    }
+    read_nothing = BackupResult.model_validate(
+        {
+            "backup": "b",
+            "vm": "default.vm-a",
+            "consistency": "crash",
+            "disks": [
+                {
+                    "disk": "vd-a",
+                    "snapshot": "s",
+                    "type": "full",
+                    "reason": "no earlier backup of this disk",
+                    "cbt": False,
+                    "bytesRead": 0,
+                    "bytesNew": 0,
+                    "bytesUploaded": 0,
+                    "seconds": 0.1,
+                }
+            ],
+        }
+    )
     with pytest.raises(MoverFailure, match="read no data although the disk holds") as failed:
         reconciler.completed(upload, read_nothing)
     assert failed.value.reason == "ZeroData"

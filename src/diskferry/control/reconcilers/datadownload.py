@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diskferry.backup import RestoreJob
+from diskferry.backup import RestoreJob, RestoreResult
 from diskferry.control.model import API_VERSION, ObjectMeta
 from diskferry.control.quantity import format_bytes, parse_quantity
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
@@ -34,6 +34,7 @@ class DataDownloadReconciler(MoverReconciler):
     """Restores each DataDownload's snapshot into the disk it makes."""
 
     info = DATA_DOWNLOADS
+    result_model = RestoreResult
     prefix = "dd"
     log_words = "downloader log"
     running = "the downloader is restoring the disk"
@@ -119,13 +120,12 @@ class DataDownloadReconciler(MoverReconciler):
         )
         return Job(job, files, f"the VirtualDisk {name} is ready to be written")
 
-    def completed(self, obj: DataDownload, result: dict[str, Any]) -> dict[str, Any]:
+    def completed(self, obj: DataDownload, result: RestoreResult) -> dict[str, Any]:
         """The bytes written."""
-        size = int(result.get("size") or 0)
         return {
-            "progress": {"totalBytes": size, "bytesDone": size},
-            "message": f"restored snapshot {result.get('snapshot')} "
-            f"({result.get('bytesWritten', 0)} bytes written)",
+            "progress": {"totalBytes": result.size, "bytesDone": result.size},
+            "message": f"restored snapshot {result.snapshot} "
+            f"({result.bytes_written} bytes written)",
         }
 
     def cleanup(self, obj: DataDownload, succeeded: bool) -> bool:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import format_duration, parse_duration
@@ -42,7 +42,8 @@ from diskferry.control.reconcilers.scheduler import EPOCH, Scheduler
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, load_config
-from diskferry.control.runner.base import JobFile, JobState, Runner
+from diskferry.control.runner.base import JobFile, Runner
+from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
@@ -58,10 +59,8 @@ WAIT_SECONDS = 2.0
 FAILED_KEPT = 10
 """Failed workers' scratch kept for debugging, per kind; older ones are removed."""
 FINALIZER = "diskferry.io/data-mover"
-CANCELLED = "Cancelled"
 INVALID_JOB = "InvalidJob"
 """The reason of a mover whose job, built from its object, is not one its worker takes."""
-"""The reason of a worker's result once it was stopped."""
 
 
 class MoverFailure(DiskferryError):
@@ -90,6 +89,7 @@ class MoverReconciler(ABC):
     """Reconciles one data mover kind; the kind gives what differs."""
 
     info: KindInfo
+    result_model: type[BaseModel]
     prefix = ""
     log_words = ""
     running = ""
@@ -104,6 +104,7 @@ class MoverReconciler(ABC):
     ) -> None:
         self.client = client
         self.runner = runner
+        self.jobs = Jobs(runner)
         self.volumes = volumes
         self.scheduler = scheduler
         self.clock = clock or Clock()
@@ -119,8 +120,9 @@ class MoverReconciler(ABC):
         when it never can)."""
 
     @abstractmethod
-    def completed(self, obj: Any, result: dict[str, Any]) -> dict[str, Any]:
-        """The status fields of a succeeded job (MoverFailure when it must not count)."""
+    def completed(self, obj: Any, result: Any) -> dict[str, Any]:
+        """The status fields of a succeeded job, from its `result` (a `result_model`);
+        MoverFailure when it must not count."""
 
     @abstractmethod
     def who(self, obj: Any) -> str:
@@ -142,7 +144,7 @@ class MoverReconciler(ABC):
     def reconcile(self, obj: Any) -> Result:
         """One step of the mover's life."""
         if deleting(obj):
-            if not self.runner.forget(self.job_id(obj)):
+            if not all([self.jobs.stop(job_id) for job_id in self.job_ids(obj)]):
                 return Result.requeue(STOP_POLL)
             if obj.status.phase not in ENDED and not self.cleanup(obj, succeeded=False):
                 return Result.requeue(STOP_POLL)
@@ -150,21 +152,22 @@ class MoverReconciler(ABC):
             return Result.done()
         obj = held(self.client, obj, FINALIZER)
         phase = obj.status.phase
+        config = load_config(self.client)
         if phase in ENDED:
-            # a daemon killed after the final status may not have purged the job
-            self.runner.purge(self.job_id(obj), keep_scratch=phase == MoverPhase.FAILED)
+            # a daemon killed after the final status may not have settled the job
+            kept = phase == MoverPhase.FAILED
+            self.jobs.settle(self.job_id(obj), self._log_tag(obj), kept, config.worker_log_lines)
             return Result.done()
         if obj.spec.cancel:
-            return self._cancel(obj)
+            return self._cancel(obj, config)
         if phase is None:
             obj = self._move(obj, MoverPhase.NEW, "New", "waiting to be accepted")
             phase = MoverPhase.NEW
-        config = load_config(self.client)
         try:
             if phase != MoverPhase.NEW and self._timed_out(obj, config):
-                state = self.runner.state(self.job_id(obj))
-                if state is None or state.running:
-                    return self._time_out(obj, state)
+                polled = self.jobs.poll(self.job_id(obj), self.result_model)
+                if polled is None or isinstance(polled, Running):
+                    return self._time_out(obj, polled is not None, config)
                 # a job that ended is judged by its result, whatever the clock says
             if phase == MoverPhase.NEW:
                 return self._accept(obj, config)
@@ -223,7 +226,7 @@ class MoverReconciler(ABC):
         def start() -> None:
             # the job first: a daemon killed in between finds it Prepared, and the start of
             # a job already started starts nothing
-            self.runner.start(self.job_id(obj), prepared.job, prepared.files)
+            self.jobs.start(self.job_id(obj), prepared.job, prepared.files)
             fields = {"startTimestamp": rfc3339(self.clock.now())}
             self._move(obj, MoverPhase.IN_PROGRESS, "InProgress", self.running, fields)
 
@@ -236,40 +239,30 @@ class MoverReconciler(ABC):
 
     def _poll(self, obj: Any, config: DataMoverConfigSpec) -> Result:
         job_id = self.job_id(obj)
-        state = self.runner.state(job_id)
-        if state is None:
+        polled = self.jobs.poll(job_id, self.result_model)
+        if polled is None:
             raise MoverFailure("the worker's job is gone", reason="WorkerLost")
-        if state.running:
-            self._progress(obj, state)
+        if isinstance(polled, Running):
+            self._progress(obj, polled.progress or {})
             return Result.requeue(POLL_SECONDS)
-        if not state.succeeded:
-            reason, message = self._failure(state)
-            if reason == CANCELLED and self._timed_out(obj, config):
+        if isinstance(polled, Failed):
+            reason, message = polled.reason, polled.message
+            if polled.cancelled and self._timed_out(obj, config):
                 reason, message = self._timeout_failure(obj, config)
             return self._fail(obj, reason, message, config)
-        fields = self.completed(obj, state.result or {})
+        fields = self.completed(obj, polled.result)
         fields["completionTimestamp"] = rfc3339(self.clock.now())
-        self._emit_log(obj, config)
         self._move(obj, MoverPhase.COMPLETED, "Completed", fields.pop("message", "done"), fields)
-        self.runner.purge(job_id, keep_scratch=False)
+        self.jobs.settle(job_id, self._log_tag(obj), False, config.worker_log_lines)
         return Result.done()
 
-    def _progress(self, obj: Any, state: JobState) -> None:
-        progress = state.progress or {}
+    def _progress(self, obj: Any, progress: dict[str, Any]) -> None:
         wanted = {
             "totalBytes": int(progress.get("bytesTotal") or 0),
             "bytesDone": int(progress.get("bytesDone") or 0),
         }
         if obj.status.progress.to_json() != wanted:
             self.client.patch_status(obj, {"progress": wanted})
-
-    def _failure(self, state: JobState) -> tuple[str, str]:
-        if state.result is not None:
-            reason = str(state.result.get("reason") or "DataMoverFailed")
-            return reason, str(state.result.get("message") or "the worker failed")
-        tail = self.runner.log_tail(state.job_id, 1)
-        last = f": {tail[-1]}" if tail else ""
-        return "WorkerLost", f"the worker ended without a result (exit {state.exit_code}){last}"
 
     def _timed_out(self, obj: Any, config: DataMoverConfigSpec) -> bool:
         accepted = obj.status.accepted_timestamp
@@ -282,13 +275,12 @@ class MoverReconciler(ABC):
         given = obj.spec.operation_timeout or config.operation_timeout
         return parse_duration(given).total_seconds()
 
-    def _time_out(self, obj: Any, state: JobState | None) -> Result:
+    def _time_out(self, obj: Any, started: bool, config: DataMoverConfigSpec) -> Result:
         """Stop a job still running at its deadline (judged once it has ended), or fail a
         mover that started none."""
-        if state is not None:
-            self.runner.cancel(state.job_id)
+        if started:
+            self.jobs.cancel(self.job_id(obj))
             return Result.requeue(STOP_POLL)
-        config = load_config(self.client)
         return self._fail(obj, *self._timeout_failure(obj, config), config)
 
     def _timeout_failure(self, obj: Any, config: DataMoverConfigSpec) -> tuple[str, str]:
@@ -300,12 +292,12 @@ class MoverReconciler(ABC):
             f"the operation did not end within {timeout} of being accepted{last}",
         )
 
-    def _cancel(self, obj: Any) -> Result:
+    def _cancel(self, obj: Any, config: DataMoverConfigSpec) -> Result:
         if obj.status.phase != MoverPhase.CANCELING:
             obj = self._move(obj, MoverPhase.CANCELING, "Canceling", "canceling as asked")
         job_id = self.job_id(obj)
-        self.runner.cancel(job_id)
-        if not self.runner.purge(job_id, keep_scratch=False):
+        self.jobs.cancel(job_id)
+        if not self.jobs.settle(job_id, self._log_tag(obj), False, config.worker_log_lines):
             return Result.requeue(STOP_POLL)
         if not self.cleanup(obj, succeeded=False):
             return Result.requeue(STOP_POLL)
@@ -317,21 +309,18 @@ class MoverReconciler(ABC):
         """Stop the worker, remove what the mover made, and only then say Failed: a daemon
         killed on the way finds the mover not ended and fails it again."""
         job_id = self.job_id(obj)
-        state = self.runner.state(job_id)
-        if state is not None and state.running:
-            self.runner.cancel(job_id)
+        if isinstance(self.jobs.poll(job_id, self.result_model), Running):
+            self.jobs.cancel(job_id)
             return Result.requeue(STOP_POLL)
         if not self.cleanup(obj, succeeded=False):
             return Result.requeue(STOP_POLL)
-        if state is not None:
-            self._emit_log(obj, config)
         log.warning("%s of %s failed: %s: %s", tag(obj), self.who(obj), reason, message)
         fields = {
             **self.failure_fields(obj, reason, message),
             "completionTimestamp": rfc3339(self.clock.now()),
         }
         self._move(obj, MoverPhase.FAILED, reason, message, fields)
-        self.runner.purge(job_id, keep_scratch=True)
+        self.jobs.settle(job_id, self._log_tag(obj), True, config.worker_log_lines)
         self._bound_failed()
         return Result.done()
 
@@ -342,9 +331,14 @@ class MoverReconciler(ABC):
         for old in failed[FAILED_KEPT:]:
             self.runner.purge(self.job_id(old), keep_scratch=False)
 
-    def _emit_log(self, obj: Any, config: DataMoverConfigSpec) -> None:
-        for line in self.runner.log_tail(self.job_id(obj), config.worker_log_lines):
-            log.info("%s %s (%s): %s", self.log_words, tag(obj), self.who(obj), line)
+    def _log_tag(self, obj: Any) -> str:
+        """How the daemon's log tags the lines of the mover's worker."""
+        return f"{self.log_words} {tag(obj)} ({self.who(obj)})"
+
+    def job_ids(self, obj: Any) -> list[str]:
+        """The ids of every job the mover may have started: its worker's, and those the kind
+        adds."""
+        return [self.job_id(obj)]
 
     def _note(self, obj: Any, message: str) -> None:
         """Say in status what the mover waits for (written only when it changes)."""

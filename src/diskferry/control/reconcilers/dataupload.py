@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from diskferry.backup import BackupJob, DiskSource, HookCommand
+from diskferry.backup import BackupJob, BackupResult, DiskSource, HookCommand
 from diskferry.backup.hooks import HookFailedError, failed_hook
 from diskferry.control.duration import parse_duration
 from diskferry.control.host.volumes import Claim, Volumes
@@ -126,6 +126,7 @@ class DataUploadReconciler(MoverReconciler):
     """Backs up each DataUpload's VM."""
 
     info = DATA_UPLOADS
+    result_model = BackupResult
     prefix = "du"
     log_words = "data mover log"
     running = "the data mover is backing up the disks"
@@ -266,57 +267,54 @@ class DataUploadReconciler(MoverReconciler):
         name, phase = failed
         return {"hooks": [{"name": name, "phase": phase, "failed": True, "message": message}]}
 
-    def completed(self, obj: DataUpload, result: dict[str, Any]) -> dict[str, Any]:
+    def completed(self, obj: DataUpload, result: BackupResult) -> dict[str, Any]:
         """The backup id, each disk, and the bytes; a full backup that read nothing from a
         disk with data fails."""
         namespace, name = vm_of(obj)
         vm = self.client.get(VirtualMachine, namespace, name)
-        disks = result.get("disks") or []
-        for disk in disks:
-            if disk.get("type") == "full" and not disk.get("bytesRead"):
-                vd = self.client.get(VirtualDisk, namespace, disk.get("disk", ""))
+        for disk in result.disks:
+            if disk.type == "full" and not disk.bytes_read:
+                vd = self.client.get(VirtualDisk, namespace, disk.disk)
                 claim = None if vd is None else claim_of(self.client, self.volumes, vd)
                 if claim is not None and claim.allocated() > 0:
                     raise MoverFailure(
-                        f"the backup of disk {disk['disk']} read no data although the disk holds "
+                        f"the backup of disk {disk.disk} read no data although the disk holds "
                         f"{claim.allocated()} bytes: the disk was not seen as it is",
                         reason="ZeroData",
                     )
         listed = []
-        for disk in disks:
-            if not disk.get("cbt") and vm is not None:  # the engine's reason names a file
-                disk["reason"] = vmcbt.off_reason(self.client, vm)
+        for disk in result.disks:
+            reason = disk.reason
+            if not disk.cbt and vm is not None:  # the engine's reason names a file
+                reason = vmcbt.off_reason(self.client, vm)
             listed.append(
                 {
-                    "name": disk["disk"],
-                    "snapshotID": disk["snapshot"],
-                    "type": disk["type"],
-                    "reason": disk["reason"],
-                    "bytesRead": disk["bytesRead"],
-                    "bytesUploaded": disk["bytesUploaded"],
-                    "checkpoint": disk.get("checkpoint"),
+                    "name": disk.disk,
+                    "snapshotID": disk.snapshot,
+                    "type": disk.type,
+                    "reason": reason,
+                    "bytesRead": disk.bytes_read,
+                    "bytesUploaded": disk.bytes_uploaded,
+                    "checkpoint": disk.checkpoint,
                 }
             )
-            reason = "IncrementalBackup" if disk["type"] == "incremental" else "FullBackup"
-            self.client.event(
-                obj, "Normal", reason, f"disk {disk['disk']}: {disk['type']} ({disk['reason']})"
-            )
-        read = sum(d["bytesRead"] for d in disks)
-        kinds = sorted({d["type"] for d in disks})
-        hooks = result.get("hooks") or []
-        for hook in hooks:
-            said = f"hook {hook['name']} ({hook['phase']}): {hook['message']}"
-            if hook["failed"]:
+            kind = "IncrementalBackup" if disk.type == "incremental" else "FullBackup"
+            self.client.event(obj, "Normal", kind, f"disk {disk.disk}: {disk.type} ({reason})")
+        read = sum(d.bytes_read for d in result.disks)
+        kinds = sorted({d.type for d in result.disks})
+        for hook in result.hooks:
+            said = f"hook {hook.name} ({hook.phase}): {hook.message}"
+            if hook.failed:
                 self.client.event(obj, "Warning", "HookFailed", said)
             else:
                 self.client.event(obj, "Normal", "HookRan", said)
         return {
-            "snapshotID": result.get("backup"),
+            "snapshotID": result.backup,
             "nodeOS": NODE_OS,
-            "hooks": hooks,
+            "hooks": [h.to_json() for h in result.hooks],
             "disks": listed,
-            "consistency": result.get("consistency"),
-            "incrementalBytes": sum(d["bytesUploaded"] for d in disks),
+            "consistency": result.consistency,
+            "incrementalBytes": sum(d.bytes_uploaded for d in result.disks),
             "progress": {"totalBytes": read, "bytesDone": read},
-            "message": f"backup {result.get('backup')} done ({' and '.join(kinds)})",
+            "message": f"backup {result.backup} done ({' and '.join(kinds)})",
         }

@@ -23,14 +23,14 @@ from diskferry.control.reconcilers.uploads import (
     renew_expired_token,
     start_upload,
     upload_urls,
-    uploaded_result,
     waiting_for_user,
 )
-from diskferry.control.runner.base import JobFile, JobState, Runner
+from diskferry.control.runner.base import JobFile, Runner
+from diskferry.control.runner.jobs import Failed, Jobs, Running, Succeeded
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
 from diskferry.disk.schemes import is_layout_reference
-from diskferry.importer import ImportJob
+from diskferry.importer import ImportJob, ImportResult, UploadResult
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
@@ -98,16 +98,11 @@ MANIFEST_ADVICE = {
 engine's own words would give a command-line option."""
 
 
-def failure(state: JobState, tail: list[str]) -> tuple[str, str]:
-    """The reason and message of a job that ended without success, with what to change in the
-    manifest when its reason calls for that."""
-    if state.result is not None:
-        reason = str(state.result.get("reason") or "ImportFailed")
-        message = str(state.result.get("message") or "the import failed")
-        advice = MANIFEST_ADVICE.get(reason)
-        return reason, f"{message}: {advice}" if advice else message
-    last = f": {tail[-1]}" if tail else ""
-    return "WorkerLost", f"the worker ended without a result (exit code {state.exit_code}){last}"
+def advised(failed: Failed) -> tuple[str, str]:
+    """The reason and message of an import that failed, with what to change in the manifest
+    when its reason calls for that."""
+    advice = MANIFEST_ADVICE.get(failed.reason)
+    return failed.reason, f"{failed.message}: {advice}" if advice else failed.message
 
 
 def too_small_message(claim_size: int, message: str) -> str:
@@ -153,6 +148,7 @@ class Imports:
         proxy: ProxyKeeper | None = None,
     ) -> None:
         self.runner = runner
+        self.jobs = Jobs(runner)
         self.certs = certs
         self.proxy = proxy
 
@@ -171,30 +167,32 @@ class Imports:
         """Start the job if it was not, else tell how it is going; an upload source's token
         is renewed by `upload` once expired."""
         upload = upload or UploadPolicy()
-        state = self.runner.state(job_id)
-        if state is None:
+        polled = self.jobs.poll(job_id, UploadResult if source.upload else ImportResult)
+        if polled is None:
             if not claim.block and recorded_job(claim.path) == job_id:
                 return Outcome(False, result={"ok": True, "virtualSize": claim.size()})
             self._start(job_id, claim, source, size, upload)
             return Outcome(True, progress_fields({}), upload_urls={} if source.upload else None)
-        if state.running:
-            fields = progress_fields(state.progress) if state.progress else None
+        if isinstance(polled, Running):
+            progress = polled.progress
+            fields = progress_fields(progress) if progress else None
             if source.upload and renew_expired_token(self.runner, job_id, upload.token_ttl):
                 log.info("job %s: its upload token expired and was renewed", job_id)
-            refused = refused_upload(state.progress) if source.upload else None
+            refused = refused_upload(progress) if source.upload else None
             if refused is not None:
                 return Outcome(False, reason=refused[0], message=refused[1])
-            if source.upload and waiting_for_user(state.progress):
-                urls = upload_urls(self.runner, job_id, state.progress, self.proxy)
+            if source.upload and waiting_for_user(progress):
+                urls = upload_urls(self.runner, job_id, progress, self.proxy)
                 return Outcome(True, progress_fields({}), upload_urls=urls)
             return Outcome(True, fields)
-        if state.succeeded:
-            result = uploaded_result(state.result or {})
-            if not result.get("ok"):
+        if isinstance(polled, Succeeded):
+            done = polled.result
+            if isinstance(done, UploadResult) and not done.uploaded:
                 message = "the upload server ended before any upload was in"
                 return Outcome(False, reason="UploadStopped", message=message)
-            return Outcome(False, result=result)
-        reason, message = failure(state, self.runner.log_tail(job_id, 1))
+            imported = done.uploaded if isinstance(done, UploadResult) else done.to_json()
+            return Outcome(False, result={"ok": True, **(imported or {})})
+        reason, message = advised(polled)
         # a file claim's TargetTooSmall is the filesystem's free space, not the claim's size
         if size is not None and (reason == SIZE_TOO_SMALL or (claim.block and reason in TOO_SMALL)):
             message = too_small_message(size, message)
@@ -227,15 +225,12 @@ class Imports:
             checksum=source.checksum,
             **fields,
         )
-        self.runner.start(job_id, job, files)
+        self.jobs.start(job_id, job, files)
 
     def finish(self, job_id: str, tag: str, keep: bool) -> bool:
-        """Log the ended job's last lines tagged with `tag`, then settle it."""
-        state = self.runner.state(job_id)
-        if state is not None and not state.running:
-            for line in self.runner.log_tail(job_id):
-                log.info("%s: %s", tag, line)
-        return self.settle(job_id, keep)
+        """Log the ended job's last lines tagged with `tag`, then settle it (see `settle`)."""
+        drop_upload_route(self.proxy, job_id)
+        return self.jobs.settle(job_id, tag, keep)
 
     def settle(self, job_id: str, keep: bool) -> bool:
         """Remove the ended job's files, or keep them under jobs/failed/ when `keep`; False
@@ -247,4 +242,4 @@ class Imports:
         """Stop the job and remove its files, kept ones and its log too; False while it still
         runs."""
         drop_upload_route(self.proxy, job_id)
-        return self.runner.forget(job_id)
+        return self.jobs.stop(job_id)

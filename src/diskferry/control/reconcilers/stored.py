@@ -37,7 +37,7 @@ from diskferry.control.reconcilers.imports import (
     Imports,
     Outcome,
     Source,
-    failure,
+    advised,
     source_files,
 )
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
@@ -49,9 +49,10 @@ from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
 from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
+from diskferry.control.runner.jobs import Running, Succeeded
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.importer import ImagePushJob
+from diskferry.importer import ImagePushJob, ImagePushResult
 
 if TYPE_CHECKING:
     from diskferry.control.reconcilers.exportproxy import ProxyKeeper
@@ -168,8 +169,8 @@ class StoredImages:
     def _push(self, obj: Resource, source: Source) -> Outcome:
         """Start the push if it was not, else tell how it is going."""
         job_id = self.job_id(obj)
-        state = self.runner.state(job_id)
-        if state is None:
+        polled = self.imports.jobs.poll(job_id, ImagePushResult)
+        if polled is None:
             fields, files = source_files(source)
             # a raw claim: a tar of it would hold every byte of its size
             stored = "qcow2" if source.local_file else None
@@ -180,13 +181,13 @@ class StoredImages:
                 store_format=stored,
                 **fields,
             )
-            self.runner.start(job_id, job, files)
+            self.imports.jobs.start(job_id, job, files)
             return Outcome(True, progress_fields({}))
-        if state.running:
-            return Outcome(True, progress_fields(state.progress) if state.progress else None)
-        if state.succeeded:
-            return Outcome(False, result=state.result)
-        reason, message = failure(state, self.runner.log_tail(job_id, 1))
+        if isinstance(polled, Running):
+            return Outcome(True, progress_fields(polled.progress) if polled.progress else None)
+        if isinstance(polled, Succeeded):
+            return Outcome(False, result=polled.result.to_json())
+        reason, message = advised(polled)
         return Outcome(False, reason=reason, message=message)
 
     def ready_fields(self, obj: Resource, result: dict[str, Any]) -> dict[str, Any]:

@@ -178,10 +178,3 @@ def drop_upload_route(proxy: ProxyKeeper | None, job_id: str) -> None:
     """Stop routing the job's upload server through the proxy."""
     if proxy is not None:
         proxy.drop_route(ROUTE_NAMESPACE, job_id)
-
-
-def uploaded_result(result: dict[str, Any]) -> dict[str, Any]:
-    """An upload job's result as an import's: what the upload imported."""
-    if "uploaded" not in result:
-        return result
-    return {"ok": bool(result.get("uploaded")), **(result.get("uploaded") or {})}

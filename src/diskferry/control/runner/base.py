@@ -32,6 +32,8 @@ class JobState:
     result: dict[str, Any] | None = None
     exit_code: int | None = None
     port: int | None = None
+    kept: bool = False
+    """Whether the ended job was purged with its scratch kept: its outcome was settled."""
 
     @property
     def succeeded(self) -> bool:

@@ -271,7 +271,9 @@ class LocalRunner:
             progress = _progress(port) if port else None
             return JobState(job_id, True, progress=progress, port=port)
         result = self._result(look.directory)
-        return JobState(job_id, False, result=result, exit_code=look.record["exitCode"], port=port)
+        kept = look.directory.parent == self.failed_root
+        code = look.record["exitCode"]
+        return JobState(job_id, False, result=result, exit_code=code, port=port, kept=kept)
 
     def _port(self, directory: Path) -> int | None:
         line = first_line(directory / "stdout")

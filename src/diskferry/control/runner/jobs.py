@@ -1,0 +1,135 @@
+"""The one life every job a reconciler runs goes through: started, polled into an outcome
+(running with its progress, succeeded with its typed result, failed with a reason and a
+message, or lost), and settled: its log tail emitted tagged with the object, a failed job's
+scratch kept for debugging, a succeeded or cancelled one's removed.
+
+A job's id is derived from its object's uid and what the job does, so that a reconciler that
+restarts finds the job it started, running or ended with its result. A failed job that was
+settled stays `kept` until the same chore is started again (`restart`), which forgets it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from diskferry.control.runner.base import LOG_LINES, JobFile, JobState, Runner
+from diskferry.worker.job import WorkerJob, validation_message
+
+log = logging.getLogger("diskferry.control")
+R = TypeVar("R", bound=BaseModel)
+WORKER_LOST = "WorkerLost"
+BAD_RESULT = "BadResult"
+JOB_FAILED = "JobFailed"
+CANCELLED = "Cancelled"
+"""The reason of a job's result once it was stopped."""
+
+
+@dataclass(frozen=True)
+class Running:
+    """The job runs; `progress` is its /progress, None before it answered."""
+
+    progress: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Succeeded(Generic[R]):
+    """The job ended with its result."""
+
+    result: R
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The job ended without success: why, in its result's words; `lost` when its worker ended
+    without a result; `kept` when it was settled already (its scratch kept)."""
+
+    reason: str
+    message: str
+    lost: bool = False
+    kept: bool = False
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was stopped before it ended."""
+        return self.reason == CANCELLED
+
+
+Outcome = Running | Succeeded[R] | Failed
+
+
+def failure(state: JobState, tail: list[str]) -> Failed:
+    """The failure of an ended job that did not succeed: its result's reason and message, or
+    WorkerLost naming its exit code and the last line it logged."""
+    if state.result is not None:
+        reason = str(state.result.get("reason") or JOB_FAILED)
+        message = str(state.result.get("message") or "the worker failed")
+        return Failed(reason, message, kept=state.kept)
+    last = f": {tail[-1]}" if tail else ""
+    message = f"the worker ended without a result (exit code {state.exit_code}){last}"
+    return Failed(WORKER_LOST, message, lost=True, kept=state.kept)
+
+
+class Jobs:
+    """Starts, polls and settles jobs through `runner`."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+        """Start `job` as `job_id`, unless a job of that id was started."""
+        self.runner.start(job_id, job, files)
+
+    def restart(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> bool:
+        """Start `job` as `job_id` afresh, a settled job of that id forgotten first; False while
+        one still runs (nothing is started then)."""
+        if not self.runner.forget(job_id):
+            return False
+        self.runner.start(job_id, job, files)
+        return True
+
+    def hand(self, job_id: str, name: str, work: BaseModel) -> None:
+        """Give the running job `work` as its file `name` (camelCase JSON), replaced at once."""
+        self.runner.write_file(job_id, name, work.model_dump_json(by_alias=True).encode())
+
+    def poll(self, job_id: str, result: type[R]) -> Outcome[R] | None:
+        """The job's outcome, its result read as a `result`; None when no job of that id was
+        started (or it was forgotten)."""
+        state = self.runner.state(job_id)
+        if state is None:
+            return None
+        if state.running:
+            return Running(state.progress)
+        if not state.succeeded:
+            return failure(state, self.runner.log_tail(job_id, 1))
+        try:
+            return Succeeded(result.model_validate(state.result))
+        except ValidationError as e:
+            message = f"its result is not a {result.__name__}: {validation_message(e)}"
+            return Failed(BAD_RESULT, message, kept=state.kept)
+
+    def emit_log(self, job_id: str, tag: str, lines: int = LOG_LINES) -> None:
+        """Put the job's last `lines` log lines into the daemon's log, each tagged with `tag`."""
+        for line in self.runner.log_tail(job_id, lines):
+            log.info("%s: %s", tag, line)
+
+    def settle(self, job_id: str, tag: str, keep: bool, lines: int = LOG_LINES) -> bool:
+        """Emit the ended job's log tail tagged with `tag`, then remove its files, or keep them
+        (under jobs/failed/) when `keep`; False while it still runs (it is cancelled then)."""
+        state = self.runner.state(job_id)
+        if state is not None and not state.running and not state.kept:
+            self.emit_log(job_id, tag, lines)
+        return self.runner.purge(job_id, keep_scratch=keep)
+
+    def cancel(self, job_id: str) -> None:
+        """Ask the job to stop; nothing when it has ended."""
+        self.runner.cancel(job_id)
+
+    def stop(self, job_id: str) -> bool:
+        """Stop the job and remove everything of it, kept files and log tail too; False while
+        it still runs."""
+        return self.runner.forget(job_id)

@@ -1,0 +1,93 @@
+"""The one job lifecycle over the real import worker: polled into an outcome (running with its
+progress, succeeded with its typed result, failed with reason and message, lost), settled
+(a failed job's scratch kept, its log tail emitted tagged), and started again once settled."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+from control_support import wait_until
+from pydantic import BaseModel
+
+from diskferry.control.runner.jobs import BAD_RESULT, WORKER_LOST, Failed, Jobs, Running, Succeeded
+from diskferry.control.runner.local import LocalRunner
+from diskferry.export import ServeResult
+from diskferry.importer import ImportJob, ImportResult
+
+MiB = 1 << 20
+
+
+def _ended(jobs: Jobs, job_id: str, result: type[BaseModel] = ImportResult):
+    return wait_until(lambda: (o := jobs.poll(job_id, result)) and not isinstance(o, Running) and o)
+
+
+def _progress(jobs: Jobs, job_id: str) -> Running:
+    return wait_until(
+        lambda: isinstance(o := jobs.poll(job_id, ImportResult), Running) and o.progress and o
+    )
+
+
+def test_a_job_runs_to_its_typed_result_and_is_settled_without_a_trace(
+    faulty, tmp_path: Path, caplog
+) -> None:
+    source = tmp_path / "source.raw"
+    source.write_bytes(os.urandom(4 * MiB))
+    url = faulty.add("slow.img", source, piece=128 * 1024, trickle=0.05)
+    jobs = Jobs(LocalRunner(tmp_path / "data"))
+    assert jobs.poll("job-1", ImportResult) is None
+    jobs.start("job-1", ImportJob(source=url, target=str(tmp_path / "disk.raw")))
+    assert _progress(jobs, "job-1").progress["jobId"] == "job-1"
+    done = _ended(jobs, "job-1")
+    assert isinstance(done, Succeeded) and isinstance(done.result, ImportResult)
+    assert done.result.virtual_size == 4 * MiB
+    with caplog.at_level(logging.INFO, logger="diskferry.control"):
+        assert jobs.settle("job-1", "VirtualDisk default/vd", keep=False)
+    assert any(r.getMessage().startswith("VirtualDisk default/vd: ") for r in caplog.records)
+    assert jobs.poll("job-1", ImportResult) is None
+    assert not (tmp_path / "data/jobs/job-1").exists()
+
+
+def test_a_failed_job_keeps_its_scratch_until_it_is_started_again(tmp_path: Path) -> None:
+    jobs = Jobs(LocalRunner(tmp_path / "data"))
+    missing = ImportJob(source=str(tmp_path / "missing.raw"), target=str(tmp_path / "t.raw"))
+    jobs.start("job-2", missing)
+    failed = _ended(jobs, "job-2")
+    assert isinstance(failed, Failed) and not failed.lost and not failed.kept
+    assert failed.reason == "SourceUnavailable" and "missing.raw" in failed.message
+    assert jobs.settle("job-2", "tag", keep=True)
+    kept = jobs.poll("job-2", ImportResult)
+    assert isinstance(kept, Failed) and kept.kept and kept.reason == "SourceUnavailable"
+    assert (tmp_path / "data/jobs/failed/job-2/stderr").exists()
+
+    (tmp_path / "missing.raw").write_bytes(b"\0" * MiB)
+    assert jobs.restart("job-2", missing)
+    assert not (tmp_path / "data/jobs/failed/job-2").exists()
+    assert isinstance(_ended(jobs, "job-2"), Succeeded)
+
+
+def test_a_worker_killed_outright_is_lost(faulty, tmp_path: Path) -> None:
+    source = tmp_path / "source.raw"
+    source.write_bytes(os.urandom(8 * MiB))
+    url = faulty.add("slower.img", source, piece=128 * 1024, trickle=0.05)
+    jobs = Jobs(LocalRunner(tmp_path / "data"))
+    jobs.start("job-3", ImportJob(source=url, target=str(tmp_path / "disk.raw")))
+    _progress(jobs, "job-3")
+    assert jobs.restart("job-3", ImportJob(source=url, target="x")) is False  # it runs
+    pid = json.loads((tmp_path / "data/jobs/job-3/state.json").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    lost = _ended(jobs, "job-3")
+    assert isinstance(lost, Failed) and lost.lost and lost.reason == WORKER_LOST
+    assert f"exit code {-signal.SIGKILL}" in lost.message
+
+
+def test_a_result_of_another_shape_is_a_failure_saying_so(tmp_path: Path) -> None:
+    (tmp_path / "disk.img").write_bytes(b"\0" * MiB)
+    jobs = Jobs(LocalRunner(tmp_path / "data"))
+    jobs.start("job-4", ImportJob(source=str(tmp_path / "disk.img"), target=str(tmp_path / "t")))
+    wrong = _ended(jobs, "job-4", ServeResult)
+    assert isinstance(wrong, Failed) and wrong.reason == BAD_RESULT
+    assert "not a ServeResult" in wrong.message and "listenPort" in wrong.message
