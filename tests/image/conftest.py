@@ -10,9 +10,7 @@ import sys
 from dataclasses import asdict
 
 import pytest
-from image_support import ENV, ROOT, Built
-
-BUILD_SECONDS = 900
+from image_support import BUILD_SECONDS, ENV, ROOT, Built
 
 
 @pytest.fixture(scope="session")

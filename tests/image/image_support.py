@@ -9,6 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "image" / "containers.conf")}
+# a build downloads Debian's packages and the wheels: minutes, more on a loaded machine
+BUILD_SECONDS = 1200
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,12 @@ import urllib.request
 
 import pytest
 import yaml
-from image_support import ENV, ROOT, podman
+from image_support import BUILD_SECONDS, ENV, ROOT, podman
 
 import diskferry
+
+# the first test to ask for the image waits for its build, within its own timeout
+pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 300)]
 
 # what the restricted Pod Security profile leaves a container, as deploy/ asks for it
 RESTRICTED = ["--read-only", "--cap-drop", "all", "--security-opt", "no-new-privileges"]
