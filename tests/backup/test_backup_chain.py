@@ -374,3 +374,37 @@ def test_a_backup_that_fails_on_its_second_disk_leaves_no_snapshot_of_the_first(
     with Repository.open(engine.url, "correct horse") as repo:
         assert repo.list_snapshots("vm") == []
         assert repo.load_tracker("vm") is None
+
+
+class SnapshotsAtDisk(Reporter):
+    """Records the repository's snapshots as the backup starts on the disk `name`."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name, self.url = name, url
+        self.seen: list[str] | None = None
+
+    def event(self, type: EventType, reason: str, message: str) -> None:
+        if message.startswith(f"disk {self.name}:"):
+            with Repository.open(self.url, "correct horse") as repo:
+                self.seen = [s.disk for s in repo.list_snapshots("vm")]
+
+
+def test_no_disk_s_snapshot_is_stored_before_every_disk_was_read(engine, tmp_path):
+    """A backup killed on its second disk (SIGKILL: no handler runs) leaves the first disk's
+    snapshot only if it was stored by then: none is, until all disks were read."""
+    a = make_disk(tmp_path / "a.raw")
+    b = make_disk(tmp_path / "b.raw")
+    job = BackupJob(
+        repo=engine.url,
+        vm="vm",
+        disks=[DiskSource(name="a", path=a), DiskSource(name="b", path=b)],
+    )
+    watch = SnapshotsAtDisk("b", engine.url)
+    result = run_backup(job, Progress(), None, watch)
+    assert watch.seen == []
+    with Repository.open(engine.url, "correct horse") as repo:
+        stored = {s.disk: s.id for s in repo.list_snapshots("vm")}
+    assert stored == {d.disk: d.snapshot for d in result.disks}
+    for d, volume in zip(result.disks, (a, b), strict=True):
+        engine.keep(d.snapshot, volume)
+        assert engine.restores_exactly(d.snapshot)

@@ -27,6 +27,7 @@ from diskferry.backup.plan import Decision, DiskPlan, Source, decide
 from diskferry.backup.reader import Piece, WalkOnce, dirty_pieces, full_pieces, store_pieces
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import (
+    ManifestWriter,
     SnapshotInfo,
     check_name,
     new_snapshot_id,
@@ -232,18 +233,25 @@ def _back_up_disks(
     cancel: threading.Event | None,
     reporter: Reporter,
 ) -> list[DiskResult]:
-    """Each disk's snapshot, or none: a disk that fails takes the snapshots of the disks
-    before it out again, so no half of a backup stays named by nothing (their data goes at the
-    next prune)."""
-    results: list[DiskResult] = []
-    try:
-        for reading in readings:
-            results.append(_back_up_disk(repo, job, backup_id, reading, progress, cancel, reporter))
-    except BaseException:
-        with contextlib.suppress(DiskferryError, OSError):  # the first failure is the one told
-            repo.forget([r.snapshot for r in results])
-        raise
-    return results
+    """Each disk's snapshot, or none. Every disk is read first, its manifest spooled; only then
+    are the manifests stored, one small write each, so that a backup killed while it reads
+    leaves no snapshot (its chunks go at the next prune). A failure while they are stored takes
+    those stored out again."""
+    with contextlib.ExitStack() as spools:
+        read = [
+            _back_up_disk(repo, job, backup_id, reading, progress, cancel, reporter, spools)
+            for reading in readings
+        ]
+        stored: list[str] = []
+        try:
+            for result, manifest, info in read:
+                repo.save_snapshot(manifest, info)
+                stored.append(result.snapshot)
+        except BaseException:
+            with contextlib.suppress(DiskferryError, OSError):  # the first failure is the one told
+                repo.forget(stored)
+            raise
+    return [result for result, _, _ in read]
 
 
 def _back_up_disk(
@@ -254,7 +262,10 @@ def _back_up_disk(
     progress: Progress,
     cancel: threading.Event | None,
     reporter: Reporter,
-) -> DiskResult:
+    spools: contextlib.ExitStack,
+) -> tuple[DiskResult, ManifestWriter, SnapshotInfo]:
+    """Read one disk into the repository's packs; its result, and its manifest spooled in
+    `spools` with its description, for the caller to store."""
     plan, decision = reading.plan, reading.decision
     started, clock = now_rfc3339(), time.monotonic()
     reporter.event(
@@ -272,39 +283,40 @@ def _back_up_disk(
             read += n
             yield entry
 
-    with repo.new_snapshot(snapshot_path(job.vm, plan.name, snapshot_id)) as manifest:
-        with repo.pack_writer() as writer:
-            if decision.parent is not None:
-                parent = repo.load_snapshot(snapshot_path(job.vm, plan.name, decision.parent))
-                manifest.write(overlay(parent.entries(), runs(writer), size))
-            else:
-                manifest.write(full_entries(runs(writer), size))
-        seconds = round(time.monotonic() - clock, 3)
-        stats = writer.stats
-        info = SnapshotInfo(
-            id=snapshot_id,
-            vm=job.vm,
-            disk=plan.name,
-            backup=backup_id,
-            disk_size=size,
-            chunk_size=repo.config.chunk_size,
-            type=decision.mode,
-            reason=decision.reason,
-            parent=decision.parent,
-            checkpoint=reading.checkpoint,
-            started=started,
-            finished=now_rfc3339(),
-            stats={
-                "bytesRead": read,
-                "bytesNew": stats.bytes_new,
-                "bytesUploaded": stats.bytes_uploaded,
-                "seconds": seconds,
-            },
-            tags=job.tags,
-            job=job.job_id,
-        )
-        repo.save_snapshot(manifest, info)
-    return DiskResult(
+    manifest = spools.enter_context(
+        repo.new_snapshot(snapshot_path(job.vm, plan.name, snapshot_id))
+    )
+    with repo.pack_writer() as writer:
+        if decision.parent is not None:
+            parent = repo.load_snapshot(snapshot_path(job.vm, plan.name, decision.parent))
+            manifest.write(overlay(parent.entries(), runs(writer), size))
+        else:
+            manifest.write(full_entries(runs(writer), size))
+    seconds = round(time.monotonic() - clock, 3)
+    stats = writer.stats
+    info = SnapshotInfo(
+        id=snapshot_id,
+        vm=job.vm,
+        disk=plan.name,
+        backup=backup_id,
+        disk_size=size,
+        chunk_size=repo.config.chunk_size,
+        type=decision.mode,
+        reason=decision.reason,
+        parent=decision.parent,
+        checkpoint=reading.checkpoint,
+        started=started,
+        finished=now_rfc3339(),
+        stats={
+            "bytesRead": read,
+            "bytesNew": stats.bytes_new,
+            "bytesUploaded": stats.bytes_uploaded,
+            "seconds": seconds,
+        },
+        tags=job.tags,
+        job=job.job_id,
+    )
+    result = DiskResult(
         disk=plan.name,
         snapshot=info.id,
         type=info.type,
@@ -316,6 +328,7 @@ def _back_up_disk(
         seconds=seconds,
         checkpoint=reading.checkpoint,
     )
+    return result, manifest, info
 
 
 def _update_tracker(tracker: Tracker, readings: list[_Reading], results: list[DiskResult]) -> None:
