@@ -12,8 +12,8 @@ import pytest
 from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon, put_upload
 
+from diskferry.control.host.embedded.proxy import PROXY_JOB
 from diskferry.control.model import API_VERSION
-from diskferry.control.reconcilers.exportproxy import PROXY_JOB
 from diskferry.control.reconcilers.uploads import (
     ROUTE_NAMESPACE,
     TIMEOUT_ANNOTATION,

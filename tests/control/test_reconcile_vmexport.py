@@ -19,9 +19,11 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
 from diskferry.control.errors import NotFoundError
-from diskferry.control.reconcilers.exportproxy import PROXY_JOB, export_socket
+from diskferry.control.host.embedded.certs import DaemonCa
+from diskferry.control.host.embedded.proxy import PROXY_JOB, ProxyKeeper, export_socket
 from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port, stop_server
 from diskferry.control.resources.core import SECRETS
+from diskferry.control.runner.local import LocalRunner
 from diskferry.qemu import storage_daemon
 
 EXPORT = "VirtualMachineExport"
@@ -256,11 +258,12 @@ def test_an_export_whose_disk_goes_stops_serving(daemon, nginx, images) -> None:
 
 
 class _Stopping:
-    """A keeper whose worker stops (or not yet) when asked."""
+    """A keeper whose worker stops (or not yet) when asked, with the embedded proxy."""
 
-    def __init__(self, stops: bool) -> None:
+    def __init__(self, stops: bool, data_dir: Path) -> None:
         self.imports = self
         self.stops = stops
+        self.proxy = ProxyKeeper(LocalRunner(data_dir), DaemonCa(data_dir / "pki"))
 
     def stop(self, job_id: str) -> bool:
         return self.stops
@@ -278,8 +281,9 @@ def test_a_stopped_server_leaves_no_socket_even_when_it_was_killed(
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     left.bind(path)  # as a killed server leaves it: bound, never removed
     left.close()
-    assert not stop_server(_Stopping(False), "vmexport-killed")  # type: ignore[arg-type]
+    keeper, stopped = _Stopping(False, runtime / "data"), _Stopping(True, runtime / "data")
+    assert not stop_server(keeper, "vmexport-killed")  # type: ignore[arg-type]
     assert Path(path).exists()
-    assert stop_server(_Stopping(True), "vmexport-killed")  # type: ignore[arg-type]
+    assert stop_server(stopped, "vmexport-killed")  # type: ignore[arg-type]
     assert not Path(path).exists()
     shutil.rmtree(runtime)

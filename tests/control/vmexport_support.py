@@ -17,8 +17,8 @@ from reconcile_support import Daemon, http_source
 
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
+from diskferry.control.host.embedded.certs import CERT_LIFETIME, PKI_DIR, DaemonCa
 from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.exportcerts import CERT_LIFETIME, PKI_DIR, ServerCerts
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import SECRETS
 from diskferry.export.token import TOKEN_HEADER
@@ -38,7 +38,7 @@ class ExportDaemon(Daemon):
         self.data_dir = data_dir
         self.registry = REGISTRY
         self.objects = ObjectService(data_dir / "state.db", REGISTRY, clock)
-        certs = ServerCerts(data_dir / PKI_DIR, lifetime)
+        certs = DaemonCa(data_dir / PKI_DIR, lifetime)
         self.controllers = Controllers(
             data_dir, self.objects, workers=2, resync=5, proxy_port=proxy_port, certs=certs
         )

@@ -25,15 +25,15 @@ from reconcile_support import Daemon
 from vm_support import ready_disk
 
 from diskferry.control.clock import Clock
+from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.proxy import ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.machines import Machines
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.datamover import Job
 from diskferry.control.reconcilers.dataupload import DataUploadReconciler
-from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
-from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
@@ -184,7 +184,7 @@ def test_a_pull_backup_of_a_running_vm_reaches_qemu_by_its_own_socket(
     backup = world.client.get(VirtualMachineBackup, "default", "pull")
     assert backup is not None
     runner = RecordingRunner(world.data_dir)
-    certs = ServerCerts(world.data_dir / PKI_DIR)
+    certs = DaemonCa(world.data_dir / PKI_DIR)
     proxy = ProxyKeeper(runner, certs, port=free_port())
     pull = PullBackup(world.client, runner, world.volumes, certs, proxy, Clock())
     pull.step(backup, Source(vm, None, None))

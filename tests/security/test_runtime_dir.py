@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from diskferry.control.reconcilers.exportproxy import export_socket
+from diskferry.control.host.embedded.proxy import export_socket
 from diskferry.qemu import storage_daemon
 from diskferry.qemu.storage_daemon import RuntimeDirError, runtime_dir
 

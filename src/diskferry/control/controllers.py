@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from diskferry.control.clock import Clock
+from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.proxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.machines import Machines
@@ -28,8 +30,6 @@ from diskferry.control.reconcilers.claimed import ClaimedKind
 from diskferry.control.reconcilers.clustervirtualimage import ClusterVirtualImageReconciler
 from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 from diskferry.control.reconcilers.dataupload import DataUploadReconciler
-from diskferry.control.reconcilers.exportcerts import PKI_DIR, ServerCerts
-from diskferry.control.reconcilers.exportproxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.reconcilers.inuse import devices_named
 from diskferry.control.reconcilers.restore import RestoreReconciler
 from diskferry.control.reconcilers.schedule import ScheduleReconciler
@@ -83,7 +83,7 @@ class Controllers:
         workers: int = 4,
         resync: float = RESYNC_SECONDS,
         proxy_port: int = PROXY_PORT,
-        certs: ServerCerts | None = None,
+        certs: DaemonCa | None = None,
     ) -> None:
         access = objects if isinstance(objects, Access) else embedded(objects)
         clock = access.clock
@@ -92,7 +92,7 @@ class Controllers:
         self.volumes = DirectoryVolumes(data_dir)
         self.store = LayoutImageStore(data_dir)
         self.machines = Machines(data_dir)
-        self.certs = certs or ServerCerts(Path(data_dir) / PKI_DIR)
+        self.certs = certs or DaemonCa(Path(data_dir) / PKI_DIR)
         self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
         parts = (self.client, self.runner, self.volumes)
         owners: list[

@@ -18,16 +18,17 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diskferry.control.duration import DurationError, format_duration
+from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError, Volumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.clone import reflink
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import Imports, Outcome, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
@@ -52,9 +53,6 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.prime import Target
 from diskferry.disk.urls import http_url_for_message
-
-if TYPE_CHECKING:
-    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 log = logging.getLogger("diskferry.control")
 PVC_LOST = "PVCLost"
@@ -114,7 +112,7 @@ class ClaimedKind(ABC):
         volumes: Volumes,
         store: ImageStore,
         certs: ServerCerts | None = None,
-        proxy: ProxyKeeper | None = None,
+        proxy: ExportProxy | None = None,
     ) -> None:
         self.client = client
         self.volumes = volumes

@@ -4,11 +4,10 @@ namespaces of the disks made from it (kept at each reconcile, the resync include
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.phases import READY, status_of, update_fields
 from diskferry.control.reconcilers.stored import StoredImages
 from diskferry.control.resources.virtualdisk import VirtualDisk, VirtualDiskObjectRefKind
@@ -16,9 +15,6 @@ from diskferry.control.resources.virtualimage import CLUSTER_VIRTUAL_IMAGES, Clu
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-
-if TYPE_CHECKING:
-    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 CLUSTER_VIRTUAL_IMAGE = VirtualDiskObjectRefKind.CLUSTER_VIRTUAL_IMAGE
 
@@ -36,7 +32,7 @@ class ClusterVirtualImageReconciler:
         volumes: Volumes,
         store: ImageStore,
         certs: ServerCerts | None = None,
-        proxy: ProxyKeeper | None = None,
+        proxy: ExportProxy | None = None,
     ) -> None:
         self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)
 

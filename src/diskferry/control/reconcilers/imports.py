@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim
 from diskferry.control.quantity import format_bytes
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.progress import progress_fields
 from diskferry.control.reconcilers.uploads import (
     UploadPolicy,
@@ -31,9 +32,6 @@ from diskferry.disk.errors import DiskferryError
 from diskferry.disk.prime import recorded_job
 from diskferry.disk.schemes import is_layout_reference
 from diskferry.importer import ImportJob, ImportResult, UploadResult
-
-if TYPE_CHECKING:
-    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
@@ -145,7 +143,7 @@ class Imports:
         self,
         runner: Runner,
         certs: ServerCerts | None = None,
-        proxy: ProxyKeeper | None = None,
+        proxy: ExportProxy | None = None,
     ) -> None:
         self.runner = runner
         self.jobs = Jobs(runner)

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from diskferry.control.runner.base import JobState
+
 _UNITS = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 PROGRESS_FIELDS = ("progress", "downloadSpeed")
 WRITE_INTERVAL = 1.0
@@ -87,3 +89,8 @@ class ProgressWrites:
                 return held
             self._written[key] = now
         return fields
+
+
+def job_details(state: JobState | None) -> dict[str, Any]:
+    """The details a job published in its /progress (a server's listenPort), {} before it did."""
+    return ((state.progress or {}).get("details") or {}) if state else {}

@@ -16,10 +16,12 @@ holds it (see `protection`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diskferry.control.duration import DurationError
+from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
@@ -32,7 +34,6 @@ from diskferry.control.reconcilers.claimed import (
     show_upload_wait,
     tag,
 )
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.imports import (
     Imports,
     Outcome,
@@ -54,9 +55,6 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.importer import ImagePushJob, ImagePushResult
 
-if TYPE_CHECKING:
-    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
-
 log = logging.getLogger("diskferry.control")
 IMAGE_LOST = "ImageLost"
 
@@ -72,7 +70,7 @@ class StoredImages:
         store: ImageStore,
         prefix: str,
         certs: ServerCerts | None = None,
-        proxy: ProxyKeeper | None = None,
+        proxy: ExportProxy | None = None,
     ) -> None:
         self.client = client
         self.runner = runner

@@ -21,21 +21,16 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diskferry.control.duration import format_duration, parse_duration
+from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.model import Resource
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.disk.checksums import ChecksumError
-from diskferry.export.routes import Route
-from diskferry.importer import UploadJob
-from diskferry.importer.upload_job import UploadPhase
+from diskferry.importer import UploadJob, UploadPhase
 from diskferry.importer.upload_server import UPLOAD_PREFIX
-from diskferry.serving.certs import CA_CERT
-
-if TYPE_CHECKING:
-    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 UPLOAD_HOST = "127.0.0.1"
 EXTERNAL_HOST = "localhost"
@@ -145,7 +140,7 @@ def upload_urls(
     runner: Runner,
     job_id: str,
     progress: dict[str, Any] | None,
-    proxy: ProxyKeeper | None = None,
+    proxy: ExportProxy | None = None,
 ) -> dict[str, str]:
     """`imageUploadURLs` of the running server, {} until it (and `proxy`) listen, both ending
     in `/upload/<secret>`: `external` through `proxy` (the server routed there), or by name
@@ -157,14 +152,7 @@ def upload_urls(
     secret = token.decode().splitlines()[0]
     external = f"https://{EXTERNAL_HOST}:{port}"
     if proxy is not None:
-        route = Route(
-            namespace=ROUTE_NAMESPACE,
-            name=job_id,
-            url=f"https://{UPLOAD_HOST}:{port}",
-            caFile=CA_CERT,
-            ready=True,
-        )
-        proxy.set_route(route)
+        proxy.route(ROUTE_NAMESPACE, job_id, port, ready=True)
         if not proxy.serving():
             return {}
         external = proxy.external_url(ROUTE_NAMESPACE, job_id)
@@ -174,7 +162,7 @@ def upload_urls(
     }
 
 
-def drop_upload_route(proxy: ProxyKeeper | None, job_id: str) -> None:
+def drop_upload_route(proxy: ExportProxy | None, job_id: str) -> None:
     """Stop routing the job's upload server through the proxy."""
     if proxy is not None:
         proxy.drop_route(ROUTE_NAMESPACE, job_id)

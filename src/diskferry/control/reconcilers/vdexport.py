@@ -24,9 +24,9 @@ from typing import Any
 from diskferry.control.clock import Clock
 from diskferry.control.model import GROUP, ObjectMeta, OwnerReference
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS
-from diskferry.control.reconcilers.exportproxy import job_details
 from diskferry.control.reconcilers.lifecycle import deleting
 from diskferry.control.reconcilers.phases import status_of
+from diskferry.control.reconcilers.progress import job_details
 from diskferry.control.resources.typedref import CORE
 from diskferry.control.resources.vdexport import (
     COMPLETED,

@@ -4,13 +4,14 @@ its status gives the stored and unpacked sizes, the format, and whether it is a 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import ClaimedKind
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.sources import in_store
 from diskferry.control.reconcilers.stored import StoredImages
 from diskferry.control.resources.common import DataSource
@@ -18,9 +19,6 @@ from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES, VirtualImag
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-
-if TYPE_CHECKING:
-    from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 
 
 def _size(n: int) -> tuple[str, str]:
@@ -40,7 +38,7 @@ class VirtualImageReconciler(ClaimedKind):
         volumes: Volumes,
         store: ImageStore,
         certs: ServerCerts | None = None,
-        proxy: ProxyKeeper | None = None,
+        proxy: ExportProxy | None = None,
     ) -> None:
         super().__init__(client, runner, volumes, store, certs, proxy)
         self.stored = StoredImages(client, runner, volumes, store, self.prefix, certs, proxy)

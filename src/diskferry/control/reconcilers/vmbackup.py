@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 
 from diskferry.control.clock import Clock
+from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import MoverFailure
-from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.vmbackuppull import PullBackup
 from diskferry.control.reconcilers.vmbackuppush import PushBackup
@@ -56,7 +56,7 @@ class VirtualMachineBackupReconciler:
         runner: Runner,
         volumes: Volumes,
         certs: ServerCerts,
-        proxy: ProxyKeeper,
+        proxy: ExportProxy,
         clock: Clock | None = None,
     ) -> None:
         self.client = client

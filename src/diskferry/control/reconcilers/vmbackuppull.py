@@ -20,6 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
@@ -27,8 +29,6 @@ from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
 from diskferry.control.reconcilers.dataupload import CBT_OFF, vm_claims
 from diskferry.control.reconcilers.exportbackup import POINT_FILE, point_job_id
-from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.exportproxy import ProxyKeeper
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.quiesce import agent_silence
@@ -85,7 +85,7 @@ class PullBackup:
         runner: Runner,
         volumes: Volumes,
         certs: ServerCerts,
-        proxy: ProxyKeeper,
+        proxy: ExportProxy,
         clock: Clock,
     ) -> None:
         self.client = client

@@ -29,25 +29,20 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
+from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.exportbackup import NotServed, served_point
-from diskferry.control.reconcilers.exportcerts import ServerCerts
 from diskferry.control.reconcilers.exportmanifest import MANIFEST_FILE, vm_manifest
-from diskferry.control.reconcilers.exportproxy import (
-    ProxyKeeper,
-    drop_socket,
-    export_route,
-    export_socket,
-    job_details,
-)
 from diskferry.control.reconcilers.exportsources import SKIPPED, ExportSources, Served
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import status_of, transition
+from diskferry.control.reconcilers.progress import job_details
 from diskferry.control.reconcilers.sources import Waiting
 from diskferry.control.reconcilers.teardown import STOP_POLL
 from diskferry.control.resources.vmexport import (
@@ -63,9 +58,7 @@ from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
 from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
 from diskferry.export.links import backup_link, manifest_links
-from diskferry.export.routes import Route
 from diskferry.export.server import READY_PATH
-from diskferry.serving.certs import CA_CERT
 
 log = logging.getLogger("diskferry.control")
 M = TypeVar("M", bound=Resource)
@@ -131,7 +124,7 @@ class ServerKeeper(Protocol):
 
     runner: Runner
     certs: ServerCerts
-    proxy: ProxyKeeper
+    proxy: ExportProxy
     imports: Imports
 
 
@@ -153,7 +146,7 @@ def start_server(
     links = LinkSettings(
         internal_url=f"https://{HOST}:{port}",
         external_url=keeper.proxy.external_url(*route),
-        external_ca=CA_CERT,
+        external_ca=keeper.certs.ca_file,
         file=LINKS_FILE,
     )
     job = model(
@@ -166,7 +159,7 @@ def start_server(
         listen_address=HOST,
         listen_port=port,
         links=links,
-        unix_socket=export_socket(job_id),
+        unix_socket=keeper.proxy.server_socket(job_id),
     )
     given = [*keeper.certs.job_files([HOST]), JobFile(TOKEN_FILE, token.value), *files]
     keeper.runner.start(job_id, job, given)
@@ -177,19 +170,15 @@ def stop_server(keeper: ServerKeeper, job_id: str) -> bool:
     gone; False while it still runs."""
     if not keeper.imports.stop(job_id):
         return False
-    drop_socket(job_id)
+    keeper.proxy.drop_server_socket(job_id)
     return True
 
 
-def ready_route(
-    keeper: ServerKeeper, job_id: str, route: tuple[str, str], port: int
-) -> Route | None:
-    """The proxy's route to the export worker `job_id`: over the Unix socket it says it listens
-    on, else over TLS to `port`; None until it has said where it listens."""
+def where_listening(keeper: ServerKeeper, job_id: str) -> dict[str, Any] | None:
+    """What the export worker `job_id` said of where it listens (`listenPort`, and its
+    `unixSocket` when it has one), None until it said so."""
     details = job_details(keeper.runner.state(job_id))
-    if not details.get("listenPort"):
-        return None
-    return export_route(*route, port, ready=True, unix_socket=details.get("unixSocket"))
+    return details if details.get("listenPort") else None
 
 
 class VirtualMachineExportReconciler:
@@ -204,7 +193,7 @@ class VirtualMachineExportReconciler:
         volumes: Volumes,
         store: ImageStore,
         certs: ServerCerts,
-        proxy: ProxyKeeper,
+        proxy: ExportProxy,
         clock: Clock | None = None,
     ) -> None:
         self.client = client
@@ -272,11 +261,11 @@ class VirtualMachineExportReconciler:
         name = point.backup.metadata.name
         fields.update(tokenSecretRef=point.token.secret_name, virtualMachineName=point.vm_name)
         port = int(point.backup.metadata.annotations.get(PORT_ANNOTATION, "0"))
-        route = ready_route(self, point.job_id, self._key(obj), port)
-        if route is None or not answers(port, self.certs.ca_pem()):
+        where = where_listening(self, point.job_id)
+        if where is None or not answers(port, self.certs.ca_pem()):
             message = f"waiting for the VirtualMachineBackup {name} to serve its point"
             return self._idle(obj, "Starting", message, fields)
-        self.proxy.set_route(route)
+        self.proxy.route(*self._key(obj), port, True, where.get("unixSocket"))
         if not self.proxy.serving():
             transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
             return Result.requeue(POLL_SECONDS)
@@ -334,7 +323,7 @@ class VirtualMachineExportReconciler:
         if state is None:
             obj, port = recorded_port(self.client, obj)
             self._start(obj, served, token, port, left)
-            self.proxy.set_route(export_route(*self._key(obj), port, ready=False))
+            self.proxy.route(*self._key(obj), port, ready=False)
             return self._pending(obj, "Starting", STARTING, fields)
         recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
         if recorded is None:  # the annotation was removed: serve again on a port recorded
@@ -345,11 +334,11 @@ class VirtualMachineExportReconciler:
             self.runner.write_file(job_id, TOKEN_FILE, token.value)
         self.certs.renew(self.runner, job_id, [HOST])
         links = self._links(job_id)
-        route = ready_route(self, job_id, self._key(obj), port)
-        if links is None or route is None or not answers(port, self.certs.ca_pem()):
+        where = where_listening(self, job_id)
+        if links is None or where is None or not answers(port, self.certs.ca_pem()):
             transition(self.client, obj, ExportPhase.PENDING, "Starting", STARTING, fields)
             return Result.requeue(POLL_SECONDS)
-        self.proxy.set_route(route)
+        self.proxy.route(*self._key(obj), port, True, where.get("unixSocket"))
         if not self.proxy.serving():
             transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
             return Result.requeue(POLL_SECONDS)

@@ -1,8 +1,8 @@
-"""The export proxy as the daemon keeps it: one proxy worker on the documented port, its routes
-file rewritten (atomically) as exports come and go, restarted when it ends, its certificate
-renewed at half its life. The export servers run on this host, so each also listens on a Unix
-socket in the runtime directory and the proxy reaches it there in plain HTTP, with no TLS on
-that hop; a server that names no socket is reached over TLS.
+"""The embedded host's export proxy (`host.proxy`): one proxy worker on the documented port,
+its routes file rewritten (atomically) as exports come and go, restarted when it ends, its
+certificate renewed at half its life. The export servers run on this host, so each also
+listens on a Unix socket in the runtime directory and the proxy reaches it there in plain HTTP,
+with no TLS on that hop; a server that names no socket is reached over TLS.
 
 The proxy runs while there is a route: it starts with the first export and stops (its
 downloads given their grace) once the last one goes. Its routes live in its job's directory,
@@ -15,18 +15,15 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from diskferry.control.reconcilers.exportcerts import ServerCerts
-from diskferry.control.reconcilers.imports import Imports
-from diskferry.control.runner.base import JobFile, JobState, Runner
+from diskferry.control.host.certs import ServerCerts
+from diskferry.control.runner.base import JobFile, Runner
 from diskferry.export import ProxyJob
 from diskferry.export.routes import Route, RoutesDocument
 from diskferry.qemu.storage_daemon import runtime_dir
-from diskferry.serving.certs import CA_CERT
 from diskferry.serving.defaults import PROXY_PORT
 from diskferry.serving.unix_socket import SOCKET_PATH_MAX
 
@@ -39,11 +36,6 @@ ENSURE_SECONDS = 5.0
 PROXY_GRACE = 10.0
 API_PATH = "/api/export.kubevirt.io/v1/namespaces/{namespace}/virtualmachineexports/{name}"
 """An export's base path through the proxy, in KubeVirt's current version (v1beta1 routed too)."""
-
-
-def job_details(state: JobState | None) -> dict[str, Any]:
-    """The details a job published in its /progress, {} before it did."""
-    return ((state.progress or {}).get("details") or {}) if state else {}
 
 
 def routes_text(routes: dict[tuple[str, str], Route]) -> bytes:
@@ -71,7 +63,6 @@ class ProxyKeeper:
         self.address = address
         self.port = port
         self.interval = interval
-        self.imports = Imports(runner)
         self._lock = threading.RLock()
         self._routes: dict[tuple[str, str], Route] | None = None
         self._stop = threading.Event()
@@ -89,7 +80,8 @@ class ProxyKeeper:
     def serving(self) -> bool:
         """Whether the proxy runs and listens."""
         state = self.runner.state(PROXY_JOB)
-        return bool(state and state.running and job_details(state).get("listenPort"))
+        details = ((state.progress or {}).get("details") or {}) if state else {}
+        return bool(state and state.running and details.get("listenPort"))
 
     def start(self) -> None:
         """Read back the routes a previous daemon left, and keep the proxy running."""
@@ -138,12 +130,14 @@ class ProxyKeeper:
             routes = self._loaded()
             state = self.runner.state(PROXY_JOB)
             if not routes:
-                if state is not None and self.imports.stop(PROXY_JOB):
+                if state is not None and self.runner.forget(PROXY_JOB):
                     self._routes = None
                 return
             if state is not None and not state.running:
                 log.warning("the export proxy ended (exit code %s)", state.exit_code)
-                self.imports.finish(PROXY_JOB, "export proxy", keep=False)
+                for line in self.runner.log_tail(PROXY_JOB):
+                    log.info("export proxy: %s", line)
+                self.runner.purge(PROXY_JOB, keep_scratch=False)
                 state = None
             if state is None:
                 if routes:
@@ -163,8 +157,20 @@ class ProxyKeeper:
         files = [*self.certs.job_files([self.address]), JobFile(ROUTES_FILE, routes_text(routes))]
         self.runner.start(PROXY_JOB, job, files)
 
-    def set_route(self, route: Route) -> None:
-        """Route the export `route` names (replacing its previous route)."""
+    def route(
+        self, namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None
+    ) -> None:
+        """Route `namespace/name` to the server on 127.0.0.1:`port`, verified with the CA file
+        given to the proxy, or over `unix_socket` when the server listens on one (replacing its
+        previous route)."""
+        route = Route(
+            namespace=namespace,
+            name=name,
+            url=f"https://127.0.0.1:{port}",
+            caFile=self.certs.ca_file,
+            ready=ready,
+            unixSocket=unix_socket,
+        )
         with self._lock:
             routes = self._loaded()
             if routes.get((route.namespace, route.name)) == route:
@@ -185,32 +191,20 @@ class ProxyKeeper:
         if not routes or self.runner.state(PROXY_JOB) is None:
             self.ensure()
 
+    def server_socket(self, job_id: str) -> str | None:
+        """Where the server of the job `job_id` is to listen for the proxy: a socket in the
+        exports folder of this user's runtime directory (each checked private: RuntimeDirError
+        otherwise); None where that path is too long for a socket."""
+        return export_socket(job_id)
+
+    def drop_server_socket(self, job_id: str) -> None:
+        """Remove the socket a killed server of `job_id` left (a stopped one removes its own)."""
+        path = export_socket(job_id)
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+
 
 def export_socket(job_id: str) -> str | None:
-    """Where the export server `job_id` is to listen for the proxy: a socket in the exports
-    folder of this user's runtime directory (each checked private: RuntimeDirError otherwise);
-    None where that path is too long for a socket."""
+    """Where the server `job_id` listens for the proxy (see `ProxyKeeper.server_socket`)."""
     path = str(runtime_dir(SOCKETS_DIR) / f"{job_id}.sock")
     return path if len(os.fsencode(path)) <= SOCKET_PATH_MAX else None
-
-
-def drop_socket(job_id: str) -> None:
-    """Remove the socket a killed export server `job_id` left (a stopped one removes its own)."""
-    path = export_socket(job_id)
-    if path is not None:
-        Path(path).unlink(missing_ok=True)
-
-
-def export_route(
-    namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None
-) -> Route:
-    """The route to an export server on 127.0.0.1:`port`, verified with the proxy's CA file,
-    or over `unix_socket` when the server listens on one."""
-    return Route(
-        namespace=namespace,
-        name=name,
-        url=f"https://127.0.0.1:{port}",
-        caFile=CA_CERT,
-        ready=ready,
-        unixSocket=unix_socket,
-    )

@@ -1,10 +1,12 @@
-"""Certificates of the export servers and the export proxy: short-lived, issued by the daemon's
-CA in DATA_DIR/pki, and renewed at half their life by replacing a worker's certificate files
-(its TLS context loads changed files for each new connection, so downloads go on)."""
+"""The embedded host's server certificates (`host.certs`): short-lived, issued by the daemon's
+CA in DATA_DIR/pki (the one its API's certificate comes from, see `pki`), and renewed at half
+their life by replacing a worker's certificate files (its TLS context loads changed files for
+each new connection, so downloads go on). The CA touches nothing but the data directory."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -28,8 +30,10 @@ def expiry(chain: bytes) -> datetime | None:
         return None
 
 
-class ServerCerts:
+class DaemonCa:
     """Issues certificates of `lifetime` from the CA in `pki_dir` (made there when missing)."""
+
+    ca_file = CA_CERT
 
     def __init__(
         self, pki_dir: Path, lifetime: timedelta = CERT_LIFETIME, clock: Clock | None = None
@@ -47,13 +51,13 @@ class ServerCerts:
                 create_ca(self.pki_dir, common_name=CA_NAME)
         return (self.pki_dir / CA_CERT).read_bytes()
 
-    def files(self, sans: list[str]) -> dict[str, bytes]:
+    def files(self, sans: Sequence[str]) -> dict[str, bytes]:
         """A server's certificate directory: a fresh certificate for `sans`, its key, the CA."""
         ca = self.ca_pem()
-        chain, key = issue_server_cert(self.pki_dir, sans, self.lifetime)
+        chain, key = issue_server_cert(self.pki_dir, list(sans), self.lifetime)
         return {TLS_CERT: chain, TLS_KEY: key, CA_CERT: ca}
 
-    def job_files(self, sans: list[str]) -> list[JobFile]:
+    def job_files(self, sans: Sequence[str]) -> list[JobFile]:
         """The files of a server's certificate directory (see `files`), for its job."""
         return [JobFile(name, data) for name, data in self.files(sans).items()]
 
@@ -67,7 +71,7 @@ class ServerCerts:
         due = self.renew_at(runner.read_file(job_id, TLS_CERT))
         return 0.0 if due is None else max((due - self.clock.now()).total_seconds(), 0.0)
 
-    def renew(self, runner: Runner, job_id: str, sans: list[str]) -> bool:
+    def renew(self, runner: Runner, job_id: str, sans: Sequence[str]) -> bool:
         """Replace the running job's certificate and key when due; whether it did."""
         if self.seconds_to_renewal(runner, job_id) > 0:
             return False

@@ -1,0 +1,37 @@
+"""The export proxy as reconcilers see it: one address that routes external requests to the
+export, backup point and upload servers the daemon starts, each under KubeVirt's export path
+of a namespace and a name (the embedded host runs a proxy worker; a cluster, a Service)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class ExportProxy(Protocol):
+    """Routes external requests to the servers on this host."""
+
+    @property
+    def base_url(self) -> str:
+        """The proxy's URL."""
+
+    def external_url(self, namespace: str, name: str) -> str:
+        """The base URL of the export `namespace/name` through the proxy."""
+
+    def serving(self) -> bool:
+        """Whether the proxy runs and listens."""
+
+    def route(
+        self, namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None
+    ) -> None:
+        """Route `namespace/name` to the server on 127.0.0.1:`port` (verified with the servers'
+        CA), or over `unix_socket` when the server listens on one; `ready` once it answers."""
+
+    def drop_route(self, namespace: str, name: str) -> None:
+        """Stop routing `namespace/name`."""
+
+    def server_socket(self, job_id: str) -> str | None:
+        """Where the server of the job `job_id` is to listen for the proxy, None where it
+        cannot (it is reached over TLS then)."""
+
+    def drop_server_socket(self, job_id: str) -> None:
+        """Remove the socket a killed server of `job_id` left (a stopped one removes its own)."""
