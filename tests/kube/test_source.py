@@ -67,6 +67,20 @@ def test_the_listing_and_every_change_after_it(api: KubeApi) -> None:
         listing.changes.close()
 
 
+def test_a_watch_resumes_where_each_request_ended(api: KubeApi) -> None:
+    source = ClusterSource(api, REGISTRY, watch_seconds=1)
+    listing = source.follow([VIRTUAL_DISKS])
+    seen: list[tuple[str, str]] = []
+    try:
+        for n in range(3):
+            api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk(f"resumed-{n}"))
+            assert changes_until(listing.changes, f"resumed-{n}") == ["ADDED"]
+            seen += [(c.type, c.object["metadata"]["name"]) for c in listing.changes.next(1.5)]
+    finally:
+        listing.changes.close()
+    assert seen == []  # each change once, across requests that ended meanwhile
+
+
 @pytest.fixture(scope="module")
 def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
     """A stand-in that keeps few changes, as an etcd compacted often."""

@@ -218,6 +218,39 @@ def test_a_status_is_written_through_the_subresource(applied: StandIn) -> None:
     assert table.split("\n")[1].split()[:3] == ["diskferry-operator", "2", "1"]
 
 
+def test_server_side_apply_takes_ownership_and_delete_removes(applied: StandIn) -> None:
+    config_map = (
+        "apiVersion: v1\nkind: ConfigMap\n"
+        "metadata: {name: settings, namespace: diskferry-system}\ndata: {level: info}\n"
+    )
+    out = kubectl(
+        applied, "apply", "--server-side", "--field-manager=admin", "-f", "-", stdin=config_map
+    )
+    assert "configmap/settings serverside-applied" in out
+    changed = config_map.replace("level: info", "level: debug")
+    kubectl(applied, "apply", "--server-side", "--field-manager=admin", "-f", "-", stdin=changed)
+    stored = json.loads(
+        kubectl(
+            applied,
+            "get",
+            "cm",
+            "settings",
+            "-n",
+            "diskferry-system",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        )
+    )
+    assert stored["data"] == {"level": "debug"}
+    assert [(f["manager"], f["operation"]) for f in stored["metadata"]["managedFields"]] == [
+        ("admin", "Apply")
+    ]
+    assert "deleted" in kubectl(applied, "delete", "cm", "settings", "-n", "diskferry-system")
+    gone = kubectl(applied, "get", "cm", "settings", "-n", "diskferry-system", ok=False)
+    assert "NotFound" in gone
+
+
 def test_sigterm_stops_it(tmp_path: Path) -> None:
     started = start_standin(tmp_path / "data", tmp_path / "standin.log")
     assert started.stop() == 0
