@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from standin_support import StandIn
 
-from diskferry.kube.config import api_client
+from diskferry.kube.config import api_client, own_namespace
 from diskferry.kube.errors import ClusterConfigError
 from diskferry.kube.operator import default_identity
 
@@ -40,5 +40,14 @@ def test_outside_a_pod_kubeconfig_names_the_cluster(
     assert client.user_agent.startswith("diskferry-operator/")
 
 
-def test_each_instance_has_a_name_of_its_own() -> None:
+def test_each_instance_has_a_name_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_identity() != default_identity()
+    monkeypatch.setenv("POD_NAME", "diskferry-operator-7d4b9")
+    assert default_identity().startswith("diskferry-operator-7d4b9_")
+
+
+def test_the_pod_namespace_is_the_operators(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert own_namespace("diskferry-system") == "diskferry-system"  # no service account here
+    monkeypatch.setenv("POD_NAMESPACE", "virtualization")
+    assert own_namespace("diskferry-system") == "virtualization"

@@ -34,8 +34,8 @@ def operator(
         str | None,
         typer.Option(
             "--namespace",
-            help=f"Where the operator's Lease is (default: the Pod's namespace, else {NAMESPACE})."
-            " Resources are reconciled in every namespace.",
+            help="Where the operator's Lease is (default: POD_NAMESPACE, else the service "
+            f"account's namespace, else {NAMESPACE}). Resources are reconciled in every namespace.",
         ),
     ] = None,
     data_dir: Annotated[
@@ -48,7 +48,11 @@ def operator(
     ] = None,
     identity: Annotated[
         str | None,
-        typer.Option("--identity", help="This instance's name in the Lease (default: host_uuid)."),
+        typer.Option(
+            "--identity",
+            help="This instance's name in the Lease (default: POD_NAME, else the host's name, "
+            "and a unique suffix).",
+        ),
     ] = None,
     health_address: Annotated[
         str, typer.Option("--health-address", help="Address the probes are answered on.")

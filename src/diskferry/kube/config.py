@@ -16,6 +16,8 @@ from diskferry.kube.errors import ClusterConfigError
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 SERVICE_HOST = "KUBERNETES_SERVICE_HOST"
+POD_NAME = "POD_NAME"  # the Pod's own name and namespace, as a Deployment passes them down
+POD_NAMESPACE = "POD_NAMESPACE"
 DEFAULT_KUBECONFIG = Path(".kube/config")
 USER_AGENT = f"diskferry-operator/{__version__}"
 POOL_SIZE = 64  # a connection for each watch of a kind and each reconciling worker
@@ -58,7 +60,10 @@ def api_client(kubeconfig: Path | None = None, *, pool_size: int = POOL_SIZE) ->
 
 
 def own_namespace(default: str) -> str:
-    """The namespace this Pod runs in (its service account says), else `default`."""
+    """The namespace this Pod runs in (POD_NAMESPACE, else its service account says), else
+    `default`."""
+    if os.environ.get(POD_NAMESPACE):
+        return os.environ[POD_NAMESPACE]
     try:
         return (SERVICE_ACCOUNT / "namespace").read_text().strip() or default
     except OSError:

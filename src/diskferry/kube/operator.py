@@ -12,6 +12,7 @@ may lead share that directory, and a new leader re-attaches to the workers the l
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from diskferry.control.resources.core import SECRETS
 from diskferry.control.runner.stop import serving
 from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
+from diskferry.kube.config import POD_NAME
 from diskferry.kube.health import Health
 from diskferry.kube.lease import LeaderElector, LeaseTimes
 from diskferry.kube.source import WATCH_SECONDS, ClusterSource
@@ -39,9 +41,9 @@ OWNED = (SECRETS,)  # kinds whose objects the reconciled kinds own: their change
 
 
 def default_identity() -> str:
-    """This instance's name in the Lease: its host's (a Pod's name) and a unique suffix, as
-    client-go names a candidate."""
-    return f"{socket.gethostname()}_{uuid.uuid4()}"
+    """This instance's name in the Lease: its Pod's (POD_NAME, else the host's) and a unique
+    suffix, as client-go names a candidate."""
+    return f"{os.environ.get(POD_NAME) or socket.gethostname()}_{uuid.uuid4()}"
 
 
 @dataclass(frozen=True)
