@@ -1,6 +1,7 @@
 """The stand-in cluster through kubectl, as a cluster admin and an operator meet it: what is
-applied (Namespaces, RBAC, Deployments, Services, Leases, CRDs) is stored and read back, runs
-nothing, is watched, and is checked against Kubernetes' schemas; SIGTERM stops it."""
+applied (Namespaces, RBAC, Deployments, Services, Leases, CRDs, `kubectl apply -k deploy/`) is
+stored and read back, runs nothing, is watched, and is checked against Kubernetes' schemas;
+SIGTERM stops it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from daemon_support import kubectl
 from standin_support import StandIn, environment, start_standin
 
 WATCH_SECONDS = 30
+DEPLOY = Path(__file__).parents[2] / "deploy"
 OPERATOR = """\
 apiVersion: v1
 kind: Namespace
@@ -249,6 +251,19 @@ def test_server_side_apply_takes_ownership_and_delete_removes(applied: StandIn) 
     assert "deleted" in kubectl(applied, "delete", "cm", "settings", "-n", "diskferry-system")
     gone = kubectl(applied, "get", "cm", "settings", "-n", "diskferry-system", ok=False)
     assert "NotFound" in gone
+
+
+def test_the_manifests_a_cluster_admin_applies_are_taken(tmp_path: Path) -> None:
+    started = start_standin(tmp_path / "data", tmp_path / "standin.log")
+    try:
+        out = kubectl(started, "apply", "-k", str(DEPLOY))
+        assert "deployment.apps/diskferry-operator created" in out
+        assert "customresourcedefinition.apiextensions.k8s.io/virtualdisks.diskferry.io" in out
+        out = kubectl(started, "apply", "-k", str(DEPLOY / "ingress"))
+        assert "ingress.networking.k8s.io/" in out
+        assert _json(started, "pods", "-A")["items"] == []
+    finally:
+        assert started.stop() == 0
 
 
 def test_sigterm_stops_it(tmp_path: Path) -> None:
