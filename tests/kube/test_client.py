@@ -93,6 +93,29 @@ def test_the_same_event_again_is_counted_and_names_the_instance(client: KubeClie
     ]
 
 
+class ReadsRecorded(KubeApi):
+    """The API, with the kinds of the objects read by name noted."""
+
+    read: list[str]
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        self.read.append(kind)
+        return super().get(api_version, kind, namespace, name)
+
+
+def test_an_event_is_counted_without_reading_events(standin: StandIn, tmp_path: Path) -> None:
+    api = ReadsRecorded(api_client(standin.kubeconfig), discovery_cache=tmp_path / "discovery")
+    api.read = []
+    client = KubeClient(api, REGISTRY, instance="operator-b")
+    made = client.create(disk("unread"))
+    for _ in range(3):
+        client.event(made, "Warning", "Stuck", "no claim")
+    items, _ = api.list("v1", "Event", "default")
+    counts = [i["count"] for i in items if i["involvedObject"].get("name") == "unread"]
+    assert counts == [3]
+    assert "Event" not in api.read  # deploy/'s role lets the operator create and patch them
+
+
 def test_requests_refused_for_load_are_tried_again(
     api: KubeApi, caplog: pytest.LogCaptureFixture
 ) -> None:

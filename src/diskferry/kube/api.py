@@ -234,11 +234,6 @@ class KubeApi:
             if not token:
                 return items, str(meta.get("resourceVersion") or "")
 
-    def version(self, api_version: str, kind: str) -> str:
-        """The resourceVersion to watch the kind from, now (a list of one object at most)."""
-        page = self._page(api_version, kind, None, None, 1, None)
-        return str((page.get("metadata") or {}).get("resourceVersion") or "")
-
     def create(self, api_version: str, kind: str, namespace: str | None, body: Obj) -> Obj:
         """Create the object; the object stored. AlreadyExistsError when the name is taken."""
         resource = self.resource(api_version, kind)

@@ -1,10 +1,13 @@
 """The Client protocol the reconcilers use, over a cluster's API: their reads and writes as
 Kubernetes requests (status through its subresource), their Events as core/v1 Events that
-name this operator's instance."""
+name this operator's instance, created, or patched with a count this instance keeps (as
+client-go's event correlator does: an operator may create and patch Events, not read them)."""
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from typing import Any, TypeVar
 
 from diskferry.control.clock import Clock
@@ -19,6 +22,7 @@ from diskferry.kube.api import KubeApi
 log = logging.getLogger("diskferry.kube")
 M = TypeVar("M", bound=Resource)
 DEFAULT_NAMESPACE = "default"
+EVENT_COUNTS = 4096  # Events whose count an instance keeps, the least recently written forgotten
 
 
 class KubeClient:
@@ -39,6 +43,8 @@ class KubeClient:
         self.instance = instance
         self.component = component
         self.clock = clock or Clock()
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._counting = threading.Lock()
 
     def info(self, model: type[Resource]) -> KindInfo:
         """The kind served with `model`."""
@@ -100,28 +106,38 @@ class KubeClient:
         info = self.info(model)
         self.api.delete(info.api_version, info.kind, self._where(info, namespace), name)
 
+    def _counted(self, key: str, new: bool) -> int:
+        """The count of the Event `key` now: 1 when it is new, else one more than this instance
+        last wrote (2 when it wrote none)."""
+        with self._counting:
+            count = 1 if new else self._counts.pop(key, 1) + 1
+            self._counts[key] = count
+            while len(self._counts) > EVENT_COUNTS:
+                self._counts.popitem(last=False)
+        return count
+
     def event(self, obj: Resource, type_: str, reason: str, message: str) -> None:
         """Record (or bump the count of) an Event about `obj`, naming this instance as its
         reporter; one the API refuses is logged and dropped, as client-go's recorder does."""
-        involved = obj.to_json()
-        body = new_event(involved, type_, reason, message, self.component, self.clock.stamp())
+        body = new_event(obj.to_json(), type_, reason, message, self.component, self.clock.stamp())
         if self.instance:
             body["reportingInstance"] = self.instance
-        meta = body["metadata"]
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        key = f"{namespace}/{name}"
         try:
             try:
-                self.api.create(EVENTS.api_version, EVENTS.kind, meta["namespace"], body)
+                self.api.create(EVENTS.api_version, EVENTS.kind, namespace, body)
+                self._counted(key, new=True)
                 return
             except AlreadyExistsError:
                 pass
-            found = self.api.get(EVENTS.api_version, EVENTS.kind, meta["namespace"], meta["name"])
             bump = {
-                "count": int((found or {}).get("count") or 1) + 1,
+                "count": self._counted(key, new=False),
                 "lastTimestamp": body["lastTimestamp"],
                 "involvedObject": body["involvedObject"],
             }
             if self.instance:
                 bump["reportingInstance"] = self.instance
-            self.api.patch(EVENTS.api_version, EVENTS.kind, meta["namespace"], meta["name"], bump)
+            self.api.patch(EVENTS.api_version, EVENTS.kind, namespace, name, bump)
         except DiskferryError as error:
-            log.warning("cannot record the Event %s about %s: %s", reason, meta["name"], error)
+            log.warning("cannot record the Event %s about %s: %s", reason, name, error)

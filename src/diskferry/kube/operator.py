@@ -23,7 +23,6 @@ from pathlib import Path
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
 from diskferry.control.resources import REGISTRY
-from diskferry.control.resources.core import SECRETS
 from diskferry.control.runner.stop import serving
 from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
@@ -37,7 +36,6 @@ log = logging.getLogger("diskferry.kube")
 LEASE_NAME = "diskferry-operator"
 NAMESPACE = "diskferry-system"
 STOP_SECONDS = 30  # for the reconciles under way when the operator is stopped
-OWNED = (SECRETS,)  # kinds whose objects the reconciled kinds own: their changes are followed
 
 
 def default_identity() -> str:
@@ -69,7 +67,7 @@ class Operator:
     def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
         self.settings = settings
         self.client = KubeClient(api, REGISTRY, instance=settings.identity)
-        self.source = ClusterSource(api, REGISTRY, also=OWNED, watch_seconds=settings.watch_seconds)
+        self.source = ClusterSource(api, REGISTRY, watch_seconds=settings.watch_seconds)
         self.elector = LeaderElector(
             api, settings.namespace, settings.lease_name, settings.identity, settings.times
         )

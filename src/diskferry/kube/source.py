@@ -105,20 +105,15 @@ class KindWatches:
 
 
 class ClusterSource:
-    """Lists and watches the registry's kinds in a cluster; also follows the changes of `also`
-    (kinds whose objects a reconciled kind owns, such as Secrets)."""
+    """Lists and watches the registry's kinds in a cluster. Only the kinds it is asked to follow
+    are watched (the operator may read others, such as Secrets, by name alone): a change of an
+    object of another kind reaches its owner at the next resync."""
 
     def __init__(
-        self,
-        api: KubeApi,
-        registry: Registry,
-        *,
-        also: Sequence[KindInfo] = (),
-        watch_seconds: int = WATCH_SECONDS,
+        self, api: KubeApi, registry: Registry, *, watch_seconds: int = WATCH_SECONDS
     ) -> None:
         self.api = api
         self.registry = registry
-        self.also = tuple(also)
         self.watch_seconds = watch_seconds
 
     def list(self, info: KindInfo) -> list[dict[str, Any]]:
@@ -127,16 +122,13 @@ class ClusterSource:
         return items
 
     def follow(self, kinds: Sequence[KindInfo]) -> Listing:
-        """Every object of `kinds` now, and the changes of them and of `also` from then on."""
+        """Every object of `kinds` now, and their changes from then on."""
         objects: list[dict[str, Any]] = []
         starts: list[tuple[KindInfo, str]] = []
         for info in kinds:
             items, version = self.api.list(info.api_version, info.kind)
             objects += items
             starts.append((info, version))
-        for info in self.also:
-            if info not in kinds:
-                starts.append((info, self.api.version(info.api_version, info.kind)))
         return Listing(objects, KindWatches(self.api, starts, self.watch_seconds))
 
     def expire_events(self) -> None:
