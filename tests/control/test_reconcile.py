@@ -25,6 +25,7 @@ from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
+from diskferry.disk.prime import recorded_job
 
 MiB = 1 << 20
 
@@ -191,13 +192,51 @@ def test_a_failed_import_is_failed_with_reason_message_and_event(
     assert not daemon.claim(disk).parent.exists()
 
 
-def test_a_blank_disk(daemon) -> None:
+def _worker_said(caplog: pytest.LogCaptureFixture, tag: str, words: str) -> bool:
+    """Whether the daemon's log has a line of the worker of `tag` with `words` in it."""
+    return any(
+        r.getMessage().startswith(f"{tag}: ") and words in r.getMessage() for r in caplog.records
+    )
+
+
+def test_a_blank_disk_is_made_by_a_worker(daemon, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="diskferry.control")
     daemon.apply("VirtualDisk", "blank", {"persistentVolumeClaim": {"size": "20Mi"}})
     disk = daemon.wait_phase("VirtualDisk", "blank", "Ready", "Failed")
     assert disk["status"]["phase"] == "Ready" and disk["status"]["capacity"] == "20Mi"
     claim = daemon.claim(disk)
     assert claim.stat().st_size == 20 * MiB and claim.stat().st_blocks == 0
     assert os.listdir(claim.parent) == [claim.name]
+    assert recorded_job(str(claim)) == f"vd-blank-{disk['metadata']['uid']}"
+    assert _worker_said(caplog, "VirtualDisk default/blank", "blank done")
+
+
+def test_a_snapshot_and_a_disk_from_it_where_extents_are_shared_are_instant_copies(
+    reflink_dir: Path, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="diskferry.control")
+    daemon = Daemon(reflink_dir / "data")
+    try:
+        daemon.apply("VirtualDisk", "source", {"persistentVolumeClaim": {"size": "8Mi"}})
+        source = daemon.claim(daemon.wait_phase("VirtualDisk", "source", "Ready"))
+        data = os.urandom(8 * MiB)
+        source.write_bytes(data)
+        daemon.apply("VirtualDiskSnapshot", "snap", {"virtualDiskName": "source"})
+        snap = daemon.wait_phase("VirtualDiskSnapshot", "snap", "Ready", "Failed")
+        assert snap["status"]["phase"] == "Ready", snap["status"]
+        copy = source.parent / f"{snap['status']['volumeSnapshotName']}.img"
+        assert recorded_job(str(copy)) == f"vds-reflink-{snap['metadata']['uid']}"
+        ref = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDiskSnapshot", "name": "snap"}}
+        spec = {"persistentVolumeClaim": {"size": "12Mi"}, "dataSource": ref}
+        daemon.apply("VirtualDisk", "copy", spec)
+        disk = daemon.wait_phase("VirtualDisk", "copy", "Ready", "Failed")
+        assert disk["status"]["phase"] == "Ready", disk["status"]
+        assert daemon.claim(disk).read_bytes() == data + bytes(4 * MiB)
+        assert recorded_job(str(daemon.claim(disk))) == f"vd-reflink-{disk['metadata']['uid']}"
+        assert _worker_said(caplog, "VirtualDisk default/copy", "reflink done")
+        assert _worker_said(caplog, "VirtualDiskSnapshot default/snap", "reflink done")
+    finally:
+        daemon.stop()
 
 
 def test_a_disk_from_an_image_and_a_disk_from_its_snapshot(daemon, nginx, images) -> None:
@@ -463,9 +502,10 @@ def test_an_image_made_from_a_disk(daemon, nginx, images) -> None:
 
 
 @pytest.mark.parametrize("storage_class", ["local", "local-block"])
-def test_a_ready_disk_grows_when_its_size_grows(daemon, storage_class) -> None:
+def test_a_ready_disk_grows_when_its_size_grows(daemon, storage_class, caplog) -> None:
     if storage_class == "local-block" and block_unavailable():
         pytest.skip(block_unavailable())
+    caplog.set_level(logging.INFO, logger="diskferry.control")
     claim = {"size": "4Mi", "storageClassName": storage_class}
     daemon.apply("VirtualDisk", "grows", {"persistentVolumeClaim": claim})
     disk = daemon.wait_phase("VirtualDisk", "grows", "Ready")
@@ -495,6 +535,7 @@ def test_a_ready_disk_grows_when_its_size_grows(daemon, storage_class) -> None:
         with open(out.stdout.strip(), "rb") as device:
             assert device.seek(0, os.SEEK_END) == 8 * MiB
     assert "Resizing" in {e["reason"] for e in daemon.events("grows")}
+    assert _worker_said(caplog, "VirtualDisk default/grows", "grow done")
     daemon.objects.delete(VIRTUAL_DISKS, "default", "grows")
     wait_until(lambda: daemon.get("VirtualDisk", "grows") is None)
 

@@ -136,12 +136,14 @@ def test_deleting_a_download_that_writes_removes_the_half_written_disk(backed_up
 def test_a_download_that_ended_while_the_daemon_was_down_keeps_its_disk(backed_up, tmp_path):
     daemon, snapshot, claim = backed_up
     with repository_held(tmp_path / "backups"):
-        download(daemon, "dd", snapshot, "vd-restored", operationTimeout="3s")
+        # the deadline passes while the daemon is down (its disk's blank claim, made by a
+        # worker first, takes a worker's start before the restore's)
+        download(daemon, "dd", snapshot, "vd-restored", operationTimeout="8s")
         accepted = time.monotonic()
         daemon.wait_phase("DataDownload", "dd", "InProgress")
         daemon.stop()
     wait_until(lambda: not workers_under(tmp_path / "data"), 60)
-    wait_until(lambda: time.monotonic() - accepted > 4, 10)
+    wait_until(lambda: time.monotonic() - accepted > 9, 15)
     again = MoverDaemon(tmp_path / "data")
     try:
         status = again.wait_phase("DataDownload", "dd", *ENDED)["status"]

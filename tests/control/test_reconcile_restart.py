@@ -124,3 +124,33 @@ def test_a_daemon_killed_starting_the_worker_imports_once(faulty, tmp_path: Path
         wait_until(lambda: not workers_under(data_dir), 30)
     finally:
         again.stop(workers=True)
+
+
+def test_an_import_whose_job_files_are_gone_is_found_done_in_its_claim(
+    faulty, tmp_path: Path
+) -> None:
+    """A disk whose status went back to Provisioning after its import committed and its job's
+    files were purged (a daemon killed between the two) is Ready again from what its claim
+    holds: the import started again finds its own work there and reads nothing."""
+    source = tmp_path / "disk.raw"
+    source.write_bytes(os.urandom(MiB))
+    url = faulty.add("disk.raw", source)
+    daemon = Daemon(tmp_path / "data")
+    try:
+        daemon.apply("VirtualDisk", "vd", {"dataSource": _http(url)})
+        daemon.wait_phase("VirtualDisk", "vd", "Ready", "Failed")
+        read = len(faulty.seen("disk.raw"))
+        status = {"status": {"phase": "Provisioning", "progress": "0%"}}
+        daemon.objects.patch(VIRTUAL_DISKS, "default", "vd", status, "merge", subresource="status")
+        disk = wait_until(
+            lambda: (
+                (o := daemon.get("VirtualDisk", "vd"))
+                and o["status"].get("progress") == "100%"
+                and o
+            )
+        )
+        assert disk["status"]["phase"] == "Ready"
+        assert daemon.claim(disk).read_bytes() == source.read_bytes()
+        assert len(faulty.seen("disk.raw")) == read
+    finally:
+        daemon.stop(workers=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from worker_support import job_file, start
+from worker_support import job_file, run, start
 
 from diskferry.serving.certs import create_ca
 
@@ -47,3 +47,25 @@ def test_an_upload_job_waits_takes_one_upload_and_ends(tmp_path: Path, images) -
     assert (result["ok"], result["jobId"], result["listenPort"]) == (True, "upload-1", port)
     assert (result["uploaded"]["sourceFormat"], result["uploaded"]["format"]) == ("vdi", "qcow2")
     assert images.same(target, images.reference)
+
+
+def test_an_upload_job_whose_target_it_committed_before_serves_nothing(tmp_path: Path) -> None:
+    create_ca(tmp_path / "ca")
+    (tmp_path / "token").write_text(TOKEN)
+    target = tmp_path / "disk.img"
+    blank = {"kind": "blank", "jobId": "vd-u", "target": str(target), "size": 1 << 20}
+    assert run("upload", job_file(tmp_path, blank)).code == 0  # committed with the id vd-u
+    job = {
+        "kind": "upload",
+        "jobId": "vd-u",
+        "target": str(target),
+        "tokenFile": str(tmp_path / "token"),
+        "certDir": str(tmp_path / "ca"),
+        "listenAddress": "127.0.0.1",
+        "listenPort": 0,
+    }
+    finished = run("upload", job_file(tmp_path, job), timeout=30)
+    assert finished.code == 0, finished.stderr
+    assert finished.result["uploaded"]["virtualSize"] == 1 << 20
+    assert finished.result["uploaded"]["bytesRead"] == 0
+    assert "upload server listening" not in finished.stderr

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import leftovers
 from worker_support import job_file, run
 
 from diskferry.disk.prime import recorded_job
@@ -60,17 +59,17 @@ def test_a_loop_device_over_a_grown_file_takes_its_new_size(tmp_path: Path, loop
     assert int(size.stdout) == 6 * MiB
 
 
-def test_a_reflink_where_extents_cannot_be_shared_makes_nothing(tmp_path: Path) -> None:
+def test_a_reflink_where_extents_cannot_be_shared_makes_nothing(tmp_path: Path, images) -> None:
     source, target = tmp_path / "source.img", tmp_path / "copy.img"
     source.write_bytes(os.urandom(MiB))
     job = {"kind": "reflink", "source": str(source), "target": str(target)}
     finished = run("import", job_file(tmp_path, job))
     assert finished.code == 0, finished.stderr
     assert (finished.result["cloned"], finished.result["frozen"]) == (False, 0)
-    assert not target.exists() and leftovers(tmp_path) == []
+    assert not target.exists() and images.leftovers(tmp_path) == []
 
 
-def test_a_reflink_shares_the_source_grown_and_committed(reflink_dir: Path) -> None:
+def test_a_reflink_shares_the_source_grown_and_committed(reflink_dir: Path, images) -> None:
     source, target = reflink_dir / "source.img", reflink_dir / "copy.img"
     data = os.urandom(2 * MiB)
     source.write_bytes(data)
@@ -86,7 +85,7 @@ def test_a_reflink_shares_the_source_grown_and_committed(reflink_dir: Path) -> N
     assert finished.result["cloned"] is True
     assert target.read_bytes() == data + bytes(MiB)
     assert recorded_job(str(target)) == "vds-1"
-    assert leftovers(reflink_dir) == []
+    assert images.leftovers(reflink_dir) == []
 
 
 def test_a_reflink_freezes_the_guest_for_its_instant_and_thaws_it(
@@ -109,7 +108,9 @@ def test_a_reflink_freezes_the_guest_for_its_instant_and_thaws_it(
     assert target.read_bytes() == source.read_bytes()
 
 
-def test_a_guest_that_will_not_freeze_leaves_no_copy(reflink_dir: Path, tmp_path: Path) -> None:
+def test_a_guest_that_will_not_freeze_leaves_no_copy(
+    reflink_dir: Path, tmp_path: Path, images
+) -> None:
     source, target = reflink_dir / "source.img", reflink_dir / "copy.img"
     source.write_bytes(os.urandom(MiB))
     with jailed_agent(tmp_path, blocked=("guest-fsfreeze-freeze",)) as agent:
@@ -124,4 +125,4 @@ def test_a_guest_that_will_not_freeze_leaves_no_copy(reflink_dir: Path, tmp_path
         assert finished.code == 1
         assert finished.result["reason"] == "GuestNotFrozen"
         finished.assert_one_log_line_of_failure()
-    assert not target.exists() and leftovers(reflink_dir) == []
+    assert not target.exists() and images.leftovers(reflink_dir) == []

@@ -182,8 +182,9 @@ def run_import(
     whose target carries its id (an earlier run of it committed the target) is done, and
     reads nothing.
     """
-    if job.job_id is not None and recorded_job(job.target) == job.job_id:
-        return _done_before(job, progress)
+    done = done_before(job, progress)
+    if done is not None:
+        return done
     if is_nbd_url(job.source):
         from diskferry.importer.from_nbd import import_from_nbd
 
@@ -246,8 +247,11 @@ def run_import(
     )
 
 
-def _done_before(job: ImportJob, progress: Progress) -> ImportResult:
-    """The result of a job whose target an earlier run of it committed: the target as it is."""
+def done_before(job: ImportJob, progress: Progress) -> ImportResult | None:
+    """The result of the job when an earlier run of it committed its target (the target
+    carries its id): the target as it is; None otherwise."""
+    if job.job_id is None or recorded_job(job.target) != job.job_id:
+        return None
     path = os.path.abspath(job.target)
     size = os.stat(path).st_size
     progress.finish()

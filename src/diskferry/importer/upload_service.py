@@ -16,7 +16,7 @@ from aiohttp import web
 from diskferry.disk.decompress import Readable
 from diskferry.disk.errors import DiskferryError
 from diskferry.disk.progress import Progress
-from diskferry.importer.engine import run_import
+from diskferry.importer.engine import done_before, run_import
 from diskferry.importer.job import ImportJob, ImportResult
 from diskferry.importer.upload_job import UploadJob, UploadPhase, UploadResult
 from diskferry.importer.upload_resume import PartialFile, partial_path
@@ -34,9 +34,10 @@ _POLL_SECONDS = 0.1
 def serve_upload(
     job: UploadJob, progress: Progress, stop: threading.Event, reporter: Reporter = QUIET
 ) -> UploadResult:
-    """Serve the upload paths until an upload succeeded (or, with `keepServing`, until `stop`)."""
+    """Serve the upload paths until an upload succeeded (or, with `keepServing`, until `stop`);
+    nothing is served when an earlier run of the job took its upload (its target carries the
+    job's id)."""
     progress.set_phase(UploadPhase.STARTING)
-    token = UploadToken(job.token_file)
     import_job = ImportJob(
         source="the upload",
         target=job.target,
@@ -46,6 +47,10 @@ def serve_upload(
         job_id=job.job_id,
         force=True,
     )
+    done = None if job.keep_serving else done_before(import_job, progress)
+    if done is not None:
+        return UploadResult(listen_port=0, uploaded=done.to_json())
+    token = UploadToken(job.token_file)
 
     def importer(body: Readable, size: int | None) -> ImportResult:
         progress.add(-progress.done)

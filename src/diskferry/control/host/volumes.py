@@ -94,9 +94,6 @@ class Volumes(Protocol):
     def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
         """Remove the claim and whatever was made beside it (its CBT overlay)."""
 
-    def grow(self, claim: Claim, size: int) -> None:
-        """Grow the claim to `size` bytes (never shrink it); the new bytes read as zeros."""
-
     def seal(self, claim: Claim) -> None:
         """Make the claim a worker wrote the host's alone (its writer had its own umask)."""
 

@@ -28,7 +28,6 @@ from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError, Volu
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
-from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Outcome, Source
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
@@ -47,12 +46,24 @@ from diskferry.control.reconcilers.sources import Waiting, claim_name, claim_of,
 from diskferry.control.reconcilers.storage import StorageClassError, resolve
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
+from diskferry.control.reconcilers.volumejobs import (
+    BLANK,
+    GROW,
+    REFLINK,
+    blank_job,
+    grow_job,
+    reflink_job,
+    step,
+    volume_job_id,
+)
 from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
+from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.prime import Target
+from diskferry.disk.errors import DiskferryError
 from diskferry.disk.urls import http_url_for_message
+from diskferry.importer import ReflinkResult, VolumeResult
 
 log = logging.getLogger("diskferry.control")
 PVC_LOST = "PVCLost"
@@ -61,6 +72,12 @@ WAIT_FOR_USER_UPLOAD = "WaitForUserUpload"
 WAITING_FOR_SOURCE = "WaitingForDataSource"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
+
+
+class ResizeError(DiskferryError):
+    """The worker could not grow a claim: tried again later."""
+
+    reason = "ResizeFailed"
 
 
 @dataclass(frozen=True)
@@ -118,6 +135,7 @@ class ClaimedKind(ABC):
         self.volumes = volumes
         self.store = store
         self.imports = Imports(runner, certs, proxy)
+        self.jobs = Jobs(runner)
         self.progress = ProgressWrites()
 
     @abstractmethod
@@ -159,6 +177,14 @@ class ClaimedKind(ABC):
         """The id of the object's import job."""
         return f"{self.prefix}-{obj.metadata.uid}"
 
+    def volume_job_id(self, obj: Resource, what: str) -> str:
+        """The id of the object's `what` job (blank, grow, reflink)."""
+        return volume_job_id(self.prefix, what, obj.metadata.uid)
+
+    def job_ids(self, obj: Resource) -> list[str]:
+        """The ids of every job the object may have: its import's, then its volume jobs'."""
+        return [self.job_id(obj), *(self.volume_job_id(obj, w) for w in (BLANK, GROW, REFLINK))]
+
     def claim_fields(self, volume_class: VolumeClass, obj: Resource) -> dict[str, Any]:
         """Where the object's data lives, as status shows it (the daemon never reads it back)."""
         return {
@@ -176,8 +202,8 @@ class ClaimedKind(ABC):
                 wanted = resolve(self.client, self.storage_class_name(obj))
             except StorageClassError:
                 wanted = None
-            job_id = self.job_id(obj)
-            return terminate(self.client, self.volumes, self.imports, obj, job_id, wanted)
+            job_ids = self.job_ids(obj)
+            return terminate(self.client, self.volumes, self.imports, obj, job_ids, wanted)
         obj = held(self.client, obj)
         status = status_of(obj)
         phase = status.get("phase")
@@ -214,8 +240,8 @@ class ClaimedKind(ABC):
                 "persistentVolumeClaim.size",
             )
         where = self.claim_fields(volume_class, obj)
-        waited = self._waited(obj)
-        begun = begin(self.client, obj, "making its claim", where)
+        waited = self.waited_fields(obj) if self._waited(obj) else {}
+        begun = begin(self.client, obj, "making its claim", {**where, **waited})
         if begun is None:
             return Result.done()
         obj = begun
@@ -228,7 +254,9 @@ class ClaimedKind(ABC):
             return Result.requeue(WAIT_SECONDS)
         if source is None:
             assert size is not None
-            self._blank(claim, size, self.job_id(obj))
+            blanking = self._blank(obj, claim, size)
+            if blanking is not None:
+                return blanking
             filling = self.filled_elsewhere(obj)
             if filling is not None and filling.failed:
                 return self._fail(obj, filling.reason, filling.message)
@@ -237,9 +265,10 @@ class ClaimedKind(ABC):
                 return Result.requeue(WAIT_SECONDS)
             return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
         job_id = self.job_id(obj)
-        local = source.local_file and not self.imports.started(job_id)
-        if local and reflink(source.location, claim, job_id, size):
-            return self._ready(obj, claim, {"ok": True, "sourceUID": source.uid})
+        if source.local_file and not claim.block and not self.imports.started(job_id):
+            cloning = self._clone(obj, claim, source, size)
+            if cloning is not None:
+                return cloning
         try:
             policy = upload_policy(obj)
         except DurationError as e:
@@ -255,8 +284,6 @@ class ClaimedKind(ABC):
             return Result.requeue(POLL_SECONDS)
         if outcome.running:
             fields = {**where, **(outcome.fields or {})}
-            if waited:
-                fields.update(self.waited_fields(obj))
             fields = self.progress.fields(obj.metadata.uid or "", status_of(obj), fields)
             transition(
                 self.client, obj, PROVISIONING, PROVISIONING, self._importing(source), fields
@@ -284,17 +311,38 @@ class ClaimedKind(ABC):
         self.imports.finish(job_id, tag(obj), keep=False)
         return Result.done()
 
-    def _blank(self, claim: Claim, size: int, job_id: str) -> None:
-        """A blank disk: a sparse file of `size`, committed whole; a block claim is one already."""
+    def _blank(self, obj: Any, claim: Claim, size: int) -> Result | None:
+        """A blank disk: a sparse file of `size` a worker makes and commits whole (a block claim
+        is one already); a Result while it is made or once it failed, None when it is made."""
+        job_id = self.volume_job_id(obj, BLANK)
         if claim.block or claim.ready:
-            return
-        target = Target(claim.path)
-        try:
-            with target.open_prime() as volume:
-                volume.truncate(size)
-            target.commit(job_id)
-        finally:
-            target.discard()
+            self.jobs.settle(job_id, tag(obj), keep=False)
+            return None
+        outcome = step(self.jobs, job_id, blank_job(claim, size), VolumeResult)
+        if isinstance(outcome, Running):
+            return Result.requeue(POLL_SECONDS)
+        if isinstance(outcome, Failed):
+            self._fail(obj, outcome.reason, outcome.message)
+            self.jobs.settle(job_id, tag(obj), keep=True)
+            return Result.done()
+        self.jobs.settle(job_id, tag(obj), keep=False)
+        return None
+
+    def _clone(self, obj: Any, claim: Claim, source: Source, size: int | None) -> Result | None:
+        """The file claim cloned from the local file of `source` at an instant (reflink), grown
+        to `size`: a Result while the worker clones it and once it did, None where the file
+        system cannot share extents (or the clone failed), for the import to copy it."""
+        job_id = self.volume_job_id(obj, REFLINK)
+        outcome = step(self.jobs, job_id, reflink_job(source.location, claim, size), ReflinkResult)
+        if isinstance(outcome, Running):
+            return Result.requeue(POLL_SECONDS)
+        failed = isinstance(outcome, Failed)
+        if failed:
+            log.info("%s: no instant copy (%s), the import copies it", tag(obj), outcome.message)
+        self.jobs.settle(job_id, tag(obj), keep=failed)
+        if failed or not outcome.result.cloned:
+            return None
+        return self._ready(obj, claim, {"ok": True, "sourceUID": source.uid})
 
     def _ready(self, obj: Any, claim: Claim, result: dict[str, Any]) -> Result:
         self.volumes.seal(claim)
@@ -313,10 +361,17 @@ class ClaimedKind(ABC):
             transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
             return Result.done()
         size = self.size(obj)
+        job_id = self.volume_job_id(obj, GROW)
         if size is not None and size > claim.size():
             message = f"growing the claim to {format_bytes(size)}"
             obj = transition(self.client, obj, RESIZING, RESIZING, message)
-            self.volumes.grow(claim, size)
+            outcome = step(self.jobs, job_id, grow_job(claim, size), VolumeResult)
+            if isinstance(outcome, Running):
+                return Result.requeue(POLL_SECONDS)
+            if isinstance(outcome, Failed):
+                self.jobs.settle(job_id, tag(obj), keep=True)
+                return Result.failed(ResizeError(f"{outcome.reason}: {outcome.message}"))
+        self.jobs.settle(job_id, tag(obj), keep=False)
         message = "the claim holds its data"
         transition(self.client, obj, READY, READY, message, self.resized_fields(obj, claim))
         return Result.done()

@@ -1,8 +1,9 @@
 """One import job into a claim, and how it went: the path disks, images and snapshots share.
 
 The job's id is the object's kind prefix and uid, so a reconcile after a daemon restart finds
-the job it started (running, or ended with a result), and a file claim that the job
-committed carries that id (see `diskferry.disk.prime`) even once the job's files are gone.
+the job it started (running, or ended with a result); a file claim that the job committed
+carries that id (see `diskferry.disk.prime`), so the job started again once its files are gone
+finds its work done in the claim and reads nothing (see `diskferry.importer.engine`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from diskferry.control.reconcilers.uploads import (
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runner.jobs import Failed, Jobs, Running, Succeeded
 from diskferry.disk.errors import DiskferryError
-from diskferry.disk.prime import recorded_job
 from diskferry.disk.schemes import is_layout_reference
 from diskferry.importer import ImportJob, ImportResult, UploadResult
 
@@ -167,8 +167,6 @@ class Imports:
         upload = upload or UploadPolicy()
         polled = self.jobs.poll(job_id, UploadResult if source.upload else ImportResult)
         if polled is None:
-            if not claim.block and recorded_job(claim.path) == job_id:
-                return Outcome(False, result={"ok": True, "virtualSize": claim.size()})
             self._start(job_id, claim, source, size, upload)
             return Outcome(True, progress_fields({}), upload_urls={} if source.upload else None)
         if isinstance(polled, Running):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 from diskferry.control.host.volumes import VolumeClass, VolumeError, Volumes
 from diskferry.control.model import Resource
@@ -23,15 +24,15 @@ def terminate(
     volumes: Volumes,
     imports: Imports,
     obj: Resource,
-    job_id: str,
+    job_ids: Sequence[str],
     wanted: VolumeClass | None = None,
 ) -> Result:
-    """One step of the delete: Terminating, the job stopped, the claim removed, released; with
+    """One step of the delete: Terminating, its jobs stopped, the claim removed, released; with
     no claim file found (an import that failed), what is left of it in the class it was `wanted`
     in (its folder, when empty) is removed."""
     if status_of(obj).get("phase") != TERMINATING:
         obj = transition(client, obj, TERMINATING, TERMINATING, "being deleted")
-    if not imports.stop(job_id):
+    if not all([imports.stop(job_id) for job_id in job_ids]):
         return Result.requeue(STOP_POLL)
     claim = claim_of(client, volumes, obj)
     if claim is not None and not claim.volume_class.retain:

@@ -13,12 +13,12 @@ Failed, Terminating.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from diskferry.control.host.volumes import Claim, VolumeError, Volumes
 from diskferry.control.machines import MachineError, Machines
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
-from diskferry.control.reconcilers.clone import reflink
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.inuse import disk_holders, names
 from diskferry.control.reconcilers.lifecycle import deleting, held
@@ -29,20 +29,25 @@ from diskferry.control.reconcilers.phases import (
     transition,
     update_fields,
 )
-from diskferry.control.reconcilers.quiesce import agent_silence, guests_frozen
+from diskferry.control.reconcilers.quiesce import agent_silence
 from diskferry.control.reconcilers.sources import claim_name, claim_of
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.reconcilers.virtualmachine import sockets_of
+from diskferry.control.reconcilers.volumejobs import REFLINK, reflink_job, step, volume_job_id
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runner.base import Runner
+from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
+from diskferry.importer import ReflinkResult
 
+log = logging.getLogger("diskferry.control")
 PENDING = "Pending"
 IN_PROGRESS = "InProgress"
 POTENTIALLY_INCONSISTENT = "PotentiallyInconsistent"
+GUEST_NOT_FROZEN = "GuestNotFrozen"
 
 
 class VirtualDiskSnapshotReconciler:
@@ -54,20 +59,27 @@ class VirtualDiskSnapshotReconciler:
         self.client = client
         self.volumes = volumes
         self.imports = Imports(runner)
+        self.jobs = Jobs(runner)
 
     def job_id(self, obj: VirtualDiskSnapshot) -> str:
         """The id of the snapshot's copy job."""
         return f"vds-{obj.metadata.uid}"
 
+    def reflink_id(self, obj: VirtualDiskSnapshot) -> str:
+        """The id of the snapshot's instant copy job."""
+        return volume_job_id("vds", REFLINK, obj.metadata.uid)
+
     def reconcile(self, obj: VirtualDiskSnapshot) -> Result:
         """One step of the snapshot's life."""
         if deleting(obj):
-            return terminate(self.client, self.volumes, self.imports, obj, self.job_id(obj))
+            job_ids = [self.job_id(obj), self.reflink_id(obj)]
+            return terminate(self.client, self.volumes, self.imports, obj, job_ids)
         obj = held(self.client, obj)
         status = status_of(obj)
         phase = status.get("phase")
         if phase in (READY, FAILED) and status.get("observedGeneration") == obj.metadata.generation:
             self.imports.settle(self.job_id(obj), keep=phase == FAILED)
+            self.jobs.settle(self.reflink_id(obj), tag(obj), keep=phase == FAILED)
             if phase == READY:  # as the daemon named it, whatever a client patched in
                 update_fields(self.client, obj, {"volumeSnapshotName": claim_name(obj)})
             return Result.done()
@@ -113,10 +125,14 @@ class VirtualDiskSnapshotReconciler:
             transition(self.client, obj, PENDING, e.reason, e.message)
             return Result.requeue(WAIT_SECONDS)
         if not claim.block and not copying:
-            with guests_frozen(agents):
-                cloned = claim.ready or reflink(str(source.file), claim, job_id)
-            if cloned:
+            instant = self._instant_copy(obj, source, claim, agents)
+            if isinstance(instant, Result):
+                return instant
+            if instant:
                 return self._ready(obj, claim, disk, frozen=bool(holders) and required)
+            if holders and required:
+                why = f"its class {source.volume_class.name} cannot take an instant copy"
+                return self._wait_for_consistency(obj, why)
         outcome = self.imports.step(job_id, claim, Source(str(source.file), size=size), size)
         if outcome.running:
             return Result.requeue(POLL_SECONDS)
@@ -127,6 +143,29 @@ class VirtualDiskSnapshotReconciler:
         self._ready(obj, claim, disk)
         self.imports.finish(job_id, tag(obj), keep=False)
         return Result.done()
+
+    def _instant_copy(
+        self, obj: VirtualDiskSnapshot, source: Claim, claim: Claim, agents: list[str]
+    ) -> Result | bool:
+        """The claim made an instant copy of `source` by a worker, the guests whose agents are
+        at `agents` frozen for that instant: a Result while it runs or when a guest would not
+        freeze, else whether the copy was made (not where extents cannot be shared)."""
+        job_id = self.reflink_id(obj)
+        if claim.ready:  # an earlier reconcile's worker made it
+            self.jobs.settle(job_id, tag(obj), keep=False)
+            return True
+        job = reflink_job(str(source.file), claim, agents=agents)
+        outcome = step(self.jobs, job_id, job, ReflinkResult)
+        if isinstance(outcome, Running):
+            return Result.requeue(POLL_SECONDS)
+        failed = isinstance(outcome, Failed)
+        self.jobs.settle(job_id, tag(obj), keep=failed)
+        if isinstance(outcome, Failed) and outcome.reason == GUEST_NOT_FROZEN:
+            return self._wait_for_consistency(obj, "its guest agent did not freeze the guest")
+        if isinstance(outcome, Failed):
+            log.info("%s: no instant copy (%s), the disk is copied", tag(obj), outcome.message)
+            return False
+        return outcome.result.cloned
 
     def _agents(self, holders: list[VirtualMachine]) -> list[str] | str:
         """The guest-agent sockets of the VMs that hold the disk, or why one cannot freeze."""

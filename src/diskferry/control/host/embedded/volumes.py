@@ -297,14 +297,6 @@ class DirectoryVolumes:
         device = loops[0] if loops else _losetup("--find", "--show", str(file)).strip()
         return FileClaim(volume_class, namespace, name, file, device)
 
-    def grow(self, claim: Claim, size: int) -> None:
-        """Grow the claim to `size` bytes (never shrink it); the new bytes read as zeros."""
-        if size <= claim.size():
-            return
-        os.truncate(claim.file, size)
-        if claim.block:
-            _losetup("--set-capacity", claim.path)
-
     def seal(self, claim: Claim) -> None:
         """Make the claim's file 0600 (its writer had its own umask)."""
         private_file(claim.file)
