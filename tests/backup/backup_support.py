@@ -18,12 +18,13 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
 
 from qemu_helpers import write  # noqa: F401 (for the tests)
 
+from diskferry.backup.bounds import MAX_CONFIG
 from diskferry.backup.engine import run_backup
-from diskferry.backup.entries import Entry
+from diskferry.backup.entries import Entry, full_entries
 from diskferry.backup.job import BackupJob, BackupResult, DiskSource, RestoreJob
 from diskferry.backup.repository import Repository
 from diskferry.backup.restore import run_restore
-from diskferry.backup.snapshots import SnapshotInfo
+from diskferry.backup.snapshots import SnapshotInfo, new_snapshot_id
 from diskferry.disk.progress import Progress
 from diskferry.objstore.store import ObjectStore
 from diskferry.qemu import cbt
@@ -45,7 +46,7 @@ def as_format_2(url: str) -> bytes:
     """Write the config of the repository at `url` as the diskferry of format 2 wrote it (commit
     fba0395: `RepoConfig.model_dump_json(indent=2)`, the same fields, no MAC); the bytes."""
     store = ObjectStore(url)
-    fields = json.loads(store.get("config"))
+    fields = json.loads(store.get("config", limit=MAX_CONFIG))
     del fields["mac"]
     fields["version"] = 2
     old = json.dumps(fields, indent=2).encode()
@@ -152,3 +153,76 @@ def engine_fixture(tmp_path, new_repo, monkeypatch) -> Engine:
     new_repo(url, chunk_size=MiB)
     monkeypatch.setenv("DISKFERRY_PASSWORD", PASSWORD)
     return Engine(url, tmp_path)
+
+
+SIZE = 20_000
+
+
+def make_data(n):
+    """`n` pieces of SIZE bytes, half random, half one byte."""
+    return [os.urandom(SIZE // 2) + bytes([i % 256]) * (SIZE // 2) for i in range(n)]
+
+
+class Stored:
+    """A snapshot stored by a test: its description and entries."""
+
+    def __init__(self, info, entries):
+        self.info, self.entries = info, entries
+
+    def chunk_ids(self):
+        return {e.chunk for e in self.entries if e.chunk is not None}
+
+
+def store_snapshot(repo, vm, data, finished="2026-01-01T00:00:00Z"):
+    """A snapshot whose disk is `data` laid end to end, with a hole after each chunk."""
+    with repo.pack_writer(pack_size=50_000) as writer:
+        ids = [writer.add(c) for c in data]
+    runs = [Entry(i * 2 * SIZE, SIZE, cid, 0) for i, cid in enumerate(ids)]
+    info = SnapshotInfo(
+        id=new_snapshot_id(),
+        vm=vm,
+        disk="root",
+        backup="b",
+        disk_size=len(data) * 2 * SIZE,
+        chunk_size=SIZE,
+        type="full",
+        started=finished,
+        finished=finished,
+    )
+    snapshot = Stored(info, list(full_entries(runs, info.disk_size)))
+    save_snapshot(repo, info, snapshot.entries)
+    return snapshot
+
+
+_PEAK = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = child.stderr.read()
+_, status, usage = os.wait4(child.pid, 0)
+sys.stdout.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}\\n")
+sys.stdout.write(err.decode())
+"""
+
+
+@dataclass
+class Measured:
+    """How a command ended: its exit code, its peak resident memory in bytes, its stderr lines."""
+
+    code: int
+    peak: int
+    stderr: list[str]
+
+
+def run_measured(args: list[str], env: dict[str, str]) -> Measured:
+    """Run the command `args` (its stdout dropped) and measure its peak resident memory."""
+    ran = subprocess.run(
+        [sys.executable, "-c", _PEAK, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    first, *stderr = ran.stdout.splitlines()
+    code, peak_kib = map(int, first.split())
+    return Measured(code, peak_kib * 1024, stderr)

@@ -8,7 +8,9 @@ import time
 import pytest
 from backup_support import PASSWORD, MiB, engine_fixture, make_disk  # noqa: F401
 
+from diskferry.backup.bounds import MAX_LOCK
 from diskferry.backup.check import check
+from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.engine import run_backup
 from diskferry.backup.errors import LockedError, LockLostError
 from diskferry.backup.job import BackupJob, DiskSource
@@ -73,7 +75,7 @@ def test_a_backup_that_loses_its_lock_stops_with_nothing_half_written(engine, tm
         f.seek(8 * MiB)
         f.write(os.urandom(4 * MiB))
     other = ObjectStore(engine.url)
-    tracker = other.get("trackers/vm")
+    tracker = other.get("trackers/vm", limit=MAX_STORED)
     job = _ShortLease(repo=engine.url, vm="vm", disks=[DiskSource(name="d", path=volume)])
     progress = _PauseReading()
     raised: list[BaseException] = []
@@ -91,7 +93,7 @@ def test_a_backup_that_loses_its_lock_stops_with_nothing_half_written(engine, tm
         (shared,) = [
             o.path
             for o in other.list("locks/")
-            if LockInfo.model_validate_json(other.get(o.path)).kind == "shared"
+            if LockInfo.model_validate_json(other.get(o.path, limit=MAX_LOCK)).kind == "shared"
         ]
         other.delete(shared)  # as a prune on another host does to a lease it saw run out
         time.sleep(LEASE / 2 + 0.2)  # past this the lock is lost, whether or not renewal ran
@@ -102,7 +104,7 @@ def test_a_backup_that_loses_its_lock_stops_with_nothing_half_written(engine, tm
     assert len(raised) == 1 and isinstance(raised[0], LockLostError), raised
     assert raised[0].reason == "LockLost" and engine.url in raised[0].message
     assert list(other.list("locks/")) == []
-    assert other.get("trackers/vm") == tracker
+    assert other.get("trackers/vm", limit=MAX_STORED) == tracker
     with Repository.open(engine.url, PASSWORD) as repo:
         assert [s.id for s in repo.list_snapshots()] == [first.snapshot]
         report = check(repo, read_data=True)

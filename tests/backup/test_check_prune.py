@@ -1,55 +1,16 @@
 """check (with and without reading data), forget and prune, on a directory and on S3."""
 
-import os
-
 import pytest
-from backup_support import save_snapshot
+from backup_support import SIZE, make_data, store_snapshot
 
 from diskferry.backup.check import check
-from diskferry.backup.entries import Entry, full_entries
+from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.packs import pack_path
 from diskferry.backup.policy import to_forget
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import SnapshotInfo, lead_length, new_snapshot_id
-
-SIZE = 20_000
-
-
-def make_data(n):
-    return [os.urandom(SIZE // 2) + bytes([i % 256]) * (SIZE // 2) for i in range(n)]
-
-
-class Stored:
-    """A snapshot stored by a test: its description and entries."""
-
-    def __init__(self, info, entries):
-        self.info, self.entries = info, entries
-
-    def chunk_ids(self):
-        return {e.chunk for e in self.entries if e.chunk is not None}
-
-
-def store_snapshot(repo, vm, data, finished="2026-01-01T00:00:00Z"):
-    """A snapshot whose disk is `data` laid end to end, with a hole after each chunk."""
-    with repo.pack_writer(pack_size=50_000) as writer:
-        ids = [writer.add(c) for c in data]
-    runs = [Entry(i * 2 * SIZE, SIZE, cid, 0) for i, cid in enumerate(ids)]
-    info = SnapshotInfo(
-        id=new_snapshot_id(),
-        vm=vm,
-        disk="root",
-        backup="b",
-        disk_size=len(data) * 2 * SIZE,
-        chunk_size=SIZE,
-        type="full",
-        started=finished,
-        finished=finished,
-    )
-    snapshot = Stored(info, list(full_entries(runs, info.disk_size)))
-    save_snapshot(repo, info, snapshot.entries)
-    return snapshot
 
 
 def read_back(repo, snapshot):
@@ -95,7 +56,7 @@ def test_flipped_byte_is_found_with_read_data(three):
     chunk = a.entries[0].chunk
     path = pack_of(repo, chunk)
     where = repo.index.locate(chunk)
-    blob = bytearray(repo.store.get(path))
+    blob = bytearray(repo.store.get(path, limit=MAX_STORED))
     blob[where.offset + where.length // 2] ^= 0x40
     repo.store.put(path, bytes(blob))
     assert check(repo).ok
@@ -126,7 +87,7 @@ def test_missing_pack_is_found_without_read_data(three):
 @pytest.mark.parametrize("damage", ["last byte cut", "pages cut", "bytes added"])
 def test_a_manifest_of_another_length_is_reported_and_the_check_goes_on(three, damage):
     repo, _, a, _, _ = three
-    stored = repo.store.get(a.info.path)
+    stored = repo.store.get(a.info.path, limit=MAX_STORED)
     changed = {
         "last byte cut": stored[:-1],
         "pages cut": stored[: lead_length(a.info.path, stored, table=True)],
@@ -239,7 +200,7 @@ def test_check_reads_every_index_object_however_warm_the_cache(three, repo_url, 
     repo, *_ = three
     assert check(repo, read_data=True).ok  # the local cache has seen every index object
     index = sorted(info.path for info in repo.store.list("index/"))[0]
-    damaged = bytearray(repo.store.get(index))
+    damaged = bytearray(repo.store.get(index, limit=MAX_STORED))
     damaged[len(damaged) // 2] ^= 0x01
     repo.store.put(index, bytes(damaged))
     report = check(repo, read_data=True)
@@ -247,6 +208,6 @@ def test_check_reads_every_index_object_however_warm_the_cache(three, repo_url, 
     other = new_repo(repo_url + "-other")
     store_snapshot(other, "vmo", make_data(3))
     copied = next(iter(other.store.list("index/"))).path
-    repo.store.put(index, other.store.get(copied))
+    repo.store.put(index, other.store.get(copied, limit=MAX_STORED))
     report = check(repo, read_data=True)
     assert not report.ok and index in {p.object for p in report.problems}

@@ -15,6 +15,7 @@ BOUND = 100 << 20
 
 PROBE = """
 import json, os, sys
+from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.index import decode_index
 from diskferry.backup.repository import Repository
 
@@ -37,7 +38,8 @@ if mode == "cache":
 else:
     table = {}
     for info in repo.store.list("index/"):
-        for e in decode_index(info.path[6:], repo.store.get(info.path), repo.codec):
+        blob = repo.store.get(info.path, limit=MAX_STORED)
+        for e in decode_index(info.path[6:], blob, repo.codec):
             table[e.chunk_id] = e
     found = [table[bytes.fromhex(p)].pack if bytes.fromhex(p) in table else None for p in probes]
 print(json.dumps({"growth": status("VmHWM") - before, "found": found}))

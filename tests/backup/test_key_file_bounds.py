@@ -3,11 +3,11 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from backup_support import MiB, run_measured
 
 from diskferry.backup import crypto
 from diskferry.backup.config import KdfParams
@@ -75,34 +75,15 @@ def test_key_list_names_a_key_file_past_the_bounds(dir_url, new_repo):
         list_keys(repo)
 
 
-_PEAK = """
-import os, resource, subprocess, sys
-child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-err = child.stderr.read()
-_, status, usage = os.wait4(child.pid, 0)
-sys.stdout.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}\\n")
-sys.stdout.write(err.decode())
-"""
-
-
 def test_a_key_file_asking_for_a_petabyte_is_refused_without_allocating(tmp_path, new_repo):
     url = str(tmp_path / "repo")
     new_repo(url)
     key = forge_kdf(url, n=1 << 40)
     env = {**os.environ, "DISKFERRY_PASSWORD": PASSWORD, "DISKFERRY_CACHE_DIR": str(tmp_path)}
     restore = [EXE, "restore", "latest", str(tmp_path / "out.raw"), "--repo", url]
-    ran = subprocess.run(
-        [sys.executable, "-c", _PEAK, *restore, "--vm", "vm", "--disk", "d", "--no-progress"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    first, *stderr = ran.stdout.splitlines()
-    code, peak_kib = map(int, first.split())
-    assert code == 1
-    assert len(stderr) == 1, stderr
-    assert stderr[0].startswith(f"diskferry: error: {url}: {key} asks scrypt for n=2^40")
-    assert peak_kib < 256 * 1024, f"peak RSS {peak_kib} KiB"
+    ran = run_measured([*restore, "--vm", "vm", "--disk", "d", "--no-progress"], env)
+    assert ran.code == 1
+    assert len(ran.stderr) == 1, ran.stderr
+    assert ran.stderr[0].startswith(f"diskferry: error: {url}: {key} asks scrypt for n=2^40")
+    assert ran.peak < 256 * MiB, f"peak RSS {ran.peak} bytes"
     assert not (tmp_path / "out.raw").exists()

@@ -13,6 +13,7 @@ import time
 import pytest
 from backup_support import PASSWORD
 
+from diskferry.backup.bounds import MAX_CONFIG, MAX_LOCK
 from diskferry.backup.errors import LockedError, LockLostError
 from diskferry.backup.locks import LockInfo, acquire
 from diskferry.backup.repository import Repository
@@ -107,9 +108,9 @@ def test_wait_for_a_conflicting_lock(store):
 
 def test_lease_is_renewed_while_held(store):
     lock = acquire(store, "shared", "backup", renew_every=0.05)
-    first = json.loads(store.get(lock.path))["expires"]
+    first = json.loads(store.get(lock.path, limit=MAX_LOCK))["expires"]
     deadline = time.monotonic() + 10
-    while json.loads(store.get(lock.path))["expires"] == first:
+    while json.loads(store.get(lock.path, limit=MAX_LOCK))["expires"] == first:
         assert time.monotonic() < deadline, "the lock was not renewed"
         time.sleep(0.05)
     lock.release()
@@ -163,13 +164,13 @@ def test_a_lock_whose_renewals_keep_failing_is_lost(dir_url, new_repo):
     with Repository.open(dir_url, PASSWORD, lease=2.0) as repo:
         lock = repo.lock("shared", "backup")
         with read_only(os.path.join(dir_url, "locks")):
-            last_written = other.get(lock.path)
+            last_written = other.get(lock.path, limit=MAX_LOCK)
             wait_until_lost(lock)
-            assert other.get(lock.path) == last_written
+            assert other.get(lock.path, limit=MAX_LOCK) == last_written
             with pytest.raises(LockLostError) as lost:
                 repo.store.put("snapshots/vm/d/x", b"written after the loss")
             with pytest.raises(LockLostError):
-                repo.store.get("config")
+                repo.store.get("config", limit=MAX_CONFIG)
         assert lost.value.reason == "LockLost"
         assert dir_url in lost.value.message and "backup" in lost.value.message
         assert "not renewed" in lost.value.message and "Read-only file system" in lost.value.message

@@ -12,6 +12,8 @@ import time
 import pytest
 from backup_support import save_snapshot
 
+from diskferry.backup.bounds import MAX_CONFIG, MAX_KEY_FILE
+from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.entries import Entry, full_entries
 from diskferry.backup.errors import (
     CorruptObjectError,
@@ -51,12 +53,12 @@ def test_init_and_open(repo_url, new_repo, cache_dir):
         assert opened.config.chunk_size == 4 << 20
         assert opened.config.max_incrementals == 7
         assert opened.config.encrypted
-    raw = made.store.get("config")
+    raw = made.store.get("config", limit=MAX_CONFIG)
     fields = {"id", "version", "chunk_size", "cipher", "compression", "kdf", "max_incrementals"}
     assert set(json.loads(raw)) == fields | {"mac"}
     secrets = (made.codec._keys.data, made.codec._keys.ids)
     for info in made.store.list("keys/"):
-        stored = made.store.get(info.path)
+        stored = made.store.get(info.path, limit=MAX_KEY_FILE)
         for secret in secrets:
             for form in (secret, secret.hex().encode(), base64.b64encode(secret)):
                 assert form not in raw and form not in stored
@@ -143,7 +145,7 @@ def test_packs_and_index_agree(repo):
     indexed = {}
     for info in repo.store.list("index/"):
         name = info.path.split("/")[1]
-        for e in decode_index(name, repo.store.get(info.path), repo.codec):
+        for e in decode_index(name, repo.store.get(info.path, limit=MAX_STORED), repo.codec):
             indexed[e.chunk_id] = e
     assert set(indexed) == set(ids)
     for pack in {e.pack for e in indexed.values()}:
@@ -243,7 +245,7 @@ def test_an_older_repository_or_manifest_is_refused_clearly(repo, repo_url):
         repo.load_snapshot_info(info.path)
     with pytest.raises(CorruptObjectError, match="not a manifest of format 2"):
         repo.load_snapshot(info.path)
-    config = json.loads(repo.store.get("config"))
+    config = json.loads(repo.store.get("config", limit=MAX_CONFIG))
     del config["mac"]
     repo.store.put("config", json.dumps({**config, "version": 2}).encode())
     with pytest.raises(RepositoryError, match="format 2, whose config is not authenticated; this"):

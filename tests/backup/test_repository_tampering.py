@@ -9,6 +9,7 @@ import os
 import pytest
 from backup_support import PASSWORD, MiB, engine_fixture, files_under  # noqa: F401
 
+from diskferry.backup.bounds import MAX_CONFIG
 from diskferry.backup.config import RepoConfig
 from diskferry.backup.config_seal import encode_config
 from diskferry.backup.errors import TamperingError
@@ -81,7 +82,7 @@ def test_encryption_turned_off_is_refused_by_backup_and_restore(
 )
 def test_a_config_changed_without_the_keys_fails_its_mac(repo_url, new_repo, change):
     repo = new_repo(repo_url)
-    fields = json.loads(repo.store.get("config"))
+    fields = json.loads(repo.store.get("config", limit=MAX_CONFIG))
     repo.store.put("config", json.dumps({**fields, **change}).encode())
     with pytest.raises(TamperingError, match=r"config of .* does not match its MAC"):
         Repository.open(repo_url, PASSWORD)

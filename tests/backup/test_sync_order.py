@@ -9,6 +9,7 @@ from pathlib import Path
 from backup_support import PASSWORD, MiB, make_disk, write_random
 from strace_log import Op, read_ops, run_traced
 
+from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.index import decode_index
 from diskferry.backup.packs import pack_path
 from diskferry.backup.repository import Repository
@@ -23,7 +24,7 @@ def naming(url: str) -> dict[str, set[str]]:
         holders: dict[bytes, set[str]] = {}
         for info in repo.store.list("index/"):
             entries = decode_index(
-                info.path[len("index/") :], repo.store.get(info.path), repo.codec
+                info.path[len("index/") :], repo.store.get(info.path, limit=MAX_STORED), repo.codec
             )
             names[info.path] = {pack_path(e.pack) for e in entries}
             for e in entries:

@@ -16,6 +16,7 @@ from backup_support import (  # noqa: F401
     write_random,
 )
 
+from diskferry.backup.bounds import MAX_CONFIG
 from diskferry.backup.config_seal import decode_config, verify_config
 from diskferry.backup.errors import (
     LockedError,
@@ -32,7 +33,7 @@ from diskferry.objstore.store import ObjectStore
 
 
 def _config(url):
-    return ObjectStore(url).get("config")
+    return ObjectStore(url).get("config", limit=MAX_CONFIG)
 
 
 def test_a_format_2_repository_is_upgraded_then_backed_up_and_restored_through(engine, tmp_path):

@@ -6,19 +6,22 @@ a link or a special file, anywhere in its folders, is one problem among the othe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from diskferry.backup.chunk_use import ChunkUse
 from diskferry.backup.errors import CorruptObjectError, ForeignObjectError
+from diskferry.backup.index import IndexEntry
 from diskferry.backup.names import listing
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.prune import Unused, unused_space, unused_text
 from diskferry.backup.repository import Repository
 
 _READERS = 4
+# bytes of a pack a check reading data reads at once, at most (but for one chunk longer)
+READ_PIECE = 16 << 20
 # the folders a check reads nothing from, listed for the names the repository never writes
 _ONLY_LISTED = ("keys", "locks", "metadata")
 
@@ -170,10 +173,10 @@ def _read_pack(
     bad_chunks: dict[bytes, str],
     on_pack: Callable[[int], None] | None,
 ) -> None:
-    """Open and verify every indexed chunk of the pack, and its trailer (in a worker thread)."""
+    """Open and verify every indexed chunk of the pack, read a piece at a time, and its trailer
+    (in a worker thread)."""
     path = pack_path(pack)
     entries = repo.index.in_pack(pack)
-    data = repo.store.get(path)
     try:
         listed = {t.chunk_id for t in read_trailer(repo.store, pack, repo.codec, size)}
         if not listed.issuperset(e.chunk_id for e in entries):
@@ -181,16 +184,34 @@ def _read_pack(
     except CorruptObjectError as e:
         report.add(path, e.message)
     bad = []
-    for e in entries:
-        try:
-            repo.codec.decode_chunk(e.chunk_id, data[e.offset : e.offset + e.length], path)
-        except CorruptObjectError:
-            bad.append(e.chunk_id)
+    for piece in _pieces(entries):
+        start = piece[0].offset
+        end = max(e.offset + e.length for e in piece)
+        data = memoryview(repo.store.get_range(path, start, end - start))
+        for e in piece:
+            try:
+                at = e.offset - start
+                repo.codec.decode_chunk(e.chunk_id, data[at : at + e.length], path)
+            except CorruptObjectError:
+                bad.append(e.chunk_id)
     if bad:
         report.add(path, f"{path}: {len(bad)} of its {len(entries)} chunks are damaged")
         bad_chunks.update(dict.fromkeys(bad, path))
     if on_pack is not None:
         on_pack(size)
+
+
+def _pieces(entries: list[IndexEntry]) -> Iterator[list[IndexEntry]]:
+    """The entries in the order they lie, in runs that span READ_PIECE bytes of the pack at most
+    (or one chunk, which a pack may hold longer)."""
+    piece: list[IndexEntry] = []
+    for e in sorted(entries, key=lambda e: e.offset):
+        if piece and e.offset + e.length - piece[0].offset > READ_PIECE:
+            yield piece
+            piece = []
+        piece.append(e)
+    if piece:
+        yield piece
 
 
 def _check_snapshot(

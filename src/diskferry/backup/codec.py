@@ -8,7 +8,7 @@ import blake3
 import zstandard
 
 from diskferry.backup.config import MAX_CHUNK_SIZE
-from diskferry.backup.crypto import OpenError, open_sealed, seal
+from diskferry.backup.crypto import NONCE_SIZE, TAG_SIZE, OpenError, open_sealed, seal
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.keys import Keys
 
@@ -16,6 +16,11 @@ ID_SIZE = 32
 # No chunk is larger, and every metadata object is smaller: a stored object that unpacks
 # past it is refused before it is unpacked whole, whatever size its header claims.
 MAX_PLAIN = MAX_CHUNK_SIZE
+# The most bytes an object or chunk is stored as: the compression byte, MAX_PLAIN bytes stored as
+# they are (zstd is used only where it is smaller), then a seal's nonce and tag. A reader refuses
+# anything longer before it reads it: an object read whole, a chunk, a pack's trailer, each part
+# of a manifest.
+MAX_STORED = 1 + MAX_PLAIN + NONCE_SIZE + TAG_SIZE
 _UNPACK_PIECE = 1 << 20
 _STORED = b"\0"
 _ZSTD = b"\1"

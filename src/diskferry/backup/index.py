@@ -7,7 +7,7 @@ import struct
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from diskferry.backup.codec import Codec
+from diskferry.backup.codec import MAX_PLAIN, MAX_STORED, Codec
 from diskferry.backup.errors import CorruptObjectError
 
 _HEAD = struct.Struct("<I")
@@ -47,7 +47,8 @@ def encode_index(index_id: str, entries: Iterable[IndexEntry], codec: Codec) -> 
 
 
 def decode_index(index_id: str, blob: bytes, codec: Codec) -> list[IndexEntry]:
-    """The entries of a stored index object."""
+    """The entries of a stored index object; CorruptObjectError when it is malformed, or names a
+    chunk longer than any (stored past MAX_STORED bytes, or unpacking past MAX_PLAIN)."""
     data = codec.decode_meta(blob, index_path(index_id))
     try:
         (count,) = _HEAD.unpack_from(data)
@@ -55,10 +56,13 @@ def decode_index(index_id: str, blob: bytes, codec: Codec) -> list[IndexEntry]:
         if start > len(data) or (len(data) - start) % _ENTRY.size:
             raise struct.error("the lengths do not add up")
         packs = [data[i : i + 16].hex() for i in range(_HEAD.size, start, _PACK.size)]
-        return [
+        entries = [
             IndexEntry(cid, packs[n], off, length, plain)
             for cid, n, off, length, plain in _ENTRY.iter_unpack(memoryview(data)[start:])
         ]
+        if any(e.length > MAX_STORED or e.plain_length > MAX_PLAIN for e in entries):
+            raise struct.error("a chunk longer than any")
+        return entries
     except (struct.error, IndexError):
         path = index_path(index_id)
         raise CorruptObjectError(f"{path} is malformed", objects=(path,)) from None

@@ -9,9 +9,10 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from diskferry.backup.codec import Codec
+from diskferry.backup.bounds import read_whole
+from diskferry.backup.codec import MAX_STORED, Codec
 from diskferry.backup.errors import CorruptObjectError, RepositoryError
-from diskferry.backup.index import IndexEntry, decode_index
+from diskferry.backup.index import IndexEntry, decode_index, index_path
 from diskferry.backup.names import listing
 from diskferry.objstore.store import ObjectStore
 
@@ -129,8 +130,9 @@ class IndexCache:
             self._clear()
             known = set()
         for name in sorted(present - known):
+            path = index_path(name)
             try:
-                entries = decode_index(name, store.get(f"index/{name}"), codec)
+                entries = decode_index(name, read_whole(store, path, MAX_STORED), codec)
             except CorruptObjectError as e:
                 problems.append(e)
                 continue

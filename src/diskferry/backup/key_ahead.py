@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 
+from diskferry.backup.bounds import MAX_KEY_FILE
 from diskferry.backup.crypto import derive_ahead
 from diskferry.objstore.errors import ObjectStoreError
 from diskferry.objstore.store import ObjectStore
@@ -25,7 +26,7 @@ def begin(repo: str, password: str) -> None:
         keys = list(store.list("keys/"))
         if len(keys) != 1:
             return
-        key_file = json.loads(store.get(keys[0].path))
+        key_file = json.loads(store.get(keys[0].path, limit=MAX_KEY_FILE))
         kdf = key_file["kdf"]
         if not isinstance(kdf, dict) or kdf.get("name", "scrypt") != "scrypt":
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from diskferry.backup.bounds import MAX_KEY_FILE, read_whole
 from diskferry.backup.errors import PasswordError, RepositoryError
 from diskferry.backup.keys import read_key_file, wrap_keys
 from diskferry.backup.names import listing
@@ -43,7 +44,7 @@ def list_keys(repo: Repository) -> list[KeyInfo]:
     """The repository's key files, oldest first (those without a date first)."""
     found = []
     for info in listing(repo.store, "keys"):
-        key = read_key_file(repo.store.get(info.path), info.path, repo.url)
+        key = read_key_file(read_whole(repo.store, info.path, MAX_KEY_FILE), info.path, repo.url)
         found.append(
             KeyInfo(
                 id=info.path.removeprefix(_PREFIX),

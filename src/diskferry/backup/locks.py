@@ -13,11 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
+from diskferry.backup.bounds import MAX_LOCK
 from diskferry.backup.errors import LockedError, LockLostError
 from diskferry.backup.names import listing
 from diskferry.disk import procstat
 from diskferry.disk.errors import CancelledError
-from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError
+from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError, ObjectTooLargeError
 from diskferry.objstore.store import ObjectStore
 
 LEASE_SECONDS = 300.0
@@ -252,9 +253,9 @@ def _blockers(store: ObjectStore, mine: LockInfo, notify: Callable[[str], None])
         if obj.path == f"locks/{mine.id}":
             continue
         try:
-            other = LockInfo.model_validate_json(store.get(obj.path))
-        except (ObjectNotFoundError, ValidationError):
-            continue
+            other = LockInfo.model_validate_json(store.get(obj.path, limit=MAX_LOCK))
+        except (ObjectNotFoundError, ObjectTooLargeError, ValidationError):
+            continue  # gone, or no lock diskferry writes: it holds nothing
         if not mine.conflicts(other):
             continue
         reason = stale_reason(other, now)

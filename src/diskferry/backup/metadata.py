@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from diskferry.backup.bounds import read_whole
+from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.backup.names import listing
 from diskferry.backup.repository import Repository
@@ -28,7 +30,7 @@ def load_metadata(repo: Repository, name: str) -> dict[str, Any] | None:
     """The metadata `name`, or None when the repository has none of that name."""
     path = metadata_path(name)
     try:
-        blob = repo.store.get(path)
+        blob = read_whole(repo.store, path, MAX_STORED)
     except ObjectNotFoundError:
         return None
     try:

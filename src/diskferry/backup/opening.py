@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+from diskferry.backup.bounds import MAX_CONFIG, MAX_KEY_FILE, read_whole
 from diskferry.backup.config import KdfParams, RepoConfig
 from diskferry.backup.errors import PasswordError, RepositoryNotFoundError, TamperingError
 from diskferry.backup.keys import Keys, read_key_file, unwrap_keys
@@ -29,7 +30,7 @@ def read_config(url: str, s3: S3Options | None) -> tuple[ObjectStore, bytes]:
     where there is none (a missing folder is not made)."""
     try:
         store = ObjectStore(url, s3, create=False)
-        return store, store.get("config")
+        return store, read_whole(store, "config", MAX_CONFIG)
     except ObjectNotFoundError:
         raise RepositoryNotFoundError(
             f"no repository at {url}: make one with 'diskferry repo init --repo {url}'"
@@ -49,7 +50,7 @@ def unlock(
     if not config.encrypted:
         refuse_plaintext(config, store.url, password, cache_root)
     for info in listing(store, "keys"):
-        key_file = read_key_file(store.get(info.path), info.path, store.url)
+        key_file = read_key_file(read_whole(store, info.path, MAX_KEY_FILE), info.path, store.url)
         keys = unwrap_keys(key_file, password)
         if keys is None:
             continue

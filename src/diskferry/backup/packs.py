@@ -6,7 +6,7 @@ import os
 import struct
 from typing import NamedTuple
 
-from diskferry.backup.codec import Codec
+from diskferry.backup.codec import MAX_STORED, Codec
 from diskferry.backup.errors import CorruptObjectError
 from diskferry.objstore.store import ObjectStore
 
@@ -66,6 +66,12 @@ def read_trailer(store: ObjectStore, pack_id: str, codec: Codec, size: int) -> l
     length, magic = _TAIL.unpack(store.get_range(path, size - _TAIL.size, _TAIL.size))
     if magic != _MAGIC or length > size - _TAIL.size:
         raise CorruptObjectError(f"{path} has no valid pack trailer", objects=(path,))
+    if length > MAX_STORED:
+        raise CorruptObjectError(
+            f"{path} has no valid pack trailer: its tail says it is {length} bytes long, more "
+            f"than any ({MAX_STORED} bytes at most); it was not read",
+            objects=(path,),
+        )
     blob = store.get_range(path, size - _TAIL.size - length, length)
     try:
         table = codec.decode_meta(blob, _trailer_name(pack_id))

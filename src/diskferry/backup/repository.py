@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from diskferry.backup.codec import Codec
+from diskferry.backup.bounds import read_whole
+from diskferry.backup.codec import MAX_STORED, Codec
 from diskferry.backup.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, KdfParams, RepoConfig
 from diskferry.backup.config_seal import decode_config, encode_config, verify_config
 from diskferry.backup.errors import (
@@ -205,18 +206,22 @@ class Repository:
     def locate_chunks(self, chunk_ids: Collection[bytes]) -> dict[bytes, IndexEntry]:
         """Where each chunk is stored, the index refreshed once if it misses some.
 
-        A chunk the refreshed index still does not name is a damaged repository.
+        A chunk the refreshed index still does not name is a damaged repository: the error
+        names the first index object that did not open, if one did not.
         """
         wanted = list(chunk_ids)
         found = self.index.locate_many(wanted)
+        unread: list[CorruptObjectError] = []
         if len(found) < len(set(wanted)):
-            self.refresh_index()
+            unread = self.refresh_index()
             found = self.index.locate_many(wanted)
         missing = next((c for c in wanted if c not in found), None)
         if missing is not None:
+            why = f" ({unread[0].message})" if unread else ""
             raise CorruptObjectError(
-                f"chunk {missing.hex()[:16]} is not in the index of {self.url}: "
-                "run 'diskferry repo check'"
+                f"chunk {missing.hex()[:16]} is not in the index of {self.url}{why}: "
+                "run 'diskferry repo check'",
+                objects=unread[0].objects if unread else (),
             )
         return found
 
@@ -312,7 +317,7 @@ class Repository:
     def load_tracker(self, vm: str) -> Tracker | None:
         """The VM's tracker, or None when it has none."""
         try:
-            blob = self.store.get(tracker_path(vm))
+            blob = read_whole(self.store, tracker_path(vm), MAX_STORED)
         except ObjectNotFoundError:
             return None
         return decode_tracker(vm, blob, self.codec)

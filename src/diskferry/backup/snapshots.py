@@ -32,7 +32,7 @@ from typing import BinaryIO, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from diskferry.backup.codec import ID_SIZE, Codec
+from diskferry.backup.codec import ID_SIZE, MAX_STORED, Codec
 from diskferry.backup.entries import Entry, check_cover
 from diskferry.backup.errors import CorruptObjectError, RepositoryError
 from diskferry.backup.names import NAME
@@ -183,12 +183,24 @@ def lead_length(path: str, start: bytes, *, table: bool) -> int:
             "older diskferry, whose repositories this version cannot read",
             objects=(path,),
         )
-    info_end = len(_MAGIC) + _LEN.size + _LEN.unpack_from(start, len(_MAGIC))[0]
+    info_end = len(_MAGIC) + _LEN.size + _part_length(path, start, len(_MAGIC), "description")
     if not table:
         return info_end
     if len(start) < info_end + _LEN.size:
         return info_end + _LEN.size
-    return info_end + _LEN.size + _LEN.unpack_from(start, info_end)[0]
+    return info_end + _LEN.size + _part_length(path, start, info_end, "page table")
+
+
+def _part_length(path: str, start: bytes, at: int, what: str) -> int:
+    """The length that prefixes a sealed part at `at`; CorruptObjectError past any part's."""
+    (length,) = _LEN.unpack_from(start, at)
+    if length > MAX_STORED:
+        raise CorruptObjectError(
+            f"{path} is malformed (its {what} is said to be {length} bytes long, more than any "
+            f"sealed part: {MAX_STORED} bytes at most)",
+            objects=(path,),
+        )
+    return length
 
 
 def decode_info(path: str, start: bytes, codec: Codec) -> SnapshotInfo:
@@ -210,41 +222,58 @@ def decode_info(path: str, start: bytes, codec: Codec) -> SnapshotInfo:
 
 class Manifest:
     """A stored manifest opened for reading: its description, and its entries a page at a time;
-    `stored_length` is where its last page ends, the length of the object it is stored as."""
+    `stored_length` is where its last page ends, the length of the object it is stored as.
+
+    The page table is kept as it is stored and read a row at a time: no bigger in memory than
+    the object it came from, however many pages it lists.
+    """
 
     def __init__(
         self, path: str, lead: bytes, codec: Codec, read: Callable[[int, int], bytes]
     ) -> None:
-        """Open the manifest from its lead (see `lead_length`); `read(start, length)` reads it."""
+        """Open the manifest from its lead (see `lead_length`); `read(start, length)` reads it.
+
+        CorruptObjectError, before any page is read, when the table lists a page longer than
+        any sealed part or of more entries than a page holds.
+        """
         self.path = path
         self.info = decode_info(path, lead, codec)
         self._codec = codec
         self._read = read
-        self._pages, self.stored_length = self._decode_table(lead)
+        self._table, self._first_page = self._decode_table(lead)
+        self.stored_length = self._first_page + sum(page.length for page in self._pages())
 
-    def _decode_table(self, lead: bytes) -> tuple[list[_Page], int]:
-        """The pages the table lists, and where the last one ends."""
+    def _decode_table(self, lead: bytes) -> tuple[bytes, int]:
+        """The page table's plaintext, and where the first page starts."""
         end = lead_length(self.path, lead, table=True)
         if len(lead) < end:
             raise CorruptObjectError(f"{self.path} is truncated", objects=(self.path,))
         table_start = lead_length(self.path, lead, table=False) + _LEN.size
         table = self._codec.decode_meta(lead[table_start:end], _table_name(self.path))
-        pages = []
-        start = end
-        try:
-            for offset, data_bytes, entries, length in _PAGE.iter_unpack(table):
-                pages.append(_Page(start, length, offset, data_bytes, entries))
-                start += length
-        except struct.error as e:
+        if len(table) % _PAGE.size:
             raise CorruptObjectError(
-                f"{self.path} is malformed ({e})", objects=(self.path,)
-            ) from None
-        return pages, start
+                f"{self.path} is malformed (its page table is not whole rows)",
+                objects=(self.path,),
+            )
+        return table, end
+
+    def _pages(self) -> Iterator[_Page]:
+        """The pages the table lists, each with where it is stored."""
+        start = self._first_page
+        for offset, data_bytes, entries, length in _PAGE.iter_unpack(self._table):
+            if length > MAX_STORED or entries > PAGE_ENTRIES:
+                raise CorruptObjectError(
+                    f"{self.path} is malformed (its page table lists a page of {entries} entries "
+                    f"in {length} bytes, more than a page holds)",
+                    objects=(self.path,),
+                )
+            yield _Page(start, length, offset, data_bytes, entries)
+            start += length
 
     @property
     def data_bytes(self) -> int:
         """The bytes of the disk that entries naming chunks cover."""
-        return sum(page.data_bytes for page in self._pages)
+        return sum(page.data_bytes for page in self._pages())
 
     def entries(self) -> Iterator[Entry]:
         """The entries in disk order, covering the disk; CorruptObjectError where they do not."""
@@ -256,7 +285,7 @@ class Manifest:
             ) from None
 
     def _read_pages(self) -> Iterator[Entry]:
-        for number, page in enumerate(self._pages):
+        for number, page in enumerate(self._pages()):
             blob = self._read(page.start, page.length)
             yield from self._decode_page(number, page, blob)
 
@@ -264,21 +293,17 @@ class Manifest:
         data = self._codec.decode_meta(blob, _page_name(self.path, number))
         (count,) = _LEN.unpack_from(data)
         ids_end = _LEN.size + count * ID_SIZE
-        if ids_end > len(data):
+        if ids_end > len(data) or count > page.entries:
             raise ValueError(f"page {number} names more chunk ids than it holds")
+        if len(data) - ids_end != page.entries * _ROW.size:
+            raise ValueError(f"page {number} does not match the page table")
         ids = [data[i : i + ID_SIZE] for i in range(_LEN.size, ids_end, ID_SIZE)]
         entries = [
             Entry(off, n, None, 0) if k < 0 else Entry(off, n, ids[k], co)
             for off, n, k, co in _ROW.iter_unpack(memoryview(data)[ids_end:])
         ]
         named = sum(e.length for e in entries if e.chunk is not None)
-        if (
-            len(ids) != count
-            or len(entries) != page.entries
-            or not entries
-            or entries[0].offset != page.offset
-            or named != page.data_bytes
-        ):
+        if not entries or entries[0].offset != page.offset or named != page.data_bytes:
             raise ValueError(f"page {number} does not match the page table")
         return entries
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from diskferry.backup.bounds import MAX_CONFIG, read_whole
 from diskferry.backup.codec import Codec
 from diskferry.backup.config import FORMAT_VERSION, UPGRADABLE_VERSION, RepoConfig
 from diskferry.backup.config_seal import config_fields, encode_config, upgraded_config
@@ -64,7 +65,7 @@ def upgrade(
         )
     repo = Repository(store, config, Codec(unlocked.keys), cache_root, key_path=unlocked.path)
     with repo, repo.lock("exclusive", "upgrade", wait=wait, notify=notify, cancel=cancel):
-        if repo.store.get("config") != raw:
+        if read_whole(repo.store, "config", MAX_CONFIG) != raw:
             raise RepositoryError(
                 f"the config of {url} changed while it was being upgraded: run the upgrade again",
                 reason="ConfigChanged",

@@ -16,6 +16,7 @@ __all__, __getattr__, __dir__ = lazy_face(
             "ForeignEntryError",
             "ObjectNotFoundError",
             "ObjectStoreError",
+            "ObjectTooLargeError",
         ),
         "s3_options": ("S3Options",),
         "store": ("ObjectStore",),

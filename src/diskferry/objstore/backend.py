@@ -43,8 +43,9 @@ class Backend(Protocol):
     def replace(self, path: str, data: Data) -> bool:
         """Overwrite the object only while it exists; False (nothing written) when it is gone."""
 
-    def get(self, path: str) -> bytes:
-        """The whole object."""
+    def get(self, path: str, limit: int) -> bytes:
+        """The whole object; ObjectTooLargeError, before any of it is read, when it is longer
+        than `limit` bytes."""
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
         """Up to `length` bytes of the object from `start` (fewer past its end)."""

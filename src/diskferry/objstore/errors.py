@@ -1,4 +1,5 @@
-"""Typed errors of object storage: a missing object or bucket, refused credentials."""
+"""Typed errors of object storage: a missing object or bucket, refused credentials, an object
+longer than its reader takes."""
 
 from diskferry.disk.errors import DiskferryError
 
@@ -36,3 +37,18 @@ class ForeignEntryError(ObjectStoreError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ObjectTooLargeError(ObjectStoreError):
+    """An object is longer than the limit of the whole read asked for it; none of it was read."""
+
+    reason = "ObjectTooLarge"
+
+    def __init__(self, url: str, path: str, *, size: int, limit: int) -> None:
+        super().__init__(
+            f"{url}: {path} is {size} bytes long, more than the {limit} bytes it may be; "
+            "it was not read"
+        )
+        self.path = path
+        self.size = size
+        self.limit = limit

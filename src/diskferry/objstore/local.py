@@ -33,7 +33,12 @@ from typing import Any, BinaryIO
 
 from diskferry.disk.libc import LIBC
 from diskferry.objstore.backend import Data, ObjectInfo, OnForeign
-from diskferry.objstore.errors import ForeignEntryError, ObjectNotFoundError, ObjectStoreError
+from diskferry.objstore.errors import (
+    ForeignEntryError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    ObjectTooLargeError,
+)
 
 TEMPORARY_SUFFIX = ".tmp"
 FILE_MODE = 0o600
@@ -124,16 +129,26 @@ class LocalBackend:
             except (FileNotFoundError, NotADirectoryError):
                 return False
 
-    def get(self, path: str) -> bytes:
-        """The whole object."""
+    def get(self, path: str, limit: int) -> bytes:
+        """The whole object, refused from its size when longer than `limit` (and when it grows
+        past it while it is read: no more than `limit` + 1 bytes are)."""
         with self._errors(path), self._opened(path) as f:
-            return f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size <= limit:
+                data = f.read(size + 1)  # a read allocates what it asks for
+                if len(data) > size:  # written to while it is read
+                    data += f.read(limit + 1 - len(data))
+                if len(data) <= limit:
+                    return data
+                size = len(data)
+            raise ObjectTooLargeError(self.url, path, size=size, limit=limit)
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
         """Up to `length` bytes of the object from `start`."""
         with self._errors(path), self._opened(path) as f:
             f.seek(start)
-            return f.read(length)
+            # a read allocates what it asks for: no more than the file holds
+            return f.read(min(length, max(0, os.fstat(f.fileno()).st_size - start)))
 
     def head(self, path: str) -> ObjectInfo | None:
         """What the file says of the object, or None when there is none."""

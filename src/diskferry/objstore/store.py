@@ -82,10 +82,12 @@ class ObjectStore:
         self._check()
         return self._backend.replace(path, data)
 
-    def get(self, path: str) -> bytes:
-        """The whole object."""
+    def get(self, path: str, *, limit: int) -> bytes:
+        """The whole object, when it is at most `limit` bytes long; a longer one is refused with
+        ObjectTooLargeError before any of it is read, so that no object, whoever wrote it, takes
+        more of the reader's memory than the reader allows."""
         self._check()
-        return self._backend.get(path)
+        return self._backend.get(path, limit)
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
         """`length` bytes of the object from `start`."""
