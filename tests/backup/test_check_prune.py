@@ -1,11 +1,14 @@
-"""check (with and without reading data), forget and prune, on a directory and on S3."""
+"""check (with and without reading data, and while a forget deletes manifests), forget and prune,
+on a directory and on S3."""
 
 import pytest
 from backup_support import SIZE, make_data, store_snapshot
 
+from diskferry.backup import index_cache
 from diskferry.backup.check import check
 from diskferry.backup.codec import MAX_STORED
 from diskferry.backup.errors import CorruptObjectError
+from diskferry.backup.index import decode_index, encode_index, index_path, new_index_id
 from diskferry.backup.packs import pack_path
 from diskferry.backup.policy import to_forget
 from diskferry.backup.prune import prune
@@ -211,3 +214,49 @@ def test_check_reads_every_index_object_however_warm_the_cache(three, repo_url, 
     repo.store.put(index, other.store.get(copied, limit=MAX_STORED))
     report = check(repo, read_data=True)
     assert not report.ok and index in {p.object for p in report.problems}
+
+
+@pytest.mark.parametrize("listing", [1, 2], ids=["checking manifests", "counting unused space"])
+def test_a_manifest_forgotten_while_a_check_runs_is_skipped(three, monkeypatch, listing):
+    repo, _, a, _, _ = three
+    listed = Repository.snapshot_paths
+    calls = []
+
+    def forgotten_after_listing(self, *args, **kwargs):
+        paths = listed(self, *args, **kwargs)
+        calls.append(paths)
+        if len(calls) == listing:
+            repo.store.delete(a.info.path)  # what a forget holding a shared lock does meanwhile
+        return paths
+
+    monkeypatch.setattr(Repository, "snapshot_paths", forgotten_after_listing)
+    report = check(repo)
+    assert report.ok, report.problems
+    assert a.info.path in calls[0]
+    if listing == 1:
+        assert report.snapshots == 2
+    else:
+        assert report.snapshots == 3
+        assert report.unused.bytes > 0  # the chunks only the forgotten manifest named
+
+
+def test_an_index_object_gone_while_a_check_reads_the_index_is_skipped(three, monkeypatch):
+    repo, *_ = three
+    # a second index object naming the chunks the first names, as two backups storing the same
+    # chunks at once leave; it goes (as a prune would drop it) once the check has listed it
+    first = next(iter(repo.store.list("index/"))).path
+    blob = repo.store.get(first, limit=MAX_STORED)
+    entries = decode_index(first.removeprefix("index/"), blob, repo.codec)
+    second = new_index_id()
+    repo.store.put(index_path(second), encode_index(second, entries, repo.codec))
+    listed = index_cache.listing
+
+    def gone_after_listing(store, folder, foreign=None):
+        found = list(listed(store, folder, foreign))
+        store.delete(index_path(second))
+        return iter(found)
+
+    monkeypatch.setattr(index_cache, "listing", gone_after_listing)
+    report = check(repo, read_data=True)
+    assert report.ok, report.problems
+    assert (report.snapshots, report.chunks) == (3, 25)

@@ -2,6 +2,9 @@
 
 A check reports every problem it finds and goes on: a name the repository never writes, and
 a link or a special file, anywhere in its folders, is one problem among the others, skipped.
+It holds a shared lock, as a forget or a backup does: a manifest or an index object gone
+between its listing and its reading was forgotten (or dropped by a failed backup), and is
+skipped, not reported.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from diskferry.backup.names import listing
 from diskferry.backup.packs import pack_path, read_trailer
 from diskferry.backup.prune import Unused, unused_space, unused_text
 from diskferry.backup.repository import Repository
+from diskferry.objstore.errors import ObjectNotFoundError
 
 _READERS = 4
 # bytes of a pack a check reading data reads at once, at most (but for one chunk longer)
@@ -154,8 +158,8 @@ def _check(
     known = set(index.named_packs())
     report.unused_packs = sorted(p for p in present if p.rsplit("/", 1)[1] not in known)
     for path in repo.snapshot_paths(foreign=report.add_foreign):
-        report.snapshots += 1
-        _check_snapshot(repo, path, bad_packs, bad_chunks, report)
+        if _check_snapshot(repo, path, bad_packs, bad_chunks, report):
+            report.snapshots += 1
     for info in listing(repo.store, "trackers", report.add_foreign):
         try:
             repo.load_tracker(info.path.split("/", 1)[1])
@@ -220,16 +224,19 @@ def _check_snapshot(
     bad_packs: dict[str, str],
     bad_chunks: dict[bytes, str],
     report: CheckReport,
-) -> None:
-    """Check a manifest page by page, then the chunks it names against the index."""
+) -> bool:
+    """Check a manifest page by page, then the chunks it names against the index; False when it
+    is gone (forgotten since it was listed)."""
     name = path.removeprefix("snapshots/")
     with ChunkUse(repo.cache_folder) as use:
         try:
             use.add(repo.load_snapshot(path).entries())
+        except ObjectNotFoundError:
+            return False
         except CorruptObjectError as e:
             report.add(path, e.message)
             report.affected.setdefault(name, set()).add(path)
-            return
+            return True
         missing, past = _Fault("in no index"), _Fault("read past their end")
         for batch in use.batches():
             found = repo.index.locate_many([chunk for chunk, _ in batch])
@@ -249,6 +256,7 @@ def _check_snapshot(
                 path, f"{path} names {fault.count} chunk(s) {fault.what}, the first {fault.first}"
             )
             report.affected.setdefault(name, set()).add(path)
+    return True
 
 
 @dataclass

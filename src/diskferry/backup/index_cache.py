@@ -14,6 +14,7 @@ from diskferry.backup.codec import MAX_STORED, Codec
 from diskferry.backup.errors import CorruptObjectError, RepositoryError
 from diskferry.backup.index import IndexEntry, decode_index, index_path
 from diskferry.backup.names import listing
+from diskferry.objstore.errors import ObjectNotFoundError
 from diskferry.objstore.store import ObjectStore
 
 _SCHEMA = """
@@ -133,6 +134,8 @@ class IndexCache:
             path = index_path(name)
             try:
                 entries = decode_index(name, read_whole(store, path, MAX_STORED), codec)
+            except ObjectNotFoundError:
+                continue  # deleted since it was listed (by a prune): it names nothing now
             except CorruptObjectError as e:
                 problems.append(e)
                 continue

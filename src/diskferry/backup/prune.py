@@ -3,6 +3,7 @@ and the unused bytes that packs still hold."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -17,6 +18,7 @@ from diskferry.backup.pack_writer import INDEX_BATCH
 from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
 from diskferry.backup.repository import Repository
 from diskferry.disk.sizes import format_size
+from diskferry.objstore.errors import ObjectNotFoundError
 
 REPACK_UNUSED_SHARE = 0.5
 
@@ -159,11 +161,12 @@ def _dead(index: IndexCache, used: ChunkUse, pack: str) -> int:
 
 def used_chunks(repo: Repository, doing: str) -> ChunkUse:
     """The chunks some manifest names; RepositoryError (`cannot DOING: ...`) if one of them is
-    in no index."""
+    in no index. A manifest gone since it was listed (forgotten) names none."""
     used = ChunkUse(repo.cache_folder)
     try:
         for path in repo.snapshot_paths():
-            used.add(repo.load_snapshot(path).entries())
+            with contextlib.suppress(ObjectNotFoundError):
+                used.add(repo.load_snapshot(path).entries())
         for batch in used.batches():
             found = repo.index.locate_many([chunk for chunk, _ in batch])
             missing = [chunk for chunk, _ in batch if chunk not in found]
