@@ -47,6 +47,13 @@ ID_SIZE = 32
 MAX_PLAIN = 64 << 20
 STORED = 0
 ZSTD = 1
+PAGE_ENTRIES = 16384
+# what a reader takes at most of each kind of object, and of each part it reads on the word of
+# a length in the storage: the JSON objects, and anything sealed
+MAX_CONFIG = 16 << 10
+MAX_KEY_FILE = 16 << 10
+MAX_LOCK = 16 << 10
+MAX_STORED = 1 + MAX_PLAIN + NONCE_SIZE + TAG_SIZE
 
 # the byte layouts, each named as its table in the document; all little-endian
 LAYOUTS = {
@@ -209,7 +216,7 @@ class Repository:
         self.members: dict[str, set[str]] = {}
         for name in self.names():
             self._check_name(name)
-        fields = self._record("config", _json(self.read("config"), "config"))
+        fields = self._record("config", _json(self.whole("config", MAX_CONFIG), "config"))
         if fields.get("version") != FORMAT:
             raise FormatError(f"format {fields.get('version')}, not {FORMAT}")
         mac = base64.b64decode(fields.pop("mac"), validate=True)
@@ -240,12 +247,21 @@ class Repository:
         if shape is None or not re.fullmatch(shape, name):
             raise FormatError(f"{name} is not a name the repository has")
 
-    def read(self, name: str, start: int = 0, length: int | None = None) -> bytes:
-        """An object's bytes, or `length` of them from `start`."""
+    def whole(self, name: str, bound: int) -> bytes:
+        """An object's bytes, when it is at most `bound` bytes long."""
+        size = (self.root / name).stat().st_size
+        if size > bound:
+            raise FormatError(f"{name} is {size} bytes long, past its bound of {bound}")
+        return self.read(name, 0, size)
+
+    def read(self, name: str, start: int, length: int) -> bytes:
+        """`length` of an object's bytes from `start`, at most a sealed part's bound."""
+        if length > MAX_STORED:
+            raise FormatError(f"{name}: {length} bytes at {start}, more than any sealed part")
         with open(self.root / name, "rb") as f:
             f.seek(start)
-            data = f.read() if length is None else f.read(length)
-        if length is not None and len(data) != length:
+            data = f.read(length)
+        if len(data) != length:
             raise FormatError(f"{name} is shorter than what names its bytes")
         return data
 
@@ -256,7 +272,7 @@ class Repository:
 
     def _unlock(self, password: str | None) -> Keys:
         for name in self.names("keys"):
-            key_file = self._record("key file", _json(self.read(name), name))
+            key_file = self._record("key file", _json(self.whole(name, MAX_KEY_FILE), name))
             keys = unwrap(key_file, password)
             if keys is None:
                 continue
@@ -281,7 +297,7 @@ class Repository:
 
     def open_json(self, name: str) -> dict[str, Any]:
         """A sealed JSON object stored under `name`."""
-        return _json(self.open(self.read(name), name.encode()), name)
+        return _json(self.open(self.whole(name, MAX_STORED), name.encode()), name)
 
     def chunk_id(self, plain: bytes) -> bytes:
         """The id of a chunk: BLAKE3 keyed with the chunk-id key."""
@@ -292,7 +308,7 @@ class Repository:
         packs: dict[str, dict[bytes, Located]] = {}
         for name in self.names("index"):
             self.index_objects += 1
-            data = self.open(self.read(name), name.encode())
+            data = self.open(self.whole(name, MAX_STORED), name.encode())
             (count,) = LAYOUTS["index head"].unpack_from(data)
             start = LAYOUTS["index head"].size + count * LAYOUTS["index pack id"].size
             if start > len(data) or (len(data) - start) % LAYOUTS["index row"].size:
@@ -306,6 +322,8 @@ class Repository:
             for chunk, number, offset, length, plain in LAYOUTS["index row"].iter_unpack(
                 data[start:]
             ):
+                if length > MAX_STORED or plain > MAX_PLAIN:
+                    raise FormatError(f"{name} names a chunk longer than any")
                 where = Located(ids[number], offset, length, plain)
                 self.index.setdefault(chunk, where)
                 packs.setdefault(where.pack, {})[chunk] = where
@@ -368,10 +386,12 @@ class Repository:
         for number, (first, data_bytes, count, stored) in enumerate(
             LAYOUTS["page table row"].iter_unpack(table)
         ):
+            if count > PAGE_ENTRIES:
+                raise FormatError(f"{path}: page {number} has more entries than a page holds")
             ad = PAGE_AD.format(path=path, number=number).encode()
             page = self.open(self.read(path, start, stored), ad)
             start += stored
-            entries = list(self._page(page))
+            entries = list(self._page(page, count))
             named = sum(e.length for e in entries if e.chunk is not None)
             if (len(entries), entries[0].offset, named) != (count, first, data_bytes):
                 raise FormatError(f"{path}: page {number} is not what its table says")
@@ -383,9 +403,11 @@ class Repository:
         if pos != info["disk_size"] or start != (self.root / path).stat().st_size:
             raise FormatError(f"{path}: its entries or pages do not end where it does")
 
-    def _page(self, page: bytes) -> Iterator[Entry]:
+    def _page(self, page: bytes, entries: int) -> Iterator[Entry]:
         head = LAYOUTS["page head"]
         (count,) = head.unpack_from(page)
+        if count > entries:
+            raise FormatError("a page names more chunk ids than it has entries")
         ids_end = head.size + count * ID_SIZE
         ids = [page[i : i + ID_SIZE] for i in range(head.size, ids_end, ID_SIZE)]
         for offset, length, number, chunk_offset in LAYOUTS["page row"].iter_unpack(page[ids_end:]):
@@ -440,7 +462,10 @@ def read_all(root: Path, password: str | None, out: Path) -> dict[str, Any]:
         with open(target, "wb") as f:
             counts = repo.rebuild(path, f)
         snapshots.append({**info, **counts, "path": path, "rebuilt": str(target)})
-    locks = [repo._record("lock", _json(repo.read(name), name)) for name in repo.names("locks")]
+    locks = [
+        repo._record("lock", _json(repo.whole(name, MAX_LOCK), name))
+        for name in repo.names("locks")
+    ]
     return {
         "config": repo.config,
         "encrypted": repo.encrypted,

@@ -249,6 +249,22 @@ def test_the_documented_numbers_are_the_codes_and_the_readers():
     assert {where: numbers[where] for where in reader} == reader
 
 
+def test_the_documented_bounds_are_the_codes_and_the_readers():
+    bounds = {_code(row[2]): int(row[1]) for row in _tables("bounds")[""]}
+    for where, value in bounds.items():
+        module, _, name = where.rpartition(".")
+        assert getattr(importlib.import_module(module), name) == value, where
+    reader = {
+        "diskferry.backup.bounds.MAX_CONFIG": format_reader.MAX_CONFIG,
+        "diskferry.backup.bounds.MAX_KEY_FILE": format_reader.MAX_KEY_FILE,
+        "diskferry.backup.bounds.MAX_LOCK": format_reader.MAX_LOCK,
+        "diskferry.backup.codec.MAX_STORED": format_reader.MAX_STORED,
+    }
+    assert bounds == reader
+    numbers = {_code(row[2]): float(row[1]) for row in _tables("numbers")[""]}
+    assert numbers["diskferry.backup.snapshots.PAGE_ENTRIES"] == format_reader.PAGE_ENTRIES
+
+
 def test_the_reader_imports_only_the_standard_library_and_the_primitives():
     tree = ast.parse(READER.read_text())
     imported = set()
@@ -276,7 +292,15 @@ def test_the_reader_runs_where_diskferry_cannot_be_imported(tmp_path):
 
 @pytest.mark.parametrize(
     "damage",
-    ["config member", "pack byte", "manifest renamed", "foreign name", "manifest cut short"],
+    [
+        "config member",
+        "pack byte",
+        "manifest renamed",
+        "foreign name",
+        "manifest cut short",
+        "config past its bound",
+        "lock past its bound",
+    ],
 )
 def test_the_reader_refuses_what_parts_from_the_document(made, tmp_path, damage):
     url = tmp_path / "repo"
@@ -295,6 +319,11 @@ def test_the_reader_refuses_what_parts_from_the_document(made, tmp_path, damage)
         snapshot.rename(snapshot.with_name("0" * 16))
     elif damage == "foreign name":
         (url / "packs" / "stray").write_bytes(b"")
+    elif damage == "config past its bound":  # spaces, which leave its MAC as it was
+        (url / "config").write_bytes((url / "config").read_bytes() + b" " * 16 * KiB)
+    elif damage == "lock past its bound":
+        lock = url / "locks" / ("ab" * 12)
+        lock.write_text(json.dumps(made["encrypted"].found["locks"][0]) + " " * 16 * KiB)
     else:
         data = snapshot.read_bytes()
         snapshot.write_bytes(data[: len(data) - 1])
