@@ -146,7 +146,7 @@ def test_the_operator_probes_the_health_port_on_the_paths_serve_answers() -> Non
     docs = render()
     operator = one(docs, "Deployment", "diskferry-operator")["spec"]["template"]["spec"]
     [container] = operator["containers"]
-    assert container["args"] == ["operator"]
+    assert container["args"][0] == "operator"
     assert _port(container, "health") == OPERATOR_HEALTH_PORT
     probes = {kind: container[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
     assert probes == {
@@ -155,6 +155,19 @@ def test_the_operator_probes_the_health_port_on_the_paths_serve_answers() -> Non
     }
     assert {"/healthz", "/readyz"} <= set(PUBLIC)
     assert operator["serviceAccountName"] == "diskferry-operator"
+
+
+def test_the_operator_s_data_directory_is_a_volume_it_may_write() -> None:
+    """Its root is read-only, so the data directory the local runner keeps jobs in is given
+    and mounted: without it the operator would fall back to ./diskferry-data, unwritable."""
+    operator = one(render(), "Deployment", "diskferry-operator")["spec"]["template"]["spec"]
+    [container] = operator["containers"]
+    args = container["args"]
+    data_dir = args[args.index("--data-dir") + 1]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in operator["volumes"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "emptyDir" in volumes[mounts[data_dir]]
 
 
 def test_the_proxy_service_takes_443_to_the_export_port() -> None:
