@@ -10,7 +10,7 @@ BENCH_PACKAGES := restic borgbackup
 # podman as it works in sandboxes such as CI's (runc, cgroupfs, no default ulimits)
 export CONTAINERS_CONF ?= $(CURDIR)/image/containers.conf
 
-.PHONY: setup demo test stress lint bench fuzz image clean
+.PHONY: setup demo test stress lint bench fuzz image docs clean
 
 setup: $(VENV)/.installed
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -32,6 +32,10 @@ image: setup
 
 demo: setup
 	$(VENV)/bin/diskferry demo
+
+# docs/cli.md and docs/resources.md, made from the commands' help and the models' descriptions
+docs:
+	$(PY) tools/gen_docs.py
 
 # the import contracts of .importlinter, over this checkout's sources
 lint: setup
