@@ -3,7 +3,8 @@
 It reads and validates the job, answers GET /progress and GET /metrics while the job runs,
 turns SIGTERM and SIGINT, and the removal of the job file's directory (see `jobdir`), into the
 job's cancel event, logs to stderr, and ends with a one-line JSON result as the last stdout
-line, whatever happened, and never a traceback:
+line (and, in a Pod, in its termination message: see `pod`), whatever happened, and never a
+traceback:
 
 - `{"ok": true, "jobId": ..., ...}` and exit 0 when the job is done;
 - `{"ok": false, "reason": ..., "message": ..., "jobId": ...}` and exit 1 when it failed or
@@ -35,6 +36,7 @@ from diskferry.disk.quick_exit import freeze_at_exit
 from diskferry.disk.urls import without_credentials
 from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job, validation_message
 from diskferry.worker.jobdir import JobDirectoryWatch
+from diskferry.worker.pod import listen_address, write_result
 from diskferry.worker.reporter import Reporter
 from diskferry.worker.server import StatusServer
 from diskferry.worker.status import JobStatus
@@ -160,7 +162,7 @@ def _run(kinds: Mapping[str, JobKind], default: str, args: list[str]) -> tuple[i
         signal.signal(sig, lambda *_: cancel.set())
     server = StatusServer(status)
     try:
-        port = server.start(job.address, job.port)
+        port = server.start(listen_address(job.address), job.port)
     except DiskferryError as e:
         log.error("%s failed: %s", kind, e.message)
         return 1, failure(e.reason, e.message, job.job_id)
@@ -189,4 +191,5 @@ def run_worker(
     _one_line_hooks()
     code, result = _run(kinds, default, sys.argv[1:] if argv is None else argv)
     print(json.dumps(result, sort_keys=True), flush=True)
+    write_result(result)
     sys.exit(code)
