@@ -4,10 +4,12 @@
 
 It runs the embedded API with Kubernetes' own kinds served too, as objects without controllers
 (Pods, Services, claims, Deployments, Leases, RBAC, CRDs, Routes, Ingresses, KubeVirt's kinds:
-diskferry.control.resources.foreign), the role envtest plays for Go operators. It writes
-D/kubeconfig once the API answers over HTTPS, takes `kubectl apply` of anything a cluster
-admin applies (it stores every object and runs no Deployment: the operator runs on the host,
-`diskferry operator --kubeconfig D/kubeconfig`), and stops everything on SIGTERM or SIGINT.
+diskferry.control.resources.foreign), the role envtest plays for Go operators, and beside it
+the few controllers the operator's work needs (STANDINS): storage that provisions and binds
+volumes for claims (standin_storage). It writes D/kubeconfig once the API answers over HTTPS,
+takes `kubectl apply` of anything a cluster admin applies (it stores every object and runs no
+Deployment: the operator runs on the host, `diskferry operator --kubeconfig D/kubeconfig`), and
+stops everything on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from standin_storage import Storage
 
 from diskferry.control.daemon import BackgroundFactory, Daemon
 from diskferry.control.objects import KEEP_CHANGES
@@ -26,9 +29,12 @@ from diskferry.control.resources.foreign import with_foreign_kinds
 
 KUBE_PORT = 6443
 
-STANDINS: list[BackgroundFactory] = []
-"""What runs beside the API, started with it and stopped on SIGTERM: the stand-in kubelet, which
-runs the Pods the operator creates in podman and writes their status back, goes here."""
+STANDINS: list[BackgroundFactory] = [
+    lambda daemon: Storage(daemon.service, daemon.data_dir),
+]
+"""What runs beside the API, started with it and stopped on SIGTERM: the storage (volumes
+provisioned for claims, and bound), and the kubelet, which runs the Pods the operator creates
+in podman and writes their status back."""
 
 
 def standin(
