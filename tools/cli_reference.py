@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import typer.main
+from markdown_text import escaped
 
 from diskferry.cli.main import app
 
@@ -61,16 +62,18 @@ def _help_markdown(text: str) -> str:
         if paragraph.startswith(VERBATIM + "\n"):
             out.append("```\n" + paragraph.removeprefix(VERBATIM + "\n") + "\n```")
         else:
-            out.append(paragraph)
+            out.append(escaped(paragraph))
     return "\n\n".join(out)
 
 
 def _rows(rows: list[tuple[str, str]]) -> list[str]:
     """A definition list's rows as a markdown list: the name in code, then its help (`--help`,
     which every command takes, left out)."""
-    return [
-        f"- `{name}`: {' '.join(text.split())}".rstrip(": ") for name, text in rows if name != HELP
-    ]
+    out = []
+    for name, text in rows:
+        if name != HELP:
+            out.append(f"- `{name}`: {escaped(' '.join(text.split()))}".rstrip(": "))
+    return out
 
 
 def _command(name: str, command: Any, ctx: Any) -> list[str]:

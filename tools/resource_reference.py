@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from anchor_fields import Anchor, anchors
+from markdown_text import escaped
 
 from diskferry.control.crd import TOP_LEVEL, openapi_schema
 from diskferry.control.kinds import KindInfo
@@ -126,7 +127,7 @@ def _field(path: str, node: Schema, required: bool, anchor: Anchor | None) -> st
     elif anchor is not None and path in anchor.own:
         text.append(f"Not in {anchor.name}'s API.")
     body = " ".join(" ".join(part.split()) for part in text if part)
-    return f"- `{path}` ({head}): {body}"
+    return f"- `{path}` ({head}): {escaped(body)}"
 
 
 def _listed(title: str, paths: list[Path], root: Path) -> list[str]:
@@ -152,7 +153,8 @@ def _kind(info: KindInfo, anchor: Anchor | None, root: Path, samples: _Samples) 
         lines += [f"Mirrors {anchor.source} {info.kind}.", ""]
     elif info.group != GROUP:
         lines += ["Kubernetes' own kind, served as kube-apiserver serves it.", ""]
-    lines += [" ".join(schema.get("description", "").split()), ""]
+    for paragraph in schema.get("description", "").split("\n\n"):
+        lines += [escaped(paragraph), ""]
     lines += _listed("Examples", samples.examples.get(info.kind, []), root)
     lines += _listed("The anchor's own samples", samples.anchors.get(info.kind, []), root)
     lines += ["Columns (`-o wide` adds those marked wide):", "", "| column | value |", "|---|---|"]

@@ -61,7 +61,34 @@ def backup_command(
     no_progress: NoProgressOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Back up a VM's disks: incremental where CBT allows, full where it must, saying why."""
+    """Back up a VM's disks: incremental where CBT allows, full where it must, saying why.
+
+    All disks of the VM are taken in one QEMU transaction, so they are consistent with each
+    other. PATH is a raw volume, its `.cbt.qcow2` overlay, or an NBD URL. With `--qmp` it
+    backs up a running VM through its QEMU (image fleecing: the VM keeps writing, the backup
+    sees one instant; `--nbd-socket` when that QEMU already runs an NBD server); without, it
+    starts its own qemu-storage-daemon for the stopped disks. `--qga` freezes the guest's
+    filesystems around the checkpoint; otherwise the output says the backup is
+    crash-consistent.
+
+    Each disk is incremental where CBT allows (only the dirty runs that the checkpoint
+    bitmap names are read and uploaded) and full when there is no tracker, the chain is
+    broken (checkpoint missing on the disk, snapshot missing in the repository, bitmap left
+    inconsistent by a killed process), `--max-incrementals` is reached (default from `repo
+    init`, 0 = no limit), or `--full` is given; the reason is printed. Without CBT every
+    backup is full, skipping holes and zero blocks, and deduplication uploads only changed
+    chunks; the output says how to turn CBT on (`diskferry cbt enable`). Every snapshot is a
+    synthetic full: any point restores in one pass.
+
+    A second backup of the same VM refuses, naming the holder (or waits with `--wait`). A
+    killed backup leaves the repository consistent and loses no write: the next one reads
+    the merge of every newer checkpoint bitmap. A `--disk` without CBT that holds an image
+    format (qcow2, vmdk, vhd, vhdx, vdi) is refused, naming it: its container is not the
+    disk; convert it to raw first.
+
+    `--json` prints `{backup, consistency, disks: [{snapshot, type, reason, bytesRead,
+    bytesNew, bytesUploaded, seconds}]}`.
+    """
     from diskferry.backup import BackupJob, DiskSource
 
     job = build_job(
@@ -122,7 +149,15 @@ def restore_command(
     no_progress: NoProgressOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Restore a disk snapshot into a file or block device, in one pass."""
+    """Restore a disk snapshot into a file or block device, in one pass.
+
+    SNAPSHOT is a snapshot id (`diskferry snapshots`), or `latest` with `--vm` and `--disk`.
+    It is written into a prime file that replaces TARGET only on success (`--force` to
+    replace an existing one; over a CBT volume it also resets the chain, so the next backup
+    is full). Zero runs stay holes; every chunk is verified before it is written; a damaged
+    snapshot fails and leaves no target. Block devices are written in place. A `--size`
+    smaller than the disk is refused.
+    """
     from diskferry.backup import RestoreJob
 
     if fmt not in ("raw", "qcow2"):
@@ -166,7 +201,12 @@ def chain_reset_command(
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Forget a VM's checkpoints in the repository, so that its next backup is full."""
+    """Forget a VM's checkpoints in the repository, so that its next backup is full.
+
+    A VM (or a `--disk`) that nothing is tracked for is an error (exit 1: `nothing is
+    tracked for VM NAME in this repository`), and nothing is reset, as restic's `forget`
+    does with an id it does not know.
+    """
     from diskferry.backup import ChainResetJob, reset_vm_chain
     from diskferry.disk import Progress
 

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from diskferry.qemu import CbtDisk
 
 cbt_app = PlainTyper(
-    help="Changed-block tracking: a qcow2 metadata overlay whose bitmaps mark what changed.",
+    help="""Changed-block tracking: a qcow2 metadata overlay whose bitmaps mark what changed.
+
+Wherever a command takes a disk path, the raw volume and its overlay both work.""",
     no_args_is_help=True,
 )
 
@@ -32,7 +34,14 @@ def _change(kind: str, volume: str) -> CbtDisk:
 
 @cbt_app.command("enable")
 def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
-    """Make VOLUME.cbt.qcow2 while the VM is stopped; run the VM on it to track writes."""
+    """Make VOLUME.cbt.qcow2 while the VM is stopped; run the VM on it to track writes.
+
+    VOLUME is a raw volume; `VOLUME.cbt.qcow2` is a qcow2 metadata overlay whose data file is
+    the volume. Run the VM on the overlay (format qcow2): its writes are tracked in
+    persistent dirty bitmaps and the volume stays a valid raw image. A volume that holds an
+    image format (qcow2, vmdk, vhd, vhdx, vdi) is refused, naming it: an overlay over a
+    container would let the VM corrupt it.
+    """
     from diskferry.qemu import cbt_status
 
     disk = _change("cbtEnable", volume)
@@ -44,7 +53,13 @@ def enable_command(volume: Volume, json_out: JsonOut = False) -> None:
 
 @cbt_app.command("status")
 def status_command(volume: Volume, json_out: JsonOut = False) -> None:
-    """Show whether VOLUME has CBT, and its checkpoints."""
+    """Show whether VOLUME has CBT, and its checkpoints.
+
+    Whether VOLUME (or its overlay) has CBT, its size, and its checkpoints: name,
+    repository, granularity, recording or stopped, in use, and the bytes its bitmap marks
+    dirty (`dirtyBytes`, read through a read-only qemu-storage-daemon; null while a QEMU has
+    the overlay open).
+    """
     from diskferry.disk import format_size
     from diskferry.qemu import cbt_status
 
@@ -70,7 +85,10 @@ def status_command(volume: Volume, json_out: JsonOut = False) -> None:
 
 @cbt_app.command("disable")
 def disable_command(volume: Volume, json_out: JsonOut = False) -> None:
-    """Remove VOLUME's overlay and its checkpoints; the volume keeps its data."""
+    """Remove VOLUME's overlay and its checkpoints; the volume keeps its data.
+
+    Refused while a QEMU has the overlay open.
+    """
     disk = _change("cbtDisable", volume)
     if json_out:
         print_json({"volume": disk.volume, "enabled": False})

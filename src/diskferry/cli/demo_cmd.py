@@ -217,7 +217,36 @@ def demo_command(
     ] = Path("diskferry-demo"),
 ) -> None:
     """Run the daemon, make disks and an export through it and download the export, then run a
-    VM on the disk, back it up twice around writes, and restore and compare both points."""
+    VM on the disk, back it up twice around writes, and restore and compare both points.
+
+    Makes a sample disk (qcow2, gzip-compressed) in DIR and serves it over HTTP on
+    127.0.0.1; starts `diskferry serve` on a data directory of its own (`DIR/data`, free
+    ports) and applies `DIR/manifests.yaml`: a VirtualDisk from that URL, a VirtualImage kept
+    in a claim (`storage: PersistentVolumeClaim`), a VirtualDisk made from the image, a
+    blank VirtualDisk and a VirtualMachineExport of the first disk. `diskferry get vd -w`
+    shows them progressing until `diskferry wait` sees each Ready; the export's raw disk is
+    downloaded through the proxy (its external link, the token from the Secret the export
+    names) with `diskferry export download` and compared with the sample; the export is
+    deleted.
+
+    Then, through the same daemon (`DIR/vm.yaml`): a VirtualMachine on the imported disk (a
+    qemu-system-x86_64 with no guest OS), labelled `diskferry.io/changed-block-tracking:
+    "true"`, and a BackupStorageLocation in `DIR/backups` whose password (`diskferry-demo`,
+    printed) is in a Secret. A Backup (`DIR/backup-1.yaml`) makes a full backup; 16
+    scattered 64 KiB blocks are written into the running VM's disk through its QMP socket
+    (`human-monitor-command` `qemu-io`); a second Backup is incremental, as its DataUpload's
+    status says (1 MiB read). A copy of the disk is kept at each point. Two Restores
+    (`DIR/restore.yaml`) bring each point back into a namespace of its own (`restored-1`,
+    `restored-2`, by `namespaceMapping`), and each restored disk is compared byte for byte
+    with the copy of its point. `diskferry get -w` shows the VMs, the DataUploads and the
+    DataDownloads as they go.
+
+    The restored VMs come up AlwaysOn, as they were backed up; then every VM is set
+    AlwaysOff and the daemon stopped, so that nothing keeps running. It ends by saying what
+    it made and how to look at it again (`diskferry serve --data-dir DIR/data`, then
+    `diskferry get vd -A --data-dir DIR/data` or `kubectl --kubeconfig DIR/data/kubeconfig
+    get vd,vi,vm,backup,restore -A`).
+    """
     from diskferry.cli.demo_backup import (
         VM,
         backup_and_restore,

@@ -36,7 +36,23 @@ from diskferry.cli.server_options import (
 )
 from diskferry.serving import DEFAULT_ADDRESS, EXPORT_PORT
 
-export_app = PlainTyper(help="Serve disks over HTTPS as KubeVirt exports, and download them.")
+export_app = PlainTyper(
+    help="""Serve disks over HTTPS as KubeVirt exports, and download them.
+
+\b
+diskferry export ca create --dir CERTS
+diskferry export serve --name vm1 --volume disk=/data/vm1.img --token-file TOKEN --cert-dir CERTS
+diskferry proxy serve --routes routes.yaml --cert-dir CERTS
+diskferry export download URL vm1.img --token-file TOKEN --ca-bundle CERTS/ca.crt
+
+The servers (`export serve`, `proxy serve`, `upload serve`) use `CERTS/tls.crt` and
+`tls.key` when present, and otherwise issue themselves a certificate from the CA in CERTS
+(`export ca create`) for the `--san` names (default: localhost, 127.0.0.1 and the host
+name). Certificate, key and TLS settings are reloaded when their files change, without
+dropping transfers in flight. TLS settings (`--tls-settings`, YAML, re-read on change):
+`minVersion: "1.2" | "1.3"`, `ciphers: <OpenSSL cipher string>`. The cipher list applies
+to TLS 1.2 only: Python's ssl module cannot restrict TLS 1.3 cipher suites."""
+)
 ca_app = PlainTyper(help="The CA that issues export server certificates.")
 proxy_app = PlainTyper(help="The export proxy: one HTTPS entry that routes to export servers.")
 export_app.add_typer(ca_app, name="ca")
@@ -46,7 +62,10 @@ export_app.add_typer(ca_app, name="ca")
 def ca_create(
     dir: Annotated[Path, typer.Option("--dir", help="Directory for ca.crt and ca.key.")],
 ) -> None:
-    """Create a CA (ca.crt, ca.key) that export servers and the proxy issue certificates from."""
+    """Create a CA (ca.crt, ca.key) that export servers and the proxy issue certificates from.
+
+    `ca.key` is written 0600.
+    """
     from diskferry.serving import create_ca
 
     note(f"wrote {create_ca(dir)}")
@@ -81,7 +100,36 @@ def export_serve(
     header_timeout: HeaderTimeout = "10s",
     idle_timeout: IdleTimeout = "60s",
 ) -> None:
-    """Serve one export's volumes over HTTPS with KubeVirt's paths, until its TTL."""
+    """Serve one export's volumes over HTTPS with KubeVirt's paths, until its TTL.
+
+    The paths are KubeVirt's virt-exportserver's, over HTTPS only: `/volumes/VOL/disk.img`
+    (HEAD, single Range), `disk.img.gz` (compressed in parallel), `disk.img.zst`, `extents`
+    (the allocation, paged JSON), `disk.tar.gz` and `dir/` for a volume that is a directory,
+    `/exports/VOL/map` and `/exports/VOL/data` (with `--bitmap`, an NBD volume's map
+    shows its dirty runs), `/{internal,external}/manifests/{all,secret}` and
+    `/exportready`. A volume is a file, a block device, a directory or an NBD URL.
+
+    The token (header or query parameter `x-kubevirt-export-token`) is re-read from TOKEN
+    on every request, compared in constant time, and never logged. `--port 0` picks a free
+    port and prints it alone on the first stdout line. At the TTL new requests get 410,
+    transfers in flight finish (up to `--grace`), and the server exits 0. Request headers
+    must arrive within `--header-timeout`; idle keep-alive connections close after
+    `--idle-timeout`; a flowing body is never cut. Every refusal, an unknown path (404) or
+    method (405) included, is JSON `{"reason": ..., "message": ...}`; a client that hangs
+    up mid-download is one access-log line, whose byte count shows how much it got.
+
+    `--unix-socket PATH` also serves the same paths, behind the same token, in plain HTTP on
+    a Unix socket, for a proxy on the same host: the socket is owner-only (0600; its
+    directory is made 0700 when missing), a stale one left by a killed server is replaced
+    (one another server still accepts on is refused), and it is removed when the server
+    stops. There a file or block device's bytes go by sendfile(2), from the page cache to
+    the socket without passing through the server's memory; a client that takes none of
+    them for `--idle-timeout` is cut.
+
+    `--links-json` writes the `internal` and `external` links in the shape of KubeVirt's
+    VirtualMachineExportStatus (`cert`, `volumes[].formats[]`, `manifests[]`,
+    `backups[].endpoints[]`).
+    """
     from diskferry.disk import Progress
     from diskferry.export import (
         ExportJob,
@@ -143,7 +191,17 @@ def export_download(
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
-    """Download a volume into a raw file: only allocated ranges, resuming after breaks."""
+    """Download a volume into a raw file: only allocated ranges, resuming after breaks.
+
+    URL is a volume's `disk.img` URL, direct or through the proxy. With `raw` it reads the
+    sibling `extents` (when the server offers it) and fetches only allocated ranges over N
+    connections into a sparse file, resuming any break with Range; against a plain KubeVirt
+    server it reads the whole disk. `gzip` and `zstd` fetch that sibling and decompress as
+    they go. `--token` is visible to other users of the machine (in `ps`), and the command
+    warns of it; `--token-file` is not. A refusal shows the server's own reason: `BadToken`
+    or `MissingToken`, `UnknownVolume`, the proxy's `UnknownExport: no export NS/NAME` or
+    `ExportNotReady` (503: not ready yet, retried first).
+    """
     from diskferry.disk import Progress, is_block_device
     from diskferry.export import DownloadRequest, download_volume
 
@@ -215,7 +273,43 @@ def proxy_serve(
         ),
     ] = None,
 ) -> None:
-    """Route /api/export.kubevirt.io/... requests to the export servers in the routes file."""
+    """Route /api/export.kubevirt.io/... requests to the export servers in the routes file.
+
+    Requests under
+    `/api/export.kubevirt.io/{v1,v1beta1}/namespaces/NS/virtualmachineexports/NAME/...` go
+    to the export servers listed in the routes file (re-read when it changes): 400 where the
+    path does not match (its message names the versions served), 404 for an unknown export,
+    503 for one not ready. A routes file that is missing, or not as below, stops the proxy
+    at start with one line naming each field at fault and its line (`exports[0].url: Field
+    required (line 2)`); a bad edit later is logged and the previous routes kept.
+
+    \b
+    exports:
+      - namespace: default
+        name: vm1
+        url: https://127.0.0.1:8443
+        caFile: /path/to/ca.crt
+        ready: true
+        unixSocket: /run/diskferry/vm1.sock   # optional: the same server on this host
+
+    One shared, bounded connection pool (20 per backend, 100 in all; a request that finds
+    its backend's share or the pool taken for 60 s gets 503 with Retry-After); responses
+    stream with backpressure; each backend's certificate is verified against its `caFile`.
+    A route with `unixSocket` reaches its server on that socket of the same host in plain
+    HTTP instead, with no TLS on the hop (one kept pool per socket, within the same
+    bounds); the server still checks the token. A socket that another user serves
+    (SO_PEERCRED) gets no request: 502 BackendNotTrusted. The daemon's export servers run
+    beside its proxy, so their routes name a socket in the runtime directory
+    (/run/diskferry/exports as root, refused unless a private directory of the daemon's
+    user); a route without one (a server on another host) goes over TLS.
+
+    The proxy runs in `--processes` processes, each with its own socket on the port
+    (SO_REUSEPORT: the kernel spreads the connections) and its own event loop, so that its
+    TLS runs on every core; together they keep the pool's bounds. The first starts the
+    others, announces the port once all listen, warns when one ends early, and takes them
+    with it when it stops or dies. Every process looks at the certificate and TLS settings
+    files at least once a second.
+    """
     from diskferry.disk import Progress
     from diskferry.export import ProxyJob, serve_proxy
 

@@ -14,7 +14,33 @@ from diskferry.cli.import_cmd import import_job, run_and_report
 from diskferry.cli.network_options import Retries, Timeout, timeout_seconds
 from diskferry.cli.registry_options import Authfile, Creds, Insecure, check_creds
 
-image_app = PlainTyper(help="containerDisk images in an OCI registry.")
+image_app = PlainTyper(
+    help="""containerDisk images in an OCI registry.
+
+Disks kept in an OCI registry, or an OCI image layout directory, as KubeVirt containerDisks.
+A reference is `docker://HOST[:PORT]/NAME[:TAG|@DIGEST]` or `oci:DIR[:TAG]`, as skopeo
+writes them (a bare `docker://NAME[:TAG]` means Docker Hub). `push`, `pull`, `inspect` and
+`diskferry import` take both; `list` and `delete` take registries.
+
+\b
+diskferry image push ./disk.vmdk docker://registry.example/vms/fedora:40
+diskferry image pull docker://registry.example/vms/fedora:40 vm1.img --size 20G
+diskferry import docker://127.0.0.1:5000/vms/fedora@sha256:9f2c... vm1.qcow2 --insecure
+diskferry image inspect docker://registry.example/vms/fedora:40 --json
+diskferry image list docker://registry.example/vms/fedora
+diskferry image delete docker://registry.example/vms/fedora:40
+
+Auth: anonymous, basic, or bearer tokens from the registry's token server (its
+`WWW-Authenticate` challenge; a token is kept until it expires). Credentials come from
+`--creds USER:PASS`, or from the `auths` of `--authfile FILE` (a Docker config; by default
+`$REGISTRY_AUTH_FILE`, `$XDG_RUNTIME_DIR/containers/auth.json` or `~/.docker/config.json`).
+`--ca-bundle FILE` trusts a private CA; `--insecure` speaks plain HTTP and is allowed only
+for a registry on loopback.
+
+Answers 5xx and 429 and broken connections are retried with backoff; the registry's errors
+(`UNAUTHORIZED`, `DENIED`, `MANIFEST_UNKNOWN`, `BLOB_UNKNOWN`, `TOOMANYREQUESTS`) are one
+line naming the image."""
+)
 
 Ref = Annotated[
     str, typer.Argument(help="docker://HOST[:PORT]/NAME[:TAG|@DIGEST] or oci:DIR[:TAG]")
@@ -78,7 +104,16 @@ def push_command(
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Store a disk image as a containerDisk (raw or qcow2, one uncompressed tar layer)."""
+    """Store a disk image as a containerDisk (raw or qcow2, one uncompressed tar layer).
+
+    SOURCE is anything `diskferry import` takes. It is stored as one uncompressed tar layer
+    (`application/vnd.oci.image.layer.v1.tar`) holding `disk/` and one file `disk/disk.img`
+    (raw) or `disk/disk.qcow2`, owned by 107:107, with the OCI image config for
+    linux/amd64: what KubeVirt runs. Raw and qcow2 sources keep their format, others become
+    qcow2 (`--format raw|qcow2` chooses). The manifest's annotations
+    `io.diskferry.disk.format`, `.name`, `.stored-size` and `.unpacked-size` record what was
+    stored. A layer the registry has already is not sent again.
+    """
     from diskferry.disk import Progress
     from diskferry.importer import push_image, stored_format
 
@@ -124,7 +159,18 @@ def pull_command(
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Write a containerDisk into a volume, converted to its format and grown to --size."""
+    """Write a containerDisk into a volume, converted to its format and grown to --size.
+
+    `image pull REF TARGET` and `import docker://REF TARGET` are one import: the layers
+    stream (plain tar, gzip, zstd or xz), the disk is the one regular file directly under
+    `disk/` (any owner: KubeVirt's 107 and Deckhouse's 64535 both import), then it is
+    decompressed and converted like an HTTP import; a raw disk streams into a raw target
+    without staging the layer. An index gives its linux/amd64 manifest. Every blob is
+    checked against its digest as it streams, and the target is swapped in only after the
+    whole image was read and checked; a broken blob read resumes with Range. An image with
+    no disk under `disk/`, or with several, is refused with one line naming what was found.
+    Progress counts layer bytes.
+    """
     _reference(ref, layout=True)
     job = import_job(
         ref,
@@ -219,7 +265,13 @@ def serve_command(
         Path | None, typer.Option(help="A file holding the token clients give as password.")
     ] = None,
 ) -> None:
-    """Serve the store as a registry (plain HTTP on 127.0.0.1) until SIGTERM or SIGINT."""
+    """Serve the store as a registry (plain HTTP on 127.0.0.1) until SIGTERM or SIGINT.
+
+    ROOT holds one OCI layout per repository; it is served with the distribution API, read
+    and write, so skopeo and crane read and write it (clients give `--insecure`: the
+    registry speaks plain HTTP). With a token file, clients log in with any user name and
+    the token as password (Bearer tokens from `/token`).
+    """
     from aiohttp import web
 
     from diskferry.registry import RegistryServer

@@ -52,7 +52,51 @@ def import_command(
     retries: Retries = 5,
     timeout: Timeout = "30s",
 ) -> None:
-    """Import a disk image (file, URL, containerDisk, NBD export) into a file or block device."""
+    """Import a disk image (file, URL, containerDisk, NBD export) into a file or block device.
+
+    \b
+    diskferry import https://example.org/images/disk.qcow2.xz vm1.img
+    diskferry import ./disk.vmdk vm1.qcow2 --format qcow2 --size 20G
+    diskferry import https://mirror/disk.raw.gz /dev/vg0/vm1 --checksum sha256:3b0c...
+
+    SOURCE is a local path, an http:// or https:// URL, a containerDisk (`docker://REF` or
+    `oci:DIR[:TAG]`, as `diskferry image pull` takes it) or an NBD export (`nbd://`,
+    `nbds://`, `nbd+unix://`; see `diskferry volume --help`). Compression (gzip, xz, zstd,
+    bzip2) and format (raw, qcow2, vmdk, vhd, vhdx, vdi, iso) are sniffed from the first
+    bytes. Raw images, compressed or not, stream straight into a raw target; other formats,
+    and qcow2 targets, land in a sparse scratch file beside the target and go through
+    `qemu-img convert`. Zero blocks are never written: the result is sparse. The result is
+    raw unless `--format qcow2` (block devices are always raw); `--size` grows it, and a
+    size less than the virtual size is refused.
+
+    An xz image in several blocks, as `xz -T` writes it, is decoded a block per usable CPU
+    (at most 160 MiB of blocks in flight), each block checked against its header and the
+    stream's index; other xz images are decoded in one thread.
+
+    A dropped connection resumes with a Range request where it broke (`--retries`, with
+    backoff); a server without Range support is restarted only when nothing has been
+    written yet.
+
+    A file target is written as `TARGET.prime-XXXX`, fsynced and renamed over TARGET only
+    on success: a failed or cancelled import leaves an existing target untouched and
+    removes its prime and scratch files. A block device is written in place: the command
+    says so before it starts, and reports it as partly written on failure.
+
+    Refused with one line naming the problem: an image naming a backing file or an
+    external data file, an encrypted image, a checksum mismatch, a virtual size larger
+    than the block device or the free space, a decompressed stream growing past its
+    declared size (a decompression bomb), a truncated stream, HTTP errors (with the
+    status) and TLS verification failures; a target that is the source (the same file,
+    through links, or its CBT overlay), even with `--force`; an HTML page (`Content-Type:
+    text/html`) and a raw image whose size is not a multiple of 512, unless
+    `--no-content-check`. An NBD source takes neither `--format qcow2` nor `--checksum`,
+    which belong to stream imports.
+
+    `--checksum` takes md5, sha1, sha256 or sha512 of the stream as received. `--json`
+    prints one object at the end: `bytesRead`, `bytesWritten`, `seconds`, `averageSpeed`,
+    `sourceFormat`, `compression`, `format`, `virtualSize`, `checksum`, `resumes`,
+    `target` (and `digest`, the manifest's, for a containerDisk).
+    """
     job = import_job(
         source,
         target,
@@ -157,7 +201,12 @@ def info_command(
     timeout: Timeout = "30s",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Show an image's format, compression, virtual and allocated size, backing file."""
+    """Show an image's format, compression, virtual and allocated size, backing file.
+
+    Of a local image or a URL: for a URL or a compressed file only the head is read;
+    `qemu-img info` probes local files under CPU-time and address-space limits. `--json`
+    prints one object.
+    """
     from diskferry.importer import probe_image
 
     found = probe_image(

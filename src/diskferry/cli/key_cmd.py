@@ -19,7 +19,11 @@ from diskferry.cli.repo_cmd import (
 )
 
 key_app = PlainTyper(
-    help="List, add and remove the passwords (key files) that open a repository.",
+    help="""List, add and remove the passwords (key files) that open a repository.
+
+Each password is a key file wrapping the same keys, as restic's `key` has them. The new
+password of `add` and `passwd` comes from `--new-password-file`, or is asked twice on a
+terminal.""",
     no_args_is_help=True,
 )
 
@@ -41,7 +45,10 @@ def list_command(
     s3_region: RegionOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """List the key files; `*` marks the one the password given opens."""
+    """List the key files; `*` marks the one the password given opens.
+
+    Each with its id, user, host and creation time.
+    """
     from diskferry.backup import list_keys
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
@@ -79,7 +86,10 @@ def remove_command(
     s3_endpoint: EndpointOpt = None,
     s3_region: RegionOpt = None,
 ) -> None:
-    """Remove a key file (not the one the password given opens)."""
+    """Remove a key file (not the one the password given opens).
+
+    ID is the key's id or a unique prefix of it; the key in use is never removed.
+    """
     from diskferry.backup import remove_key
 
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:

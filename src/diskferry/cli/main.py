@@ -15,10 +15,55 @@ from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
 from diskferry.disk import BAD_USAGE, DiskferryError, freeze_at_exit, limit_arenas
 
+USAGE = """Move virtual-machine disks: import, export, back up and restore.
+
+Every command prints errors as one line, `diskferry: error: ...`, on stderr, and exits 0
+when done, 1 when the job failed and 2 on bad usage. The engine commands (`import`,
+`export serve`, `backup`, ...) need no daemon. The resource commands (`apply`, `get`,
+`describe`, `delete`, `logs`, `wait`) talk to `diskferry serve`, found through `--data-dir
+DIR` (its `DIR/kubeconfig`), `--kubeconfig`, `KUBECONFIG`, or the default data directory's
+kubeconfig, and name kinds as kubectl does (kind, plural, singular or short name); a daemon
+that is not running, a token it refuses and an object refused by validation are each one
+line and exit 1.
+
+SIGINT (Ctrl-C) and SIGTERM cancel a command: it stops, removes what it made, leaves the
+target and the repository as they were, says so (`diskferry: removed what it wrote: TARGET
+is as it was`), prints `diskferry: cancelled` and exits 130 (SIGINT) or 143 (SIGTERM).
+The servers (`export serve`, `proxy serve`) stop on them and exit 0.
+
+A command that writes a volume (`import`, `image pull`, `export download`, `restore`)
+replaces an existing target, a block device included, only with `--force`; the source is
+checked first, so a bad source is reported as such whether or not the target exists. A
+file target is written as a prime copy renamed over it on success; a block device is
+written in place: the command says so before it starts, and reports it as partly written
+on failure. Wherever a command takes a volume path it also takes an NBD URL (`diskferry
+volume --help`), and wherever it takes a disk path, the raw volume and its CBT overlay
+both work.
+
+Every command that talks HTTP (`import` and `info` from a URL, `export download`, `upload
+send`, `image push|pull|inspect|list|delete`) takes `--retries N` (default 5) and
+`--timeout DURATION` (default 30s: how long to wait for a connection or an answer). A
+server that cannot be reached (connection refused, unknown host), or answers 429, 502, 503
+or 504, is tried again after 0.5 s, 1 s, 2 s... and each retry is said on stderr
+(`diskferry: retrying in 1 s: cannot connect: connection refused`), as is a resume
+(`diskferry: resumed URL at byte N`). An error answer shows what the server said: the
+`reason: message` of a JSON body, or its first line. An HTTP(S) URL's `user:password@`
+goes to the server as Basic auth (as curl sends it; an `Authorization` given with
+`--header` wins); messages name URLs without it. An unsupported source scheme is named
+(`unsupported source scheme ftp`).
+
+Sizes are bytes or a number with K, M, G, T (or Ki, Mi, Gi, Ti), all binary: 512M and
+512Mi are both 536870912 bytes. Human output gives sizes as people read them (1.5 GiB)
+and fits 80 columns, the progress bar (on a terminal; `--no-progress` hides it) included;
+`--json` prints exact numbers under camelCase keys.
+
+`diskferry --install-completion` installs shell completion (`--show-completion` prints
+it)."""
+
 app = typer.Typer(
     name="diskferry",
     cls=LazyGroup,
-    help="Move virtual-machine disks: import, export, back up and restore.",
+    help=USAGE,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,

@@ -77,7 +77,12 @@ def init_command(
     s3_region: RegionOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Make a new, empty backup repository."""
+    """Make a new, empty backup repository.
+
+    `--max-incrementals` is how many incrementals come before the next full (0 = no limit);
+    `diskferry backup` takes it as its default. A `repo init` that fails (no password, a bad
+    option, an existing repository) leaves no folder behind.
+    """
     from diskferry.backup import InitJob, init_repository
     from diskferry.disk import Progress
 
@@ -110,7 +115,16 @@ def check_command(
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check that every snapshot's chunks are indexed and stored (and intact, with --read-data)."""
+    """Check that every snapshot's chunks are indexed and stored (and intact, with --read-data).
+
+    Verifies that every index entry points into an existing pack and every snapshot's
+    chunks are indexed; `--read-data` also opens and verifies every chunk. It reports every
+    problem it finds and goes on, a name the repository never writes and a symbolic link or
+    special file in its folders among them (every other command refuses those). Damage
+    exits 1 with a line naming the damaged objects and the snapshots they affect. `check`,
+    `repo stats` and `prune` report the bytes of chunks no snapshot names that packs still
+    hold, and how many packs hold them (`unusedBytes`, `packsWithUnused`).
+    """
     from diskferry.backup import CheckFailedError, CheckJob, check_repository
     from diskferry.disk import Progress
 
@@ -175,7 +189,14 @@ def upgrade_command(
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Bring a format-2 repository to format 3: its config authenticated under its keys."""
+    """Bring a format-2 repository to format 3: its config authenticated under its keys.
+
+    A repository of format 2, whose config carries no MAC, is taken with its password (the
+    key file it opens must have the scrypt parameters the config gives new keys); under the
+    exclusive lock, the same config is written with its MAC. A repository that says it is
+    not encrypted is taken only with `--insecure-no-encryption` and no password, on a host
+    that never opened it encrypted. A format-3 repository is left as it is.
+    """
     from diskferry.backup import UpgradeJob, upgrade_repository
     from diskferry.disk import Progress
 
@@ -243,7 +264,14 @@ def snapshots_command(
     s3_region: RegionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
-    """List the snapshots, oldest first."""
+    """List the snapshots, oldest first.
+
+    A table of 80 columns, sizes as `1.5 GiB`; `--json` prints a list, oldest first, of
+    `{id, backup, vm, disk, time, type, reason, parent, size, checkpoint, tags, job}`
+    (`job`: the id of the worker job that made it, or null). `--backup ID` keeps the
+    snapshots of the backup whose id `backup` printed; `--tag TAG` those with the tag
+    (repeated: with every tag given).
+    """
     with open_access(repo, password_file, s3_endpoint, s3_region).open_repository() as opened:
         found = [
             _snapshot_json(s)
@@ -289,7 +317,11 @@ def forget_command(
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Forget snapshots by id or by a keep policy (their data goes at the next prune)."""
+    """Forget snapshots by id or by a keep policy (their data goes at the next prune).
+
+    Drops snapshots by id, or by a keep policy applied per VM and disk. Every snapshot is a
+    synthetic full, so any point can be forgotten without breaking the others.
+    """
     from diskferry.backup import ForgetJob, forget_snapshots
     from diskferry.disk import Progress
 
@@ -324,7 +356,12 @@ def prune_command(
     wait: WaitOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Delete data no snapshot names; repack packs that are mostly unused."""
+    """Delete data no snapshot names; repack packs that are mostly unused.
+
+    Deletes chunks no snapshot names and repacks packs at least half unused
+    (`--repack-all`: every pack with an unused chunk), under an exclusive lock, safe to
+    interrupt at any moment. It says what it freed and what unused data stays.
+    """
     from diskferry.backup import PruneJob, Unused, prune_repository, unused_text
     from diskferry.disk import Progress, format_size
 
@@ -346,11 +383,51 @@ def prune_command(
         )
 
 
+REPOSITORIES = """Make, check and measure backup repositories.
+
+\b
+diskferry repo init --repo URL [--chunk-size 1M] [--max-incrementals N] [--no-encryption]
+diskferry backup --repo URL --vm NAME --disk NAME=PATH
+diskferry snapshots --repo URL [--vm NAME] [--backup ID] [--tag TAG]... [--json]
+diskferry restore SNAPSHOT TARGET --repo URL
+diskferry forget --repo URL [ID...] [--keep-last N] [--keep-daily N] [--keep-weekly N]
+diskferry prune --repo URL [--repack-all] [--wait] [--json]
+diskferry repo check --repo URL [--read-data] [--wait] [--json]
+
+A repository is a directory or `s3://bucket/prefix`; docs/repository-format.md gives its
+every byte and what each crash leaves. Chunks (1 MiB by default, aligned to disk offsets)
+are identified by a keyed BLAKE3 of their contents, compressed with zstd, sealed with
+AES-256-GCM and packed; the data key is wrapped under scrypt of the password, which comes
+from `DISKFERRY_PASSWORD` or `--password-file` (`--no-encryption` only compresses); when
+neither gives it and stdin is a terminal, it is asked (twice at `repo init`). A key file
+whose scrypt parameters ask for more than n = 2^20 (a power of two), r = 32, p = 16 or
+1 GiB of memory (128·n·r) is refused, naming it, before anything is derived: no diskferry
+writes one.
+
+Every command takes `--password-file`, `--s3-endpoint` and `--s3-region`; S3 settings
+otherwise come from `AWS_ENDPOINT_URL`, `AWS_REGION` / `AWS_DEFAULT_REGION`,
+`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`. The index cache lives in
+`$DISKFERRY_CACHE_DIR` or `~/.cache/diskferry/<repo-id>/` and can be deleted at any time.
+
+Writes are ordered (packs, the index naming them, the snapshot, the tracker) and each
+object is durable before anything naming it is written: on a directory it is written under
+a temporary name (`.NAME.RANDOM.tmp`), fsynced, renamed into place and its directory
+fsynced; on S3 it appears whole or not at all. A killed process or a power cut leaves a
+repository that `check` passes. Temporary files are never listed as objects; those a
+killed writer left are removed once an hour old.
+
+Commands hold leases in `locks/` (5 minutes, renewed every minute; a holder on the same
+host that is gone is taken over at once). A holder whose renewals have failed for half the
+lease, or whose lock object was deleted (as a prune on another host does to a lease that
+ran out), has lost its lock: it stops at its next repository operation with `diskferry:
+error: lost the lock on URL ...` (reason `LockLost`) and writes nothing more. A renewal
+never re-creates a lock that is gone. A job cancelled while it waits for a lock (`--wait`)
+stops waiting at once and leaves no lock behind."""
+
+
 def register(app: typer.Typer) -> None:
     """Add `repo` (init, check, stats, upgrade, key), `snapshots`, `forget` and `prune`."""
-    repo_app = PlainTyper(
-        name="repo", help="Make, check and measure backup repositories.", no_args_is_help=True
-    )
+    repo_app = PlainTyper(name="repo", help=REPOSITORIES, no_args_is_help=True)
     repo_app.command("init")(init_command)
     repo_app.command("check")(check_command)
     repo_app.command("stats")(stats_command)

@@ -129,7 +129,12 @@ def apply_command(
     kubeconfig: KubeconfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> int:
-    """Create or update the objects in the manifests."""
+    """Create or update the objects in the manifests.
+
+    Reads multi-document YAML (or JSON, or a `List`) from a file, each file of a directory,
+    or stdin (`-`), and prints `virtualdisk.diskferry.io/vd1 created`, `configured` or
+    `unchanged` for each object.
+    """
     from diskferry.cli.daemon_client import DaemonUnreachableError, connect
     from diskferry.cli.manifests import load
 
@@ -171,7 +176,12 @@ def get_command(
     kubeconfig: KubeconfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """List objects of a kind, or show one, as a table or as YAML or JSON."""
+    """List objects of a kind, or show one, as a table or as YAML or JSON.
+
+    The table has the server's print columns (`-o wide` adds the rest); `-w` follows
+    changes, on a terminal with a live progress bar, phase and download speed for each
+    object in progress.
+    """
     from diskferry.cli.daemon_client import TABLE, connect
     from diskferry.cli.resource_view import print_table, table_rows
     from diskferry.cli.watch_view import watch
@@ -229,7 +239,10 @@ def describe_command(
     kubeconfig: KubeconfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Show an object's fields, its conditions and its events."""
+    """Show an object's fields, its conditions and its events.
+
+    A Secret's data is shown only as sizes.
+    """
     from diskferry.cli.daemon_client import connect
     from diskferry.cli.resource_view import describe
 
@@ -271,7 +284,12 @@ def logs_command(
     kubeconfig: KubeconfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Print the captured log of the object's worker."""
+    """Print the captured log of the object's worker.
+
+    The last lines of the worker that did the object's work (its import, export or data
+    mover), kept while the object exists; of a VirtualMachine, the last lines of its
+    `qemu.log`.
+    """
     from diskferry.cli.daemon_client import connect
 
     client = connect(kubeconfig, data_dir)
@@ -294,7 +312,12 @@ def wait_command(
     kubeconfig: KubeconfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Wait until an object has a phase or a condition, or is deleted; fail when it fails."""
+    """Wait until an object has a phase or a condition, or is deleted; fail when it fails.
+
+    `--for` takes `phase=PHASE`, `condition=TYPE[=STATUS]` or `delete`. It ends with `...
+    condition met`, or exits 1 with one line on timeout or when the object turns Failed
+    (with its reason and message).
+    """
     from diskferry.cli.daemon_client import connect
     from diskferry.cli.resource_wait import parse_for, wait_for
 

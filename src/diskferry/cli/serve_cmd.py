@@ -51,11 +51,34 @@ def serve(
 ) -> None:
     """Run the daemon: the API kubectl drives and the controllers, until SIGTERM or SIGINT.
 
-    A daemon stopped by SIGTERM or SIGINT leaves its workers (imports, exports, the export
-    proxy, backups) running, and the next one started on the same data directory re-attaches
-    to them: a restart or an upgrade cuts no transfer. To stop the daemon and all its workers,
-    run `diskferry serve --stop --data-dir DIR`; a worker whose data directory is removed
-    stops by itself within seconds."""
+    \b
+    diskferry serve --data-dir DIR &
+    kubectl --kubeconfig DIR/kubeconfig apply -f examples/virtualdisk-http.yaml
+    kubectl --kubeconfig DIR/kubeconfig get vd
+    diskferry serve --stop --data-dir DIR
+
+    The daemon keeps the objects in `DIR/state.db` and answers a Kubernetes-shaped API on
+    HTTPS, on 127.0.0.1:7443 unless told otherwise; a data directory it cannot write is
+    refused in one line, and the directory is made 0700. Its CA and server certificate
+    (`DIR/pki/`) and its bearer token (`DIR/token`, mode 0600) are made once and kept, and
+    once the API answers it writes `DIR/kubeconfig` (mode 0600; context `diskferry`), so a
+    kubeconfig stays valid across restarts. Every request but `/healthz`, `/readyz`,
+    `/livez` and `/version` needs the token; the token is never logged. kubectl, kr8s and
+    the `kubernetes` Python client drive it as a cluster; docs/operations.md says what the
+    API serves, where each object's worker runs and where its files and logs go.
+
+    With the controllers (the default), one reconciler per kind runs beside the API and
+    starts each object's work in a worker, a child process; `--no-controllers` serves the
+    objects only. An export's external links go through the export proxy the daemon runs on
+    `--proxy-port` while there is an export.
+
+    A daemon stopped by SIGTERM or SIGINT ends open watches, stops serving and exits 0,
+    leaving its workers (imports, exports, the export proxy, backups) running, and the next
+    one started on the same data directory (or after `kill -9`) re-attaches to them: a
+    restart or an upgrade cuts no transfer. To stop the daemon and all its workers, run
+    `diskferry serve --stop --data-dir DIR`; a worker whose data directory is removed stops
+    by itself within seconds.
+    """
     if stop:
         _stop(data_dir or default_data_dir())
         return

@@ -44,7 +44,15 @@ class _SendByDefault(TyperGroup):
 
 upload_app = PlainTyper(
     cls=_SendByDefault,
-    help="Upload a disk image to an upload server (FILE URL), or serve one (serve TARGET).",
+    help="""Upload a disk image to an upload server (FILE URL), or serve one (serve TARGET).
+
+\b
+curl --cacert ca.crt -H "Authorization: Bearer $TOKEN" --data-binary @disk.qcow2.gz \\
+  https://host:8443/v1beta1/upload-async
+curl --cacert ca.crt -H "Authorization: Bearer $TOKEN" -F file=@disk.qcow2 \\
+  https://host:8443/v1beta1/upload-form
+diskferry upload disk.qcow2.gz https://host:8443 --token-file token --ca-bundle ca.crt
+diskferry upload disk.img https://host:8443/upload/$TOKEN --ca-bundle ca.crt""",
     no_args_is_help=True,
 )
 
@@ -68,7 +76,11 @@ def upload_send(
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
-    """Upload FILE to the upload server at URL; done once the server has imported it."""
+    """Upload FILE to the upload server at URL; done once the server has imported it.
+
+    FILE goes as the body of a POST (to `/v1beta1/upload` when URL names only the server)
+    with a progress bar, and the command says what the server answered.
+    """
     from diskferry.disk import Progress
     from diskferry.importer import upload_file
 
@@ -116,7 +128,30 @@ def upload_serve(
     idle_timeout: IdleTimeout = "60s",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON result.")] = False,
 ) -> None:
-    """Take one upload into TARGET over HTTPS, on CDI's paths and Deckhouse's /upload/TOKEN."""
+    """Take one upload into TARGET over HTTPS, on CDI's paths and Deckhouse's /upload/TOKEN.
+
+    Waits for one upload over HTTPS (a certificate issued from `CERTS/ca.crt`, or
+    `CERTS/tls.crt` as `export serve` takes it) and exits once it is in, printing the port
+    first (`--keep-serving` answers 409 until stopped instead). The token file holds the
+    token on its first line and, optionally, the RFC 3339 time it expires on the second; it
+    is read for each upload.
+
+    CDI's paths, POST only: `/v1beta1/upload` (the body is the image; 200 once the target
+    is complete), `/v1beta1/upload-async` (200 once the bytes are in, the import goes on),
+    `/v1beta1/upload-form` and `/v1beta1/upload-form-async` (multipart, the field `file`),
+    the same under `/v1alpha1/`; HEAD on the async paths answers 200. The body is taken raw
+    whatever its Content-Type. `Authorization: Bearer TOKEN`: missing or malformed 400,
+    wrong or expired 401.
+
+    Deckhouse's shape: PUT or POST on `/upload/TOKEN`, GET there 200 when ready; a wrong
+    path is 404. The access log never shows the path's secret.
+
+    One upload at a time (503 to another); after one succeeded, 409. The body streams
+    through the import pipeline (decompression, format probe, conversion to `--format`,
+    `--size`, the backing-file and size checks, `--checksum`) into a prime copy swapped in
+    on success: a refused image (400) or a client that goes away leaves the target as it
+    was and the server ready for the next upload.
+    """
     from diskferry.disk import Progress
     from diskferry.importer import UploadJob, serve_upload
 

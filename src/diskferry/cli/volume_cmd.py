@@ -18,7 +18,42 @@ from diskferry.cli.common import note, print_json, progress_bar, size_option
 from diskferry.cli.help_text import PlainTyper
 
 volume_app = PlainTyper(
-    help="Volumes: serve one over NBD for a clone, create a blank one, clone one locally.",
+    help="""Volumes: serve one over NBD for a clone, create a blank one, clone one locally.
+
+\b
+# on the source host: serve the volume read-only until SIGTERM; prints its URL
+diskferry volume serve /var/lib/disks/vm1.img --nbd 0.0.0.0:10809 [--cert-dir CA]
+# on the target host: copy it into a volume
+diskferry import nbd://source-host:10809/vm1.img /dev/vg0/vm1
+diskferry volume create vm2.img --size 20G      # a sparse file
+diskferry volume create /dev/vg0/vm3            # a block device zeroed with BLKZEROOUT
+diskferry volume clone vm1.img vm1-copy.img     # a reflink where the file system shares extents
+
+Wherever a command takes a volume path it also takes an NBD URL:
+
+\b
+nbd://HOST[:PORT]/NAME                 TCP, port 10809 by default; NAME may be empty
+nbd+unix:///NAME?socket=PATH           Unix socket
+nbds://HOST[:PORT]/NAME?tls-certificates=DIR[&tls-hostname=H][&tls-verify-peer=0]
+nbds+unix:///NAME?socket=PATH&tls-certificates=DIR&tls-hostname=H
+
+DIR holds `ca-cert.pem`, and `client-cert.pem` with `client-key.pem` when the server checks
+clients (the layout of qemu's `tls-creds-x509`). The NBD client is diskferry's own:
+structured replies, several meta contexts (`base:allocation`, `qemu:dirty-bitmap:NAME`,
+`qemu:allocation-depth`), many requests in flight on one connection.
+
+Only what the server says reads as zeros (`NBD_STATE_ZERO`) is skipped: a range reported as
+a hole alone (unallocated, which over a backing file need not be zeros) is read like data.
+A request left unanswered for 5 minutes fails with an error naming the server and the
+command, and a server that breaks the protocol (a read reply that leaves bytes out, chunks
+that overlap or fall outside the request, lengths past the protocol's limits) fails the job
+instead of leaving bytes unread.
+
+`diskferry import nbd://...` copies with the copy engine: holes and zero ranges that block
+status reports are never read, blocks read as all zeros are not written, several requests
+are in flight on one connection; the target is a prime file renamed over on success, so a
+server that dies mid-clone leaves the target as it was. The result is raw (`--format qcow2`
+and `--checksum`, which belong to stream imports, are refused); `--size` grows it.""",
     no_args_is_help=True,
 )
 
@@ -59,12 +94,22 @@ def serve_command(
     ] = None,
     no_verify_clients: Annotated[
         bool,
-        typer.Option("--no-verify-clients", help="With --tls-dir, take clients without a cert."),
+        typer.Option("--no-verify-clients", help="With --cert-dir, take clients without a cert."),
     ] = False,
 ) -> None:
     """Serve VOLUME read-only over NBD until SIGTERM or SIGINT; prints its URL on stdout.
 
     Block status tells the client the holes and zeros, so a clone reads only data.
+
+    It runs qemu-nbd on a socket diskferry binds first (port 0 picks a free one; the URL
+    printed on stdout names it), read-only, any number of clients, with `base:allocation`
+    and `qemu:allocation-depth` so that the client learns the holes. `--name` sets the
+    export name (the volume's file name by default), `--format raw|qcow2` the volume's
+    format. `--cert-dir DIR` serves TLS only: DIR is the project's CA (`ca.crt`, `ca.key`,
+    as `diskferry export ca create` makes it), from which a server certificate for the
+    address is issued at start, or a directory in qemu's layout (`ca-cert.pem`,
+    `server-cert.pem`, `server-key.pem`). Clients must present a certificate the CA signed
+    unless `--no-verify-clients`.
     """
     from diskferry.qemu import NbdServeOptions, NbdServer
 
@@ -117,7 +162,12 @@ def create_command(
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Make TARGET a blank volume: a sparse file, or a block device zeroed (BLKZEROOUT)."""
+    """Make TARGET a blank volume: a sparse file, or a block device zeroed (BLKZEROOUT).
+
+    A file is created sparse at `--size` (an existing one is replaced only with `--force`);
+    a block device keeps its size and is zeroed whole with BLKZEROOUT, which thin storage
+    turns into freed blocks.
+    """
     from diskferry.disk import Progress, create_blank
 
     _say_overwrite(target, "zeroes")
@@ -143,7 +193,13 @@ def clone_command(
     no_progress: NoProgress = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Clone SOURCE to DESTINATION: a reflink where the file system shares extents, else a copy."""
+    """Clone SOURCE to DESTINATION: a reflink where the file system shares extents, else a copy.
+
+    The clone is made with FICLONE where the file system shares extents (XFS made with
+    `reflink=1`, btrfs): instant, no bytes copied. Elsewhere (ext4, across file systems,
+    block devices) the copy engine copies what is allocated and keeps the holes. `--json`
+    says which (`method`: `reflink` or `copy`).
+    """
     from diskferry.disk import Progress, clone_volume
 
     _say_overwrite(destination, "overwrites")

@@ -461,7 +461,23 @@ class BackupStatus(Status):
 
 
 class Backup(Resource):
-    """A backup of VirtualMachines with their disks and manifests."""
+    """A backup of VirtualMachines with their disks and manifests.
+
+    Velero's filters pick the VirtualMachines; a Backup that takes none backs up nothing and says
+    so. One DataUpload is made per selected VM with data to move (stopped ones too), named
+    BACKUP-VM (BACKUP-NAMESPACE-VM for another namespace), in the Backup's namespace, labelled
+    diskferry.io/backup-name and owned by the Backup; a generated name or label value longer than
+    63 characters is cut and ends in a hash of the whole (a Restore's DataDownloads,
+    RESTORE-VM-DISK, likewise). Once every upload has ended, the manifests of the VMs, of their
+    VirtualDisks (a disk whose data was not moved too, without a snapshot) and of the images taken,
+    the Backup's status and the repository's tracker of each VM go into the repository as the
+    object metadata/NAMESPACE.BACKUP (sealed like every object).
+
+    Once the Backup has ended and status.expiration has passed, it is deleted (Event Expired), and
+    a finalizer holds it until its snapshots are forgotten, its metadata removed and the repository
+    pruned (Event DataDeleted); other Backups' snapshots are left alone. The whole set, from a disk
+    to its restore, is in examples/backup-restore.yaml.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["Backup"] = "Backup"

@@ -227,7 +227,16 @@ class BackupStorageLocationStatus(Status):
 
 
 class BackupStorageLocation(Resource):
-    """A backup repository's location."""
+    """A backup repository's location.
+
+    Velero's shape. The daemon opens the repository at each validation and creates it at first use
+    when absent. A location without encryptionSecretRef is Unavailable (EncryptionNotConfigured)
+    unless spec.config.encryption: none asks for an unencrypted repository, which the condition
+    Encrypted (False) and a Warning Event then say. Every backupSyncPeriod an Available location
+    makes the Backups of its namespace whose metadata its repository holds and this daemon lacks
+    (annotated diskferry.io/synced-from, their status taken from the metadata), and deletes those
+    it synced whose metadata went, as Velero's backup sync does.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["BackupStorageLocation"] = "BackupStorageLocation"

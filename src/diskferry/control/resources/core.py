@@ -36,7 +36,11 @@ class Namespace(Resource):
 
 
 class Secret(Resource):
-    """Named secret values, base64 in `data`; `stringData` is folded into `data` on write."""
+    """Named secret values, base64 in `data`; `stringData` is folded into `data` on write.
+
+    A Secret is kept readable by root only and never logged; `diskferry describe` shows its data
+    only as sizes.
+    """
 
     api_version: Literal["v1"] = Field(default="v1", alias="apiVersion")
     kind: Literal["Secret"] = "Secret"

@@ -69,7 +69,16 @@ class DataDownloadStatus(MoverStatus):
 
 
 class DataDownload(Resource):
-    """A disk snapshot restored into a new VirtualDisk."""
+    """A disk snapshot restored into a new VirtualDisk.
+
+    The disk is the snapshot's size, or the annotation diskferry.io/backup-pvc-size when that is
+    larger (smaller is refused); a disk of that name that already exists is refused. The phases,
+    the cap on movers (downloads counted apart from uploads), cancel, the timeout and the log are
+    as a DataUpload's (the log tagged `downloader log`); a failed or cancelled download deletes the
+    disk it made. The DataMoverConfig's bandwidthLimit bounds the bytes each worker writes to the
+    disk. The finalizer diskferry.io/data-mover holds a deleted download until its worker has
+    stopped (removing its half-written copy) and what it made is removed.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["DataDownload"] = "DataDownload"

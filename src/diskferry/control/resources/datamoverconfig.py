@@ -117,7 +117,11 @@ class DataMoverConfigSpec(ApiModel):
 
 
 class DataMoverConfig(Resource):
-    """The data movers' configuration; only the one named `default` is allowed."""
+    """The data movers' configuration; only the one named `default` is allowed.
+
+    Cluster-scoped; without one, every default holds. In changedBlockTrackingLabelSelectors an
+    empty selector selects everything, a missing one nothing.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["DataMoverConfig"] = "DataMoverConfig"

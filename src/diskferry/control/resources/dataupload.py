@@ -142,7 +142,36 @@ class DataUploadStatus(MoverStatus):
 
 
 class DataUpload(Resource):
-    """A VM's disks moved to a repository at one consistent point."""
+    """A VM's disks moved to a repository at one consistent point.
+
+    Velero's v2alpha1 shape with spec.datamover diskferry (Velero's `velero` and "" name the same
+    mover): every disk of the VirtualMachine named by the annotation diskferry.io/vm-name (in
+    spec.sourceNamespace) is backed up at one consistent point into spec.backupStorageLocation,
+    which must be Available. In the repository the VM is NAMESPACE.NAME and each disk its
+    VirtualDisk's name. One active upload per VM: the oldest wins (the uid breaks a tie) and a
+    waiting one names it in status.message; one older than the DataMoverConfig's
+    staleDataUploadThreshold no longer blocks. At most maxConcurrentDataMovers uploads are
+    InProgress at once (downloads counted apart), admitted oldest first.
+
+    Each disk is backed up full or incremental as the repository's chain and the disk's
+    checkpoints allow: the annotation diskferry.io/force-full-backup: "true" forces a full that
+    leaves the chain usable, and diskferry.io/max-incremental-backups on the VM or the upload
+    bounds the incrementals; status.disks and an Event per disk say which and why. A running VM is
+    frozen through its guest agent when the agent answers; otherwise the backup is
+    crash-consistent with a Warning, unless diskferry.io/require-quiesce: "true" makes that a
+    failure (diskferry.io/skip-quiesce: "true" skips the freeze). The hooks that the annotation
+    diskferry.io/hooks lists (a Backup's) run in a running VM's guest through its agent
+    (guest-exec), pre ones before the point is taken, post ones after; status.hooks and an Event
+    each say how they ended. The room the overlays need beside each disk is checked first. A full
+    backup that read nothing from a disk holding data is Failed (ZeroData). When operationTimeout
+    runs out, counted from Accepted, the worker is stopped and the upload Failed. The
+    DataMoverConfig's bandwidthLimit bounds the bytes each worker reads from the disks.
+
+    The worker's last lines go to the daemon's log tagged `data mover log`; a failed worker's files
+    stay under DATA_DIR/jobs/failed/ (the ten newest) until the upload is deleted. Each upload
+    carries the finalizer diskferry.io/data-mover: deleting one stops its worker (which removes
+    its fleecing nodes and files), removes what it made, and only then lets it go.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["DataUpload"] = "DataUpload"

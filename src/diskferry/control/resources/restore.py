@@ -304,7 +304,15 @@ class RestoreStatus(Status):
 
 
 class Restore(Resource):
-    """A Backup's VMs and disks made again."""
+    """A Backup's VMs and disks made again.
+
+    The manifests are read from the repository (the Backup's location, or without the Backup
+    object each location of the Restore's namespace, so a fresh data directory will do); the
+    namespaces mapped to are created, and the images taken are made again when missing. Each VM is
+    created AlwaysOff (its runPolicy kept in the annotation diskferry.io/restore-run-policy) before
+    one DataDownload per disk with data is; the runPolicy is put back once all of them are
+    Completed, and left AlwaysOff with a Warning Event when one is not.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["Restore"] = "Restore"

@@ -128,7 +128,16 @@ class ScheduleStatus(Status):
 
 
 class Schedule(Resource):
-    """Backups made on a schedule."""
+    """Backups made on a schedule.
+
+    At each time spec.schedule names, a Backup SCHEDULE-YYYYMMDDhhmmss labelled
+    diskferry.io/schedule-name is made from the template (Event BackupCreated). Times that passed
+    while the daemon was down get one catch-up run, reported in status.missedRuns, the condition
+    MissedRuns and a Warning Event. Once its newest Backup has ended, the keep policy picks, of the
+    snapshots its Backups made (each disk judged on its own), those that go: they are forgotten,
+    the Backups left with none are deleted, then the repository is pruned (status.retention, Events
+    Forgotten and Pruned).
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["Schedule"] = "Schedule"

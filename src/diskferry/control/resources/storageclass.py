@@ -75,7 +75,16 @@ class StorageClassParameters(ApiModel):
 
 
 class StorageClass(Resource):
-    """A class of storage claims are made in; the one annotated default serves unnamed claims."""
+    """A class of storage claims are made in; the one annotated default serves unnamed claims.
+
+    With the provisioner diskferry.io/local, claims are files in the directory `parameters.path`
+    (the data directory's volumes/CLASS/ when unset; reflink clones where the file system
+    allows), or with `parameters.type: block` loop devices over sparse files there. The class
+    annotated storageclass.kubernetes.io/is-default-class: "true" serves claims that name none,
+    and `kubectl get storageclass` shows it as `NAME (default)`; the class `local` is made when
+    the daemon starts. A class's provisioner, parameters, reclaimPolicy and volumeBindingMode are
+    fixed once it is made.
+    """
 
     api_version: Literal["storage.k8s.io/v1"] = Field(
         default="storage.k8s.io/v1", alias="apiVersion"

@@ -117,7 +117,14 @@ class VirtualDataExportStatus(Status):
 
 
 class VirtualDataExport(Resource):
-    """A download of a disk or a snapshot, ended after `idleTimeout` without one."""
+    """A download of a disk or a snapshot, ended after `idleTimeout` without one.
+
+    Deckhouse's download of a disk, as `d8 v export create` makes it. It makes and owns a
+    VirtualMachineExport vde-NAME (deleted with it) and shows that export's raw disk URL through
+    the export proxy in status.url, the CA in status.ca and the token's Secret in
+    status.tokenSecretRef: `curl --cacert ca.pem -H "x-kubevirt-export-token: $TOKEN" -o disk.img
+    "$URL"`. The idle timeout counts from the requests the export server let in.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualDataExport"] = "VirtualDataExport"

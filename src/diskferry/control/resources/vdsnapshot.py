@@ -73,7 +73,12 @@ class VirtualDiskSnapshotStatus(Status):
 
 
 class VirtualDiskSnapshot(Resource):
-    """A copy of a disk as it was when the snapshot was taken."""
+    """A copy of a disk as it was when the snapshot was taken.
+
+    The copy is a claim in the disk's StorageClass, usable as a VirtualDisk's objectRef. A
+    snapshot of a disk a running VirtualMachine holds freezes the guest's filesystems, through its
+    agent, for the instant of the copy only.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualDiskSnapshot"] = "VirtualDiskSnapshot"

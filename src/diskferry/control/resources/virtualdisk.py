@@ -195,7 +195,20 @@ class VirtualDiskStatus(Status):
 
 
 class VirtualDisk(Resource):
-    """A virtual machine disk: a claim filled from HTTP, an image, a snapshot, or left blank."""
+    """A virtual machine disk: a claim filled from HTTP, an image, a snapshot, or left blank.
+
+    The disk grows to the claim's whole size. A source that is not Ready yet is waited for, the
+    disk Pending. An Upload source runs an upload server (a worker whose certificate comes from the
+    daemon's CA, DATA_DIR/pki/ca.crt) and the disk waits in WaitForUserUpload, its URLs in
+    status.imageUploadURLs (Deckhouse's shape: PUT or POST the image there; the path is the
+    credential), until the upload is in or the disk is deleted. An image in a format other than
+    raw is staged in a scratch file and then converted into the claim, so its progress counts 0-50%
+    for the staging and 50-100% for the conversion.
+
+    Deleting the disk stops its worker with SIGTERM and removes its claim (unless its StorageClass
+    says Retain), its CBT overlay and its files; a finalizer holds the disk until then, and a disk
+    a running VirtualMachine holds waits, Terminating, until the VM stops.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualDisk"] = "VirtualDisk"

@@ -160,7 +160,16 @@ class VirtualImageStatus(ImageStatus):
 
 
 class VirtualImage(Resource):
-    """An image in a namespace, kept in the registry or in a claim."""
+    """An image in a namespace, kept in the registry or in a claim.
+
+    With storage ContainerRegistry (the default) the image is a containerDisk in the daemon's
+    image store: the OCI layout DATA_DIR/images/vi/NAMESPACE/NAME, tagged with the image's uid and
+    named by status.target.registryURL (oci:DIR:UID); `diskferry image serve DATA_DIR/images`
+    serves the store as a registry. An image made from a claim (a disk's, a snapshot's, another
+    image's) is stored as qcow2, so it keeps what the claim has allocated, not its whole size. With
+    PersistentVolumeClaim it is kept in a claim of its own, as a disk is. An image in the store
+    whose layout went missing is ImageLost; deleting the image removes it from the store.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualImage"] = "VirtualImage"
@@ -227,7 +236,12 @@ class ClusterVirtualImageStatus(ImageStatus):
 
 
 class ClusterVirtualImage(Resource):
-    """An image every namespace can use, kept in the image store."""
+    """An image every namespace can use, kept in the image store.
+
+    It has no spec.storage: it lives in the image store, the OCI layout DATA_DIR/images/cvi/NAME;
+    its objectRef and its imagePullSecret name a namespace. An image in the store whose layout went
+    missing is ImageLost; deleting the image removes it from the store.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["ClusterVirtualImage"] = "ClusterVirtualImage"

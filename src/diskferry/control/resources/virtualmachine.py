@@ -717,7 +717,50 @@ class VirtualMachineStatus(Status):
 
 
 class VirtualMachine(Resource):
-    """A virtual machine on VirtualDisks and images, run as a QEMU process."""
+    """A virtual machine on VirtualDisks and images, run as a QEMU process.
+
+    Deckhouse's v1alpha2 shape: the guides' manifests apply unchanged, and a VM needs only
+    spec.blockDeviceRefs. Each VM runs as qemu-system-x86_64 (KVM when /dev/kvm opens and a QEMU
+    on it with the host's CPU starts, TCG otherwise, as on a nested KVM that refuses the host CPU's
+    MSRs; -nodefaults -nographic) in DATA_DIR/vms/NAMESPACE/NAME/: qmp.sock for backups and users,
+    control.sock for the controller alone (so a long session on qmp.sock never blocks it),
+    agent.sock, qemu.log (the command QEMU was started with, then its own lines, each stamped),
+    serial.log, state.json, the provisioning CD-ROM and the EFI variables. `diskferry logs vm
+    NAME` shows the last lines of qemu.log. Unix socket paths hold at most 107 bytes: a VM whose
+    paths would be longer is refused with a message saying so.
+
+    Images attach read-only, as Deckhouse attaches them: an ISO as a CD-ROM, any other image as a
+    read-only disk; one kept in the image store is opened in place, a slice of its layer's blob,
+    nothing copied. The Main network is QEMU's user-mode network: the guest reaches the host's
+    loopback services at 10.0.2.2, as a Pod reaches the cluster's. QEMU runs in a cgroup of its
+    own, diskferry/NAMESPACE.NAME, weighted at cores times the core fraction of a plain process (v2
+    cpu.weight, v1 cpu.shares), as a Pod's CPU request is; a host without a cgroup CPU controller
+    gets a Warning saying the fraction has no effect. Where this host's KVM does not run the
+    firmware, the VM is emulated (TCG) and a Warning says so. Stopping presses the guest's ACPI
+    power button and waits terminationGracePeriodSeconds for it to power off (reason
+    GuestPoweredOff), then ends QEMU (GracePeriodOver). The guest agent is asked every 10 s while
+    it answers.
+
+    QEMU runs in a session of its own, as workers do: a daemon stopped or killed leaves its VMs
+    running, and the next one takes them over by pid and start time. AlwaysOn starts the VM again
+    whenever it ends, a guest power-off included; AlwaysOnUnlessStoppedManually does so unless it
+    was stopped by hand: the guest powered itself off (the Ready condition's reason is then
+    GuestShutdown), or the policy was AlwaysOff since. Deleting the VM stops it as AlwaysOff does,
+    then removes its directory. A VM with spec.qmpSocket is only watched: its phase, its disks'
+    targets (found by the files its block nodes open) and its CBT state; diskferry never starts,
+    stops or deletes that QEMU.
+
+    Changed-block tracking is on for a VM that the DataMoverConfig's
+    changedBlockTrackingLabelSelectors select (by its labels, or its namespace's), or that
+    carries the label diskferry.io/changed-block-tracking: "true". Each VirtualDisk then gets its
+    CBT overlay (`diskferry cbt enable`'s DISK.cbt.qcow2, with persistent dirty bitmaps) and QEMU
+    opens the overlay instead of the raw file. A disk is moved only while no QEMU has it open: a
+    stopped VM's at once, a running one's at its next start, PendingRestart until then. CBT no
+    longer wanted removes the overlays at the same moments, so no write ever bypasses a bitmap. A
+    running VM with CBT is backed up live with `diskferry backup --qmp STATUS.QMPSOCKET --disk
+    NAME=DISK.cbt.qcow2`; status.blockDevices[].target names each disk's QEMU node, for QMP block
+    commands and `human-monitor-command` `qemu-io -d TARGET "write ..."`.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachine"] = "VirtualMachine"

@@ -275,7 +275,15 @@ class VirtualMachineClassStatus(Status):
 
 
 class VirtualMachineClass(Resource):
-    """A class of VMs: their CPU, nodes and sizes."""
+    """A class of VMs: their CPU, nodes and sizes.
+
+    The class `generic`, as Deckhouse installs it, is made at each daemon start when missing. A VM
+    names its class in spec.virtualMachineClassName; without one, the class annotated
+    virtualmachineclass.diskferry.io/is-default-class: "true" serves, and with none the VM runs
+    with no class. A VM that does not fit the class's sizing policies stays Pending, its condition
+    SizingPolicyMatched False naming the field to change. The class is Terminating while a VM is
+    of it.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineClass"] = "VirtualMachineClass"

@@ -284,7 +284,27 @@ class VirtualMachineBackupStatus(Status):
 
 
 class VirtualMachineBackup(Resource):
-    """A backup point of a VM's disks, pushed into a repository or served to be pulled."""
+    """A backup point of a VM's disks, pushed into a repository or served to be pulled.
+
+    KubeVirt's shape; the spec is fixed at creation. Push writes into the repository of the
+    BackupStorageLocation spec.storageLocation, or else of the one named by KubeVirt's
+    spec.pvcName (where KubeVirt writes qcow2 files into a PVC, a backup's target here is a
+    repository), waiting (Pending, condition Progressing with the reason Initializing) until a
+    location of that name exists, as KubeVirt waits for the PVC; it goes through one DataUpload
+    vmbackup-NAME that it owns. Restore it with a DataDownload or a Restore.
+
+    Pull checkpoints the VM's disks in one backup session and serves each fleecing view
+    (/exports/VOLUME/map, /exports/VOLUME/data) on 127.0.0.1 until the TTL, counted from the
+    creation. As KubeVirt, the backup makes a VirtualMachineExport of itself (named as the backup,
+    owned by it, with the backup's token and the rest of its TTL) which routes the export proxy to
+    it and lists KubeVirt's `links.*.backups`; the backup is Ready (reason ExportReady) once its
+    export is, and deletes it at its end; then the session ends.
+
+    The backup is Incremental from the tracker's latest checkpoint unless forceFullBackup, the
+    source is the VM itself, or the tracker has none; at the end the tracker's latestCheckpoint is
+    the backup's. The draft shape of KubeVirt's VEP (spec.backupTracker, lowercase push and pull)
+    is refused, as KubeVirt refuses it.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineBackup"] = "VirtualMachineBackup"

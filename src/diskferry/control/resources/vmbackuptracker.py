@@ -108,7 +108,12 @@ class VirtualMachineBackupTrackerStatus(Status):
 
 
 class VirtualMachineBackupTracker(Resource):
-    """The checkpoint chain of a VM's backups, kept between them."""
+    """The checkpoint chain of a VM's backups, kept between them.
+
+    KubeVirt's backup API shape: status.latestCheckpoint is the checkpoint of the latest backup
+    made through it. A checkpoint is a persistent bitmap in the disk's qcow2 overlay, which a
+    restart keeps.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineBackupTracker"] = "VirtualMachineBackupTracker"

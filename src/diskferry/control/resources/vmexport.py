@@ -282,7 +282,41 @@ class VirtualMachineExportStatus(Status):
 
 
 class VirtualMachineExport(Resource):
-    """An export of a disk or a snapshot, over HTTPS with a token, deleted at its TTL."""
+    """An export of a disk or a snapshot, over HTTPS with a token, deleted at its TTL.
+
+    Each export is served by an export worker on 127.0.0.1 with a port of its own (kept in the
+    annotation diskferry.io/export-port, so a server started again keeps its links); its
+    certificate comes from the daemon's CA (DATA_DIR/pki), lives 24 hours and is renewed at half
+    its life without cutting downloads. The external links go through the export proxy, which the
+    daemon runs on https://127.0.0.1:7444 (`diskferry serve --proxy-port`) while there is an
+    export, under /api/export.kubevirt.io/v1/namespaces/NAMESPACE/virtualmachineexports/NAME/
+    (KubeVirt's current version; v1beta1 is routed too).
+
+    The export is Ready once its server answers; an export of a source that is not there or not
+    Ready is Pending without links, its condition saying why. An export of a VirtualMachine serves
+    all its VirtualDisks (one volume each) while the VM is stopped; while it runs the export is
+    Pending with the reason InUse, as KubeVirt keeps it, since the disks change under the readers.
+    An export of a Pull VirtualMachineBackup starts no server: it is routed through the proxy to
+    the backup's and lists each volume's map and data endpoints in `links.*.backups`, behind the
+    backup's token (a tokenSecretRef holding another token keeps it Pending, reason
+    TokenNotReady); of a Push backup it is Skipped. A VirtualMachineSnapshot or
+    VirtualMachineTemplate source is Skipped with a Ready=False condition (reason
+    SourceNotServed) saying what to export instead.
+
+    The manifests are served as KubeVirt's export server serves them: a JSON v1 List, or YAML
+    documents each ended by `---` with `Accept: application/yaml` (as virtctl asks).
+    auth-header-secret is the Secret header-secret-NAME that CDI reads; an export of a
+    VirtualMachine also serves all: the VM (its name, namespace, labels, annotations and spec) and
+    each of its VirtualDisks filled over HTTP from this export's gzip URL of it, on the side asked,
+    with that side's CA as caBundle and the token in the URL's query (a VirtualDisk names no header
+    Secret, as CDI's DataVolume does): `kubectl apply` it elsewhere to make the VM again. Not
+    served: v1's oci manifest, and the CA ConfigMap KubeVirt's all carries (the disks take the CA
+    inline).
+
+    At the TTL, as KubeVirt, the export's server is stopped, its route dropped, and the export goes
+    Terminated (condition Ready=False, reason Expired, an Event) with its links removed; it is then
+    deleted. An export being deleted is Terminated without links too.
+    """
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineExport"] = "VirtualMachineExport"
