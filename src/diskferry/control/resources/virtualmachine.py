@@ -729,17 +729,20 @@ class VirtualMachine(Resource):
     NAME` shows the last lines of qemu.log. Unix socket paths hold at most 107 bytes: a VM whose
     paths would be longer is refused with a message saying so.
 
-    Images attach read-only, as Deckhouse attaches them: an ISO as a CD-ROM, any other image as a
-    read-only disk; one kept in the image store is opened in place, a slice of its layer's blob,
-    nothing copied. The Main network is QEMU's user-mode network: the guest reaches the host's
-    loopback services at 10.0.2.2, as a Pod reaches the cluster's. QEMU runs in a cgroup of its
-    own, diskferry/NAMESPACE.NAME, weighted at cores times the core fraction of a plain process (v2
-    cpu.weight, v1 cpu.shares), as a Pod's CPU request is; a host without a cgroup CPU controller
-    gets a Warning saying the fraction has no effect. Where this host's KVM does not run the
-    firmware, the VM is emulated (TCG) and a Warning says so. Stopping presses the guest's ACPI
-    power button and waits terminationGracePeriodSeconds for it to power off (reason
-    GuestPoweredOff), then ends QEMU (GracePeriodOver). The guest agent is asked every 10 s while
-    it answers.
+    Images attach read-only, as Deckhouse attaches them: an ISO as a CD-ROM, any other image as
+    a read-only disk; one kept in the image store is opened in place, a slice of its layer's
+    blob, nothing copied. The provisioning CD-ROM is made with xorrisofs (Debian's xorriso) in
+    the VM's folder: a NoCloud cidata seed (user-data, and meta-data with the VM's uid and
+    name), or the Secret's answer files; a missing Secret keeps the VM Pending, its condition
+    ProvisioningReady False. The Main network is QEMU's user-mode network: the guest reaches the
+    host's loopback services at 10.0.2.2, as a Pod reaches the cluster's. QEMU runs in a cgroup
+    of its own, diskferry/NAMESPACE.NAME, weighted at cores times the core fraction of a plain
+    process (v2 cpu.weight, v1 cpu.shares), as a Pod's CPU request is; a host without a cgroup
+    CPU controller gets a Warning saying the fraction has no effect. Where this host's KVM does
+    not run the firmware, the VM is emulated (TCG) and a Warning says so. Stopping presses the
+    guest's ACPI power button and waits terminationGracePeriodSeconds for it to power off
+    (reason GuestPoweredOff), then ends QEMU (GracePeriodOver). The guest agent is asked every
+    10 s while it answers.
 
     QEMU runs in a session of its own, as workers do: a daemon stopped or killed leaves its VMs
     running, and the next one takes them over by pid and start time. AlwaysOn starts the VM again
