@@ -6,7 +6,8 @@ It runs the embedded API with Kubernetes' own kinds served too, as objects witho
 (Pods, Services, claims, Deployments, Leases, RBAC, CRDs, Routes, Ingresses, KubeVirt's kinds:
 diskferry.control.resources.foreign), the role envtest plays for Go operators, and beside it
 the few controllers the operator's work needs (STANDINS): storage that provisions and binds
-volumes for claims (standin_storage). It writes D/kubeconfig once the API answers over HTTPS,
+volumes for claims (standin_storage), and a kubelet that runs Pods in podman from the image of
+`make image` (standin_kubelet). It writes D/kubeconfig once the API answers over HTTPS,
 takes `kubectl apply` of anything a cluster admin applies (it stores every object and runs no
 Deployment: the operator runs on the host, `diskferry operator --kubeconfig D/kubeconfig`), and
 stops everything on SIGTERM or SIGINT.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from standin_kubelet import Kubelet
 from standin_storage import Storage
 
 from diskferry.control.daemon import BackgroundFactory, Daemon
@@ -31,6 +33,7 @@ KUBE_PORT = 6443
 
 STANDINS: list[BackgroundFactory] = [
     lambda daemon: Storage(daemon.service, daemon.data_dir),
+    lambda daemon: Kubelet(daemon.service, daemon.data_dir),
 ]
 """What runs beside the API, started with it and stopped on SIGTERM: the storage (volumes
 provisioned for claims, and bound), and the kubelet, which runs the Pods the operator creates

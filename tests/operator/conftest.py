@@ -1,4 +1,5 @@
-"""The operator tests take the control tests' helpers (daemon_support, control_support)."""
+"""The operator tests take the control tests' helpers (daemon_support, control_support), and the
+image built once for the whole run (image_support), which the stand-in's kubelet runs Pods from."""
 
 from __future__ import annotations
 
@@ -6,3 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "image"))
+
+from image_support import built as built
+from image_support import pinned as pinned
