@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
 
 from guest_agent import GuestAgent, jailed_agent
 
-from diskferry.backup.hooks import HookFailedError, failed_hook
+from diskferry.backup.hooks import HookFailedError
+from diskferry.backup.job import FailedHook
 from diskferry.backup.repository import Repository
 
 
@@ -55,7 +56,8 @@ def test_a_failing_pre_hook_stops_the_backup(engine, agent, tmp_path):
     ]
     with pytest.raises(HookFailedError) as info:
         engine.backup(disks={"d": disk}, hooks=hooks, hookAgent=agent.socket)
-    assert failed_hook(info.value.message) == ("check", "pre")
+    stopped = FailedHook.named_in(info.value.reason, info.value.message)
+    assert stopped == FailedHook(name="check", phase="pre")
     assert info.value.message == "hook check (pre) failed: exited 1"
     assert not (agent.root / "post-ran").exists()
     with Repository.open(engine.url, "correct horse") as repo:

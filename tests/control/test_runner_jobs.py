@@ -1,6 +1,8 @@
-"""The one job lifecycle over the real import worker: polled into an outcome (running with its
-progress, succeeded with its typed result, failed with reason and message, lost), settled
-(a failed job's scratch kept, its log tail emitted tagged), and started again once settled."""
+"""The one job lifecycle over the real import and backup workers: polled into an outcome
+(running with its progress, succeeded with its typed result, failed with reason and message,
+lost), settled (a failed job's scratch kept, its log tail emitted tagged), and started again
+once settled; chores run to their end one call at a time, and work handed to a job started
+before it was known."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 from control_support import wait_until
 from pydantic import BaseModel
 
+from diskferry.backup import Chores, ChoresJob, ChoresResult
+from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.jobs import BAD_RESULT, WORKER_LOST, Failed, Jobs, Running, Succeeded
 from diskferry.control.runner.local import LocalRunner
 from diskferry.export import ServeResult
@@ -91,3 +95,50 @@ def test_a_result_of_another_shape_is_a_failure_saying_so(tmp_path: Path) -> Non
     wrong = _ended(jobs, "job-4", ServeResult)
     assert isinstance(wrong, Failed) and wrong.reason == BAD_RESULT
     assert "not a ServeResult" in wrong.message and "listenPort" in wrong.message
+
+
+def _chores(repo: Path, **fields) -> tuple[ChoresJob, list[JobFile]]:
+    """A chores job on the repository `repo`, and the file with its password."""
+    job = ChoresJob(repo=str(repo), passwordFile="password", **fields)
+    return job, [JobFile("password", b"lifecycle password", credential=True)]
+
+
+def test_a_chore_runs_to_one_outcome_and_a_failed_one_again_when_asked(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    jobs = Jobs(LocalRunner(tmp_path / "data"))
+    opened = _chores(tmp_path / "repo", chores=Chores())
+    failed = wait_until(lambda: jobs.chore("c-1", *opened, ChoresResult, "tag"))
+    assert isinstance(failed, Failed) and failed.reason == "RepositoryNotFound"
+    assert (tmp_path / "data/jobs/failed/c-1").is_dir()
+    made = _chores(tmp_path / "repo", create=True, chores=Chores())
+    done = wait_until(lambda: jobs.chore("c-1", *made, ChoresResult, "tag"))
+    assert isinstance(done, Succeeded) and done.result.created
+    assert jobs.poll("c-1", ChoresResult) is None
+    assert not (tmp_path / "data/jobs/failed/c-1").exists()
+
+    runs = [("c-2", *opened), ("c-3", *_chores(tmp_path / "elsewhere", chores=Chores()))]
+    ended = wait_until(lambda: jobs.chores(runs, ChoresResult, "tag"))
+    assert isinstance(ended[0], Succeeded) and ended[0].result.repository == done.result.repository
+    assert isinstance(ended[1], Failed) and ended[1].reason == "RepositoryNotFound"
+
+
+def test_work_is_handed_to_a_job_that_waits_for_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DISKFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    jobs = Jobs(LocalRunner(tmp_path / "data"))
+    made = _chores(tmp_path / "repo", create=True, chores=Chores())
+    wait_until(lambda: jobs.chore("made", *made, ChoresResult, "tag"))
+    waiting = _chores(tmp_path / "repo", chores_file="chores.json")
+    work = ("chores.json", Chores(read=["nothing"]))
+    jobs.start("h-1", *waiting)
+    wait_until(lambda: (o := jobs.poll("h-1", ChoresResult)) and o.progress)
+    done = wait_until(lambda: jobs.handed("h-1", *waiting, work, ChoresResult, "tag"))
+    assert isinstance(done, Succeeded) and done.result.documents == {"nothing": None}
+
+    jobs.start("h-2", *waiting)
+    wait_until(lambda: (o := jobs.poll("h-2", ChoresResult)) and o.progress)
+    jobs.cancel("h-2")
+    assert wait_until(lambda: isinstance(o := jobs.poll("h-2", ChoresResult), Failed) and o)
+    again = wait_until(lambda: jobs.handed("h-2", *waiting, work, ChoresResult, "tag"))
+    assert isinstance(again, Succeeded) and again.result.documents == {"nothing": None}

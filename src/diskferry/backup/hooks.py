@@ -4,28 +4,26 @@ onError Fail (no later hook of the phase runs)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from diskferry.backup.job import HookCommand, HookOutcome
+from diskferry.backup.job import (
+    HOOK_FAILED,
+    FailedHook,
+    GuestHooksJob,
+    HookCommand,
+    HookOutcome,
+    HooksResult,
+)
 from diskferry.disk.errors import DiskferryError
 from diskferry.qemu.guestexec import guest_exec
 from diskferry.qemu.qmp import QmpError
 from diskferry.worker.reporter import EventType, Reporter
 
-FAILED = re.compile(r"^hook (?P<name>\S+) \((?P<phase>pre|post)\) failed: ")
-
 
 class HookFailedError(DiskferryError):
     """A hook with onError Fail failed: the backup stops."""
 
-    reason = "HookFailed"
-
-
-def failed_hook(message: str) -> tuple[str, str] | None:
-    """The name and phase of the hook a HookFailedError's message names, None for another."""
-    found = FAILED.match(message)
-    return None if found is None else (found["name"], found["phase"])
+    reason = HOOK_FAILED
 
 
 def run_hook(agent: str, hook: HookCommand) -> HookOutcome:
@@ -61,5 +59,17 @@ def run_hooks(
         kind = EventType.WARNING if outcome.failed else EventType.NORMAL
         reporter.event(kind, "HookFailed" if outcome.failed else "HookRan", said + outcome.message)
         if outcome.failed and hook.on_error == "Fail":
-            raise HookFailedError(f"hook {hook.name} ({phase}) failed: {outcome.message}")
+            stopped = FailedHook(name=hook.name, phase=hook.phase)
+            raise HookFailedError(stopped.says(outcome.message))
     return outcomes
+
+
+def run_guest_hooks(job: GuestHooksJob) -> HooksResult:
+    """Run the job's hooks in order through its agent, none after one that failed with onError
+    Fail; how each that ran ended."""
+    outcomes = []
+    for hook in job.hooks:
+        outcomes.append(run_hook(job.agent, hook))
+        if outcomes[-1].failed and hook.on_error == "Fail":
+            break
+    return HooksResult(hooks=outcomes)

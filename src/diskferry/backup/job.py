@@ -1,12 +1,14 @@
 """The backup engine's jobs and their results, shared by the CLI and the worker: backup,
-restore, and the repository operations (init, check, forget, prune, chain reset, CBT, upgrade)."""
+restore, the repository operations (init, check, forget, prune, chain reset, CBT, upgrade), a
+control plane's repository chores, and hooks run in a guest."""
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 
 
 MIN_CHUNK_SIZE = 4096
+HOOK_FAILED = "HookFailed"
+_FAILED_HOOK = re.compile(r"^hook (?P<name>\S+) \((?P<phase>pre|post)\) failed: ")
 
 
 class RepoAccess(WorkerJob):
@@ -252,6 +256,89 @@ class UpgradeJob(RepoAccess):
     )
 
 
+class MetadataListing(JobModel):
+    """The names of the repository's metadata, and the documents of those that start with
+    `prefix` and are not `known` (what a location's sync of its Backups reads)."""
+
+    prefix: str
+    known: list[str] = Field(default_factory=list)
+
+
+class StoredMetadata(JobModel):
+    """A metadata document to store as `name`, with the trackers of the VMs named in `trackers`
+    (their names in the repository) put in it under `trackers`, as the repository holds them
+    once the document is stored."""
+
+    name: str
+    document: dict[str, Any]
+    trackers: list[str] = Field(default_factory=list)
+
+
+class Forgetting(JobModel):
+    """Snapshots forgotten, with the metadata that describes them."""
+
+    snapshots: list[str] = Field(description="ids; those the repository has no more are skipped")
+    keep: KeepPolicy | None = Field(
+        default=None, description="forget only those of `snapshots` this policy lets go"
+    )
+    metadata: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="metadata names, each with the snapshots it describes: deleted once all of "
+        "those were forgotten now, or whatever was forgotten when it names none",
+    )
+
+
+PruneWhen = Literal["never", "always", "ifForgotten"]
+"""When chores prune: never, always, or only when snapshots went now."""
+
+
+class Chores(JobModel):
+    """A control plane's chores in a repository, run in this order on one opening of it."""
+
+    sizes: list[str] = Field(
+        default_factory=list, description="snapshot ids whose disks' sizes are read"
+    )
+    read: list[str] = Field(default_factory=list, description="metadata names to read")
+    listing: MetadataListing | None = None
+    store: StoredMetadata | None = None
+    forget: Forgetting | None = None
+    prune: PruneWhen = Field(default="never", description="when to prune, last")
+
+
+class ChoresJob(RepoAccess):
+    """What the worker runs for a control plane: the repository opened (made when absent and
+    `create`), then its chores, given in the job or, once known, in `choresFile`."""
+
+    kind: Literal["chores"] = "chores"
+    create: bool = Field(
+        default=False,
+        description="make the repository when there is none (encrypted when a password is given)",
+    )
+    chores: Chores | None = None
+    chores_file: str | None = Field(
+        default=None,
+        alias="choresFile",
+        description="a file beside the job file the chores come in: the worker opens the "
+        "repository first, then waits for the file",
+    )
+
+    @model_validator(mode="after")
+    def _chores_given_once(self) -> ChoresJob:
+        if (self.chores is None) == (self.chores_file is None):
+            raise PydanticCustomError("chores", "give the chores, or the file they come in")
+        return self
+
+
+class GuestHooksJob(WorkerJob):
+    """Hooks run one after another in a VM's guest through its agent, none after one that
+    failed with onError Fail (a Restore's exec hooks)."""
+
+    WORKER = "diskferry.backup.worker"
+    kind: Literal["hooks"] = "hooks"
+    agent: str = Field(description="the guest agent's socket")
+    hooks: list[HookCommand] = Field(min_length=1)
+
+
 class CbtJob(WorkerJob):
     """What `diskferry cbt enable|disable` and the worker run, on one raw volume."""
 
@@ -291,6 +378,25 @@ class HookOutcome(_Result):
     exit_code: int | None = Field(default=None, alias="exitCode")
     failed: bool
     message: str
+
+
+class FailedHook(_Result):
+    """The hook with onError Fail whose failure stopped a backup, as the backup's failure
+    (reason HookFailed) names it."""
+
+    name: str
+    phase: Literal["pre", "post"]
+
+    def says(self, why: str) -> str:
+        """The failure's message: this hook, and why it failed."""
+        return f"hook {self.name} ({self.phase}) failed: {why}"
+
+    @classmethod
+    def named_in(cls, reason: str, message: str) -> FailedHook | None:
+        """The hook a failure with `reason` and `message` names, None when another stopped
+        the backup."""
+        found = _FAILED_HOOK.match(message) if reason == HOOK_FAILED else None
+        return None if found is None else cls(name=found["name"], phase=found["phase"])
 
 
 class BackupResult(_Result):
@@ -360,3 +466,25 @@ class UpgradeResult(_Result):
     format: int
     encrypted: bool
     key_file: str | None = Field(alias="keyFile", description="the key file the password opened")
+
+
+class ChoresResult(_Result):
+    """What a repository's chores found and did."""
+
+    repository: str
+    created: bool = Field(description="whether the repository was made now")
+    encrypted: bool
+    sizes: dict[str, int] = Field(default_factory=dict, description="disk size by snapshot id")
+    documents: dict[str, dict[str, Any] | None] = Field(
+        default_factory=dict, description="metadata read (listed or asked), None when absent"
+    )
+    names: list[str] | None = Field(default=None, description="the metadata names, if listed")
+    forgotten: list[str] = Field(default_factory=list, description="snapshot ids forgotten now")
+    deleted_metadata: list[str] = Field(default_factory=list, alias="deletedMetadata")
+    pruned: PruneResult | None = None
+
+
+class HooksResult(_Result):
+    """How each hook that ran ended, in order."""
+
+    hooks: list[HookOutcome]

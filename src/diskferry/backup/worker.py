@@ -1,5 +1,6 @@
 """`python -m diskferry.backup.worker JOB.json`: one job of the backup engine, in a child process
-or a Pod: a backup or a restore, or a repository operation; the job's `kind` says which."""
+or a Pod: a backup or a restore, a repository operation, a control plane's chores in a
+repository, or hooks in a guest; the job's `kind` says which."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from diskferry.backup.job import (
     CbtJob,
     ChainResetJob,
     CheckJob,
+    ChoresJob,
     ForgetJob,
+    GuestHooksJob,
     InitJob,
     PruneJob,
     RepoAccess,
@@ -98,6 +101,21 @@ def chain_reset(job: ChainResetJob, ctx: JobContext) -> dict[str, Any]:
     return reset_vm_chain(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
+@opened_ahead
+def chores(job: ChoresJob, ctx: JobContext) -> dict[str, Any]:
+    """Open the repository (made when absent and asked), then run the control plane's chores."""
+    from diskferry.backup.chores import run_chores
+
+    return run_chores(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
+
+
+def hooks(job: GuestHooksJob, ctx: JobContext) -> dict[str, Any]:
+    """Run the hooks in the guest, in order, none after one that failed with onError Fail."""
+    from diskferry.backup.hooks import run_guest_hooks
+
+    return run_guest_hooks(job).to_json()
+
+
 def change_cbt(job: CbtJob, ctx: JobContext) -> dict[str, Any]:
     """Enable or disable CBT on the job's volume."""
     from diskferry.backup.ops import change_cbt as change
@@ -114,6 +132,8 @@ KINDS = {
     "forget": JobKind(ForgetJob, forget),
     "prune": JobKind(PruneJob, prune),
     "chainReset": JobKind(ChainResetJob, chain_reset),
+    "chores": JobKind(ChoresJob, chores),
+    "hooks": JobKind(GuestHooksJob, hooks),
     "cbtEnable": JobKind(CbtJob, change_cbt),
     "cbtDisable": JobKind(CbtJob, change_cbt),
 }

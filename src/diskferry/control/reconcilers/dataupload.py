@@ -21,8 +21,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from diskferry.backup import BackupJob, BackupResult, DiskSource, HookCommand
-from diskferry.backup.hooks import HookFailedError, failed_hook
+from diskferry.backup import BackupJob, BackupResult, DiskSource, FailedHook, HookCommand
 from diskferry.control.duration import parse_duration
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.machines import Machines
@@ -261,11 +260,10 @@ class DataUploadReconciler(MoverReconciler):
 
     def failure_fields(self, obj: DataUpload, reason: str, message: str) -> dict[str, Any]:
         """The hook that stopped the backup, when one did."""
-        failed = failed_hook(message) if reason == HookFailedError.reason else None
+        failed = FailedHook.named_in(reason, message)
         if failed is None:
             return {}
-        name, phase = failed
-        return {"hooks": [{"name": name, "phase": phase, "failed": True, "message": message}]}
+        return {"hooks": [{**failed.to_json(), "failed": True, "message": message}]}
 
     def completed(self, obj: DataUpload, result: BackupResult) -> dict[str, Any]:
         """The backup id, each disk, and the bytes; a full backup that read nothing from a

@@ -6,13 +6,17 @@ scratch kept for debugging, a succeeded or cancelled one's removed.
 A job's id is derived from its object's uid and what the job does, so that a reconciler that
 restarts finds the job it started, running or ended with its result. A failed job that was
 settled stays `kept` until the same chore is started again (`restart`), which forgets it.
+
+A job may be started before its work is known, to wait for it in a file it names: its
+start-up (a repository's key derivation) is then done by the time the work is handed to it
+(`handed`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -86,7 +90,7 @@ class Jobs:
 
     def restart(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> bool:
         """Start `job` as `job_id` afresh, a settled job of that id forgotten first; False while
-        one still runs (nothing is started then)."""
+        one still runs (it is asked to stop, and nothing is started)."""
         if not self.runner.forget(job_id):
             return False
         self.runner.start(job_id, job, files)
@@ -124,6 +128,67 @@ class Jobs:
         if state is not None and not state.running and not state.kept:
             self.emit_log(job_id, tag, lines)
         return self.runner.purge(job_id, keep_scratch=keep)
+
+    def chore(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile],
+        result: type[R],
+        tag: str,
+    ) -> Succeeded[R] | Failed | None:
+        """Run `job` as `job_id` to its end, one call at a time (see `chores`): None while it
+        runs, then its outcome, once."""
+        ended = self.chores([(job_id, job, files)], result, tag)
+        return None if ended is None else ended[0]
+
+    def chores(
+        self, runs: Sequence[tuple[str, WorkerJob, Sequence[JobFile]]], result: type[R], tag: str
+    ) -> list[Succeeded[R] | Failed] | None:
+        """Run the jobs of `runs` (id, job, files) to their ends, one call at a time: each is
+        started when no job of its id is there (a failure of it settled earlier is forgotten
+        and started afresh); None while any runs; once all ended, each is settled (see
+        `settle`) and their outcomes given in the order of `runs`."""
+        ended: list[Succeeded[R] | Failed] = []
+        for job_id, job, files in runs:
+            polled = self.poll(job_id, result)
+            if polled is None or (isinstance(polled, Failed) and polled.kept):
+                self.restart(job_id, job, files)
+            elif not isinstance(polled, Running):
+                ended.append(polled)
+        if len(ended) < len(runs):
+            return None
+        for (job_id, _, _), outcome in zip(runs, ended, strict=True):
+            self.settle(job_id, tag, keep=isinstance(outcome, Failed))
+        return ended
+
+    def handed(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile],
+        work: tuple[str, BaseModel],
+        result: type[R],
+        tag: str,
+    ) -> Succeeded[R] | Failed | None:
+        """Run `work` (a file's name and what it holds) in the job `job_id`, a `job` that
+        waits for that file, one call at a time: the job started unless one waits already
+        (one that ended before it had its work is settled and started again), the work handed
+        to it, None until it ended; then settled, and its outcome given once."""
+        name, given = work
+        polled = self.poll(job_id, result)
+        handed = self.runner.read_file(job_id, name) is not None
+        if isinstance(polled, Failed) and not polled.kept and not handed:
+            self.settle(job_id, tag, keep=True)  # it ended before it had its work
+            polled = replace(polled, kept=True)
+        if polled is None or (isinstance(polled, Failed) and polled.kept):
+            self.restart(job_id, job, files)
+        elif not isinstance(polled, Running):
+            self.settle(job_id, tag, keep=isinstance(polled, Failed))
+            return polled
+        if not handed or not isinstance(polled, Running):
+            self.hand(job_id, name, given)
+        return None
 
     def cancel(self, job_id: str) -> None:
         """Ask the job to stop; nothing when it has ended."""
