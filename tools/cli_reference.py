@@ -85,8 +85,9 @@ def _command(name: str, command: Any, ctx: Any) -> list[str]:
     if command.help:
         lines += [_help_markdown(command.help), ""]
     for title in ("Arguments", "Options"):
-        if recorder.sections.get(title):
-            lines += [f"{title}:", "", *_rows(recorder.sections[title]), ""]
+        rows = _rows(recorder.sections.get(title, []))
+        if rows:
+            lines += [f"{title}:", "", *rows, ""]
     if hasattr(command, "list_commands"):
         lines += ["Commands:", ""]
         for sub in command.list_commands(ctx):

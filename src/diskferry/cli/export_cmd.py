@@ -45,13 +45,14 @@ diskferry export serve --name vm1 --volume disk=/data/vm1.img --token-file TOKEN
 diskferry proxy serve --routes routes.yaml --cert-dir CERTS
 diskferry export download URL vm1.img --token-file TOKEN --ca-bundle CERTS/ca.crt
 
-The servers (`export serve`, `proxy serve`, `upload serve`) use `CERTS/tls.crt` and
-`tls.key` when present, and otherwise issue themselves a certificate from the CA in CERTS
-(`export ca create`) for the `--san` names (default: localhost, 127.0.0.1 and the host
-name). Certificate, key and TLS settings are reloaded when their files change, without
-dropping transfers in flight. TLS settings (`--tls-settings`, YAML, re-read on change):
-`minVersion: "1.2" | "1.3"`, `ciphers: <OpenSSL cipher string>`. The cipher list applies
-to TLS 1.2 only: Python's ssl module cannot restrict TLS 1.3 cipher suites."""
+The servers (`export serve`, `proxy serve`, `upload serve`) use `tls.crt` and `tls.key` in
+their `--cert-dir` (CERTS above) when present, and otherwise issue themselves a certificate
+from the CA in CERTS (`export ca create`) for the `--san` names (default: localhost,
+127.0.0.1 and the host name). Certificate, key and TLS settings are reloaded when their
+files change, without dropping transfers in flight. TLS settings (`--tls-settings`, YAML,
+re-read on change): `minVersion: "1.2" | "1.3"`, `ciphers: <OpenSSL cipher string>`. The
+cipher list applies to TLS 1.2 only: Python's ssl module cannot restrict TLS 1.3 cipher
+suites."""
 )
 ca_app = PlainTyper(help="The CA that issues export server certificates.")
 proxy_app = PlainTyper(help="The export proxy: one HTTPS entry that routes to export servers.")
@@ -109,14 +110,14 @@ def export_serve(
     shows its dirty runs), `/{internal,external}/manifests/{all,secret}` and
     `/exportready`. A volume is a file, a block device, a directory or an NBD URL.
 
-    The token (header or query parameter `x-kubevirt-export-token`) is re-read from TOKEN
-    on every request, compared in constant time, and never logged. `--port 0` picks a free
-    port and prints it alone on the first stdout line. At the TTL new requests get 410,
-    transfers in flight finish (up to `--grace`), and the server exits 0. Request headers
+    The token (header or query parameter `x-kubevirt-export-token`) is re-read from
+    `--token-file` on every request, compared in constant time, and never logged. `--port 0`
+    picks a free port and prints it alone on the first stdout line. At the TTL new requests get
+    410, transfers in flight finish (up to `--grace`), and the server exits 0. Request headers
     must arrive within `--header-timeout`; idle keep-alive connections close after
     `--idle-timeout`; a flowing body is never cut. Every refusal, an unknown path (404) or
-    method (405) included, is JSON `{"reason": ..., "message": ...}`; a client that hangs
-    up mid-download is one access-log line, whose byte count shows how much it got.
+    method (405) included, is JSON `{"reason": ..., "message": ...}`; a client that hangs up
+    mid-download is one access-log line, whose byte count shows how much it got.
 
     `--unix-socket PATH` also serves the same paths, behind the same token, in plain HTTP on
     a Unix socket, for a proxy on the same host: the socket is owner-only (0600; its

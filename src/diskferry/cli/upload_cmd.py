@@ -130,8 +130,8 @@ def upload_serve(
 ) -> None:
     """Take one upload into TARGET over HTTPS, on CDI's paths and Deckhouse's /upload/TOKEN.
 
-    Waits for one upload over HTTPS (a certificate issued from `CERTS/ca.crt`, or
-    `CERTS/tls.crt` as `export serve` takes it) and exits once it is in, printing the port
+    Waits for one upload over HTTPS (a certificate issued from the `ca.crt` in `--cert-dir`,
+    or its `tls.crt`, as `export serve` takes them) and exits once it is in, printing the port
     first (`--keep-serving` answers 409 until stopped instead). The token file holds the
     token on its first line and, optionally, the RFC 3339 time it expires on the second; it
     is read for each upload.
