@@ -152,7 +152,9 @@ def _kind(info: KindInfo, anchor: Anchor | None, root: Path, samples: _Samples) 
     if anchor is not None:
         lines += [f"Mirrors {anchor.source} {info.kind}.", ""]
     elif info.group != GROUP:
-        lines += ["Kubernetes' own kind, served as kube-apiserver serves it.", ""]
+        lines += ["Kubernetes' own kind, in Kubernetes' shape.", ""]
+    else:
+        lines += ["diskferry's own kind: no anchor has it.", ""]
     for paragraph in schema.get("description", "").split("\n\n"):
         lines += [escaped(paragraph), ""]
     lines += _listed("Examples", samples.examples.get(info.kind, []), root)
