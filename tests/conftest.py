@@ -235,16 +235,21 @@ def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: floa
     raise RuntimeError(f"nothing listens on port {port}")
 
 
+NGINX_SLOW = "slow"
+NGINX_SLOW_RATE = "256k"
+
+
 @dataclass
 class Nginx:
-    """An nginx serving `root` at `url`."""
+    """An nginx serving `root` at `url`; what is published under `slow/` is sent at
+    NGINX_SLOW_RATE a connection."""
 
     root: Path
     url: str
 
-    def publish(self, path: Path, name: str | None = None) -> str:
-        """Serve a copy (a hard link) of `path`; its URL."""
-        name = name or path.name
+    def publish(self, path: Path, name: str | None = None, slow: bool = False) -> str:
+        """Serve a copy (a hard link) of `path`, at NGINX_SLOW_RATE when `slow`; its URL."""
+        name = f"{NGINX_SLOW}/{name or path.name}" if slow else name or path.name
         dst = self.root / name
         if not dst.exists():
             try:
@@ -259,7 +264,7 @@ def nginx(tmp_path_factory) -> Iterator[Nginx]:
     """nginx in the foreground on 127.0.0.1 with its own config, temp and log paths."""
     work = tmp_path_factory.mktemp("nginx")
     root = work / "www"
-    root.mkdir()
+    (root / NGINX_SLOW).mkdir(parents=True)
     port = free_port()
     temps = " ".join(
         f"{kind}_temp_path {work}/{kind};" for kind in ("client_body", "proxy", "fastcgi")
@@ -271,7 +276,8 @@ def nginx(tmp_path_factory) -> Iterator[Nginx]:
         f"error_log {work}/error.log;\n"
         "events { worker_connections 128; }\n"
         f"http {{ access_log off; default_type application/octet-stream; {temps}\n"
-        f"  server {{ listen 127.0.0.1:{port}; root {root}; }} }}\n"
+        f"  server {{ listen 127.0.0.1:{port}; root {root};\n"
+        f"    location /{NGINX_SLOW}/ {{ limit_rate {NGINX_SLOW_RATE}; }} }} }}\n"
     )
     proc = subprocess.Popen(
         ["nginx", "-c", str(conf), "-p", str(work), "-e", str(work / "error.log")],

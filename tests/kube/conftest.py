@@ -1,4 +1,5 @@
-"""The kube tests run against the stand-in cluster (tests/standin.py), one for each module."""
+"""The kube tests run against the stand-in cluster (tests/standin.py), one for each module, whose
+kubelet runs Pods from the image built once for the whole run (image_support)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "operator"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "image"))
 
+from image_support import built as built
+from image_support import pinned as pinned
 from standin_support import StandIn, start_standin
 
 from diskferry.kube.api import KubeApi

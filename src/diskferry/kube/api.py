@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import dynamic, watch
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
@@ -307,6 +307,23 @@ class KubeApi:
             )
         except NotFoundError:
             return
+
+    def pod_log(self, namespace: str, name: str, *, tail_lines: int, limit_bytes: int) -> str:
+        """The last `tail_lines` lines of the log of the Pod's container, within its last
+        `limit_bytes` (as the server cuts them); NotFoundError when there is no such Pod."""
+        core = CoreV1Api(self.dynamic.client)
+        answer = self._call(
+            f"log of Pod {name}",
+            lambda: core.read_namespaced_pod_log(
+                name,
+                namespace,
+                tail_lines=tail_lines,
+                limit_bytes=limit_bytes,
+                _preload_content=False,  # the text as it is, never taken for JSON
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+        )
+        return answer.data.decode(errors="replace")
 
     def watch(
         self, api_version: str, kind: str, resource_version: str, seconds: int

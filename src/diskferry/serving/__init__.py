@@ -15,6 +15,7 @@ __all__, __getattr__, __dir__ = lazy_face(
             "EXPORT_PORT",
             "OPERATOR_HEALTH_PORT",
             "PROXY_PORT",
+            "WORKER_STATUS_PORT",
             "default_data_dir",
         ),
         "errors": ("ServeError", "TlsSetupError"),

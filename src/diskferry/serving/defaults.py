@@ -1,6 +1,6 @@
-"""Where the daemon, the export servers, the export proxy and the operator listen, and where the
-daemon keeps its state, unless told otherwise; light enough for the CLI to show them in its
-help. deploy/ names the same ports, and tests/deploy checks that it does."""
+"""Where the daemon, the export servers, the export proxy, the operator and workers in Pods
+listen, and where the daemon keeps its state, unless told otherwise; light enough for the CLI to
+show them in its help. deploy/ names the same ports, and tests/deploy checks that it does."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ KubeVirt's do in their Pods: the proxy's Service in deploy/ takes 443 to this po
 OPERATOR_HEALTH_PORT = 8081
 """Where `diskferry operator` answers its probes, GET /healthz and /readyz over plain HTTP (as
 controller-runtime's health probe address): the operator Deployment's probes name this port."""
+WORKER_STATUS_PORT = 8082
+"""Where a worker in a Pod answers GET /progress and /metrics, on its Pod's IP: the port its
+Pod declares, which the operator reads progress from (a worker on the daemon's host picks one)."""
 ROOT_DATA_DIR = Path("/var/lib/diskferry")
 USER_DATA_DIR = Path("diskferry-data")
 

@@ -1,0 +1,322 @@
+"""PodRunner: the reconcilers' Runner over a cluster, each job a worker Pod (see `pods`).
+
+A job is started by creating its Secret, then its Pod, in the namespace of the claims it names
+(the operator's own when it names none), owned by the object whose job it is; the Pod's
+existence is the record that the job was started, so no gate is needed: a job whose Pod was
+never created never ran, and one whose Pod exists is found again by a runner made afresh
+(which lists the worker Pods once, when it is made, and learns of those it creates).
+
+- State comes from the Pod: running until its container has ended (its progress from the
+  worker's /progress on the Pod's IP), then its exit code and its result, read from the
+  container's termination message; a job's credential files are removed from its Secret as
+  soon as it is seen ended.
+- The log tail comes from `pods/log`, bounded in lines and bytes.
+- Cancel deletes the Pod: its worker gets SIGTERM and the Pod's grace period to stop; the Pod's
+  finalizer keeps it, with its final status, until it is purged.
+- Purge removes a succeeded or cancelled job's Pod and Secret; a failed job's Pod is kept
+  (labelled `diskferry.io/kept`, its finalizer gone) with its Secret, for debugging, until the
+  job is forgotten. Once its Pod is gone a job's log tail is gone too: the reconcilers put it in
+  the operator's log before they purge.
+- read_file and write_file read and replace a key of the job's Secret, which the kubelet brings
+  into the running Pod's folder (within its sync period) where the worker reads it anew.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from diskferry.control.errors import AlreadyExistsError, NotFoundError
+from diskferry.control.runner.base import LOG_LINES, JobFile, JobState
+from diskferry.control.runner.local import JobStartError
+from diskferry.control.runner.tail import LINE_CHARS, TAIL_BYTES
+from diskferry.kube.api import KubeApi
+from diskferry.kube.claims import named_claims, owner
+from diskferry.kube.pods import (
+    CONTAINER,
+    CREDENTIALS,
+    FINALIZER,
+    JOB_FILE,
+    JOB_ID,
+    KEPT,
+    Mount,
+    job_secret,
+    pod_name,
+    selector,
+    worker_pod,
+)
+from diskferry.serving.defaults import WORKER_STATUS_PORT
+from diskferry.worker.job import (
+    JOB_ID_PATTERN,
+    WorkerJob,
+    job_file,
+    validate_job,
+    validation_message,
+)
+
+log = logging.getLogger("diskferry.kube")
+POD = ("v1", "Pod")
+SECRET = ("v1", "Secret")
+PROGRESS_TIMEOUT = 1.0
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ENDED = ("Succeeded", "Failed")
+Obj = dict[str, Any]
+
+
+class ClaimMounts(Protocol):
+    """Which PVC backs a claim now, for a Pod to mount."""
+
+    def mount(self, namespace: str, claim: str) -> Mount | None:
+        """The PVC that backs the claim `claim` of `namespace` now, None when it has none."""
+
+
+def _job_data(job: WorkerJob, job_id: str) -> Obj:
+    """What `job.json` holds for `job` in a Pod; JobStartError when its engine names no worker,
+    or its worker would refuse it (a secret inline)."""
+    if not job.WORKER:
+        raise JobStartError(f"a {type(job).__name__} names no worker to run it")
+    data = {**job_file(job), "jobId": job_id, "port": WORKER_STATUS_PORT}
+    try:
+        validate_job(type(job), data)
+    except ValidationError as e:
+        message = f"a {type(job).__name__} cannot go into a job file: {validation_message(e)}"
+        raise JobStartError(message) from None
+    return data
+
+
+def _container(pod: Obj) -> Obj:
+    """The status of the Pod's worker container ({} before it has one)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINER:
+            return status
+    return {}
+
+
+def _terminated(pod: Obj) -> Obj | None:
+    """How the worker container ended, None while it has not."""
+    return (_container(pod).get("state") or {}).get("terminated")
+
+
+def _result(terminated: Obj) -> Obj | None:
+    """The result the worker wrote in its termination message, None when it wrote none."""
+    try:
+        result = json.loads(terminated.get("message") or "")
+    except ValueError:
+        return None
+    return result if isinstance(result, dict) and "ok" in result else None
+
+
+def _progress(address: str) -> Obj | None:
+    """GET /progress of the worker at `address`, None when it does not answer in time."""
+    conn = http.client.HTTPConnection(address, WORKER_STATUS_PORT, timeout=PROGRESS_TIMEOUT)
+    try:
+        conn.request("GET", "/progress")
+        response = conn.getresponse()
+        if response.status != 200:
+            return None
+        data = json.loads(response.read())
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    return data if isinstance(data, dict) else None
+
+
+class PodRunner:
+    """Runs jobs as Pods of `image`, each claim a job names mounted as `claims` says, jobs that
+    name none in `namespace`; safe to use from several threads."""
+
+    def __init__(self, api: KubeApi, image: str, claims: ClaimMounts, namespace: str) -> None:
+        self.api = api
+        self.image = image
+        self.claims = claims
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._stripped: set[str] = set()
+        pods, _ = api.list(*POD, label_selector=selector())
+        self._where = {
+            pod["metadata"]["annotations"][JOB_ID]: pod["metadata"]["namespace"]
+            for pod in pods
+            if (pod["metadata"].get("annotations") or {}).get(JOB_ID)
+        }
+
+    def _namespace(self, job_id: str) -> str | None:
+        with self._lock:
+            return self._where.get(job_id)
+
+    def _pod(self, job_id: str) -> tuple[str, Obj] | None:
+        """The job's namespace and Pod, None when it has none (it is forgotten then)."""
+        namespace = self._namespace(job_id)
+        if namespace is None:
+            return None
+        pod = self.api.get(*POD, namespace, pod_name(job_id))
+        if pod is None:
+            with self._lock:
+                self._where.pop(job_id, None)
+            return None
+        return namespace, pod
+
+    def _mounts(self, data: Obj) -> tuple[str, list[Mount]]:
+        """The namespace of the claims the job names, and their mounts."""
+        named = named_claims(data)
+        namespaces = {claim.namespace for claim in named}
+        if len(namespaces) > 1:
+            raise JobStartError(f"a job's claims are in one namespace, not {sorted(namespaces)}")
+        mounts = []
+        for claim in named:
+            mount = self.claims.mount(claim.namespace, claim.name)
+            if mount is None:
+                raise JobStartError(f"the claim {claim.namespace}/{claim.name} has no volume")
+            mounts.append(mount)
+        return (namespaces.pop() if namespaces else self.namespace), mounts
+
+    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+        """Create the job's Secret and Pod, unless its Pod exists."""
+        if not re.match(JOB_ID_PATTERN, job_id):
+            raise JobStartError(f"{job_id!r} is not a usable job id")
+        data = _job_data(job, job_id)
+        given = {JOB_FILE: json.dumps(data).encode()}
+        for file in files:
+            if not _FILE_NAME.match(file.name) or file.name in given:
+                raise JobStartError(f"{file.name!r} is not a usable name for a job's file")
+            given[file.name] = file.data
+        if self._pod(job_id) is not None:
+            return
+        namespace, mounts = self._mounts(data)
+        uid = job_id[-36:]
+        owners = [owner(m.claim) for m in mounts]
+        ref = next((found for found in owners if found and found["uid"] == uid), None)
+        credentials = [file.name for file in files if file.credential]
+        secret = job_secret(job_id, namespace, given, credentials, ref)
+        name = pod_name(job_id)
+        try:
+            self.api.create(*SECRET, namespace, secret)
+        except AlreadyExistsError:  # of a start that stopped before its Pod: never ran
+            found = self.api.get(*SECRET, namespace, name) or {}
+            secret["metadata"]["resourceVersion"] = found.get("metadata", {}).get("resourceVersion")
+            self.api.replace(*SECRET, namespace, name, secret)
+        pod = worker_pod(job_id, namespace, job.WORKER, self.image, mounts, ref)
+        with contextlib.suppress(AlreadyExistsError):  # started meanwhile, by a start of the job
+            self.api.create(*POD, namespace, pod)
+        with self._lock:
+            self._where[job_id] = namespace
+        log.info("job %s: Pod %s/%s created", job_id, namespace, name)
+
+    def state(self, job_id: str) -> JobState | None:
+        """The job's state as its Pod tells it."""
+        found = self._pod(job_id)
+        if found is None:
+            return None
+        namespace, pod = found
+        status = pod.get("status") or {}
+        terminated = _terminated(pod)
+        if terminated is None and status.get("phase") not in ENDED:
+            address = status.get("podIP") if status.get("phase") == "Running" else None
+            progress = _progress(address) if address else None
+            return JobState(job_id, True, progress=progress, port=WORKER_STATUS_PORT)
+        self._strip_credentials(job_id, namespace)
+        kept = (pod["metadata"].get("labels") or {}).get(KEPT) == "true"
+        return JobState(
+            job_id,
+            False,
+            result=_result(terminated) if terminated else None,
+            exit_code=terminated.get("exitCode") if terminated else None,
+            port=WORKER_STATUS_PORT,
+            kept=kept,
+        )
+
+    def _strip_credentials(self, job_id: str, namespace: str) -> None:
+        """Remove the credential files from the ended job's Secret, once."""
+        if job_id in self._stripped:
+            return
+        secret = self.api.get(*SECRET, namespace, pod_name(job_id))
+        annotations = ((secret or {}).get("metadata") or {}).get("annotations") or {}
+        names = [name for name in (annotations.get(CREDENTIALS) or "").split(",") if name]
+        if secret is not None and names:
+            patch = {
+                "metadata": {"annotations": {CREDENTIALS: None}},
+                "data": dict.fromkeys(names),
+            }
+            self.api.patch(*SECRET, namespace, pod_name(job_id), patch)
+        with self._lock:
+            self._stripped.add(job_id)
+
+    def log_tail(self, job_id: str, lines: int = LOG_LINES) -> list[str]:
+        """The last `lines` lines the worker logged, from its Pod's log ([] once it is gone)."""
+        namespace = self._namespace(job_id)
+        if namespace is None or lines <= 0:
+            return []
+        try:
+            text = self.api.pod_log(
+                namespace, pod_name(job_id), tail_lines=lines, limit_bytes=TAIL_BYTES
+            )
+        except NotFoundError:
+            return []
+        return [line[:LINE_CHARS] for line in text.splitlines()[-lines:]]
+
+    def cancel(self, job_id: str) -> None:
+        """Delete the job's Pod while it runs: SIGTERM, and its grace period to stop."""
+        state = self.state(job_id)
+        namespace = self._namespace(job_id)
+        if state is not None and state.running and namespace is not None:
+            self.api.delete(*POD, namespace, pod_name(job_id))
+
+    def read_file(self, job_id: str, name: str) -> bytes | None:
+        """A file of the job's Secret, None when the job or the file is not there."""
+        namespace = self._namespace(job_id)
+        secret = None if namespace is None else self.api.get(*SECRET, namespace, pod_name(job_id))
+        value = ((secret or {}).get("data") or {}).get(name)
+        return None if value is None else base64.b64decode(value)
+
+    def write_file(self, job_id: str, name: str, data: bytes) -> None:
+        """Replace a file of the job's Secret (the running worker reads it anew)."""
+        namespace = self._namespace(job_id)
+        if namespace is None or not _FILE_NAME.match(name):
+            raise JobStartError(f"no job {job_id} to write {name} for")
+        patch = {"data": {name: base64.b64encode(data).decode()}}
+        self.api.patch(*SECRET, namespace, pod_name(job_id), patch)
+
+    def _unhold(self, namespace: str, pod: Obj, labels: Obj) -> None:
+        """Take the runner's finalizer off the Pod (gone then, if it was deleted), and add
+        `labels`."""
+        meta = pod["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        patch = {"metadata": {"finalizers": finalizers or None, "labels": labels or None}}
+        with contextlib.suppress(NotFoundError):  # gone meanwhile
+            self.api.patch(*POD, namespace, meta["name"], patch)
+
+    def purge(self, job_id: str, keep_scratch: bool) -> bool:
+        """Remove an ended job's Pod and Secret, or keep them (`keep_scratch`, not for a
+        cancelled Pod); a job still running is cancelled instead and False returned."""
+        state = self.state(job_id)
+        found = self._pod(job_id)
+        if state is None or found is None:
+            return True
+        if state.running:
+            self.cancel(job_id)
+            return False
+        namespace, pod = found
+        if keep_scratch and not pod["metadata"].get("deletionTimestamp"):
+            self._unhold(namespace, pod, {KEPT: "true"})
+            return True
+        self.api.delete(*SECRET, namespace, pod_name(job_id))
+        self._unhold(namespace, pod, {})
+        self.api.delete(*POD, namespace, pod_name(job_id))
+        with self._lock:
+            self._stripped.discard(job_id)
+        return True
+
+    def forget(self, job_id: str) -> bool:
+        """Purge the job, its kept Pod too; False while it runs, or its Pod is not gone yet."""
+        if not self.purge(job_id, keep_scratch=False):
+            return False
+        return self._pod(job_id) is None

@@ -1,0 +1,181 @@
+"""Claims as PVCs against the stand-in cluster (its storage provisions and binds; its kubelet
+runs the Pods): a disk's claim is a target PVC its disk populates, and a prime PVC beside it that
+the worker writes; once written, the prime's volume is handed to the target (its claimRef moved,
+as CDI's populators do) and the prime removed; Filesystem claims are a folder holding disk.img,
+Block claims a device; a claim is removed with its prime and their volume."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from control_support import wait_until
+from daemon_support import kubectl
+from image_support import BUILD_SECONDS
+
+from diskferry.control.host.volumes import VolumeClass, VolumeError
+from diskferry.control.reconcilers.sources import claim_name
+from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.runner.base import JobState
+from diskferry.importer import BlankJob, ImportJob
+from diskferry.kube.api import KubeApi
+from diskferry.kube.claims import DISK_FILE
+from diskferry.kube.client import KubeClient
+from diskferry.kube.runner import PodRunner
+from diskferry.kube.volumes import SIZE_ANNOTATION, ClusterVolumes, prime_name
+
+pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 600)]
+MiB = 1 << 20
+FILES = VolumeClass("fast")
+BLOCKS = VolumeClass("fast", "block")
+STORAGE = "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: fast}\n"
+
+
+@pytest.fixture(scope="module")
+def image(standin, pinned: str) -> str:
+    """The stand-in with its StorageClass; the image its Pods run."""
+    kubectl(standin, "apply", "-f", "-", stdin=STORAGE)
+    return pinned
+
+
+@pytest.fixture
+def volumes(api: KubeApi) -> ClusterVolumes:
+    return ClusterVolumes(api)
+
+
+@pytest.fixture
+def runner(api: KubeApi, image: str, volumes: ClusterVolumes) -> PodRunner:
+    return PodRunner(api, image, volumes, "default")
+
+
+def _disk(api: KubeApi, name: str) -> VirtualDisk:
+    """A VirtualDisk stored in the stand-in (nothing reconciles it): the owner of its claim."""
+    disk = VirtualDisk.model_validate(
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"persistentVolumeClaim": {"size": "1Mi"}},
+        }
+    )
+    return KubeClient(api, REGISTRY).create(disk)
+
+
+def _pvc(api: KubeApi, name: str) -> dict[str, Any] | None:
+    return api.get("v1", "PersistentVolumeClaim", "default", name)
+
+
+def _bound(api: KubeApi, name: str) -> dict[str, Any]:
+    return wait_until(
+        lambda: (
+            (pvc := _pvc(api, name)) and (pvc.get("status") or {}).get("phase") == "Bound" and pvc
+        ),
+        30,
+        0.2,
+    )
+
+
+def _ended(runner: PodRunner, job_id: str) -> JobState:
+    return wait_until(
+        lambda: (state := runner.state(job_id)) and not state.running and state, 180, 0.3
+    )
+
+
+def _backing(api: KubeApi, pvc: dict[str, Any]) -> Path:
+    pv = api.get("v1", "PersistentVolume", None, pvc["spec"]["volumeName"])
+    assert pv is not None
+    return Path(pv["spec"]["hostPath"]["path"])
+
+
+def test_a_claim_is_a_target_populated_through_its_prime(
+    api: KubeApi, volumes: ClusterVolumes, runner: PodRunner
+) -> None:
+    disk = _disk(api, "files")
+    name = claim_name(disk)
+    claim = volumes.claim(FILES, "default", name, 64 * MiB)
+    assert (claim.ready, claim.block, claim.size()) == (False, False, 64 * MiB)
+    assert claim.path == f"/claims/default/{name}/{DISK_FILE}"
+    target = _pvc(api, name)
+    assert target is not None
+    assert target["spec"]["dataSourceRef"] == {
+        "apiGroup": "diskferry.io",
+        "kind": "VirtualDisk",
+        "name": "files",
+    }
+    [owner] = target["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "VirtualDisk",
+        "files",
+        disk.metadata.uid,
+    )
+    assert target["metadata"]["annotations"][SIZE_ANNOTATION] == str(64 * MiB)
+    asked = target["spec"]["resources"]["requests"]["storage"]
+    assert int(asked) > 64 * MiB  # room for the filesystem's own
+    prime = _bound(api, prime_name(target))
+    assert prime["metadata"]["ownerReferences"][0]["uid"] == target["metadata"]["uid"]
+    assert volumes.claim(FILES, "default", name, 64 * MiB) == claim  # found again, as made
+
+    runner.start(f"vd-blank-{disk.metadata.uid}", BlankJob(target=claim.path, size=64 * MiB))
+    state = _ended(runner, f"vd-blank-{disk.metadata.uid}")
+    assert state.succeeded, runner.log_tail(f"vd-blank-{disk.metadata.uid}")
+    pod = api.get("v1", "Pod", "default", f"diskferry-vd-blank-{disk.metadata.uid}")
+    assert pod is not None and pod["metadata"]["ownerReferences"][0]["uid"] == disk.metadata.uid
+    written = _backing(api, prime) / DISK_FILE
+    assert written.stat().st_size == 64 * MiB
+
+    volumes.seal(claim)
+    assert _bound(api, name)["spec"]["volumeName"] == prime["spec"]["volumeName"]
+    found = volumes.find(FILES, "default", name)
+    assert found is not None and found.ready
+    wait_until(lambda: _pvc(api, prime_name(target)) is None, 30, 0.2)
+    assert volumes.locate([VolumeClass("other"), FILES], "default", name) == found
+    assert written.exists()  # the same volume, now the target's
+    assert runner.purge(f"vd-blank-{disk.metadata.uid}", keep_scratch=False)
+
+    volumes.remove(FILES, "default", name)
+    assert _pvc(api, name) is None
+    wait_until(lambda: not written.parent.exists(), 30, 0.2)
+    assert volumes.find(FILES, "default", name) is None
+
+
+def test_a_block_claim_is_a_device_the_worker_writes(
+    api: KubeApi, volumes: ClusterVolumes, runner: PodRunner, nginx, tmp_path: Path
+) -> None:
+    disk = _disk(api, "blocks")
+    name = claim_name(disk)
+    claim = volumes.claim(BLOCKS, "default", name, 8 * MiB)
+    assert claim.block and claim.path == f"/claims/default/{name}/disk"
+    target = _pvc(api, name)
+    assert target is not None and target["spec"]["volumeMode"] == "Block"
+    assert target["spec"]["resources"]["requests"]["storage"] == str(8 * MiB)
+    data = os.urandom(MiB)
+    (tmp_path / "block.raw").write_bytes(data)
+    url = nginx.publish(tmp_path / "block.raw", "block.raw")
+    job = ImportJob(source=url, target=claim.path, force=True, size=8 * MiB)
+    runner.start(f"vd-{disk.metadata.uid}", job)
+    assert _ended(runner, f"vd-{disk.metadata.uid}").succeeded, runner.log_tail(
+        f"vd-{disk.metadata.uid}"
+    )
+    prime = _bound(api, prime_name(target))
+    assert _backing(api, prime).read_bytes()[:MiB] == data
+    volumes.seal(claim)
+    assert _bound(api, name)["spec"]["volumeName"] == prime["spec"]["volumeName"]
+    runner.forget(f"vd-{disk.metadata.uid}")
+    volumes.remove(BLOCKS, "default", name)
+
+
+def test_a_prime_not_bound_yet_is_not_sealed(api: KubeApi, volumes: ClusterVolumes) -> None:
+    disk = _disk(api, "early")
+    claim = volumes.claim(FILES, "default", claim_name(disk), MiB)
+    api.delete("v1", "PersistentVolumeClaim", "default", prime_name(_pvc(api, claim.name)))
+    with pytest.raises(VolumeError, match="prime"):
+        volumes.seal(claim)
+    volumes.remove(FILES, "default", claim.name)
+
+
+def test_a_claim_in_a_cluster_needs_a_size(api: KubeApi, volumes: ClusterVolumes) -> None:
+    disk = _disk(api, "sizeless")
+    with pytest.raises(VolumeError, match="size"):
+        volumes.claim(FILES, "default", claim_name(disk), 0)
+    assert _pvc(api, claim_name(disk)) is None
