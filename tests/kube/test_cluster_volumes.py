@@ -2,7 +2,8 @@
 runs the Pods): a disk's claim is a target PVC its disk populates, and a prime PVC beside it that
 the worker writes; once written, the prime's volume is handed to the target (its claimRef moved,
 as CDI's populators do) and the prime removed; Filesystem claims are a folder holding disk.img,
-Block claims a device; a claim is removed with its prime and their volume."""
+Block claims a device; a claim is removed with its prime and their volume. What the Pod runner
+and the claims ask of the API, deploy/'s ClusterRole grants."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from control_support import wait_until
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
@@ -24,6 +26,7 @@ from diskferry.importer import BlankJob, ImportJob
 from diskferry.kube.api import KubeApi
 from diskferry.kube.claims import DISK_FILE
 from diskferry.kube.client import KubeClient
+from diskferry.kube.config import api_client
 from diskferry.kube.runner import PodRunner
 from diskferry.kube.volumes import SIZE_ANNOTATION, ClusterVolumes, prime_name
 
@@ -179,3 +182,80 @@ def test_a_claim_in_a_cluster_needs_a_size(api: KubeApi, volumes: ClusterVolumes
     with pytest.raises(VolumeError, match="size"):
         volumes.claim(FILES, "default", claim_name(disk), 0)
     assert _pvc(api, claim_name(disk)) is None
+
+
+DEPLOY = Path(__file__).parents[2] / "deploy" / "base" / "rbac.yaml"
+
+
+class RecordingApi(KubeApi):
+    """The API, each request recorded as the verb and the resource RBAC names it by."""
+
+    asked: set[tuple[str, str, str]]
+
+    def _asked(self, verb: str, api_version: str, kind: str, sub: str = "") -> None:
+        resource = self.resource(api_version, kind)
+        self.asked.add((verb, resource.group, resource.name + sub))
+
+    def get(self, api_version, kind, namespace, name):  # type: ignore[no-untyped-def]
+        self._asked("get", api_version, kind)
+        return super().get(api_version, kind, namespace, name)
+
+    def list(self, api_version, kind, namespace=None, *, label_selector=None):  # type: ignore[no-untyped-def]
+        self._asked("list", api_version, kind)
+        return super().list(api_version, kind, namespace, label_selector=label_selector)
+
+    def create(self, api_version, kind, namespace, body):  # type: ignore[no-untyped-def]
+        self._asked("create", api_version, kind)
+        return super().create(api_version, kind, namespace, body)
+
+    def replace(self, api_version, kind, namespace, name, body):  # type: ignore[no-untyped-def]
+        self._asked("update", api_version, kind)
+        return super().replace(api_version, kind, namespace, name, body)
+
+    def patch(self, api_version, kind, namespace, name, patch, *, subresource=None):  # type: ignore[no-untyped-def]
+        self._asked("patch", api_version, kind, f"/{subresource}" if subresource else "")
+        return super().patch(api_version, kind, namespace, name, patch, subresource=subresource)
+
+    def delete(self, api_version, kind, namespace, name):  # type: ignore[no-untyped-def]
+        self._asked("delete", api_version, kind)
+        return super().delete(api_version, kind, namespace, name)
+
+    def pod_log(self, namespace, name, *, tail_lines, limit_bytes):  # type: ignore[no-untyped-def]
+        self._asked("get", "v1", "Pod", "/log")
+        return super().pod_log(namespace, name, tail_lines=tail_lines, limit_bytes=limit_bytes)
+
+
+def _granted() -> set[tuple[str, str, str]]:
+    """What deploy/'s ClusterRole lets the operator do, by verb, group and resource."""
+    [role] = [d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole"]
+    return {
+        (verb, group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_runner_and_the_claims_ask_no_more_than_deploy_grants(
+    standin, image: str, nginx, images, tmp_path: Path
+) -> None:
+    api = RecordingApi(api_client(standin.kubeconfig), discovery_cache=tmp_path / "cache.json")
+    api.asked = set()
+    volumes = ClusterVolumes(api)
+    runner = PodRunner(api, image, volumes, "default")
+    disk = _disk(api, "asked")
+    claim = volumes.claim(FILES, "default", claim_name(disk), 32 * MiB)
+    job_id = f"vd-{disk.metadata.uid}"
+    url = nginx.publish(images.reference, "asked.raw")
+    runner.start(job_id, ImportJob(source=url, target=claim.path, force=True), [])
+    runner.write_file(job_id, "token", b"t")
+    assert runner.read_file(job_id, "token") == b"t"
+    assert _ended(runner, job_id).succeeded
+    runner.log_tail(job_id)
+    volumes.seal(claim)
+    assert runner.purge(job_id, keep_scratch=True) and runner.forget(job_id)
+    _bound(api, claim.name)
+    assert volumes.locate([FILES], "default", claim.name) is not None
+    volumes.remove(FILES, "default", claim.name)
+    assert api.asked - _granted() == set()

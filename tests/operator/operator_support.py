@@ -1,5 +1,6 @@
-"""`diskferry operator` in a subprocess against the stand-in cluster, and what tests read of it:
-its probes, the Lease's holder, the Events it wrote."""
+"""`diskferry operator` in a subprocess against the stand-in cluster (a Cluster: the stand-in and
+the operators started on it), and what tests read of it: its probes, the Lease's holder, the
+Events it wrote."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from control_support import wait_until
+from control_support import stop_workers_under, wait_until
 from daemon_support import free_port, kubectl
-from standin_support import StandIn, environment
+from standin_support import StandIn, environment, start_standin
+
+from diskferry.control.runner.stop import stop_data_dir
 
 NAMESPACE = "diskferry-system"
 LEASE = "diskferry-operator"
@@ -146,3 +149,31 @@ def wait_ready(standin: StandIn, name: str, timeout: str = "120s") -> None:
         f"--timeout={timeout}",
     )
     assert "condition met" in out
+
+
+class Cluster:
+    """A stand-in with the operators' namespace, and the operators started on it."""
+
+    def __init__(self, base: Path, *options: str) -> None:
+        self.base = base
+        self.data_dir = base / "operator"
+        self.standin = start_standin(base / "standin", base / "standin.log", *options)
+        kubectl(self.standin, "create", "namespace", NAMESPACE)
+        self.operators: list[RunningOperator] = []
+
+    def start(self, identity: str, *options: str) -> RunningOperator:
+        """An operator named `identity`, its workers in the data directory all share."""
+        log = self.base / f"{identity}.log"
+        running = start_operator(self.standin, self.data_dir, log, identity, *options)
+        self.operators.append(running)
+        return running
+
+    def close(self) -> None:
+        """Kill the operators left, stop their local workers, and stop the stand-in."""
+        for running in self.operators:
+            if running.process.poll() is None:
+                running.kill()
+        if self.data_dir.exists():
+            stop_data_dir(self.data_dir, 30)
+            stop_workers_under(self.data_dir)
+        assert self.standin.stop() == 0

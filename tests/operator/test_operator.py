@@ -10,54 +10,23 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from control_support import stop_workers_under, wait_until
+from control_support import wait_until
 from daemon_support import kubectl
 from operator_support import (
     LEASE,
     LEASE_OPTIONS,
     NAMESPACE,
-    RunningOperator,
+    Cluster,
     blank_disk,
     holder,
     lease,
     reporters,
-    start_operator,
     wait_holder,
     wait_ready,
 )
-from standin_support import start_standin
-
-from diskferry.control.runner.stop import stop_data_dir
 
 LEASE_SECONDS = float(LEASE_OPTIONS[LEASE_OPTIONS.index("--lease-duration") + 1])
 RETRY_SECONDS = float(LEASE_OPTIONS[LEASE_OPTIONS.index("--retry-period") + 1])
-
-
-class Cluster:
-    """A stand-in with the operators' namespace, and the operators started on it."""
-
-    def __init__(self, base: Path, *options: str) -> None:
-        self.base = base
-        self.data_dir = base / "operator"
-        self.standin = start_standin(base / "standin", base / "standin.log", *options)
-        kubectl(self.standin, "create", "namespace", NAMESPACE)
-        self.operators: list[RunningOperator] = []
-
-    def start(self, identity: str, *options: str) -> RunningOperator:
-        """An operator named `identity`, its workers in the data directory all share."""
-        log = self.base / f"{identity}.log"
-        running = start_operator(self.standin, self.data_dir, log, identity, *options)
-        self.operators.append(running)
-        return running
-
-    def close(self) -> None:
-        for running in self.operators:
-            if running.process.poll() is None:
-                running.kill()
-        if self.data_dir.exists():
-            stop_data_dir(self.data_dir, 30)
-            stop_workers_under(self.data_dir)
-        assert self.standin.stop() == 0
 
 
 @pytest.fixture

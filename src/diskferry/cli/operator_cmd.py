@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -80,6 +81,23 @@ def operator(
         int,
         typer.Option("--watch-seconds", help="Seconds each watch request lasts before another."),
     ] = 300,
+    runner: Annotated[
+        str | None,
+        typer.Option(
+            "--runner",
+            help="Where workers run: pods (each job a worker Pod, each claim a PVC; the "
+            "default in a Pod) or local (child processes on this host, claims under "
+            "--data-dir; the default elsewhere).",
+        ),
+    ] = None,
+    worker_image: Annotated[
+        str | None,
+        typer.Option(
+            "--worker-image",
+            help="The image of the worker Pods (default: the operator's own, read from its "
+            "Pod, which POD_NAME and POD_NAMESPACE name).",
+        ),
+    ] = None,
 ) -> None:
     """Run the reconcilers of `diskferry serve` against a cluster's API, until SIGTERM.
 
@@ -88,16 +106,29 @@ def operator(
     leader that loses the Lease stops reconciling and exits 1. The probes answer on every
     instance: /healthz while it runs, /readyz while the cluster's API answers.
 
-    Workers do not run as Pods yet: the leader runs them on its own host as child processes
-    (the local runner), their volumes and state under --data-dir, as `diskferry serve` does.
-    Every instance that may lead needs that same directory, where a new leader re-attaches to
-    the workers the last one left running."""
+    Each job runs in a worker Pod of the operator's image, in the namespace of the claims it
+    writes, each claim a PVC populated through a prime PVC; a new leader finds the Pods the last
+    one started. With --runner local the leader runs its workers on its own host as child
+    processes instead, their volumes and state under --data-dir, as `diskferry serve` does:
+    every instance that may lead needs that same directory then."""
     from diskferry.cli.cancel import signals_set
     from diskferry.control.daemon import prepare_data_dir
     from diskferry.kube.api import KubeApi
-    from diskferry.kube.config import api_client, own_namespace
+    from diskferry.kube.config import api_client, in_cluster, own_namespace
     from diskferry.kube.lease import LeaseTimes
-    from diskferry.kube.operator import Operator, OperatorSettings, default_identity
+    from diskferry.kube.operator import (
+        LOCAL,
+        PODS,
+        RUNNERS,
+        Operator,
+        OperatorSettings,
+        default_identity,
+        own_image,
+    )
+
+    chosen = runner or (PODS if in_cluster() else LOCAL)
+    if chosen not in RUNNERS:
+        raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
@@ -115,6 +146,8 @@ def operator(
         watch_seconds=watch_seconds,
     )
     api = KubeApi(api_client(kubeconfig), discovery_cache=directory / "discovery.json")
+    if chosen == PODS:
+        settings = replace(settings, runner=PODS, worker_image=worker_image or own_image(api))
     stop = threading.Event()
     with signals_set(stop):
         held = Operator(api, settings).run(stop)

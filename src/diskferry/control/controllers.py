@@ -21,6 +21,7 @@ from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
 from diskferry.control.host.embedded.proxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
@@ -47,7 +48,7 @@ from diskferry.control.reconcilers.vmclass import (
 )
 from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
-from diskferry.control.runner.base import LOG_LINES
+from diskferry.control.runner.base import LOG_LINES, Runner
 from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import Client, EmbeddedClient
 from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager
@@ -72,7 +73,9 @@ def embedded(objects: ObjectService) -> Access:
 
 class Controllers:
     """The reconcilers of the disk, image (claimed and stored) and snapshot kinds (and any
-    `extra`), and their manager."""
+    `extra`), and their manager; their workers run through `runner` and their claims are made
+    by `volumes` (this host's, under the data directory, unless others are given: a cluster's
+    Pods and PVCs)."""
 
     def __init__(
         self,
@@ -84,12 +87,14 @@ class Controllers:
         resync: float = RESYNC_SECONDS,
         proxy_port: int = PROXY_PORT,
         certs: DaemonCa | None = None,
+        runner: Runner | None = None,
+        volumes: Volumes | None = None,
     ) -> None:
         access = objects if isinstance(objects, Access) else embedded(objects)
         clock = access.clock
         self.client = access.client
-        self.runner = LocalRunner(data_dir)
-        self.volumes = DirectoryVolumes(data_dir)
+        self.runner: Runner = runner or LocalRunner(data_dir)
+        self.volumes: Volumes = volumes or DirectoryVolumes(data_dir)
         self.store = LayoutImageStore(data_dir)
         self.machines = Machines(data_dir)
         self.certs = certs or DaemonCa(Path(data_dir) / PKI_DIR)

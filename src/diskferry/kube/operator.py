@@ -4,9 +4,10 @@ instance that holds the Lease, with its probes on a port of their own.
 Every instance answers the probes and tries for the Lease; the one that takes it reconciles
 (every diskferry.io kind, through KubeClient and ClusterSource) until it is stopped, when it
 releases the Lease, or until it loses it, when it stops reconciling before another may take
-over. Until workers run as Pods, the controllers' workers run on the leader's host as its child
-processes (the local runner), their volumes and state under its data directory: instances that
-may lead share that directory, and a new leader re-attaches to the workers the last one left.
+over. The controllers' workers run as Pods of the operator's own image, their claims PVCs
+(`runner`, `volumes`): a new leader finds the worker Pods the last one started. With the local
+runner they run on the leader's host as its child processes instead, their volumes and state
+under its data directory, which instances that may lead then share.
 """
 
 from __future__ import annotations
@@ -22,20 +23,49 @@ from pathlib import Path
 
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.resources import REGISTRY
+from diskferry.control.runner.base import Runner
 from diskferry.control.runner.stop import serving
+from diskferry.disk.errors import DiskferryError
 from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
-from diskferry.kube.config import POD_NAME
+from diskferry.kube.config import POD_NAME, POD_NAMESPACE
 from diskferry.kube.health import Health
 from diskferry.kube.lease import LeaderElector, LeaseTimes
+from diskferry.kube.runner import PodRunner
 from diskferry.kube.source import WATCH_SECONDS, ClusterSource
+from diskferry.kube.volumes import ClusterVolumes
 from diskferry.serving.defaults import OPERATOR_HEALTH_PORT, PROXY_PORT
 
 log = logging.getLogger("diskferry.kube")
 LEASE_NAME = "diskferry-operator"
 NAMESPACE = "diskferry-system"
 STOP_SECONDS = 30  # for the reconciles under way when the operator is stopped
+LOCAL = "local"
+PODS = "pods"
+RUNNERS = (PODS, LOCAL)
+CONTAINER = "operator"
+
+
+class NoWorkerImageError(DiskferryError):
+    """The operator runs its workers as Pods and cannot tell their image: it runs in no Pod it
+    can read (POD_NAME and POD_NAMESPACE), and no image was given."""
+
+
+def own_image(api: KubeApi) -> str:
+    """The image of the operator's own container (`operator`, else its Pod's first), read from
+    its Pod, which POD_NAME and POD_NAMESPACE name; NoWorkerImageError when there is none."""
+    name, namespace = os.environ.get(POD_NAME), os.environ.get(POD_NAMESPACE)
+    pod = api.get("v1", "Pod", namespace, name) if name and namespace else None
+    if pod is None:
+        raise NoWorkerImageError(
+            "the operator runs in no Pod it can read (POD_NAME, POD_NAMESPACE): give the "
+            "workers' image with --worker-image"
+        )
+    containers = pod["spec"]["containers"]
+    chosen = next((c for c in containers if c["name"] == CONTAINER), containers[0])
+    return str(chosen["image"])
 
 
 def default_identity() -> str:
@@ -47,7 +77,8 @@ def default_identity() -> str:
 @dataclass(frozen=True)
 class OperatorSettings:
     """What an operator instance is told: where its workers keep their state, its Lease, its
-    name in it, its probes' address, the export proxy's port, and its watches' length."""
+    name in it, its probes' address, the export proxy's port, its watches' length, and where
+    its workers run: as Pods of `worker_image` (PODS), or on its host (LOCAL)."""
 
     data_dir: Path
     namespace: str = NAMESPACE
@@ -59,12 +90,15 @@ class OperatorSettings:
     proxy_port: int = PROXY_PORT
     workers: int = 4
     watch_seconds: int = WATCH_SECONDS
+    runner: str = LOCAL
+    worker_image: str = ""
 
 
 class Operator:
     """One instance: its probes, its candidacy, and the controllers while it leads."""
 
     def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
+        self.api = api
         self.settings = settings
         self.client = KubeClient(api, REGISTRY, instance=settings.identity)
         self.source = ClusterSource(api, REGISTRY, watch_seconds=settings.watch_seconds)
@@ -100,6 +134,14 @@ class Operator:
         finally:
             self.health.stop()
 
+    def _workers(self) -> tuple[Runner | None, Volumes | None]:
+        """Where the workers run and the claims are: Pods and PVCs, or (None) this host."""
+        if self.settings.runner != PODS:
+            return None, None
+        volumes = ClusterVolumes(self.api)
+        runner = PodRunner(self.api, self.settings.worker_image, volumes, self.settings.namespace)
+        return runner, volumes
+
     def _lead(self, stop: threading.Event) -> bool:
         settings = self.settings
         log.info(
@@ -110,8 +152,14 @@ class Operator:
         )
         with serving(settings.data_dir):
             access = Access(self.client, self.source, Clock())
+            runner, volumes = self._workers()
             controllers = Controllers(
-                settings.data_dir, access, workers=settings.workers, proxy_port=settings.proxy_port
+                settings.data_dir,
+                access,
+                workers=settings.workers,
+                proxy_port=settings.proxy_port,
+                runner=runner,
+                volumes=volumes,
             )
             held = False
             try:
