@@ -20,10 +20,10 @@ import pytest
 
 from diskferry.cli import demo_cmd, demo_steps
 from diskferry.cli.demo_backup import PASSWORD, stop_jobs, stop_machines
-from diskferry.control.machines import Machines
+from diskferry.control.host.embedded.machines import QemuMachines
+from diskferry.control.host.machines import MachineSpec
 from diskferry.control.runner.local import LocalRunner
 from diskferry.qemu import img
-from diskferry.qemu.system import VmConfig, command
 from diskferry.worker import WorkerJob
 
 
@@ -108,17 +108,10 @@ def test_demo_runs_every_step_and_verifies_it(short_dir: Path) -> None:
 
 
 def test_a_vm_left_running_by_a_failed_demo_is_stopped(short_dir: Path) -> None:
-    machines = Machines(short_dir)
-    config = VmConfig(
-        name="left",
-        cores=1,
-        memory_bytes=16 << 20,
-        disks=[],
-        monitors=[machines.control_socket("restored-1", "demo-vm")],
-        serial_log=machines.serial_log("restored-1", "demo-vm"),
-        kvm=False,
+    machines = QemuMachines(short_dir)
+    machines.start(
+        "restored-1", "demo-vm", MachineSpec(cores=1, memory_bytes=16 << 20, disks=[]), {}
     )
-    machines.start("restored-1", "demo-vm", command(config), {})
     assert machines.running("restored-1", "demo-vm")
     stop_machines(short_dir)
     assert not machines.running("restored-1", "demo-vm")

@@ -12,9 +12,11 @@ import pytest
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.images import ImageNotStoredError, ImageStore
+from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import VolumeClass, Volumes
 from diskferry.control.resources.virtualimage import ClusterVirtualImage
@@ -25,6 +27,7 @@ IMPLEMENTED = [
     (ImageStore, LayoutImageStore),
     (ServerCerts, DaemonCa),
     (ExportProxy, ProxyKeeper),
+    (Machines, QemuMachines),
 ]
 
 

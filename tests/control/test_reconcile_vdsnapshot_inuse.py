@@ -18,8 +18,8 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import apply_vm, patch_vm, pid_of, procstat_kill, ready_disk
 
-from diskferry.control.reconcilers import vdsnapshot
-from diskferry.control.reconcilers.virtualmachine import Sockets
+from diskferry.control.host.embedded.machines import QemuMachines
+from diskferry.control.host.machines import Sockets
 from diskferry.control.resources import REGISTRY
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
@@ -117,9 +117,12 @@ def test_a_required_snapshot_of_a_disk_in_use_is_an_instant_copy_of_a_frozen_gue
     caplog.set_level(logging.INFO, logger="diskferry.control")
     with jailed_agent(tmp_path) as agent:
         guest: GuestAgent = agent
-        monkeypatch.setattr(
-            vdsnapshot, "sockets_of", lambda machines, vm: Sockets("unused", guest.socket)
-        )
+        own = QemuMachines.sockets
+
+        def sockets(machines: QemuMachines, vm: Any) -> Sockets:
+            return Sockets(own(machines, vm).qmp, guest.socket)
+
+        monkeypatch.setattr(QemuMachines, "sockets", sockets)
         disk = running(xfs_daemon, "vm1", "vd1")
         snapshot(xfs_daemon, "s1", "vd1")
         ready = xfs_daemon.wait_phase(SNAPSHOT, "s1", "Ready", "Failed", timeout=60)

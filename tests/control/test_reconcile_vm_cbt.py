@@ -4,6 +4,7 @@ PendingRestart on a running VM until its next start moves the disks onto their o
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -68,14 +69,20 @@ def test_selector_on_a_running_vm_waits_for_the_restart(daemon: Daemon) -> None:
         assert f.read(65536) == b"\x33" * 65536
 
 
-def test_label_on_a_stopped_vm_enables_cbt_at_once(daemon: Daemon) -> None:
-    """A stopped VM labelled for CBT gets its overlays without being started."""
+def test_label_on_a_stopped_vm_enables_cbt_at_once_by_a_worker(daemon: Daemon, caplog) -> None:
+    """A stopped VM labelled for CBT gets its overlays without being started, a worker's CBT
+    job making them."""
+    caplog.set_level(logging.INFO, logger="diskferry.control")
     disk = ready_disk(daemon, "vd-e")
     stopped = {**SPEC, "runPolicy": "AlwaysOff"}
     create_vm(daemon, "vm-f", stopped, {"diskferry.io/changed-block-tracking": "true"})
     daemon.wait_phase("VirtualMachine", "vm-f", "Stopped", timeout=30)
     wait_until(lambda: cbt_state(daemon, "vm-f") == "Enabled", 30)
     assert stat.S_IMODE(os.stat(f"{disk}.cbt.qcow2").st_mode) == 0o600  # as its disk
+    said = [r.getMessage() for r in caplog.records]
+    assert any(
+        s.startswith("VirtualMachine default/vm-f: ") and "cbtEnable done" in s for s in said
+    )
     vms, disks = REGISTRY.by_kind("VirtualMachine"), REGISTRY.by_kind("VirtualDisk")
     daemon.objects.delete(vms, "default", "vm-f")
     daemon.objects.delete(disks, "default", "vd-e")

@@ -6,6 +6,7 @@ exec hooks run in the restored VM once it runs, counted in its hookStatus."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import cbt_state
 
-from diskferry.control.reconcilers import dataupload, restorehooks
-from diskferry.control.reconcilers.virtualmachine import Sockets
+from diskferry.control.host.embedded.machines import QemuMachines
+from diskferry.control.host.machines import Sockets
+from diskferry.control.resources.virtualmachine import VirtualMachine
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
 
@@ -48,12 +50,12 @@ def guest(short_base: Path, monkeypatch) -> Any:
     with jailed_agent(short_base / "guest") as agent:
         found: GuestAgent = agent
 
-        def sockets(machines, vm):
-            qmp = machines.qmp_socket(vm.metadata.namespace, vm.metadata.name)
-            return Sockets(str(qmp), found.socket)
+        own = QemuMachines.sockets
 
-        for module in (dataupload, restorehooks):
-            monkeypatch.setattr(module, "sockets_of", sockets)
+        def sockets(machines: QemuMachines, vm: VirtualMachine) -> Sockets:
+            return Sockets(own(machines, vm).qmp, found.socket)
+
+        monkeypatch.setattr(QemuMachines, "sockets", sockets)
         yield found
 
 
@@ -107,9 +109,10 @@ def test_hooks_run_in_the_guest_around_the_backup(vm_daemon: Daemon, short_base,
     assert "hook check (pre) failed: exited 1" in volume["reason"]
 
 
-def test_a_restores_hooks_run_in_the_restored_vm_once_it_runs(
-    vm_daemon: Daemon, short_base, guest
+def test_a_restores_hooks_run_in_the_restored_vm_once_it_runs_by_a_worker(
+    vm_daemon: Daemon, short_base, guest, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="diskferry.control")
     running_vm(vm_daemon, short_base)
     apply(vm_daemon, [backup("b1")])
     assert wait_for(vm_daemon, "Backup", "default", "b1", *ENDED)["status"]["phase"] == "Completed"
@@ -149,4 +152,6 @@ def test_a_restores_hooks_run_in_the_restored_vm_once_it_runs(
     ]
     assert (guest.root / "restored-ran").exists()
     assert not (guest.root / "elsewhere-ran").exists()
+    said = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("Restore default/r1: ") and "hooks done" in line for line in said)
     assert get(vm_daemon, "VirtualMachine", "restored", "vm1")["status"]["phase"] == "Running"

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.reconcilers.vmguest import ASK_SECONDS, GuestFacts, ask
+from diskferry.control.host.embedded.guest import ASK_SECONDS, ask
+from diskferry.control.host.machines import GuestFacts
 
 OS_INFO = {
     "id": "ubuntu",

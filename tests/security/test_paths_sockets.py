@@ -27,9 +27,9 @@ from vm_support import ready_disk
 from diskferry.control.clock import Clock
 from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
-from diskferry.control.machines import Machines
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.datamover import Job
@@ -99,7 +99,7 @@ class World:
     objects: ObjectService
     client: EmbeddedClient
     volumes: DirectoryVolumes
-    machines: Machines
+    machines: QemuMachines
     disk: Path
 
     def track(self) -> None:
@@ -137,7 +137,12 @@ def world() -> Iterator[World]:
     client = EmbeddedClient(objects, objects.registry)
     try:
         yield World(
-            base / "d", objects, client, DirectoryVolumes(base / "d"), Machines(base / "d"), disk
+            base / "d",
+            objects,
+            client,
+            DirectoryVolumes(base / "d"),
+            QemuMachines(base / "d"),
+            disk,
         )
     finally:
         objects.close()
@@ -164,7 +169,9 @@ def test_a_backup_of_a_running_vm_reaches_qemu_by_its_own_socket_not_its_status(
     upload = world.client.get(DataUpload, "default", "up")
     assert upload is not None
     runner = LocalRunner(world.data_dir)
-    reconciler = DataUploadReconciler(world.client, runner, world.volumes, Scheduler())
+    reconciler = DataUploadReconciler(
+        world.client, runner, world.volumes, Scheduler(), world.machines
+    )
     location = Location(str(world.data_dir.parent / "repo"), "a password")
     job = reconciler.prepare(upload, location, DataMoverConfigSpec())
     assert isinstance(job, Job)
@@ -186,7 +193,7 @@ def test_a_pull_backup_of_a_running_vm_reaches_qemu_by_its_own_socket(
     runner = RecordingRunner(world.data_dir)
     certs = DaemonCa(world.data_dir / PKI_DIR)
     proxy = ProxyKeeper(runner, certs, port=free_port())
-    pull = PullBackup(world.client, runner, world.volumes, certs, proxy, Clock())
+    pull = PullBackup(world.client, runner, world.volumes, world.machines, certs, proxy, Clock())
     pull.step(backup, Source(vm, None, None))
     job = runner.started[pull.job_id(backup)]
     assert job.qmp == str(world.machines.qmp_socket("default", "vm-s"))
@@ -244,7 +251,9 @@ def test_a_qmp_socket_the_daemon_may_not_use_is_refused_unconnected(
     vm = world.client.get(VirtualMachine, "default", "vm-x")
     assert vm is not None
     store = LayoutImageStore(world.data_dir)
-    VirtualMachineReconciler(world.client, world.volumes, store, world.machines).reconcile(vm)
+    runner = LocalRunner(world.data_dir)
+    vms = VirtualMachineReconciler(world.client, runner, world.volumes, store, world.machines)
+    vms.reconcile(vm)
     status = world.objects.get(REGISTRY.by_kind("VirtualMachine"), "default", "vm-x")["status"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "QmpSocketRefused"

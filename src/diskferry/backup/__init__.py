@@ -24,6 +24,7 @@ __all__, __getattr__, __dir__ = lazy_face(
             "BackupJob",
             "BackupResult",
             "CbtJob",
+            "CbtResult",
             "ChainResetJob",
             "ChainResetResult",
             "CheckJob",

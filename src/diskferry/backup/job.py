@@ -355,6 +355,14 @@ class _Result(BaseModel):
         return self.model_dump(by_alias=True)
 
 
+class CbtResult(_Result):
+    """What a CBT job left: the raw volume, and its overlay while CBT is enabled."""
+
+    volume: str
+    overlay: str | None
+    enabled: bool
+
+
 class DiskResult(_Result):
     """What a backup did for one disk."""
 

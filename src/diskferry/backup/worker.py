@@ -12,6 +12,7 @@ from diskferry.backup.errors import CheckFailedError
 from diskferry.backup.job import (
     BackupJob,
     CbtJob,
+    CbtResult,
     ChainResetJob,
     CheckJob,
     ChoresJob,
@@ -121,7 +122,7 @@ def change_cbt(job: CbtJob, ctx: JobContext) -> dict[str, Any]:
     from diskferry.backup.ops import change_cbt as change
 
     disk = change(job, ctx.progress)
-    return {"volume": disk.volume, "overlay": disk.overlay, "enabled": disk.overlay is not None}
+    return CbtResult(volume=disk.volume, overlay=disk.overlay, enabled=disk.enabled).to_json()
 
 
 KINDS = {

@@ -20,9 +20,9 @@ from diskferry.cli.demo_steps import (
     get_object,
     watched,
 )
+from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.volumes import VolumeClass
-from diskferry.control.machines import Machines
 from diskferry.control.resources.virtualmachine import CBT_LABEL
 from diskferry.disk import clone_volume
 from diskferry.qemu import Qmp
@@ -46,7 +46,7 @@ def namespaces() -> list[str]:
 def check_socket_paths(data_dir: Path) -> None:
     """Refuse, before anything is made, a data directory too deep for the VMs' Unix sockets."""
     for namespace in namespaces():
-        Machines(data_dir).check_paths(namespace, VM)
+        QemuMachines(data_dir).check_paths(namespace, VM)
 
 
 def _vm(disk: str, run_policy: str, namespace: str = "default") -> str:
@@ -230,6 +230,6 @@ def stop_jobs(data_dir: Path) -> None:
 def stop_machines(data_dir: Path) -> None:
     """End any VM's QEMU still running under `data_dir` once its daemon is gone (a step that
     failed before the VMs were set AlwaysOff)."""
-    machines = Machines(data_dir)
+    machines = QemuMachines(data_dir)
     for directory in sorted(machines.root.glob("*/*")):
         machines.stop(directory.parent.name, directory.name)

@@ -19,11 +19,11 @@ from typing import Any
 from diskferry.control.clock import Clock
 from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
+from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.kinds import KindInfo
-from diskferry.control.machines import Machines
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.backup import BackupReconciler
 from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
@@ -96,7 +96,7 @@ class Controllers:
         self.runner: Runner = runner or LocalRunner(data_dir)
         self.volumes: Volumes = volumes or DirectoryVolumes(data_dir)
         self.store = LayoutImageStore(data_dir)
-        self.machines = Machines(data_dir)
+        self.machines = QemuMachines(data_dir)
         self.certs = certs or DaemonCa(Path(data_dir) / PKI_DIR)
         self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
         parts = (self.client, self.runner, self.volumes)
@@ -112,18 +112,18 @@ class Controllers:
             VirtualDiskReconciler(*parts, self.store, self.certs, self.proxy),
             VirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),
             ClusterVirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),
-            VirtualDiskSnapshotReconciler(*parts),
+            VirtualDiskSnapshotReconciler(*parts, self.machines),
             exports,
-            VirtualMachineBackupReconciler(*parts, self.certs, self.proxy, clock),
+            VirtualMachineBackupReconciler(*parts, self.machines, self.certs, self.proxy, clock),
         ]
         self.scheduler = Scheduler()
         movers = [
-            DataUploadReconciler(*parts, self.scheduler),
+            DataUploadReconciler(*parts, self.scheduler, self.machines),
             DataDownloadReconciler(*parts, self.scheduler),
         ]
         self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}
         machines = VirtualMachineReconciler(
-            self.client, self.volumes, self.store, self.machines, clock
+            self.client, self.runner, self.volumes, self.store, self.machines, clock
         )
         self.reconcilers: list[Reconciler] = [
             *owners,
@@ -133,7 +133,7 @@ class Controllers:
             *movers,
             BackupStorageLocationReconciler(self.client),
             BackupReconciler(self.client, clock),
-            RestoreReconciler(self.client, clock, self.machines),
+            RestoreReconciler(self.client, clock, self.machines, self.runner),
             ScheduleReconciler(self.client, clock),
             *extra,
         ]

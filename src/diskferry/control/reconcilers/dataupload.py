@@ -22,18 +22,18 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from diskferry.backup import BackupJob, BackupResult, DiskSource, FailedHook, HookCommand
+from diskferry.control.clock import Clock
 from diskferry.control.duration import parse_duration
+from diskferry.control.host.machines import Machines
 from diskferry.control.host.volumes import Claim, Volumes
-from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
 from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.quiesce import agent_silence
-from diskferry.control.reconcilers.scheduler import age_order
+from diskferry.control.reconcilers.scheduler import Scheduler, age_order
 from diskferry.control.reconcilers.sources import claim_of
 from diskferry.control.reconcilers.space import DiskRoom, shortfall
-from diskferry.control.reconcilers.virtualmachine import sockets_of
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.dataupload import (
@@ -49,6 +49,7 @@ from diskferry.control.resources.dataupload import (
 )
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachinePhase, VirtualMachine
+from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 
 CBT_OFF = "ChangedBlockTrackingOff"
@@ -130,6 +131,18 @@ class DataUploadReconciler(MoverReconciler):
     log_words = "data mover log"
     running = "the data mover is backing up the disks"
 
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        volumes: Volumes,
+        scheduler: Scheduler,
+        machines: Machines,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(client, runner, volumes, scheduler, clock)
+        self.machines = machines
+
     def who(self, obj: DataUpload) -> str:
         """The VM, as `VirtualMachine namespace/name`."""
         namespace = obj.spec.source_namespace or obj.metadata.namespace
@@ -179,7 +192,7 @@ class DataUploadReconciler(MoverReconciler):
         if isinstance(claims, Waiting):
             return claims
         running = vm.status.phase == MachinePhase.RUNNING
-        if running and not all(vmcbt.tracked(str(c.file)) for c in claims.values()):
+        if running and not all(self.volumes.tracked(c) for c in claims.values()):
             raise MoverFailure(
                 f"{vmcbt.off_reason(self.client, vm)}; the disks of a running VM are read only "
                 "through CBT",
@@ -196,7 +209,7 @@ class DataUploadReconciler(MoverReconciler):
             limit = str(config.max_incremental_backups)
         fields: dict[str, Any] = {}
         if running:
-            fields["qmp"] = sockets_of(Machines(self.volumes.data_dir), vm).qmp
+            fields["qmp"] = self.machines.sockets(vm).qmp
             fields.update(self._quiesce(obj, vm))
         fields.update(self._hooks(obj, vm, running))
         job, files = location.job(
@@ -225,8 +238,8 @@ class DataUploadReconciler(MoverReconciler):
                 message = f"the VM is not running: its hooks ({names}) do not run"
                 self.client.event(obj, "Normal", "HooksNotRun", message)
             return {}
-        agent = sockets_of(Machines(self.volumes.data_dir), vm).agent
-        silence = agent_silence(agent)
+        agent = self.machines.sockets(vm).agent
+        silence = agent_silence(self.machines, vm)
         if silence is not None:
             if any(h.on_error == "Fail" for h in hooks):
                 raise MoverFailure(
@@ -245,8 +258,8 @@ class DataUploadReconciler(MoverReconciler):
         wanted = {**vm.metadata.annotations, **obj.metadata.annotations}
         if wanted.get(SKIP_QUIESCE, "").lower() == "true":
             return {}
-        socket_path = sockets_of(Machines(self.volumes.data_dir), vm).agent
-        silence = agent_silence(socket_path)
+        socket_path = self.machines.sockets(vm).agent
+        silence = agent_silence(self.machines, vm)
         if silence is None:
             return {"qga": socket_path}
         if wanted.get(REQUIRE_QUIESCE, "").lower() == "true":

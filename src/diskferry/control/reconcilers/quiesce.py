@@ -1,38 +1,21 @@
-"""Whether a VM's guest agent answers, so that a backup or a snapshot can freeze its
-filesystems, and the freeze itself around an instant copy."""
+"""Whether a VM's guest agent answers, so that a backup, a snapshot or a hook can reach its
+guest, said as the VM's user can act on it (the agent's socket, the host's own, is not named);
+the machines tell whether it answered, at most every AGENT_SECONDS."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
-
-from diskferry.qemu.freeze import frozen
-from diskferry.qemu.qmp import Qmp, QmpError
-
-PING_SECONDS = 3.0
-FREEZE_SECONDS = 60.0
+from diskferry.control.host.machines import AGENT_SECONDS, Machines
+from diskferry.control.resources.virtualmachine import VirtualMachine
 
 
-def agent_silence(socket_path: str | None) -> str | None:
-    """Why the guest agent at `socket_path` cannot freeze the guest, None when it answers; said
-    as the VM's user can act on it (the socket, the daemon's own, is not named)."""
-    if not socket_path:
+def agent_silence(machines: Machines, vm: VirtualMachine) -> str | None:
+    """Why the guest agent of `vm` cannot be reached (to freeze its guest, to run a command in
+    it), None when it answers."""
+    if machines.sockets(vm).agent is None:
         return "the VM has no guest agent channel (spec.enableGuestAgent is false)"
-    try:
-        with Qmp(socket_path, timeout=PING_SECONDS, guest_agent=True) as agent:
-            agent.command("guest-ping")
-    except QmpError:
+    if not machines.guest(vm).answered:
         return (
-            f"the guest agent did not answer within {PING_SECONDS:g} s "
+            f"the guest agent did not answer in the last {AGENT_SECONDS:g} s "
             "(is qemu-guest-agent installed and running in the guest?)"
         )
     return None
-
-
-@contextlib.contextmanager
-def guests_frozen(sockets: Sequence[str]) -> Iterator[None]:
-    """The filesystems of the guests whose agents are at `sockets` frozen while the block runs."""
-    with contextlib.ExitStack() as stack:
-        for socket_path in sockets:
-            stack.enter_context(frozen(socket_path, FREEZE_SECONDS))
-        yield

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
-from diskferry.control.machines import Machines
+from diskferry.control.host.machines import Machines
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
 from diskferry.control.names import short_name
 from diskferry.control.reconcilers.backup import positive
@@ -48,6 +48,7 @@ from diskferry.control.resources.schedule import SCHEDULE_NAME
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import MachinePhase, RunPolicy, VirtualMachine
+from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
@@ -78,11 +79,17 @@ class RestoreReconciler:
     info = RESTORES
 
     def __init__(
-        self, client: Client, clock: Clock | None = None, machines: Machines | None = None
+        self,
+        client: Client,
+        clock: Clock | None = None,
+        machines: Machines | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self.client = client
         self.clock = clock or Clock()
-        self.hooks = None if machines is None else RestoreHooks(client, machines)
+        self.hooks = None
+        if machines is not None and runner is not None:
+            self.hooks = RestoreHooks(client, runner, machines)
 
     def reconcile(self, obj: Restore) -> Result:
         """One step of the restore."""

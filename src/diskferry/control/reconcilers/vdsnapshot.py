@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from diskferry.control.host.machines import MachineError, Machines
 from diskferry.control.host.volumes import Claim, VolumeError, Volumes
-from diskferry.control.machines import MachineError, Machines
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.inuse import disk_holders, names
@@ -32,7 +32,6 @@ from diskferry.control.reconcilers.phases import (
 from diskferry.control.reconcilers.quiesce import agent_silence
 from diskferry.control.reconcilers.sources import claim_name, claim_of
 from diskferry.control.reconcilers.teardown import terminate
-from diskferry.control.reconcilers.virtualmachine import sockets_of
 from diskferry.control.reconcilers.volumejobs import REFLINK, reflink_job, step, volume_job_id
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
 from diskferry.control.resources.virtualdisk import VirtualDisk
@@ -55,9 +54,12 @@ class VirtualDiskSnapshotReconciler:
 
     info = VIRTUAL_DISK_SNAPSHOTS
 
-    def __init__(self, client: Client, runner: Runner, volumes: Volumes) -> None:
+    def __init__(
+        self, client: Client, runner: Runner, volumes: Volumes, machines: Machines
+    ) -> None:
         self.client = client
         self.volumes = volumes
+        self.machines = machines
         self.imports = Imports(runner)
         self.jobs = Jobs(runner)
 
@@ -169,14 +171,13 @@ class VirtualDiskSnapshotReconciler:
 
     def _agents(self, holders: list[VirtualMachine]) -> list[str] | str:
         """The guest-agent sockets of the VMs that hold the disk, or why one cannot freeze."""
-        machines = Machines(self.volumes.data_dir)
         agents = []
         for vm in holders:
             try:
-                agent = sockets_of(machines, vm).agent
+                agent = self.machines.sockets(vm).agent
+                silence = agent_silence(self.machines, vm)
             except MachineError as e:
                 return f"the VirtualMachine {vm.metadata.name}: {e.message}"
-            silence = agent_silence(agent)
             if silence is not None:
                 return f"the VirtualMachine {vm.metadata.name}: {silence}"
             agents.append(str(agent))

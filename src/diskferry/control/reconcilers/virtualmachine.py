@@ -10,10 +10,12 @@ off, then ends QEMU with SIGTERM (on which it quits cleanly at once). Deleting t
 so, then removes its directory. A VM
 with `spec.qmpSocket` runs elsewhere: diskferry only watches it (its phase, its disks'
 targets, its CBT state) and never starts or stops it; a socket outside DATA_DIR/vm-sockets
-(see `machines`) is refused, and the VM Degraded, without a connection.
+(see `host.embedded.machines`) is refused, and the VM Degraded, without a connection.
 
-The sockets the daemon reaches a VM's QEMU by (`sockets_of`) are the ones it decided: status
-shows them, and is never read back for them.
+The sockets the daemon reaches a VM's QEMU by (`Machines.sockets`) are the ones the host
+decided: status shows them, and is never read back for them. The VM runs on the host's
+machines (`host.machines`): QEMU processes on the embedded host, what the reconciler asks of
+QEMU and of the guest agent the machines answer; a disk moved on or off CBT is a worker's job.
 """
 
 from __future__ import annotations
@@ -21,54 +23,61 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.backup import CbtResult
 from diskferry.control.clock import Clock
 from diskferry.control.host.images import ImageNotStoredError, ImageStore
-from diskferry.control.host.volumes import Volumes
-from diskferry.control.machines import MachineError, Machines, SocketRefusedError
+from diskferry.control.host.machines import (
+    Device,
+    Launched,
+    MachineDisk,
+    MachineError,
+    Machines,
+    SocketRefusedError,
+)
+from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
 from diskferry.control.node import node_name
 from diskferry.control.quantity import format_bytes
-from diskferry.control.reconcilers import vmcbt, vmguest
+from diskferry.control.reconcilers import vmcbt
+from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import READY, Condition, status_of, transition
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
 from diskferry.control.reconcilers.vmclass import class_of
 from diskferry.control.reconcilers.vmlaunch import (
     NETWORK_READY,
-    PROVISIONING,
     PROVISIONING_READY,
     Admitted,
     Hold,
-    Seed,
     admit,
-    launch_config,
+    machine_spec,
     network_status,
     seed_of,
 )
 from diskferry.control.reconcilers.vmstatus import applied, replacing, restart_changes, stats
+from diskferry.control.reconcilers.volumejobs import step
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import (
     VIRTUAL_MACHINES,
     BlockDeviceKind,
     BlockDeviceSpecRef,
+    Bootloader,
+    CbtState,
     MachinePhase,
-    OsType,
     RestartApprovalMode,
     RunPolicy,
     VirtualMachine,
 )
 from diskferry.control.resources.virtualmachineclass import VirtualMachineClass
+from diskferry.control.runner.base import Runner
+from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.seeds import SeedError, write_seed
-from diskferry.qemu import cbt
-from diskferry.qemu.qmp import Qmp, QmpError
-from diskferry.qemu.system import VmConfig, VmDisk, command, kvm_usable
+from diskferry.disk.errors import DiskferryError
 
 WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
@@ -84,7 +93,6 @@ AWAITING = (
 )
 MIGRATABLE = "Migratable"
 AGENT_READY = "AgentReady"
-AGENT_SECONDS = 10.0
 ONE_HOST = "this host is the one node: there is nowhere to migrate the VM to"
 GRACE_POLL_SECONDS = 0.5
 LAUNCHED = "QemuLaunched"
@@ -102,29 +110,16 @@ _NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,30}$")
 _ACTIVE = (MachinePhase.STARTING, MachinePhase.RUNNING, MachinePhase.PAUSE, MachinePhase.STOPPING)
 
 
-@dataclass(frozen=True)
-class Sockets:
-    """How the daemon reaches a VM's QEMU: its QMP socket, and its guest agent's (or None)."""
+class CbtChangeError(DiskferryError):
+    """A worker could not move a VM's disk on or off CBT: tried again later."""
 
-    qmp: str
-    agent: str | None
-
-
-def sockets_of(machines: Machines, vm: VirtualMachine) -> Sockets:
-    """The VM's sockets as the daemon decided them: its own for a VM it runs, the checked
-    `spec.qmpSocket` (and no agent) for one that runs elsewhere (SocketRefusedError when that
-    is not one the daemon may use); never what the VM's status says."""
-    if vm.spec.qmp_socket:
-        return Sockets(machines.external_socket(vm.spec.qmp_socket), None)
-    namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
-    agent = machines.agent_socket(namespace, name) if vm.spec.enable_guest_agent else None
-    return Sockets(str(machines.qmp_socket(namespace, name)), None if agent is None else str(agent))
+    reason = "CbtChangeFailed"
 
 
 @dataclass(frozen=True)
 class Attached:
-    """A block device of the VM and the file behind it: a disk's or an image's claim (raw), or
-    the part of an image's layer in the store that holds its disk (`within`, in `format`)."""
+    """A block device of the VM and the file behind it: a disk's or an image's `claim` (raw),
+    or the part of an image's layer in the store that holds its disk (`within`, in `format`)."""
 
     ref: BlockDeviceSpecRef
     file: str
@@ -132,6 +127,7 @@ class Attached:
     format: str = "raw"
     within: tuple[int, int] | None = None
     cdrom: bool = False
+    claim: Claim | None = None
 
     @property
     def target(self) -> str:
@@ -186,17 +182,18 @@ class VirtualMachineReconciler:
     def __init__(
         self,
         client: Client,
+        runner: Runner,
         volumes: Volumes,
         store: ImageStore,
         machines: Machines,
         clock: Clock | None = None,
     ) -> None:
         self.client = client
+        self.jobs = Jobs(runner)
         self.volumes = volumes
         self.machines = machines
         self.store = store
         self.clock = clock or Clock()
-        self._asked: dict[tuple[str, str], tuple[float, vmguest.GuestFacts]] = {}
 
     def _move(
         self,
@@ -290,7 +287,7 @@ class VirtualMachineReconciler:
             claim = claim_of(self.client, self.volumes, device)
             if claim is None or not claim.ready:
                 return f"waiting for the {ref.kind} {ref.name}: its claim is missing"
-            found.append(Attached(ref, str(claim.file), claim.size(), cdrom=cdrom))
+            found.append(Attached(ref, str(claim.file), claim.size(), cdrom=cdrom, claim=claim))
         return found
 
     def _cbt_fields(self, on_overlays: bool, track: bool) -> dict[str, Any]:
@@ -314,14 +311,17 @@ class VirtualMachineReconciler:
             return Result.requeue(WATCH_SECONDS)
         track = vmcbt.wanted(self.client, obj)
         writable = [a for a in attached if not a.ref.read_only]
-        if track and not all(vmcbt.tracked(a.file) for a in writable):
-            obj = self._move(
-                obj,
-                MachinePhase.STARTING,
-                "Starting",
-                "moving the disks onto their CBT overlays",
-                {"changedBlockTracking": {"state": "Initializing"}},
-            )
+        moving = self._move_cbt(obj, writable, track)
+        if moving is not None:
+            if track:
+                self._move(
+                    obj,
+                    MachinePhase.STARTING,
+                    "Starting",
+                    "moving the disks onto their CBT overlays",
+                    {"changedBlockTracking": {"state": "Initializing"}},
+                )
+            return moving
         launch = {
             "blockDevices": [a.status() for a in attached],
             "cbt": track and bool(writable),
@@ -329,14 +329,12 @@ class VirtualMachineReconciler:
             "spec": applied(obj.to_json()["spec"]),
         }
         try:
-            disks = self._disks(obj, attached, track, seed)
-            config = launch_config(self.machines, obj, admitted, disks)
-            share = (obj.spec.cpu.cores, admitted.core_fraction(obj))
-            self.machines.start(namespace, name, command(config), launch, share)
-        except (MachineError, SeedError) as e:
+            spec = machine_spec(obj, admitted, self._disks(obj, attached, track), seed)
+            launched = self.machines.start(namespace, name, spec, launch)
+        except MachineError as e:
             self._move(obj, MachinePhase.DEGRADED, e.reason, e.message)
             return Result.requeue(RETRY_SECONDS)
-        self._warn_unmet(obj, config)
+        self._warn_unmet(obj, launched)
         networks, network_ready = network_status(obj)
         conditions = {
             PROVISIONING_READY: None if seed is None else (True, "ProvisioningReady", ""),
@@ -352,53 +350,72 @@ class VirtualMachineReconciler:
         self._move(obj, MachinePhase.STARTING, LAUNCHED, message, fields, None, conditions)
         return Result.requeue(STEP_SECONDS)
 
-    def _disks(
-        self, obj: VirtualMachine, attached: list[Attached], track: bool, seed: Seed | None
-    ) -> list[VmDisk]:
-        """The VM's disks as QEMU opens them, in their boot order, its writable ones moved on
-        or off CBT as `track` says, and its first-boot CD-ROM last (SeedError when it cannot be
-        made)."""
-        order = obj.spec.boot_ordered()
-        disks = []
-        for a in attached:
-            path, fmt = (a.file, a.format) if a.ref.read_only else vmcbt.prepare(a.file, track)
-            boot = order.index(a.ref) + 1
-            disks.append(VmDisk(a.target, path, fmt, a.ref.read_only, a.within, a.cdrom, boot))
-        if seed is not None:
-            namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
-            path = self.machines.directory(namespace, name) / f"{PROVISIONING}.iso"
-            write_seed(path, seed.label, seed.files)
-            disks.append(VmDisk(PROVISIONING, str(path), read_only=True, cdrom=True))
-        return disks
+    def _move_cbt(
+        self, obj: VirtualMachine, writable: list[Attached], track: bool
+    ) -> Result | None:
+        """Each writable disk moved on or off its CBT overlay by a worker, as `track` says: a
+        Result while a worker moves one (or once one failed), None when each is as wanted."""
+        moving = None
+        for a in writable:
+            assert a.claim is not None  # a writable device is a disk's claim
+            job_id = vmcbt.cbt_job_id(obj, a.target)
+            if self.volumes.tracked(a.claim) == track:
+                self.jobs.settle(job_id, tag(obj), keep=False)
+                continue
+            outcome = step(self.jobs, job_id, vmcbt.cbt_job(a.claim, track), CbtResult)
+            if isinstance(outcome, Failed):
+                self.jobs.settle(job_id, tag(obj), keep=True)
+                error = f"the disk {a.ref.name} was not moved {'onto' if track else 'off'} CBT"
+                return Result.failed(CbtChangeError(f"{error}: {outcome.message}"))
+            if isinstance(outcome, Running):
+                moving = Result.requeue(STEP_SECONDS)
+            else:
+                self.jobs.settle(job_id, tag(obj), keep=False)
+        return moving
 
-    def _warn_unmet(self, obj: VirtualMachine, config: VmConfig) -> None:
+    def _disks(
+        self, obj: VirtualMachine, attached: list[Attached], track: bool
+    ) -> list[MachineDisk]:
+        """The VM's disks in their boot order, its writable ones through their CBT overlays
+        when `track`."""
+        order = obj.spec.boot_ordered()
+        return [
+            MachineDisk(
+                a.target,
+                a.file,
+                a.format,
+                a.ref.read_only,
+                a.within,
+                a.cdrom,
+                order.index(a.ref) + 1,
+                tracked=track and not a.ref.read_only,
+            )
+            for a in attached
+        ]
+
+    def _warn_unmet(self, obj: VirtualMachine, launched: Launched) -> None:
         """A Warning for what the VM asked for that this start could not give it."""
-        namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
-        unweighed = self.machines.unweighed(namespace, name)
-        if unweighed is not None:
-            said = f"spec.cpu.coreFraction has no effect: {unweighed}"
+        if launched.unweighed is not None:
+            said = f"spec.cpu.coreFraction has no effect: {launched.unweighed}"
             self.client.event(obj, "Warning", "CoreFractionNotApplied", said)
-        if config.firmware is not None and not config.kvm and kvm_usable():
+        if launched.firmware_emulated:
+            secure = obj.spec.bootloader is Bootloader.EFI_WITH_SECURE_BOOT
             said = (
                 f"this host's KVM does not run the {obj.spec.bootloader} firmware (OVMF"
-                f"{', with the SMM Secure Boot needs' if config.firmware_secure else ''}): the "
+                f"{', with the SMM Secure Boot needs' if secure else ''}): the "
                 "VM runs emulated (TCG), slower"
             )
             self.client.event(obj, "Warning", "FirmwareEmulated", said)
-        if obj.spec.os_type is OsType.WINDOWS and config.kvm and not config.hyperv:
+        if launched.hyperv_refused:
             said = "this host's KVM refuses Hyper-V's enlightenments: the Windows guest has none"
             self.client.event(obj, "Warning", "HyperVUnavailable", said)
 
     def _observe(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
-        if not self.machines.control_socket(namespace, name).exists():
+        state = self.machines.state(namespace, name)
+        if state is None:
             return Result.requeue(STEP_SECONDS)  # QEMU has not opened its monitors yet
-        try:
-            with self.machines.monitor(namespace, name) as qmp:
-                run_state = qmp.command("query-status")["status"]
-                version = qmp.command("query-version")["qemu"]
-        except QmpError:
-            return Result.requeue(STEP_SECONDS)
+        run_state = state.status
         if run_state == "shutdown":
             return self._stop(obj, GUEST_SHUTDOWN, "the guest powered itself off")
         launch = self.machines.launch(namespace, name)
@@ -408,14 +425,14 @@ class VirtualMachineReconciler:
         if changes and automatic:
             return self._shut_down(obj, "restarting to apply changes", RESTARTING)
         phase = _phase_of(run_state)
-        sockets = sockets_of(self.machines, obj)
+        sockets = self.machines.sockets(obj)
         guest, agent_ready = self._guest(obj, sockets.agent)
         fields = {
             "qmpSocket": sockets.qmp,
             "guestAgentSocket": sockets.agent,
             "blockDevices": launch.get("blockDevices", []),
             "restartAwaitingChanges": changes or None,
-            "versions": {"qemu": f"{version['major']}.{version['minor']}.{version['micro']}"},
+            "versions": {"qemu": state.version},
             **guest,
             **self._cbt_fields(bool(launch.get("cbt")), vmcbt.wanted(self.client, obj)),
         }
@@ -432,15 +449,10 @@ class VirtualMachineReconciler:
     def _guest(
         self, obj: VirtualMachine, agent: str | None
     ) -> tuple[dict[str, Any], Condition | None]:
-        """What the guest agent said, asked at most every AGENT_SECONDS: the status fields
+        """What the guest agent said, as the machines last asked it: the status fields
         (guestOSInfo, ipAddress, networks' addresses) and the AgentReady condition (None without
         an agent channel)."""
-        key = (obj.metadata.namespace or "", obj.metadata.name or "")
-        asked = self._asked.get(key)
-        if asked is None or time.monotonic() - asked[0] > AGENT_SECONDS:
-            asked = (time.monotonic(), vmguest.ask(agent))
-            self._asked[key] = asked
-        facts = asked[1]
+        facts = self.machines.guest(obj)
         networks, _ = network_status(obj)
         for network in networks:
             network["ipAddress"] = facts.addresses.get(str(network["macAddress"]))
@@ -485,15 +497,11 @@ class VirtualMachineReconciler:
             return "Stopped", ""
         pressed = self.machines.since_power_down(namespace, name)
         if pressed is None:
-            with contextlib.suppress(QmpError):  # monitors not open yet: pressed next time
+            with contextlib.suppress(MachineError):  # monitors not open yet: pressed next time
                 self.machines.power_down(namespace, name)
             return Result.requeue(STEP_SECONDS)
-        try:
-            with self.machines.monitor(namespace, name) as qmp:
-                off = qmp.command("query-status")["status"] == "shutdown"
-        except QmpError:
-            off = False
-        if off:
+        state = self.machines.state(namespace, name)
+        if state is not None and state.status == "shutdown":
             return POWERED_OFF, "the guest powered off on the ACPI shutdown request"
         if pressed < grace:
             return Result.requeue(GRACE_POLL_SECONDS)
@@ -503,14 +511,14 @@ class VirtualMachineReconciler:
         )
 
     def _stopped(self, obj: VirtualMachine) -> Result:
-        """A VM that is not to run: its disks put on or off CBT as wanted, and Stopped."""
+        """A VM that is not to run: its disks put on or off CBT as wanted (by workers), and
+        Stopped."""
         attached = self._attached(obj)
         track = vmcbt.wanted(self.client, obj)
-        on_overlays = False
+        on_overlays, moving = False, None
         if not isinstance(attached, str):
             writable = [a for a in attached if not a.ref.read_only]
-            for a in writable:
-                vmcbt.prepare(a.file, track)
+            moving = self._move_cbt(obj, writable, track)
             on_overlays = track and bool(writable)
         kept = _phase(obj) == MachinePhase.STOPPED and (
             _reason(obj) != GUEST_SHUTDOWN or obj.spec.run_policy is not RunPolicy.ALWAYS_OFF
@@ -523,34 +531,39 @@ class VirtualMachineReconciler:
             message = _ready_message(obj) or message
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
             reason, message = "QemuExited", self._exit_message(obj)
-        fields = {**_gone_fields(), **self._cbt_fields(on_overlays, track)}
+        cbt = self._cbt_fields(on_overlays, track)
+        if moving is not None:  # Initializing onto the overlays, Enabled until off them
+            state = CbtState.INITIALIZING if track else CbtState.ENABLED
+            cbt = {"changedBlockTracking": {"state": str(state)}}
+        fields = {**_gone_fields(), **cbt}
         if not isinstance(attached, str):
             fields["blockDeviceRefs"] = _listed(obj, attached, False)
         self._move(obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
-        return Result.requeue(RETRY_SECONDS)  # a DataMoverConfig may come to select it
+        # a DataMoverConfig may come to select it
+        return moving or Result.requeue(RETRY_SECONDS)
 
     def _exit_message(self, obj: VirtualMachine) -> str:
         lines = self.machines.last_words(obj.metadata.namespace or "", obj.metadata.name or "", 3)
         return "QEMU ended" + (f": {' | '.join(lines)}" if lines else "")
 
     def _watch_external(self, obj: VirtualMachine) -> Result:
+        attached = self._attached(obj)
+        files = [] if isinstance(attached, str) else [a.file for a in attached]
         try:
-            socket = sockets_of(self.machines, obj).qmp
-            with Qmp(socket, timeout=WATCH_SECONDS) as qmp:
-                run_state = qmp.command("query-status")["status"]
-                nodes = qmp.command("query-named-block-nodes", flat=True)
+            socket = self.machines.sockets(obj).qmp
+            external = self.machines.external(obj, files)
         except SocketRefusedError as e:
             fields = _gone_fields()
             self._move(obj, MachinePhase.DEGRADED, e.reason, e.message, fields)
             return Result.requeue(RETRY_SECONDS)
-        except (MachineError, QmpError) as e:  # no socket, or no QEMU on it
+        except MachineError as e:  # no socket, or no QEMU on it
             fields = _gone_fields()
             self._move(obj, MachinePhase.STOPPED, "QmpUnreachable", e.message, fields)
             return Result.requeue(WATCH_SECONDS)
-        attached = self._attached(obj)
         devices, on_overlays = [], False
         if not isinstance(attached, str):
-            devices, on_overlays = _external_devices(attached, nodes)
+            devices, on_overlays = _external_devices(attached, external.devices)
+        run_state = external.status
         phase = _phase_of(run_state)
         fields = {
             "qmpSocket": socket,
@@ -563,7 +576,6 @@ class VirtualMachineReconciler:
 
     def _delete(self, obj: VirtualMachine) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
-        self._asked.pop((namespace, name), None)
         if _phase(obj) != MachinePhase.TERMINATING:
             terminating = MachinePhase.TERMINATING
             obj = self._move(obj, terminating, "Terminating", "being deleted")
@@ -601,16 +613,15 @@ def _gone_fields() -> dict[str, Any]:
 
 
 def _external_devices(
-    attached: list[Attached], nodes: list[dict[str, Any]]
+    attached: list[Attached], opened: dict[str, Device]
 ) -> tuple[list[dict[str, Any]], bool]:
     """The targets an external QEMU gives the VM's devices, and whether its disks have CBT."""
     devices, overlays = [], []
     for a in attached:
-        names = {a.file, a.file + cbt.SUFFIX}
-        node = next((n for n in nodes if n.get("file") in names), None)
-        if node is None:
+        device = opened.get(a.file)
+        if device is None:
             continue
-        devices.append({**a.status(), "target": node["node-name"]})
+        devices.append({**a.status(), "target": device.target})
         if not a.ref.read_only:
-            overlays.append(node.get("drv") == "qcow2")
+            overlays.append(device.tracked)
     return devices, bool(overlays) and all(overlays)

@@ -17,6 +17,7 @@ import logging
 
 from diskferry.control.clock import Clock
 from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.claimed import tag
@@ -55,6 +56,7 @@ class VirtualMachineBackupReconciler:
         client: Client,
         runner: Runner,
         volumes: Volumes,
+        machines: Machines,
         certs: ServerCerts,
         proxy: ExportProxy,
         clock: Clock | None = None,
@@ -62,7 +64,7 @@ class VirtualMachineBackupReconciler:
         self.client = client
         self.clock = clock or Clock()
         self.push = PushBackup(client, self.clock)
-        self.pull = PullBackup(client, runner, volumes, certs, proxy, self.clock)
+        self.pull = PullBackup(client, runner, volumes, machines, certs, proxy, self.clock)
 
     def job_id(self, obj: VirtualMachineBackup) -> str:
         """The id of the Pull backup's server job."""

@@ -21,9 +21,9 @@ from typing import Any
 
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.machines import Machines
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
@@ -32,7 +32,6 @@ from diskferry.control.reconcilers.exportbackup import POINT_FILE, point_job_id
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.quiesce import agent_silence
-from diskferry.control.reconcilers.virtualmachine import sockets_of
 from diskferry.control.reconcilers.vmbackupexport import backup_export, drop_backup_export
 from diskferry.control.reconcilers.vmbackupstate import (
     BackupFailure,
@@ -84,6 +83,7 @@ class PullBackup:
         client: Client,
         runner: Runner,
         volumes: Volumes,
+        machines: Machines,
         certs: ServerCerts,
         proxy: ExportProxy,
         clock: Clock,
@@ -91,6 +91,7 @@ class PullBackup:
         self.client = client
         self.runner = runner
         self.volumes = volumes
+        self.machines = machines
         self.certs = certs
         self.proxy = proxy
         self.clock = clock
@@ -148,7 +149,7 @@ class PullBackup:
         claims = vm_claims(self.client, self.volumes, namespace, source.vm, None)
         if isinstance(claims, Waiting):
             return self._waiting(obj, claims.message)
-        if not all(vmcbt.tracked(str(c.file)) for c in claims.values()):
+        if not all(self.volumes.tracked(c) for c in claims.values()):
             message = f"{vmcbt.off_reason(self.client, source.vm)}; a Pull backup needs it"
             raise BackupFailure(message, reason=CBT_OFF)
         token = export_token(self.client, obj)
@@ -157,9 +158,9 @@ class PullBackup:
         status = source.vm.status
         job: dict[str, Any] = {}
         if status.phase is MachinePhase.RUNNING:
-            sockets = sockets_of(Machines(self.volumes.data_dir), source.vm)
+            sockets = self.machines.sockets(source.vm)
             job["qmp"], agent = sockets.qmp, sockets.agent
-            if not obj.spec.skip_quiesce and agent_silence(agent) is None:
+            if not obj.spec.skip_quiesce and agent_silence(self.machines, source.vm) is None:
                 job["qga"] = agent
         obj, port = recorded_port(self.client, obj)
         disks = [{"name": name, "path": str(c.file)} for name, c in claims.items()]

@@ -2,20 +2,22 @@
 
 A VM gets CBT when the DataMoverConfig's `changedBlockTrackingLabelSelectors` select it (by
 its labels or its namespace's) or when it carries the label `diskferry.io/changed-block-
-tracking: "true"`. A disk is moved onto its CBT overlay (`diskferry.qemu.cbt`) only while no
+tracking: "true"`. A disk is moved onto its CBT overlay by a worker's CBT job only while no
 QEMU has it open: at the VM's next start, or at once when the VM is stopped. CBT no longer
 wanted removes the overlays at that moment too, so that no write ever bypasses a bitmap
-that would later claim to have seen every write. An overlay is 0600, as its volume is.
-What a message about CBT tells a user to do is a change to a manifest (`off_reason`).
+that would later claim to have seen every write. Whether a disk has its overlay is the host's
+to say (`Volumes.tracked`). What a message about CBT tells a user to do is a change to a
+manifest (`off_reason`).
 """
 
 from __future__ import annotations
 
+from diskferry.backup import CbtJob
+from diskferry.control.host.volumes import Claim
 from diskferry.control.resources.core import Namespace
 from diskferry.control.resources.datamoverconfig import load_config
 from diskferry.control.resources.virtualmachine import CBT_LABEL, CbtState, VirtualMachine
 from diskferry.control.runtime.client import Client
-from diskferry.qemu import cbt
 
 
 def wanted(client: Client, vm: VirtualMachine) -> bool:
@@ -45,21 +47,14 @@ def off_reason(client: Client, vm: VirtualMachine) -> str:
     )
 
 
-def tracked(volume: str) -> bool:
-    """Whether the raw volume has its CBT overlay."""
-    return cbt.find(volume).enabled
+def cbt_job(claim: Claim, track: bool) -> CbtJob:
+    """The job that puts CBT on (`track`) or off the claim's raw volume."""
+    return CbtJob(kind="cbtEnable" if track else "cbtDisable", volume=str(claim.file))
 
 
-def prepare(volume: str, track: bool) -> tuple[str, str]:
-    """Put CBT on or off the raw volume as `track` says; the path and format QEMU opens."""
-    disk = cbt.find(volume)
-    if track and disk.overlay is None:
-        disk = cbt.enable(volume)
-    elif not track and disk.overlay is not None:
-        disk = cbt.disable(volume)
-    if disk.overlay is None:
-        return disk.volume, "raw"
-    return disk.overlay, "qcow2"
+def cbt_job_id(vm: VirtualMachine, target: str) -> str:
+    """The id of the CBT job of the VM's disk `target`."""
+    return f"vm-cbt-{vm.metadata.uid}-{target}"
 
 
 def state(track: bool, on_overlays: bool) -> CbtState:

@@ -1,6 +1,6 @@
-"""What a VM's QEMU is started with, from its spec and its class: the virtual CPU and its
-topology, the memory, the disks' bus (virtio unless the guest has no paravirtualization), the
-firmware (SeaBIOS, or OVMF for EFI), the Main network's NICs, the first-boot seed, the sockets;
+"""What a VM is started with, from its spec and its class (`machine_spec`, what the host's
+machines take): the virtual CPU and its topology, the memory, the disks' bus (virtio unless the
+guest has no paravirtualization), the firmware, the Main network's NICs, the first-boot seed;
 and whether the host may run it at all (its class exists, it fits the class's sizing policy,
 this host's node meets its selectors)."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Literal
 
-from diskferry.control.machines import Machines
+from diskferry.control.host.machines import MachineDisk, MachineSpec, Seed
 from diskferry.control.node import node_fields, node_labels
 from diskferry.control.reconcilers.phases import Condition
 from diskferry.control.reconcilers.vmclass import class_of
@@ -18,7 +18,6 @@ from diskferry.control.reconcilers.vmsizing import core_fraction, sizing_problem
 from diskferry.control.reconcilers.vmstatus import resources, topology
 from diskferry.control.resources.core import Secret
 from diskferry.control.resources.virtualmachine import (
-    Bootloader,
     NetworkType,
     OsType,
     ProvisioningType,
@@ -26,40 +25,15 @@ from diskferry.control.resources.virtualmachine import (
 )
 from diskferry.control.resources.virtualmachineclass import CpuType, VirtualMachineClass
 from diskferry.control.runtime.client import Client
-from diskferry.qemu.system import (
-    DiskBus,
-    Firmware,
-    VmConfig,
-    VmDisk,
-    kvm_firmware_usable,
-    kvm_hyperv_usable,
-    kvm_smm_usable,
-    kvm_usable,
-)
 
-OVMF_DIR = Path("/usr/share/OVMF")
-OVMF = (OVMF_DIR / "OVMF_CODE_4M.fd", OVMF_DIR / "OVMF_VARS_4M.fd")
-OVMF_SECURE = (OVMF_DIR / "OVMF_CODE_4M.secboot.fd", OVMF_DIR / "OVMF_VARS_4M.ms.fd")
-"""Debian's OVMF: the code and the variables' template, without and with Secure Boot (its
-variables enrol Microsoft's keys, as a Windows guest needs)."""
 BASELINE_CPU = "qemu64"
 """The model a Features class adds its features to, as Deckhouse's generic model."""
 SIZING = "SizingPolicyMatched"
 CLASS_READY = "VirtualMachineClassReady"
 PROVISIONING_READY = "ProvisioningReady"
 NETWORK_READY = "NetworkReady"
-PROVISIONING = "provisioning"
-"""The node name and device id of the VM's first-boot CD-ROM."""
 USER_DATA_KEYS = ("userData", "userdata")
 """The keys of a Secret that hold cloud-init user data, Deckhouse's and KubeVirt's."""
-
-
-@dataclass(frozen=True)
-class Seed:
-    """The first-boot CD-ROM's label and files."""
-
-    label: str
-    files: dict[str, bytes]
 
 
 def seed_of(client: Client, vm: VirtualMachine) -> Seed | str | None:
@@ -190,58 +164,30 @@ def network_status(vm: VirtualMachine) -> tuple[list[dict[str, object]], Conditi
     return shown, (False, "NetworkNotSupported", message)
 
 
-def bus_of(vm: VirtualMachine) -> DiskBus:
+def bus_of(vm: VirtualMachine) -> Literal["virtio", "sata", "ide"]:
     """Where the VM's disks sit: virtio-scsi, else IDE for Legacy guests, SATA otherwise."""
     if vm.spec.enable_paravirtualization:
-        return DiskBus.VIRTIO
-    return DiskBus.IDE if vm.spec.os_type is OsType.LEGACY else DiskBus.SATA
+        return "virtio"
+    return "ide" if vm.spec.os_type is OsType.LEGACY else "sata"
 
 
-def firmware_of(machines: Machines, vm: VirtualMachine) -> Firmware | None:
-    """OVMF for an EFI bootloader (Secure Boot's build and Microsoft's keys for
-    EFIWithSecureBoot), with the VM's own variables; None for BIOS."""
-    bootloader = vm.spec.bootloader
-    if bootloader is Bootloader.BIOS:
-        return None
-    secure = bootloader is Bootloader.EFI_WITH_SECURE_BOOT
-    code, template = OVMF_SECURE if secure else OVMF
-    namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
-    variables = machines.efi_variables(namespace, name, template, secure)
-    return Firmware(code, variables, secure)
-
-
-def kvm_for(vm: VirtualMachine) -> bool:
-    """Whether the VM runs under KVM: KVM must run its firmware (OVMF, with SMM for Secure
-    Boot), else it is emulated (TCG)."""
-    bootloader = vm.spec.bootloader
-    if bootloader is Bootloader.BIOS:
-        return kvm_usable()
-    secure = bootloader is Bootloader.EFI_WITH_SECURE_BOOT
-    code, template = OVMF_SECURE if secure else OVMF
-    return (not secure or kvm_smm_usable()) and kvm_firmware_usable(code, template)
-
-
-def launch_config(
-    machines: Machines, vm: VirtualMachine, admitted: Admitted, disks: list[VmDisk]
-) -> VmConfig:
-    """The QEMU configuration of `vm` with `disks` (MachineError when its firmware is not
-    there); under TCG when KVM is not usable, or has no SMM for Secure Boot."""
-    namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
-    agent = machines.agent_socket(namespace, name) if vm.spec.enable_guest_agent else None
-    firmware = firmware_of(machines, vm)
-    return VmConfig(
-        name=f"{namespace}.{name}",
+def machine_spec(
+    vm: VirtualMachine, admitted: Admitted, disks: list[MachineDisk], seed: Seed | None
+) -> MachineSpec:
+    """What the host's machines start `vm` with: its class's CPU, its cores at their fraction,
+    its memory, `disks` on its bus, its firmware, its Main network's NICs, Hyper-V's
+    enlightenments for a Windows guest, its guest agent channel and first-boot `seed`."""
+    return MachineSpec(
         cores=vm.spec.cpu.cores,
         memory_bytes=vm.spec.memory.size_bytes,
         disks=disks,
-        monitors=[machines.control_socket(namespace, name), machines.qmp_socket(namespace, name)],
-        serial_log=machines.serial_log(namespace, name),
-        agent_socket=agent,
+        core_fraction=admitted.core_fraction(vm),
         cpu=cpu_model(admitted.vm_class),
         sockets=topology(vm.spec.cpu.cores)["sockets"],
-        kvm=kvm_for(vm),
         bus=bus_of(vm),
-        firmware=firmware,
+        bootloader=vm.spec.bootloader,
         nics=[mac_address(vm, i) for i in main_networks(vm)],
-        hyperv=vm.spec.os_type is OsType.WINDOWS and kvm_hyperv_usable(),
+        hyperv=vm.spec.os_type is OsType.WINDOWS,
+        guest_agent=vm.spec.enable_guest_agent,
+        seed=seed,
     )

@@ -1,13 +1,14 @@
-"""What a running VM's guest agent says of its guest, when one answers: whether it does (Deckhouse's
-AgentReady), the guest OS (`status.guestOSInfo`, in KubeVirt's names) and each interface's
-addresses (`status.ipAddress`, `status.networks[].ipAddress`). Each question waits at most
-ASK_SECONDS, so that a guest without an agent never holds the controller for long."""
+"""What a running VM's guest agent says of its guest, asked by the embedded host over the
+agent's socket: whether it answers (Deckhouse's AgentReady), the guest OS
+(`status.guestOSInfo`, in KubeVirt's names) and each interface's addresses (`status.ipAddress`,
+`status.networks[].ipAddress`). Each question waits at most ASK_SECONDS, so that a guest
+without an agent never holds the controller for long."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from diskferry.control.host.machines import GuestFacts
 from diskferry.qemu.qmp import Qmp, QmpError
 
 ASK_SECONDS = 1.0
@@ -22,15 +23,6 @@ OS_INFO_NAMES = {
     "kernel-version": "kernelVersion",
 }
 """guest-get-osinfo's fields, and KubeVirt's names of them in VirtualMachineInstanceGuestOSInfo."""
-
-
-@dataclass(frozen=True)
-class GuestFacts:
-    """What the agent said: whether it answered, the guest OS, each MAC's first IPv4 address."""
-
-    answered: bool
-    os_info: dict[str, str] = field(default_factory=dict)
-    addresses: dict[str, str] = field(default_factory=dict)
 
 
 def os_info(raw: dict[str, Any]) -> dict[str, str]:

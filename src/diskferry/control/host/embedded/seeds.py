@@ -11,17 +11,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.control.host.machines import SeedError
 from diskferry.registry.layout import private_folder
 
 XORRISOFS = "xorrisofs"
 SEED_SECONDS = 60
-
-
-class SeedError(DiskferryError):
-    """The seed image could not be made."""
-
-    reason = "ProvisioningFailed"
 
 
 def write_seed(path: Path, label: str, files: dict[str, bytes]) -> Path:

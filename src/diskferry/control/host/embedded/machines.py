@@ -1,4 +1,5 @@
-"""Machines: the QEMU processes of the VMs diskferry runs, found again by files after a restart.
+"""The embedded host's machines (`host.machines`): a QEMU process per VM, found again by files
+after a restart, and one monitor connection of the controller's own to each.
 
 Each VM lives in DATA_DIR/vms/<ns>/<name>/: `qmp.sock` (the QMP monitor others use: a backup
 of the running VM, a user), `control.sock` (a second monitor only the controller uses, so
@@ -9,7 +10,8 @@ and what the VM was launched with); every folder down to it is 0700. QEMU runs i
 of its own, as engine workers do (see `runner.local`): a daemon that stops or is killed leaves
 its VMs running, as a hypervisor's management daemon does, and the next one re-attaches to
 them by pid and start time; only deleting the VM, or its run policy, stops one. Each QEMU runs in
-a cgroup of its own weighted by its cores and core fraction (`cpushare`).
+a cgroup of its own weighted by its cores and core fraction (`cpushare`). Its guest agent is
+asked what it knows at most every AGENT_SECONDS, the answer kept for the questions between.
 
 A VM that runs elsewhere names its QMP socket in `spec.qmpSocket`; the daemon (root) speaks to
 it only when it lies in DATA_DIR/vm-sockets (or a folder below, none of them a symlink) and is
@@ -20,6 +22,7 @@ connect to any other socket of the host.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -33,12 +36,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from diskferry.control import cpushare
+from diskferry.control.host.embedded import cpushare
+from diskferry.control.host.embedded.guest import ask
+from diskferry.control.host.embedded.qemu_config import Paths, qemu_config
+from diskferry.control.host.embedded.seeds import write_seed
+from diskferry.control.host.machines import (
+    AGENT_SECONDS,
+    Device,
+    External,
+    GuestFacts,
+    Launched,
+    MachineError,
+    MachineSpec,
+    RunState,
+    SocketRefusedError,
+    Sockets,
+)
+from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runner.local import write_atomically
 from diskferry.control.runner.tail import tail_lines
 from diskferry.disk import procstat
-from diskferry.disk.errors import DiskferryError
-from diskferry.qemu.qmp import Qmp
+from diskferry.qemu import cbt
+from diskferry.qemu.qmp import Qmp, QmpError
+from diskferry.qemu.system import command
 from diskferry.registry.layout import private_folder
 
 SOCKET_PATH_MAX = 107
@@ -46,18 +66,8 @@ SOCKETS_DIR = "vm-sockets"
 STOP_SECONDS = 10.0
 MONITOR_TIMEOUT = 5.0
 STARTING = " starting: "
-
-
-class MachineError(DiskferryError):
-    """A VM's QEMU could not be started or stopped."""
-
-    reason = "MachineFailed"
-
-
-class SocketRefusedError(MachineError):
-    """A QMP socket named for a VM that runs elsewhere is not one the daemon may use."""
-
-    reason = "QmpSocketRefused"
+SEED = "provisioning.iso"
+WATCH_SECONDS = 2.0
 
 
 def _group(namespace: str, name: str) -> str:
@@ -70,14 +80,15 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class Machines:
+class QemuMachines:
     """Starts, finds and stops VMs' QEMU processes under DATA_DIR/vms."""
 
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir) / "vms"
-        self.sockets = Path(os.path.abspath(data_dir)) / SOCKETS_DIR
+        self.sockets_dir = Path(os.path.abspath(data_dir)) / SOCKETS_DIR
         self._lock = threading.Lock()
         self._children: dict[Path, subprocess.Popen[bytes]] = {}
+        self._asked: dict[tuple[str, str], tuple[float, GuestFacts]] = {}
 
     def directory(self, namespace: str, name: str) -> Path:
         """Where the VM's sockets, logs and state live."""
@@ -104,13 +115,13 @@ class Machines:
         DATA_DIR/vm-sockets, through no symlink, owned by root or the daemon's user;
         SocketRefusedError saying why otherwise, MachineError while it does not exist."""
         socket = Path(path)
-        if os.path.normpath(path) != path or not socket.is_relative_to(self.sockets):
+        if os.path.normpath(path) != path or not socket.is_relative_to(self.sockets_dir):
             raise SocketRefusedError(
-                f"the QMP socket {path} is not in {self.sockets}, where the sockets of VMs "
+                f"the QMP socket {path} is not in {self.sockets_dir}, where the sockets of VMs "
                 "that run elsewhere must be"
             )
-        below = socket.relative_to(self.sockets).parts
-        parts = [self.sockets.joinpath(*below[:n]) for n in range(len(below) + 1)]
+        below = socket.relative_to(self.sockets_dir).parts
+        parts = [self.sockets_dir.joinpath(*below[:n]) for n in range(len(below) + 1)]
         for part in parts:
             try:
                 found = os.lstat(part)
@@ -144,20 +155,44 @@ class Machines:
         return data if isinstance(data, dict) else {}
 
     def start(
+        self, namespace: str, name: str, spec: MachineSpec, launch: dict[str, Any]
+    ) -> Launched:
+        """Start the VM's QEMU as `spec` says, unless it runs already, its first-boot seed
+        written into its folder; `launch` is kept with it, and its cores and core fraction
+        weigh its CPU."""
+        self.check_paths(namespace, name)
+        directory = self.directory(namespace, name)
+        paths = Paths(
+            monitors=[self.control_socket(namespace, name), self.qmp_socket(namespace, name)],
+            agent=self.agent_socket(namespace, name),
+            serial_log=self.serial_log(namespace, name),
+            seed=directory / SEED,
+        )
+
+        def variables(template: Path, secure: bool) -> Path:
+            return self.efi_variables(namespace, name, template, secure)
+
+        config, launched = qemu_config(f"{namespace}.{name}", spec, paths, variables)
+        if spec.seed is not None:
+            write_seed(paths.seed, spec.seed.label, spec.seed.files)
+        share = (spec.cores, spec.core_fraction)
+        unweighed = self._run(namespace, name, command(config), launch, share)
+        return dataclasses.replace(launched, unweighed=unweighed)
+
+    def _run(
         self,
         namespace: str,
         name: str,
         argv: list[str],
         launch: dict[str, Any],
-        share: tuple[int, int] = (1, 100),
-    ) -> None:
+        share: tuple[int, int],
+    ) -> str | None:
         """Run `argv` as the VM's QEMU, unless it runs already; `launch` is kept with it, and
-        `share` (cores, percent of each) weighs its CPU."""
-        self.check_paths(namespace, name)
+        `share` (cores, percent of each) weighs its CPU; why it could not be weighed."""
         directory = self.directory(namespace, name)
         with self._lock:
             if self._alive(directory):
-                return
+                return self.unweighed(namespace, name)
             private_folder(directory)
             for stale in ("qmp.sock", "control.sock", "agent.sock"):
                 (directory / stale).unlink(missing_ok=True)
@@ -189,6 +224,7 @@ class Machines:
                 "launch": launch,
             }
             write_atomically(directory / "state.json", json.dumps(record).encode())
+            return unweighed
 
     def _alive(self, directory: Path) -> bool:
         child = self._children.get(directory)
@@ -234,11 +270,28 @@ class Machines:
         write_atomically(path, data)
         return path
 
+    def state(self, namespace: str, name: str) -> RunState | None:
+        """The running VM's state and QEMU's version, asked on the controller's monitor; None
+        before QEMU opened its monitors, or when it does not answer."""
+        if not self.control_socket(namespace, name).exists():
+            return None
+        try:
+            with self.monitor(namespace, name) as qmp:
+                status = qmp.command("query-status")["status"]
+                version = qmp.command("query-version")["qemu"]
+        except QmpError:
+            return None
+        return RunState(status, f"{version['major']}.{version['minor']}.{version['micro']}")
+
     def power_down(self, namespace: str, name: str) -> None:
-        """Press the VM's ACPI power button (QMP `system_powerdown`), and remember when."""
+        """Press the VM's ACPI power button (QMP `system_powerdown`), and remember when;
+        MachineError while its monitors are not open."""
         directory = self.directory(namespace, name)
-        with self.monitor(namespace, name) as qmp:
-            qmp.command("system_powerdown")
+        try:
+            with self.monitor(namespace, name) as qmp:
+                qmp.command("system_powerdown")
+        except QmpError as e:
+            raise MachineError(f"the power button of {namespace}/{name}: {e.message}") from e
         with self._lock:
             record = {**self._record(directory), "powerDownAt": time.time()}
             write_atomically(directory / "state.json", json.dumps(record).encode())
@@ -289,8 +342,49 @@ class Machines:
         raise MachineError(f"the QEMU of {namespace}/{name} would not end")
 
     def remove(self, namespace: str, name: str) -> None:
-        """Remove a stopped VM's directory (sockets, logs, state)."""
+        """Remove a stopped VM's directory (sockets, logs, state) and what its agent said."""
+        self._asked.pop((namespace, name), None)
         directory = self.directory(namespace, name)
         shutil.rmtree(directory, ignore_errors=True)
         with contextlib.suppress(OSError):
             directory.parent.rmdir()
+
+    def sockets(self, vm: VirtualMachine) -> Sockets:
+        """The VM's sockets as the daemon decided them: its own for a VM it runs, the checked
+        `spec.qmpSocket` (and no agent) for one that runs elsewhere (SocketRefusedError when
+        that is not one the daemon may use); never what the VM's status says."""
+        if vm.spec.qmp_socket:
+            return Sockets(self.external_socket(vm.spec.qmp_socket), None)
+        namespace, name = vm.metadata.namespace or "", vm.metadata.name or ""
+        agent = self.agent_socket(namespace, name) if vm.spec.enable_guest_agent else None
+        return Sockets(str(self.qmp_socket(namespace, name)), None if agent is None else str(agent))
+
+    def guest(self, vm: VirtualMachine) -> GuestFacts:
+        """What the VM's guest agent says, asked at most every AGENT_SECONDS (not answered
+        without an agent channel)."""
+        key = (vm.metadata.namespace or "", vm.metadata.name or "")
+        agent = None if vm.spec.qmp_socket else self.sockets(vm).agent
+        asked = self._asked.get(key)
+        if asked is None or time.monotonic() - asked[0] > AGENT_SECONDS:
+            asked = (time.monotonic(), ask(agent))
+            self._asked[key] = asked
+        return asked[1]
+
+    def external(self, vm: VirtualMachine, files: list[str]) -> External:
+        """The run state of the VM whose QEMU is at `spec.qmpSocket`, and the node of each of
+        `files` it opened (the file, or its CBT overlay); MachineError when it cannot be
+        reached, SocketRefusedError when the socket is not one the daemon may use."""
+        socket = self.sockets(vm).qmp
+        try:
+            with Qmp(socket, timeout=WATCH_SECONDS) as qmp:
+                status = qmp.command("query-status")["status"]
+                nodes = qmp.command("query-named-block-nodes", flat=True)
+        except QmpError as e:
+            raise MachineError(e.message) from e
+        devices = {}
+        for file in files:
+            names = {file, cbt.overlay_path(file)}
+            node = next((n for n in nodes if n.get("file") in names), None)
+            if node is not None:
+                devices[file] = Device(node["node-name"], node.get("drv") == "qcow2")
+        return External(status, devices)
