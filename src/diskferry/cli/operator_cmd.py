@@ -43,8 +43,8 @@ def operator(
         Path | None,
         typer.Option(
             "--data-dir",
-            help="Where the workers keep their state and volumes, on this host "
-            "(default /var/lib/diskferry as root, ./diskferry-data otherwise).",
+            help="Where the operator keeps its state, and with --runner local its workers' jobs "
+            "and volumes (default /var/lib/diskferry as root, ./diskferry-data otherwise).",
         ),
     ] = None,
     identity: Annotated[
@@ -114,21 +114,22 @@ def operator(
     from diskferry.cli.cancel import signals_set
     from diskferry.control.daemon import prepare_data_dir
     from diskferry.kube.api import KubeApi
-    from diskferry.kube.config import api_client, in_cluster, own_namespace
+    from diskferry.kube.config import api_client, own_namespace
     from diskferry.kube.lease import LeaseTimes
     from diskferry.kube.operator import (
-        LOCAL,
         PODS,
-        RUNNERS,
+        BadRunnerError,
         Operator,
         OperatorSettings,
+        choose_runner,
         default_identity,
         own_image,
     )
 
-    chosen = runner or (PODS if in_cluster() else LOCAL)
-    if chosen not in RUNNERS:
-        raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
+    try:
+        chosen = choose_runner(runner)
+    except BadRunnerError as e:
+        raise typer.BadParameter(e.message, param_hint="--runner") from None
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"

@@ -30,7 +30,7 @@ from diskferry.control.runner.stop import serving
 from diskferry.disk.errors import DiskferryError
 from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
-from diskferry.kube.config import POD_NAME, POD_NAMESPACE
+from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster
 from diskferry.kube.health import Health
 from diskferry.kube.lease import LeaderElector, LeaseTimes
 from diskferry.kube.runner import PodRunner
@@ -46,6 +46,19 @@ LOCAL = "local"
 PODS = "pods"
 RUNNERS = (PODS, LOCAL)
 CONTAINER = "operator"
+
+
+class BadRunnerError(DiskferryError):
+    """The operator was told to run its workers in a way it knows not."""
+
+
+def choose_runner(given: str | None) -> str:
+    """Where workers run: as `given` (one of RUNNERS), else as Pods when this operator runs
+    in a Pod, on its own host otherwise; BadRunnerError for another."""
+    chosen = given or (PODS if in_cluster() else LOCAL)
+    if chosen not in RUNNERS:
+        raise BadRunnerError(f"no runner {chosen!r}: use one of {', '.join(RUNNERS)}")
+    return chosen
 
 
 class NoWorkerImageError(DiskferryError):
