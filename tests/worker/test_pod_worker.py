@@ -13,7 +13,7 @@ from pathlib import Path
 
 from worker_support import job_file, run, start
 
-from diskferry.worker.pod import ADDRESS_ENV, RESULT_FILE_ENV, RESULT_LIMIT
+from diskferry.worker.pod import ADDRESS_ENV, RESULT_FILE_ENV, RESULT_LIMIT, RESULT_TOO_LARGE
 
 MiB = 1 << 20
 
@@ -65,7 +65,7 @@ def test_a_result_too_long_for_a_termination_message_says_so_there(tmp_path: Pat
     written = message.read_bytes()
     assert len(written) <= RESULT_LIMIT
     result = json.loads(written)
-    assert (result["ok"], result["reason"], result["jobId"]) == (False, "ResultTooLarge", long_id)
+    assert (result["ok"], result["reason"], result["jobId"]) == (False, RESULT_TOO_LARGE, long_id)
     assert result["message"].startswith("the job's result")
 
 

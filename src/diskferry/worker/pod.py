@@ -19,6 +19,7 @@ ADDRESS_ENV = "DISKFERRY_WORKER_ADDRESS"
 RESULT_FILE_ENV = "DISKFERRY_RESULT_FILE"
 RESULT_LIMIT = 4096
 """The bytes of a container's termination message Kubernetes keeps."""
+RESULT_TOO_LARGE = "ResultTooLarge"
 
 
 def listen_address(job_address: str) -> str:
@@ -34,7 +35,7 @@ def _fitting(result: dict[str, Any]) -> bytes:
         return line
     refused = {
         "ok": False,
-        "reason": "ResultTooLarge",
+        "reason": RESULT_TOO_LARGE,
         "message": f"the job's result ({len(line)} bytes) is longer than a termination message "
         f"holds ({RESULT_LIMIT} bytes): its worker's log has it whole",
         "jobId": result.get("jobId"),
