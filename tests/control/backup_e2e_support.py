@@ -212,14 +212,16 @@ class EventLog:
         self._thread.join(5)
 
 
-def worker_pids(data_dir: Path, module: str) -> list[int]:
-    """The processes running `python -m <module>` from a job directory of `data_dir`."""
+def worker_pids(data_dir: Path, module: str, job: str = "") -> list[int]:
+    """The processes running `python -m <module>` from a job directory of `data_dir` (one
+    whose id starts with `job`)."""
     found = []
     for pid in workers_under(data_dir / "jobs"):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            directory = Path(os.readlink(f"/proc/{pid}/cwd"))
         except OSError:
             continue
-        if module.encode() in cmdline.split(b"\0"):
+        if module.encode() in cmdline.split(b"\0") and directory.name.startswith(job):
             found.append(pid)
     return found

@@ -349,7 +349,7 @@ def test_a_daemon_killed_mid_upload_finishes_it_cleanly_after_a_restart(short_ba
         kubectl(first, "wait", "bsl", "repo", "--for=jsonpath={.status.phase}=Available")
         kubectl(first, "apply", "-f", "-", stdin=yaml.safe_dump(backup_manifest("b1")))
         wait_until(lambda: fleecing(data), 120, step=0.01)
-        [worker] = worker_pids(data, "diskferry.backup.worker")
+        [worker] = worker_pids(data, "diskferry.backup.worker", job="du-")
         os.kill(worker, signal.SIGSTOP)
         assert fleecing(data)
     finally:

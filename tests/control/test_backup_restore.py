@@ -87,7 +87,9 @@ def vm_doc(name: str, policy: str, disks: list[str]) -> dict:
     }
 
 
-def test_a_fresh_data_directory_restores_from_the_repository_alone(base):
+def test_a_fresh_data_directory_restores_from_the_repository_alone(
+    base, repositories_opened_by_reconcilers
+):
     docs = documents("backup-restore.yaml", base / "backups")
     first = Daemon(base / "first")
     try:
@@ -132,6 +134,7 @@ def test_a_fresh_data_directory_restores_from_the_repository_alone(base):
     finally:
         fresh.stop()
         stop_workers_under(base / "fresh")
+    assert repositories_opened_by_reconcilers == []
 
 
 def test_long_names_are_cut_to_a_label_with_a_hash(base):

@@ -41,7 +41,9 @@ def daemon(tmp_path, monkeypatch):
     stop_workers_under(tmp_path)
 
 
-def test_filesystem_location_is_made_at_first_use_and_opens_after(daemon, tmp_path):
+def test_filesystem_location_is_made_at_first_use_and_opens_after(
+    daemon, tmp_path, repositories_opened_by_reconcilers
+):
     secret(daemon, "repo-pass", password=PASSWORD)
     daemon.apply("BackupStorageLocation", "repo", filesystem_bsl(tmp_path / "backups"))
     bsl = daemon.wait_phase("BackupStorageLocation", "repo", "Available", "Unavailable")
@@ -52,6 +54,7 @@ def test_filesystem_location_is_made_at_first_use_and_opens_after(daemon, tmp_pa
     with Repository.open(str(tmp_path / "backups"), PASSWORD) as repo:
         assert repo.id == status["repositoryID"]
     wait_until(lambda: "RepositoryCreated" in [e["reason"] for e in daemon.events("repo")])
+    assert repositories_opened_by_reconcilers == []
 
 
 def test_missing_secret_is_unavailable_and_then_available_once_it_exists(daemon, tmp_path):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, download, repository_held
 
+from diskferry.control.clock import ManualClock
 from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
 
 ENDED = ("Completed", "Failed", "Canceled")
@@ -136,15 +137,14 @@ def test_deleting_a_download_that_writes_removes_the_half_written_disk(backed_up
 def test_a_download_that_ended_while_the_daemon_was_down_keeps_its_disk(backed_up, tmp_path):
     daemon, snapshot, claim = backed_up
     with repository_held(tmp_path / "backups"):
-        # the deadline passes while the daemon is down (its disk's blank claim, made by a
-        # worker first, takes a worker's start before the restore's)
-        download(daemon, "dd", snapshot, "vd-restored", operationTimeout="8s")
-        accepted = time.monotonic()
+        download(daemon, "dd", snapshot, "vd-restored", operationTimeout="10m")
         daemon.wait_phase("DataDownload", "dd", "InProgress")
         daemon.stop()
     wait_until(lambda: not workers_under(tmp_path / "data"), 60)
-    wait_until(lambda: time.monotonic() - accepted > 9, 15)
-    again = MoverDaemon(tmp_path / "data")
+    # the daemon comes back after the download's operationTimeout ran out
+    again = MoverDaemon(
+        tmp_path / "data", clock=ManualClock(datetime.now(UTC) + timedelta(hours=1))
+    )
     try:
         status = again.wait_phase("DataDownload", "dd", *ENDED)["status"]
         restored = again.claim(again.wait_phase("VirtualDisk", "vd-restored", "Ready"))

@@ -268,7 +268,9 @@ def test_runs_missed_while_down_get_one_catch_up_run(base, clock) -> None:
         stop_workers_under(base)
 
 
-def test_the_keep_policy_forgets_older_backups_and_prunes(base, daemon, clock) -> None:
+def test_the_keep_policy_forgets_older_backups_and_prunes(
+    base, daemon, clock, repositories_opened_by_reconcilers
+) -> None:
     path = disk(daemon, "vd-a", b"first" * 4000)
     apply(daemon, [*location(base), schedule("hourly", keep={"keepLast": 1})])
     status_of(daemon, "hourly", "nextRun")
@@ -300,6 +302,7 @@ def test_the_keep_policy_forgets_older_backups_and_prunes(base, daemon, clock) -
         assert load_metadata(repo, "default.hourly-20260101010001") is None
         assert load_metadata(repo, "default.hourly-20260101020001") is not None
         assert check(repo).ok
+    assert repositories_opened_by_reconcilers == []
 
 
 def test_a_backup_past_its_ttl_goes_with_its_snapshots_only(base, daemon, clock) -> None:

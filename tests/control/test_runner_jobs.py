@@ -15,7 +15,7 @@ from pathlib import Path
 from control_support import wait_until
 from pydantic import BaseModel
 
-from diskferry.backup import Chores, ChoresJob, ChoresResult
+from diskferry.backup import Chores, ChoresJob, ChoresResult, MetadataRead
 from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.jobs import BAD_RESULT, WORKER_LOST, Failed, Jobs, Running, Succeeded
 from diskferry.control.runner.local import LocalRunner
@@ -129,16 +129,20 @@ def test_work_is_handed_to_a_job_that_waits_for_it(tmp_path: Path, monkeypatch) 
     jobs = Jobs(LocalRunner(tmp_path / "data"))
     made = _chores(tmp_path / "repo", create=True, chores=Chores())
     wait_until(lambda: jobs.chore("made", *made, ChoresResult, "tag"))
-    waiting = _chores(tmp_path / "repo", chores_file="chores.json")
+    waiting = _chores(tmp_path / "repo", chores_file="chores.json", output="read.json")
     work = ("chores.json", Chores(read=["nothing"]))
     jobs.start("h-1", *waiting)
     wait_until(lambda: (o := jobs.poll("h-1", ChoresResult)) and o.progress)
-    done = wait_until(lambda: jobs.handed("h-1", *waiting, work, ChoresResult, "tag"))
-    assert isinstance(done, Succeeded) and done.result.documents == {"nothing": None}
+    done = wait_until(lambda: jobs.handed("h-1", *waiting, work, ChoresResult, "t", ["read.json"]))
+    assert isinstance(done, Succeeded) and done.result.read
+    assert MetadataRead.model_validate_json(done.outputs["read.json"]).documents == {
+        "nothing": None
+    }
+    assert jobs.poll("h-1", ChoresResult) is None
 
     jobs.start("h-2", *waiting)
     wait_until(lambda: (o := jobs.poll("h-2", ChoresResult)) and o.progress)
     jobs.cancel("h-2")
     assert wait_until(lambda: isinstance(o := jobs.poll("h-2", ChoresResult), Failed) and o)
     again = wait_until(lambda: jobs.handed("h-2", *waiting, work, ChoresResult, "tag"))
-    assert isinstance(again, Succeeded) and again.result.documents == {"nothing": None}
+    assert isinstance(again, Succeeded) and again.result.read and again.outputs == {}

@@ -1,6 +1,7 @@
 """The backup worker's `chores` job: a control plane's repository chores on one opening of the
-repository (made when absent and asked): snapshot sizes, metadata read, listed and stored with
-the trackers it asks for, snapshots forgotten with the metadata describing them, a prune."""
+repository (made when absent and asked): snapshot sizes, metadata read (into the job's output
+file), listed and stored with the trackers it asks for, snapshots forgotten with the metadata
+describing them, a prune."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from worker_support import Finished, job_file, run, start
 
-from diskferry.backup import ChoresResult
+from diskferry.backup import ChoresResult, MetadataRead
 from diskferry.backup.metadata import list_metadata, load_metadata, save_metadata
 from diskferry.backup.repository import Repository
 
@@ -75,13 +76,19 @@ def test_metadata_is_stored_with_trackers_read_and_listed(tmp_path, env, repo) -
     document = {"kind": "BackupMetadata", "status": {"phase": "Completed"}}
     store = {"name": "ns.b1", "document": document, "trackers": ["ns.vm", "ns.none"]}
     stored = _chores(tmp_path, env, repo, chores={"sizes": [snapshot], "store": store})
-    assert stored.sizes == {snapshot: 8 * MiB} and stored.names is None
+    assert stored.sizes == {snapshot: 8 * MiB} and not stored.read
     with Repository.open(repo, PASSWORD) as opened:
         kept = load_metadata(opened, "ns.b1")
     assert kept == {**document, "trackers": {"ns.vm": tracker, "ns.none": None}}
 
     listing = {"prefix": "ns.", "known": ["ns.known"]}
-    read = _chores(tmp_path, env, repo, chores={"read": ["ns.gone"], "listing": listing})
+    chores = {"read": ["ns.gone"], "listing": listing}
+    unwritten = _run(tmp_path, env, repo, "chores", chores=chores)
+    assert unwritten.code == 2 and "need an output file" in unwritten.result["message"]
+    assert _chores(tmp_path, env, repo, chores=chores, output="read.json").read
+    output = tmp_path / "read.json"
+    assert output.stat().st_mode & 0o777 == 0o600
+    read = MetadataRead.model_validate_json(output.read_bytes())
     assert read.names == ["ns.b1", "ns.known"]
     assert read.documents == {"ns.gone": None, "ns.b1": kept}
 
@@ -119,10 +126,9 @@ def test_chores_given_later_run_on_the_repository_opened_before(tmp_path, env, r
     running.wait_for(lambda state: state["phase"] == "Opening")
     assert running.proc.poll() is None
     store = {"name": "ns.late", "document": {"late": True}}
-    (tmp_path / "later.json").write_text(json.dumps({"store": store, "read": ["ns.late"]}))
+    (tmp_path / "later.json").write_text(json.dumps({"store": store}))
     finished = running.finish()
     assert finished.code == 0, finished.stderr
-    assert finished.result["documents"] == {"ns.late": None}  # read before the store
     with Repository.open(repo, PASSWORD) as opened:
         assert load_metadata(opened, "ns.late") == {"late": True}
 

@@ -45,6 +45,7 @@ __all__, __getattr__, __dir__ = lazy_face(
             "InitJob",
             "InitResult",
             "MetadataListing",
+            "MetadataRead",
             "PruneJob",
             "PruneResult",
             "RepoAccess",

@@ -1,7 +1,8 @@
 """A control plane's chores in a repository, on one opening of it (one key derivation): the
 repository made when absent and asked, then snapshot sizes and metadata read, the metadata
 listed, a document stored with the trackers it asks for, snapshots forgotten with the
-metadata that describes them, and a prune.
+metadata that describes them, and a prune. What they read goes to the job's `output` file
+(0600), not into the result line.
 
 The chores may come after the job started (`choresFile`): the repository is opened while the
 control plane still waits for what to do, so that the opening is not on its path. No lock is
@@ -11,6 +12,7 @@ taken before the chores come.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +26,7 @@ from diskferry.backup.job import (
     ChoresResult,
     Forgetting,
     MetadataListing,
+    MetadataRead,
     PruneResult,
     StoredMetadata,
 )
@@ -41,7 +44,7 @@ AWAIT_SECONDS = 0.05
 
 
 class ChoresFileError(DiskferryError):
-    """The chores' file is not JSON, or not chores."""
+    """The chores' file is not JSON, or not chores; or chores read with no `output` to write."""
 
     reason = "BadJob"
 
@@ -57,13 +60,19 @@ def run_chores(
     repo, created = _opened(job)
     with repo:
         chores = job.chores if job.chores is not None else _awaited(job.chores_file or "", cancel)
+        if chores.reads and job.output is None:
+            raise ChoresFileError("chores that read metadata need an output file")
         done = ChoresResult(repository=repo.id, created=created, encrypted=repo.config.encrypted)
         for snapshot in chores.sizes:
             done.sizes[snapshot] = repo.load_snapshot_info(repo.find_snapshot(snapshot)).disk_size
+        read = MetadataRead()
         for name in chores.read:
-            done.documents[name] = load_metadata(repo, name)
+            read.documents[name] = load_metadata(repo, name)
         if chores.listing is not None:
-            done.names = _listed(repo, chores.listing, done)
+            read.names = _listed(repo, chores.listing, read)
+        if job.output is not None and chores.reads:
+            _write(Path(job.output), read.model_dump_json(by_alias=True).encode())
+            done.read = True
         if chores.store is not None:
             _store(repo, chores.store)
         if chores.forget is not None:
@@ -102,14 +111,21 @@ def _awaited(name: str, cancel: threading.Event | None) -> Chores:
         raise ChoresFileError(f"the chores' file {name} is not valid: {why}") from None
 
 
-def _listed(repo: Repository, listing: MetadataListing, done: ChoresResult) -> list[str]:
+def _listed(repo: Repository, listing: MetadataListing, read: MetadataRead) -> list[str]:
     """The repository's metadata names; the documents of those the listing asks for read."""
     names = list_metadata(repo)
     known = set(listing.known)
     for name in names:
         if name.startswith(listing.prefix) and name not in known:
-            done.documents[name] = load_metadata(repo, name)
+            read.documents[name] = load_metadata(repo, name)
     return names
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write `data` to the file `path` (0600, made or replaced; never through a symlink)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def _store(repo: Repository, stored: StoredMetadata) -> None:

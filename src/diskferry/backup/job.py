@@ -304,6 +304,11 @@ class Chores(JobModel):
     forget: Forgetting | None = None
     prune: PruneWhen = Field(default="never", description="when to prune, last")
 
+    @property
+    def reads(self) -> bool:
+        """Whether the chores read metadata (asked for, or listed)."""
+        return bool(self.read) or self.listing is not None
+
 
 class ChoresJob(RepoAccess):
     """What the worker runs for a control plane: the repository opened (made when absent and
@@ -315,6 +320,12 @@ class ChoresJob(RepoAccess):
         description="make the repository when there is none (encrypted when a password is given)",
     )
     chores: Chores | None = None
+    output: str | None = Field(
+        default=None,
+        description="a file beside the job file that what the chores read (metadata and their "
+        "names) is written to, as a MetadataRead: a result line holds 4 KiB at most; chores that "
+        "read need it",
+    )
     chores_file: str | None = Field(
         default=None,
         alias="choresFile",
@@ -326,6 +337,8 @@ class ChoresJob(RepoAccess):
     def _chores_given_once(self) -> ChoresJob:
         if (self.chores is None) == (self.chores_file is None):
             raise PydanticCustomError("chores", "give the chores, or the file they come in")
+        if self.chores is not None and self.chores.reads and self.output is None:
+            raise PydanticCustomError("chores", "chores that read metadata need an output file")
         return self
 
 
@@ -476,17 +489,23 @@ class UpgradeResult(_Result):
     key_file: str | None = Field(alias="keyFile", description="the key file the password opened")
 
 
+class MetadataRead(_Result):
+    """What chores read of the repository's metadata, in the job's `output`."""
+
+    documents: dict[str, dict[str, Any] | None] = Field(
+        default_factory=dict, description="metadata read (listed or asked), None when absent"
+    )
+    names: list[str] | None = Field(default=None, description="the metadata names, if listed")
+
+
 class ChoresResult(_Result):
-    """What a repository's chores found and did."""
+    """What a repository's chores found and did (what they read is in the job's `output`)."""
 
     repository: str
     created: bool = Field(description="whether the repository was made now")
     encrypted: bool
     sizes: dict[str, int] = Field(default_factory=dict, description="disk size by snapshot id")
-    documents: dict[str, dict[str, Any] | None] = Field(
-        default_factory=dict, description="metadata read (listed or asked), None when absent"
-    )
-    names: list[str] | None = Field(default=None, description="the metadata names, if listed")
+    read: bool = Field(default=False, description="whether a MetadataRead went to `output`")
     forgotten: list[str] = Field(default_factory=list, description="snapshot ids forgotten now")
     deleted_metadata: list[str] = Field(default_factory=list, alias="deletedMetadata")
     pruned: PruneResult | None = None

@@ -131,10 +131,10 @@ class Controllers:
             VirtualMachineClassReconciler(self.client),
             VirtualDataExportReconciler(self.client, self.runner, exports.job_id, clock),
             *movers,
-            BackupStorageLocationReconciler(self.client),
-            BackupReconciler(self.client, clock),
+            BackupStorageLocationReconciler(self.client, self.runner),
+            BackupReconciler(self.client, self.runner, clock),
             RestoreReconciler(self.client, clock, self.machines, self.runner),
-            ScheduleReconciler(self.client, clock),
+            ScheduleReconciler(self.client, self.runner, clock),
             *extra,
         ]
         self.manager = Manager(

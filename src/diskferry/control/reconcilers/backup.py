@@ -11,6 +11,11 @@ A stopped VM is backed up as a running one is (the engine opens its disks itself
 The hooks that apply to a VM go to its DataUpload (`diskferry.io/hooks`), which runs them in a
 running VM's guest; `status.hookStatus` counts them.
 
+Every repository chore runs in a backup worker, `bk-<uid>-<chore>`: the metadata stored
+(`store`, by a worker started with the Backup that opens the repository while the uploads run
+and then waits for its chores), read for a synced Backup (`read`), and what the finalizer
+lets go (`drop`).
+
 A Backup that names no storage location gets the namespace's `default: true` one written into
 its spec; one without, a location that does not exist or is ReadOnly, or filters Velero
 refuses make it FailedValidation with `status.validationErrors`. Every Backup is deleted once
@@ -25,24 +30,21 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from diskferry.backup.errors import LockedError
+from diskferry.backup import Chores, ChoresJob, ChoresResult, StoredMetadata
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
 from diskferry.control.names import short_name
-from diskferry.control.reconcilers.backupdata import (
-    backup_snapshots,
-    forget,
-    freed_text,
-    prune_location,
-)
-from diskferry.control.reconcilers.backupdocument import keep_document
+from diskferry.control.reconcilers.backupdata import backup_snapshots, freed_text, let_go
+from diskferry.control.reconcilers.backupdocument import backup_document
 from diskferry.control.reconcilers.backupmeta import (
+    READ_FILE,
     SYNCED_FROM,
     metadata_name,
-    read_document,
+    metadata_read,
 )
 from diskferry.control.reconcilers.bsl import available
+from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.hookspecs import backup_hooks
 from diskferry.control.reconcilers.lifecycle import FINALIZER, deleting, held, release
 from diskferry.control.reconcilers.location import location_of
@@ -64,13 +66,18 @@ from diskferry.control.resources.dataupload import DISKS, HOOKS, VM_NAME, DataUp
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
+from diskferry.control.runner.base import JobFile, Runner
+from diskferry.control.runner.jobs import Failed, Jobs, Succeeded
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 1.0
 EXPIRY_POLL_SECONDS = 300.0
-LOCKED_RETRY_SECONDS = 5.0
+JOB_POLL_SECONDS = 0.25
+"""How often a Backup looks at the worker running its chores in the repository."""
+CHORES_FILE = "chores.json"
+"""The file the worker that stores a Backup's metadata waits for its chores in."""
 ENDED_PHASES = (
     BackupPhase.COMPLETED,
     BackupPhase.PARTIALLY_FAILED,
@@ -113,9 +120,59 @@ class BackupReconciler:
 
     info = BACKUPS
 
-    def __init__(self, client: Client, clock: Clock | None = None) -> None:
+    def __init__(self, client: Client, runner: Runner, clock: Clock | None = None) -> None:
         self.client = client
+        self.jobs = Jobs(runner)
         self.clock = clock or Clock()
+
+    def job_id(self, obj: Backup, chore: str) -> str:
+        """The id of the job that runs the Backup's `chore`: `store` its metadata, `read` it
+        (a synced Backup), `drop` its data."""
+        return f"bk-{obj.metadata.uid}-{chore}"
+
+    def _repository_job(
+        self, obj: Backup, **fields: Any
+    ) -> tuple[ChoresJob, list[JobFile]] | Failed:
+        """A chores job (with `fields`) in the repository of the Backup's location, or why
+        there is none."""
+        where = obj.spec.storage_location or ""
+        bsl = self.client.get(BackupStorageLocation, obj.metadata.namespace, where)
+        try:
+            if bsl is None:
+                raise DiskferryError(f"the BackupStorageLocation {where} is gone")
+            return location_of(self.client, bsl).job(ChoresJob, **fields)
+        except DiskferryError as e:
+            return Failed(e.reason, e.message)
+
+    def _chore(
+        self, obj: Backup, chore: str, chores: Chores, wait: bool = False
+    ) -> Succeeded[ChoresResult] | Failed | None:
+        """Run `chores` in the repository of the Backup's location (waiting for locks when
+        `wait`, what they read written to READ_FILE): None while the worker runs, then how it
+        ended."""
+        made = self._repository_job(obj, chores=chores, wait=wait, output=READ_FILE)
+        if isinstance(made, Failed):
+            return made
+        job_id = self.job_id(obj, chore)
+        return self.jobs.chore(job_id, *made, ChoresResult, tag(obj), (READ_FILE,))
+
+    def _store(
+        self, obj: Backup, document: StoredMetadata
+    ) -> Succeeded[ChoresResult] | Failed | None:
+        """Store the Backup's metadata through the worker that `_ready_store` started (its
+        repository opened while the uploads ran), or one started now: None while it runs."""
+        made = self._repository_job(obj, chores_file=CHORES_FILE)
+        if isinstance(made, Failed):
+            return made
+        work = (CHORES_FILE, Chores(store=document))
+        return self.jobs.handed(self.job_id(obj, "store"), *made, work, ChoresResult, tag(obj))
+
+    def _ready_store(self, obj: Backup) -> None:
+        """Start the worker that will store the Backup's metadata: it opens the repository
+        now and waits for its chores."""
+        made = self._repository_job(obj, chores_file=CHORES_FILE)
+        if not isinstance(made, Failed):
+            self.jobs.start(self.job_id(obj, "store"), *made)
 
     def reconcile(self, obj: Backup) -> Result:
         """One step of the backup."""
@@ -220,6 +277,7 @@ class BackupReconciler:
         }
         obj = held(self.client, obj)
         obj = self.client.patch_status(obj, status)
+        self._ready_store(obj)
         for entry in volumes:
             if entry["action"] == "skip":
                 vm = f"{entry['namespace']}/{entry['virtualMachine']}"
@@ -282,20 +340,15 @@ class BackupReconciler:
     def _adopt(self, obj: Backup) -> Result:
         """Take the status of a Backup the location's sync made from the repository's
         metadata; one whose metadata is gone is Failed, saying so."""
-        bsl = self.client.get(
-            BackupStorageLocation, obj.metadata.namespace, obj.spec.storage_location or ""
-        )
-        namespace, name = obj.metadata.namespace or "default", obj.metadata.name or ""
-        try:
-            if bsl is None:
-                raise DiskferryError(
-                    f"the BackupStorageLocation {obj.spec.storage_location} is gone"
-                )
-            document = read_document(location_of(self.client, bsl), metadata_name(namespace, name))
-        except DiskferryError as e:
+        name = metadata_name(obj.metadata.namespace or "default", obj.metadata.name or "")
+        read = self._chore(obj, "read", Chores(read=[name]))
+        if read is None:
+            return Result.requeue(JOB_POLL_SECONDS)
+        if isinstance(read, Failed):
             return self._end(
-                obj, BackupPhase.FAILED, f"its metadata cannot be read: {e.message}", {}
+                obj, BackupPhase.FAILED, f"its metadata cannot be read: {read.message}", {}
             )
+        document = metadata_read(read).documents.get(name)
         stored = (document or {}).get("status")
         if not stored:
             return self._end(obj, BackupPhase.FAILED, "the repository holds no status of it", {})
@@ -346,19 +399,22 @@ class BackupReconciler:
             self.client.delete(DataUpload, upload.metadata.namespace, upload.metadata.name or "")
         if running:
             return Result.requeue(POLL_SECONDS)
+        if not all([self.jobs.stop(self.job_id(obj, chore)) for chore in ("store", "read")]):
+            return Result.requeue(POLL_SECONDS)
         made = {d.snapshot_id for u in uploads for d in u.status.disks}
         snapshots = sorted(made.union(backup_snapshots(obj)))
-        try:
-            location = location_of(self.client, bsl)
-            forget(location, snapshots, [metadata_name(namespace, name)])
-            freed = f"; {freed_text(prune_location(location))}" if snapshots else ""
-        except LockedError:
-            return Result.requeue(LOCKED_RETRY_SECONDS)
-        except DiskferryError as e:
+        forgetting = let_go(snapshots, {metadata_name(namespace, name): []})
+        chores = Chores(forget=forgetting, prune="always" if snapshots else "never")
+        dropped = self._chore(obj, "drop", chores, wait=True)
+        if dropped is None:
+            return Result.requeue(JOB_POLL_SECONDS)
+        if isinstance(dropped, Failed):
             self.client.event(
-                obj, "Warning", "DataKept", f"the repository cannot be opened: {e.message}"
+                obj, "Warning", "DataKept", f"the repository cannot be opened: {dropped.message}"
             )
             return Result.requeue(EXPIRY_POLL_SECONDS)
+        pruned = dropped.result.pruned
+        freed = f"; {freed_text(pruned)}" if pruned is not None else ""
         self.client.event(
             obj, "Normal", "DataDeleted", f"{len(snapshots)} snapshots forgotten{freed}"
         )
@@ -501,12 +557,13 @@ class BackupReconciler:
         fields["errors"] = len(vms) - ok
         status = {**obj.status.to_json(), **fields, "phase": phase.value, "message": message}
         status["completionTimestamp"] = rfc3339(self.clock.now())
-        try:
-            keep_document(self.client, obj, taken, volumes, vms, status)
-        except DiskferryError as e:
-            return self._end(
-                obj, BackupPhase.FAILED, f"the manifests could not be stored: {e.message}", fields
-            )
+        document = backup_document(self.client, obj, taken, volumes, vms, status)
+        stored = self._store(obj, document)
+        if stored is None:
+            return Result.requeue(JOB_POLL_SECONDS)
+        if isinstance(stored, Failed):
+            why = f"the manifests could not be stored: {stored.message}"
+            return self._end(obj, BackupPhase.FAILED, why, fields)
         return self._end(obj, phase, message, fields)
 
     def _end(self, obj: Backup, phase: BackupPhase, message: str, fields: dict[str, Any]) -> Result:

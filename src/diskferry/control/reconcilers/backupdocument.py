@@ -1,28 +1,22 @@
 """The metadata a Backup keeps in its repository once its uploads ended: the manifests of the
 VMs backed up, of their VirtualDisks (with the snapshot of each whose data moved), of the
-images the filters take, the Backup's own manifest and final status, and each VM's tracker."""
+images the filters take, the Backup's own manifest and final status, and each VM's tracker
+(`trackers`, by the VM's name in the repository, put in by the worker that stores it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from diskferry.backup import StoredMetadata
 from diskferry.control.model import API_VERSION, Resource
-from diskferry.control.reconcilers.backupmeta import (
-    clean_manifest,
-    metadata_name,
-    store_document,
-    tracker_state,
-)
+from diskferry.control.reconcilers.backupmeta import clean_manifest, metadata_name
 from diskferry.control.reconcilers.dataupload import repository_vm
-from diskferry.control.reconcilers.location import location_of
 from diskferry.control.reconcilers.selection import ClusterImages, Taken
 from diskferry.control.resources.backup import Backup
-from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runtime.client import Client
-from diskferry.disk.errors import DiskferryError
 
 Volumes = list[dict[str, Any]]
 Machines = dict[tuple[str, str], bool]
@@ -77,23 +71,18 @@ def _disks(
     return disks
 
 
-def keep_document(
+def backup_document(
     client: Client,
     backup: Backup,
     taken: Taken,
     volumes: Volumes,
     vms: Machines,
     status: dict[str, Any],
-) -> None:
-    """Store the Backup's metadata, with `status` as its final status, in its location's
-    repository (DiskferryError when that cannot be done)."""
-    bsl = client.get(
-        BackupStorageLocation, backup.metadata.namespace, backup.spec.storage_location or ""
-    )
-    if bsl is None:
-        raise DiskferryError(f"the BackupStorageLocation {backup.spec.storage_location} is gone")
-    location = location_of(client, bsl)
+) -> StoredMetadata:
+    """The Backup's metadata, with `status` as its final status, as a worker stores it in the
+    repository with the trackers of the VMs backed up."""
     machines = []
+    trackers = []
     for (namespace, name), good in vms.items():
         vm = client.get(VirtualMachine, namespace, name)
         if not good or vm is None:
@@ -102,9 +91,9 @@ def keep_document(
             {
                 "manifest": clean_manifest(vm.to_json()),
                 "disks": _disks(client, taken, volumes, namespace, name),
-                "tracker": tracker_state(location, repository_vm(namespace, name)),
             }
         )
+        trackers.append(repository_vm(namespace, name))
     kept = {k: v for k, v in status.items() if k not in ("conditions", "observedGeneration")}
     document = {
         "apiVersion": API_VERSION,
@@ -116,4 +105,4 @@ def keep_document(
         "images": _images(client, taken, volumes, vms),
     }
     name = metadata_name(backup.metadata.namespace or "default", backup.metadata.name or "")
-    store_document(location, name, document)
+    return StoredMetadata(name=name, document=document, trackers=trackers)

@@ -1,17 +1,18 @@
-"""The manifests a Backup keeps in its repository, for a Restore on any machine: opened through
-a storage location, named `<namespace>.<backup>`."""
+"""The manifests a Backup keeps in its repository, for a Restore on any machine: named
+`<namespace>.<backup>`, written and read by a backup worker's chores."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from diskferry.backup.metadata import load_metadata, save_metadata
-from diskferry.backup.repository import Repository
-from diskferry.control.reconcilers.location import Location
+from diskferry.backup import ChoresResult, MetadataRead
+from diskferry.control.runner.jobs import Succeeded
 
 KEPT_METADATA = ("name", "namespace", "labels", "annotations")
 SYNCED_FROM = "diskferry.io/synced-from"
 """On a Backup a location's sync made from the repository's metadata: the location's name."""
+READ_FILE = "read.json"
+"""The file a backup worker writes what its chores read of the metadata to (its `output`)."""
 
 
 def metadata_name(namespace: str, backup: str) -> str:
@@ -30,20 +31,8 @@ def clean_manifest(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def store_document(location: Location, name: str, document: dict[str, Any]) -> None:
-    """Write the metadata `name` into the location's repository."""
-    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
-        save_metadata(repo, name, document)
-
-
-def read_document(location: Location, name: str) -> dict[str, Any] | None:
-    """The metadata `name` of the location's repository, None when it has none."""
-    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
-        return load_metadata(repo, name)
-
-
-def tracker_state(location: Location, vm: str) -> dict[str, Any] | None:
-    """The repository's tracker of `vm` (its checkpoint chains), None when it has none."""
-    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
-        tracker = repo.load_tracker(vm)
-    return None if tracker is None else tracker.model_dump(mode="json")
+def metadata_read(done: Succeeded[ChoresResult]) -> MetadataRead:
+    """What the chores of `done` (a job whose `output` was READ_FILE) read of the metadata:
+    nothing when they read none."""
+    data = done.outputs.get(READ_FILE) if done.result.read else None
+    return MetadataRead() if data is None else MetadataRead.model_validate_json(data)

@@ -1,19 +1,19 @@
 """A location's Backups synced from its repository, as Velero's backup sync does: each Backup
 of the location's namespace whose metadata the repository holds (made by any host) and that
 is missing here is made, annotated `diskferry.io/synced-from` (the Backup reconciler takes its
-status from the metadata); a Backup synced earlier whose metadata is gone is deleted."""
+status from the metadata); a Backup synced earlier whose metadata is gone is deleted. The
+repository's metadata is listed, and the documents of the Backups missing here read, by a
+backup worker's chores (`listing`)."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
 
-from diskferry.backup.metadata import list_metadata
-from diskferry.backup.repository import Repository
+from diskferry.backup import MetadataListing, MetadataRead
 from diskferry.control.model import API_VERSION
-from diskferry.control.reconcilers.backupmeta import SYNCED_FROM, metadata_name, read_document
+from diskferry.control.reconcilers.backupmeta import SYNCED_FROM, metadata_name
 from diskferry.control.reconcilers.lifecycle import deleting
-from diskferry.control.reconcilers.location import Location
 from diskferry.control.resources.backup import Backup, BackupPhase
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.runtime.client import Client
@@ -30,23 +30,26 @@ class Synced:
     deleted: list[str] = field(default_factory=list)
 
 
-def _names(location: Location) -> list[str]:
-    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
-        return list_metadata(repo)
-
-
-def sync_backups(client: Client, bsl: BackupStorageLocation, location: Location) -> Synced:
-    """Make the Backups of `bsl`'s namespace its repository holds and this host lacks; delete
-    those synced from it whose metadata is gone."""
+def listing(client: Client, bsl: BackupStorageLocation) -> MetadataListing:
+    """What a sync of `bsl` reads: the repository's metadata names, and the documents of its
+    namespace's Backups that this host lacks."""
     namespace = bsl.metadata.namespace or "default"
-    names = _names(location)
+    here = [metadata_name(namespace, b.metadata.name or "") for b in client.list(Backup, namespace)]
+    return MetadataListing(prefix=metadata_name(namespace, ""), known=here)
+
+
+def sync_backups(client: Client, bsl: BackupStorageLocation, read: MetadataRead) -> Synced:
+    """Make the Backups of `bsl`'s namespace whose documents `read` holds (a `listing`'s) and
+    this host lacks; delete those synced from it whose metadata is gone."""
+    namespace = bsl.metadata.namespace or "default"
+    names = read.names or []
     prefix = metadata_name(namespace, "")
     held = {name[len(prefix) :] for name in names if name.startswith(prefix)}
     done = Synced(hashlib.sha256("\n".join(names).encode()).hexdigest()[:16])
     for name in sorted(held):
         if client.get(Backup, namespace, name) is not None:
             continue
-        document = read_document(location, metadata_name(namespace, name))
+        document = read.documents.get(metadata_name(namespace, name))
         if document is None:
             continue
         manifest = document.get("backup") or {}

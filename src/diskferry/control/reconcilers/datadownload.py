@@ -1,6 +1,7 @@
 """DataDownload: one disk snapshot restored into a new VirtualDisk (`spec.targetVolume`).
 
-The disk is made blank of the snapshot's size, or of the annotation
+The disk is made blank of the snapshot's size (a backup worker reads it, `dd-<uid>-size`), or
+of the annotation
 `diskferry.io/backup-pvc-size` when that is larger (a smaller one is refused), labelled with
 the download's uid; once its claim is made the restore worker writes the snapshot into it
 (replaced whole only on success). The disk stays Provisioning until the download Completed,
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from diskferry.backup import RestoreJob, RestoreResult
+from diskferry.backup import Chores, ChoresJob, ChoresResult, RestoreJob, RestoreResult
 from diskferry.control.model import API_VERSION, ObjectMeta
 from diskferry.control.quantity import format_bytes, parse_quantity
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
-from diskferry.control.reconcilers.location import Location, snapshot_size
+from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.sources import claim_of
 from diskferry.control.resources.datadownload import (
@@ -27,7 +28,11 @@ from diskferry.control.resources.datadownload import (
 )
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.virtualdisk import VirtualDisk
+from diskferry.control.runner.jobs import Failed
 from diskferry.disk.errors import DiskferryError
+
+SIZE_POLL_SECONDS = 0.25
+"""How often a download looks at the worker reading its snapshot's size."""
 
 
 class DataDownloadReconciler(MoverReconciler):
@@ -52,13 +57,26 @@ class DataDownloadReconciler(MoverReconciler):
         """Nothing: downloads wait only for their location and the cap."""
         return None
 
-    def size(self, obj: DataDownload, location: Location) -> int:
+    def size_job_id(self, obj: DataDownload) -> str:
+        """The id of the job that reads the snapshot's size."""
+        return f"{self.job_id(obj)}-size"
+
+    def job_ids(self, obj: DataDownload) -> list[str]:
+        """The restore's job, and the one that reads the snapshot's size."""
+        return [self.job_id(obj), self.size_job_id(obj)]
+
+    def size(self, obj: DataDownload, location: Location) -> int | None:
         """The disk's size: the snapshot's (or `spec.snapshotSize` when larger), or the
-        annotation's when larger still."""
-        try:
-            size = snapshot_size(location, obj.spec.snapshot_id)
-        except DiskferryError as e:
-            raise MoverFailure(e.message, reason=e.reason) from e
+        annotation's when larger still; None while a worker reads the snapshot's."""
+        snapshot = obj.spec.snapshot_id
+        job, files = location.job(ChoresJob, chores=Chores(sizes=[snapshot]))
+        tag = self._log_tag(obj)
+        read = self.jobs.chore(self.size_job_id(obj), job, files, ChoresResult, tag)
+        if read is None:
+            return None
+        if isinstance(read, Failed):
+            raise MoverFailure(read.message, reason=read.reason)
+        size = read.result.sizes[snapshot]
         size = max(size, obj.spec.snapshot_size or 0)
         asked = obj.metadata.annotations.get(BACKUP_PVC_SIZE)
         if asked is None:
@@ -83,6 +101,9 @@ class DataDownloadReconciler(MoverReconciler):
         disk = self.client.get(VirtualDisk, namespace, name)
         if disk is None:
             size = self.size(obj, location)
+            if size is None:
+                message = f"reading the size of the snapshot {obj.spec.snapshot_id}"
+                return Waiting(message, SIZE_POLL_SECONDS)
             self.client.create(
                 VirtualDisk.model_validate(
                     {

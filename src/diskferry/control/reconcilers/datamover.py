@@ -71,9 +71,10 @@ class MoverFailure(DiskferryError):
 
 @dataclass(frozen=True)
 class Waiting:
-    """Not yet: the message says what the mover waits for."""
+    """Not yet: the message says what the mover waits for, and `seconds` when to look again."""
 
     message: str
+    seconds: float = WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ class MoverReconciler(ABC):
             raise MoverFailure(message, reason=INVALID_JOB) from None
         if isinstance(prepared, Waiting):
             self._note(obj, prepared.message)
-            return Result.requeue(WAIT_SECONDS)
+            return Result.requeue(prepared.seconds)
         if obj.status.phase != MoverPhase.PREPARED:
             obj = self._move(obj, MoverPhase.PREPARED, "Prepared", prepared.message)
 
@@ -306,8 +307,9 @@ class MoverReconciler(ABC):
         return Result.done()
 
     def _fail(self, obj: Any, reason: str, message: str, config: DataMoverConfigSpec) -> Result:
-        """Stop the worker, remove what the mover made, and only then say Failed: a daemon
-        killed on the way finds the mover not ended and fails it again."""
+        """Stop the worker, remove what the mover made, settle the job (its scratch kept), and
+        only then say Failed: a daemon killed on the way finds the mover not ended and fails
+        it again."""
         job_id = self.job_id(obj)
         if isinstance(self.jobs.poll(job_id, self.result_model), Running):
             self.jobs.cancel(job_id)
@@ -319,8 +321,8 @@ class MoverReconciler(ABC):
             **self.failure_fields(obj, reason, message),
             "completionTimestamp": rfc3339(self.clock.now()),
         }
-        self._move(obj, MoverPhase.FAILED, reason, message, fields)
         self.jobs.settle(job_id, self._log_tag(obj), True, config.worker_log_lines)
+        self._move(obj, MoverPhase.FAILED, reason, message, fields)
         self._bound_failed()
         return Result.done()
 

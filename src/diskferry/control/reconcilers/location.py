@@ -1,5 +1,5 @@
-"""A BackupStorageLocation made usable: its repository's URL, S3 settings and password, for the
-daemon's own look at it and as the files and fields of a backup worker's job."""
+"""A BackupStorageLocation made usable: its repository's URL, S3 settings and password, as the
+files and fields of a backup worker's job (the daemon never opens a repository itself)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from diskferry.backup.errors import RepositoryNotFoundError
-from diskferry.backup.repository import Repository
 from diskferry.control.resources.backupstoragelocation import (
     UNENCRYPTED,
     BackupStorageLocation,
@@ -20,8 +18,6 @@ from diskferry.control.resources.core import Secret
 from diskferry.control.runner.base import JobFile
 from diskferry.control.runtime.client import Client
 from diskferry.disk.errors import DiskferryError
-from diskferry.objstore.credentials import DEFAULT_PROFILE, parse_credentials
-from diskferry.objstore.store import S3Options
 
 PASSWORD_FILE = "repo-password"
 CREDENTIALS_FILE = "s3-credentials"
@@ -79,20 +75,6 @@ class Location:
     ca_bundle: bytes | None = None
     profile: str | None = None
 
-    def s3(self) -> S3Options:
-        """The S3 settings, keys included, for the daemon's own use."""
-        key = secret = None
-        if self.credentials is not None:
-            text = self.credentials.decode(errors="replace")
-            key, secret = parse_credentials(text, self.profile or DEFAULT_PROFILE)
-        return S3Options(
-            endpoint=self.endpoint,
-            region=self.region,
-            access_key_id=key,
-            secret_access_key=secret,
-            ca_bundle=self.ca_bundle,
-        )
-
     def job(self, model: type[J], **fields: Any) -> tuple[J, list[JobFile]]:
         """A `model` job on this repository with `fields` besides, and the files its repository
         fields name (the password, the S3 credentials and CA)."""
@@ -149,25 +131,3 @@ def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
         ca_bundle,
         spec.config.profile,
     )
-
-
-def snapshot_size(location: Location, snapshot_id: str) -> int:
-    """The size of the disk the snapshot `snapshot_id` holds (SnapshotNotFoundError if none)."""
-    with Repository.open(location.url, location.password, s3=location.s3()) as repo:
-        return repo.load_snapshot_info(repo.find_snapshot(snapshot_id)).disk_size
-
-
-def open_or_create(location: Location, create: bool) -> tuple[str, bool]:
-    """Open the location's repository (made when absent and `create`); its id, and whether it
-    was made now."""
-    try:
-        with Repository.open(location.url, location.password, s3=location.s3()) as repo:
-            return repo.id, False
-    except RepositoryNotFoundError:
-        if not create:
-            raise
-    made = Repository.init(
-        location.url, location.password, s3=location.s3(), encrypted=location.password is not None
-    )
-    with made:
-        return made.id, True

@@ -15,19 +15,22 @@ Warning Event; a VM whose disk exists is left AlwaysOff, that disk Failed); with
 stopped VM gets the backup's spec, labels and annotations and its missing disks restored,
 existing disks get the backup's labels and annotations, and no disk's data is ever
 overwritten; a running VM is left, saying so. The exec hooks that take a restored VM run in
-its guest once it runs (see restorehooks); the Restore ends after them."""
+its guest once it runs (see restorehooks); the Restore ends after them. The manifests are read
+from each location by a backup worker, `rs-<uid>-<the location's uid>`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from diskferry.backup import Chores, ChoresJob, ChoresResult
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.machines import Machines
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
 from diskferry.control.names import short_name
 from diskferry.control.reconcilers.backup import positive
-from diskferry.control.reconcilers.backupmeta import metadata_name, read_document
+from diskferry.control.reconcilers.backupmeta import READ_FILE, metadata_name, metadata_read
 from diskferry.control.reconcilers.bsl import available
+from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.location import location_of
 from diskferry.control.reconcilers.restorehooks import WAITING, RestoreHooks, stopped
 from diskferry.control.reconcilers.selection import ClusterImages, Taken, restore_taken
@@ -49,12 +52,15 @@ from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import MachinePhase, RunPolicy, VirtualMachine
 from diskferry.control.runner.base import Runner
+from diskferry.control.runner.jobs import Failed, Jobs
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
+JOB_POLL_SECONDS = 0.25
+"""How often a Restore looks at the worker reading the backup's manifests."""
 FINISHED = (
     RestorePhase.COMPLETED,
     RestorePhase.PARTIALLY_FAILED,
@@ -81,15 +87,14 @@ class RestoreReconciler:
     def __init__(
         self,
         client: Client,
-        clock: Clock | None = None,
-        machines: Machines | None = None,
-        runner: Runner | None = None,
+        clock: Clock | None,
+        machines: Machines | None,
+        runner: Runner,
     ) -> None:
         self.client = client
+        self.jobs = Jobs(runner)
         self.clock = clock or Clock()
-        self.hooks = None
-        if machines is not None and runner is not None:
-            self.hooks = RestoreHooks(client, runner, machines)
+        self.hooks = None if machines is None else RestoreHooks(client, runner, machines)
 
     def reconcile(self, obj: Restore) -> Result:
         """One step of the restore."""
@@ -100,8 +105,9 @@ class RestoreReconciler:
         return self._follow(obj)
 
     def _source(self, obj: Restore) -> Restore | list[str]:
-        """The Restore with its backup named (the schedule's latest Completed Backup written
-        into backupName), or why it cannot be restored."""
+        """The Restore with its backup named (the schedule's latest Completed Backup put in
+        backupName, written once its manifests are read: `_chose`), or why it cannot be
+        restored."""
         errors = obj.spec.source_errors()
         if errors:
             return errors
@@ -128,12 +134,17 @@ class RestoreReconciler:
             return [f"no Completed Backup of the Schedule {schedule} to restore"]
         latest = max(made, key=lambda b: (b.status.start_timestamp or 0, b.metadata.name))
         spec = obj.spec.model_copy(update={"backup_name": latest.metadata.name})
-        obj = self.client.update(obj.model_copy(update={"spec": spec}))
+        return obj.model_copy(update={"spec": spec})
+
+    def _chose(self, obj: Restore) -> Restore:
+        """Write the backup `_source` chose of the Restore's schedule into its backupName."""
+        obj = self.client.update(obj)
         self.client.event(
             obj,
             "Normal",
             "BackupChosen",
-            f"restoring {latest.metadata.name}, the latest Backup of the Schedule {schedule}",
+            f"restoring {obj.spec.backup_name}, the latest Backup of the Schedule "
+            f"{obj.spec.schedule_name}",
         )
         return obj
 
@@ -144,19 +155,42 @@ class RestoreReconciler:
             return [b for b in found if b.metadata.name == backup.spec.storage_location]
         return sorted(found, key=lambda b: not b.spec.default)
 
-    def _document(self, obj: Restore) -> tuple[str, dict[str, Any]] | str:
-        """The storage location and the backup's metadata, or what is waited for."""
+    def _document(self, obj: Restore) -> tuple[str, dict[str, Any]] | str | None:
+        """The first storage location holding the backup's metadata and that metadata, what
+        is waited for, or None while workers read it (DiskferryError when it cannot be read):
+        each location is read, in order, up to one that is not Available."""
         name = metadata_name(obj.metadata.namespace or "default", obj.spec.backup_name or "")
         locations = self._locations(obj)
         if not locations:
             return "waiting for a BackupStorageLocation holding the backup"
+        waiting = f"waiting for the backup {obj.spec.backup_name}: no storage location holds it yet"
+        looked: list[BackupStorageLocation] = []
         for bsl in locations:
             if not available(bsl):
-                return f"waiting for the BackupStorageLocation {bsl.metadata.name} to be Available"
-            document = read_document(location_of(self.client, bsl), name)
+                waiting = (
+                    f"waiting for the BackupStorageLocation {bsl.metadata.name} to be Available"
+                )
+                break
+            looked.append(bsl)
+        runs = [
+            (
+                f"rs-{obj.metadata.uid}-{bsl.metadata.uid}",
+                *location_of(self.client, bsl).job(
+                    ChoresJob, chores=Chores(read=[name]), output=READ_FILE
+                ),
+            )
+            for bsl in looked
+        ]
+        ended = self.jobs.chores(runs, ChoresResult, tag(obj), (READ_FILE,)) if runs else []
+        if ended is None:
+            return None
+        for bsl, outcome in zip(looked, ended, strict=True):
+            if isinstance(outcome, Failed):
+                raise DiskferryError(outcome.message, reason=outcome.reason)
+            document = metadata_read(outcome).documents.get(name)
             if document is not None:
                 return bsl.metadata.name or "", document
-        return f"waiting for the backup {obj.spec.backup_name}: no storage location holds it yet"
+        return waiting
 
     def _end(self, obj: Restore, phase: RestorePhase, message: str, **fields: Any) -> Result:
         status = {
@@ -189,11 +223,15 @@ class RestoreReconciler:
             return self._end(
                 obj, RestorePhase.FAILED, f"the backup's manifests cannot be read: {e.message}"
             )
+        if found is None:
+            return Result.requeue(JOB_POLL_SECONDS)
         if isinstance(found, str):
             if obj.status.message != found:
                 self.client.patch_status(obj, {"phase": RestorePhase.NEW.value, "message": found})
             return Result.requeue(WAIT_SECONDS)
         location, document = found
+        if obj.spec.schedule_name:
+            obj = self._chose(obj)
         taken = restore_taken(obj.spec)
         machines = []
         kept = 0

@@ -10,8 +10,9 @@ makes no Backup; the times it passes are recorded as `lastSkipped`. `skipImmedia
 what is due when the Schedule is created or unpaused (lastSkipped is then), and is set back
 to false. A bad expression is FailedValidation. After the newest of its Backups ended, the
 keep policy picks the snapshots of its Backups that go: they are forgotten, the Backups all
-of whose snapshots went are deleted, and the repository is pruned; `status.retention` and
-Events say what went and what was freed."""
+of whose snapshots went are deleted, and the repository is pruned, all in one backup worker
+(`sch-<uid>-<the newest Backup's uid>`); `status.retention` and Events say what went and what
+was freed."""
 
 from __future__ import annotations
 
@@ -21,22 +22,17 @@ from typing import Any
 
 from croniter import CroniterError, croniter
 
-from diskferry.backup.errors import LockedError
-from diskferry.backup.policy import KeepPolicy
+from diskferry.backup import Chores, ChoresJob, ChoresResult
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import DurationError, parse_duration
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
 from diskferry.control.reconcilers.backup import ENDED_PHASES
-from diskferry.control.reconcilers.backupdata import (
-    backup_snapshots,
-    forget,
-    freed_text,
-    let_go,
-    prune_location,
-)
+from diskferry.control.reconcilers.backupdata import backup_snapshots, freed_text, let_go
 from diskferry.control.reconcilers.backupmeta import metadata_name
+from diskferry.control.reconcilers.bsl import available
+from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.lifecycle import deleting
-from diskferry.control.reconcilers.location import Location, location_of
+from diskferry.control.reconcilers.location import location_of
 from diskferry.control.resources.backup import Backup, BackupPhase
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.schedule import (
@@ -46,9 +42,12 @@ from diskferry.control.resources.schedule import (
     Schedule,
     SchedulePhase,
 )
+from diskferry.control.runner.base import Runner
+from diskferry.control.runner.jobs import Failed, Jobs
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.reconciler import Result
+from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 2.0
 """How often a Schedule looks at a Backup of its own that has not ended."""
@@ -57,6 +56,8 @@ LATE_SECONDS = 60.0
 """A time whose run comes later than this was missed."""
 MAX_COUNTED = 100_000
 RETRY_SECONDS = 5.0
+JOB_POLL_SECONDS = 0.25
+"""How often a Schedule looks at the worker applying its keep policy."""
 KEPT_PHASES = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED)
 MISSED_RUNS = "MissedRuns"
 SCHEDULED = "Scheduled"
@@ -126,8 +127,9 @@ class ScheduleReconciler:
 
     info = SCHEDULES
 
-    def __init__(self, client: Client, clock: Clock | None = None) -> None:
+    def __init__(self, client: Client, runner: Runner, clock: Clock | None = None) -> None:
         self.client = client
+        self.jobs = Jobs(runner)
         self.clock = clock or Clock()
 
     def reconcile(self, obj: Schedule) -> Result:
@@ -309,60 +311,64 @@ class ScheduleReconciler:
         return obj.metadata.labels
 
     def _retain(self, obj: Schedule, made: list[Backup]) -> float | None:
-        """Apply the keep policy once the newest Backup ended; seconds to a retry, if one."""
+        """Apply the keep policy once the newest Backup ended; seconds to a look again, if
+        one is due."""
         keep = obj.spec.keep
         kept = [b for b in made if b.status.phase in KEPT_PHASES and not deleting(b)]
         if keep is None or not keep.has_policy or not kept:
             return None
-        newest = kept[-1].metadata.name or ""
+        newest = kept[-1]
         retention = obj.status.retention
-        if retention is not None and retention.judged == newest and retention.pruned:
+        if retention is not None and retention.judged == newest.metadata.name and retention.pruned:
             return None
         namespace = obj.metadata.namespace or "default"
-        where = kept[-1].spec.storage_location or ""
-        bsl = self.client.get(BackupStorageLocation, namespace, where)
-        if bsl is None:
+        bsl = self.client.get(BackupStorageLocation, namespace, newest.spec.storage_location or "")
+        if bsl is None or not available(bsl):
             return RETRY_SECONDS
-        location = location_of(self.client, bsl)
+        snapshots = {b.metadata.name or "": backup_snapshots(b) for b in kept}
+        described = {metadata_name(namespace, name): ids for name, ids in snapshots.items() if ids}
+        forgetting = let_go({i for ids in snapshots.values() for i in ids}, described, keep)
+        chores = Chores(forget=forgetting, prune="ifForgotten")
         try:
-            if retention is None or retention.judged != newest:
-                retention = self._forget(obj, location, keep, kept)
-            if retention.forgotten_snapshots:
-                stats = prune_location(location)
-                freed = stats.bytes_freed
-                self.client.event(obj, "Normal", "Pruned", freed_text(stats))
-            else:
-                freed = 0
-        except LockedError:
-            return RETRY_SECONDS
-        done = retention.model_copy(update={"pruned": True, "bytes_freed": freed})
-        self.client.patch_status(obj, {"retention": done.to_json()})
+            job, files = location_of(self.client, bsl).job(ChoresJob, chores=chores, wait=True)
+        except DiskferryError as e:
+            self.client.event(obj, "Warning", "RetentionFailed", e.message)
+            return MAX_WAIT_SECONDS
+        job_id = f"sch-{obj.metadata.uid}-{newest.metadata.uid}"
+        done = self.jobs.chore(job_id, job, files, ChoresResult, tag(obj))
+        if done is None:
+            return JOB_POLL_SECONDS
+        if isinstance(done, Failed):
+            message = f"the keep policy was not applied: {done.message}"
+            self.client.event(obj, "Warning", "RetentionFailed", message)
+            return MAX_WAIT_SECONDS
+        self._retained(obj, newest.metadata.name or "", snapshots, done.result)
         return None
 
-    def _forget(
-        self, obj: Schedule, location: Location, keep: KeepPolicy, kept: list[Backup]
-    ) -> Retention:
-        """Forget the snapshots `keep` lets go of `kept`'s, delete the Backups left with none."""
+    def _retained(
+        self, obj: Schedule, judged: str, snapshots: dict[str, list[str]], done: ChoresResult
+    ) -> None:
+        """Delete the Backups whose snapshots all went, and say what went and was freed."""
         namespace = obj.metadata.namespace or "default"
-        snapshots = {b.metadata.name or "": backup_snapshots(b) for b in kept}
-        named = {i for ids in snapshots.values() for i in ids}
-        chosen = set(let_go(location, named, keep))
-        doomed = [name for name, ids in snapshots.items() if ids and set(ids) <= chosen]
-        forget(location, sorted(chosen), [metadata_name(namespace, name) for name in doomed])
+        gone = set(done.forgotten)
+        doomed = [name for name, ids in snapshots.items() if ids and set(ids) <= gone]
         for name in doomed:
             self.client.delete(Backup, namespace, name)
         retention = Retention(
-            judged=kept[-1].metadata.name or "",
-            forgottenSnapshots=sorted(chosen),
+            judged=judged,
+            forgottenSnapshots=sorted(gone),
             deletedBackups=doomed,
+            pruned=True,
+            bytesFreed=0 if done.pruned is None else done.pruned.bytes_freed,
         )
         self.client.patch_status(obj, {"retention": retention.to_json()})
-        if chosen:
+        if gone:
             self.client.event(
                 obj,
                 "Normal",
                 "Forgotten",
-                f"the keep policy let {len(chosen)} snapshots go;"
+                f"the keep policy let {len(gone)} snapshots go;"
                 f" Backups deleted: {', '.join(doomed) or 'none'}",
             )
-        return retention
+        if done.pruned is not None:
+            self.client.event(obj, "Normal", "Pruned", freed_text(done.pruned))

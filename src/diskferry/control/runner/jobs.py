@@ -15,8 +15,8 @@ start-up (a repository's key derivation) is then done by the time the work is ha
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -42,9 +42,11 @@ class Running:
 
 @dataclass(frozen=True)
 class Succeeded(Generic[R]):
-    """The job ended with its result."""
+    """The job ended with its result, and the output files asked for that it wrote (what does
+    not fit a result line), read before it was settled."""
 
     result: R
+    outputs: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -136,19 +138,25 @@ class Jobs:
         files: Sequence[JobFile],
         result: type[R],
         tag: str,
+        outputs: Sequence[str] = (),
     ) -> Succeeded[R] | Failed | None:
         """Run `job` as `job_id` to its end, one call at a time (see `chores`): None while it
         runs, then its outcome, once."""
-        ended = self.chores([(job_id, job, files)], result, tag)
+        ended = self.chores([(job_id, job, files)], result, tag, outputs)
         return None if ended is None else ended[0]
 
     def chores(
-        self, runs: Sequence[tuple[str, WorkerJob, Sequence[JobFile]]], result: type[R], tag: str
+        self,
+        runs: Sequence[tuple[str, WorkerJob, Sequence[JobFile]]],
+        result: type[R],
+        tag: str,
+        outputs: Sequence[str] = (),
     ) -> list[Succeeded[R] | Failed] | None:
         """Run the jobs of `runs` (id, job, files) to their ends, one call at a time: each is
         started when no job of its id is there (a failure of it settled earlier is forgotten
         and started afresh); None while any runs; once all ended, each is settled (see
-        `settle`) and their outcomes given in the order of `runs`."""
+        `settle`, the `outputs` of one that succeeded read first) and their outcomes given in
+        the order of `runs`."""
         ended: list[Succeeded[R] | Failed] = []
         for job_id, job, files in runs:
             polled = self.poll(job_id, result)
@@ -158,9 +166,22 @@ class Jobs:
                 ended.append(polled)
         if len(ended) < len(runs):
             return None
-        for (job_id, _, _), outcome in zip(runs, ended, strict=True):
-            self.settle(job_id, tag, keep=isinstance(outcome, Failed))
-        return ended
+        return [
+            self._settled(job_id, o, tag, outputs)
+            for (job_id, _, _), o in zip(runs, ended, strict=True)
+        ]
+
+    def _settled(
+        self, job_id: str, outcome: Succeeded[R] | Failed, tag: str, outputs: Sequence[str]
+    ) -> Succeeded[R] | Failed:
+        """The ended job's outcome, with the `outputs` it wrote when it succeeded, once the job
+        is settled."""
+        if isinstance(outcome, Succeeded):
+            written = {name: self.runner.read_file(job_id, name) for name in outputs}
+            found = {name: data for name, data in written.items() if data is not None}
+            outcome = replace(outcome, outputs=found)
+        self.settle(job_id, tag, keep=isinstance(outcome, Failed))
+        return outcome
 
     def handed(
         self,
@@ -170,11 +191,13 @@ class Jobs:
         work: tuple[str, BaseModel],
         result: type[R],
         tag: str,
+        outputs: Sequence[str] = (),
     ) -> Succeeded[R] | Failed | None:
         """Run `work` (a file's name and what it holds) in the job `job_id`, a `job` that
         waits for that file, one call at a time: the job started unless one waits already
         (one that ended before it had its work is settled and started again), the work handed
-        to it, None until it ended; then settled, and its outcome given once."""
+        to it, None until it ended; then settled, and its outcome (with its `outputs`) given
+        once."""
         name, given = work
         polled = self.poll(job_id, result)
         handed = self.runner.read_file(job_id, name) is not None
@@ -184,8 +207,7 @@ class Jobs:
         if polled is None or (isinstance(polled, Failed) and polled.kept):
             self.restart(job_id, job, files)
         elif not isinstance(polled, Running):
-            self.settle(job_id, tag, keep=isinstance(polled, Failed))
-            return polled
+            return self._settled(job_id, polled, tag, outputs)
         if not handed or not isinstance(polled, Running):
             self.hand(job_id, name, given)
         return None
