@@ -156,3 +156,38 @@ def test_a_runner_made_afresh_finds_its_pods_and_starts_none_again(
     assert fresh.read_file("imp-4", "missing") is None
     assert _ended(fresh, "imp-4").succeeded
     assert fresh.forget("imp-4")
+
+
+def test_a_start_never_rewrites_the_secret_of_a_pod_it_did_not_see(
+    runner: PodRunner, api: KubeApi, made: str, nginx, images
+) -> None:
+    unaware = PodRunner(api, made, ClusterVolumes(api), NAMESPACE)  # listed before the Pod
+    url = nginx.publish(images.reference, "unseen.raw")
+    runner.start("imp-5", ImportJob(source=url, target="/tmp/disk.img"))
+    secret = _secret(api, "imp-5")
+    assert secret is not None
+    unaware.start("imp-5", ImportJob(source=url, target="/tmp/other.img"))
+    again = _secret(api, "imp-5")
+    assert again is not None and again["metadata"] == secret["metadata"]
+    assert again["data"] == secret["data"]
+    assert unaware.state("imp-5") is not None
+    assert _ended(unaware, "imp-5").succeeded and unaware.forget("imp-5")
+
+
+def test_a_secret_left_by_a_start_that_made_no_pod_is_made_anew(
+    runner: PodRunner, api: KubeApi, nginx, images
+) -> None:
+    left = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": pod_name("imp-6"), "namespace": NAMESPACE},
+        "data": {"job.json": base64.b64encode(b"{}").decode()},
+    }
+    api.create("v1", "Secret", NAMESPACE, left)
+    url = nginx.publish(images.reference, "left.raw")
+    runner.start("imp-6", ImportJob(source=url, target="/tmp/disk.img"))
+    assert _pod(api, "imp-6") is not None
+    secret = _secret(api, "imp-6")
+    assert secret is not None
+    assert json.loads(base64.b64decode(secret["data"]["job.json"]))["jobId"] == "imp-6"
+    assert _ended(runner, "imp-6").succeeded and runner.forget("imp-6")

@@ -192,23 +192,29 @@ class PodRunner:
         if self._pod(job_id) is not None:
             return
         namespace, mounts = self._mounts(data)
-        uid = job_id[-36:]
+        name = pod_name(job_id)
+        with self._lock:
+            self._where[job_id] = namespace
+        # a job's id ends with the uid of the object it works for: the owner of the claim
+        # of that uid owns the Pod
         owners = [owner(m.claim) for m in mounts]
-        ref = next((found for found in owners if found and found["uid"] == uid), None)
+        ref = next((o for o in owners if o and job_id.endswith(o["uid"])), None)
         credentials = [file.name for file in files if file.credential]
         secret = job_secret(job_id, namespace, given, credentials, ref)
-        name = pod_name(job_id)
         try:
             self.api.create(*SECRET, namespace, secret)
-        except AlreadyExistsError:  # of a start that stopped before its Pod: never ran
+        except AlreadyExistsError:
+            if self._pod(job_id) is not None:
+                return  # its Pod was made by a start this runner did not see
+            # left by a start that stopped before making its Pod: that job never ran
             found = self.api.get(*SECRET, namespace, name) or {}
             secret["metadata"]["resourceVersion"] = found.get("metadata", {}).get("resourceVersion")
             self.api.replace(*SECRET, namespace, name, secret)
+            with self._lock:
+                self._where[job_id] = namespace
         pod = worker_pod(job_id, namespace, job.WORKER, self.image, mounts, ref)
         with contextlib.suppress(AlreadyExistsError):  # started meanwhile, by a start of the job
             self.api.create(*POD, namespace, pod)
-        with self._lock:
-            self._where[job_id] = namespace
         log.info("job %s: Pod %s/%s created", job_id, namespace, name)
 
     def state(self, job_id: str) -> JobState | None:
