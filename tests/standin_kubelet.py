@@ -466,6 +466,9 @@ class Kubelet:
         self.loop.start()
 
     def _remove_left(self) -> None:
+        if shutil.which("podman") is None:
+            log.warning("podman is not installed: no Pod will start")
+            return
         found = podman("ps", "--all", "--quiet", "--filter", f"label={LABEL}={self.tag}")
         for container in found.stdout.split():
             podman("rm", "--force", container)
