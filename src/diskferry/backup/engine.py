@@ -1,9 +1,12 @@
 """The backup engine: decide each disk, checkpoint them in one session, store synthetic fulls.
 
 Full or incremental is decided once per disk (plan.decide), from the tracker's chain and
-the checkpoints the session finds on the disk. Order of writes: packs and index (the
-pack writer), each disk's manifest, the VM's tracker; the session then drops the
-checkpoints older than the new ones. A crash at any step leaves the tracker at a
+the checkpoints the session finds on the disk. A backup point that a server serves (KubeVirt's
+Pull VirtualMachineBackup, diskferry's backup-point worker) is read through its disks' data
+and map endpoints instead, incremental where its maps show the changes since the chain's
+last checkpoint (plan.decide_point), its checkpoint the point's own. Order of writes: packs
+and index (the pack writer), each disk's manifest, the VM's tracker; the session then drops
+the checkpoints older than the new ones. A crash at any step leaves the tracker at a
 checkpoint still on the disk, so nothing is lost. Entries flow from the disk (and the
 parent's manifest, a page at a time) into the new manifest's spool, so memory does not
 grow with the disk.
@@ -20,10 +23,17 @@ from dataclasses import dataclass
 from diskferry.backup.entries import Entry, full_entries, overlay
 from diskferry.backup.errors import RepositoryError
 from diskferry.backup.hooks import run_hooks
-from diskferry.backup.job import BackupJob, BackupResult, DiskResult, HookOutcome
+from diskferry.backup.job import (
+    BackupJob,
+    BackupPoint,
+    BackupResult,
+    DiskResult,
+    HookOutcome,
+    PointDisk,
+)
 from diskferry.backup.pack_writer import PackWriter
 from diskferry.backup.phases import BackupPhase
-from diskferry.backup.plan import Decision, DiskPlan, Source, decide
+from diskferry.backup.plan import Decision, DiskPlan, Source, decide, decide_point
 from diskferry.backup.reader import Piece, WalkOnce, dirty_pieces, full_pieces, store_pieces
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import (
@@ -38,6 +48,7 @@ from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
 from diskferry.disk.errors import BAD_USAGE, CancelledError, DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import RAW_DATA, volume_format
+from diskferry.disk.point_volume import PointVolume
 from diskferry.disk.progress import Progress
 from diskferry.disk.schemes import is_nbd_url
 from diskferry.disk.throttle import TokenBucket, bucket_for, throttled
@@ -136,6 +147,41 @@ def _open_reading(
     return _Reading(plan, decision, volume, export.checkpoint, walk)
 
 
+def _open_point(
+    job: BackupJob,
+    point: BackupPoint,
+    disk: PointDisk,
+    token: str,
+    repo: Repository,
+    tracker: Tracker,
+    limit: int,
+    bucket: TokenBucket | None,
+    cancel: threading.Event | None,
+) -> _Reading:
+    """A disk of a backup point as the backup reads it through its endpoints: incremental
+    where the point's maps show the changes since the chain's last checkpoint, else whole."""
+    check_name("disk", disk.name)
+    chain = tracker.disks.get(disk.name)
+    last = chain.last if chain is not None else None
+    parent_exists = last is not None and repo.store.exists(
+        snapshot_path(job.vm, disk.name, last.snapshot)
+    )
+    plan = DiskPlan(disk.name, disk.data, "point", chain, parent_exists)
+    decision = decide_point(plan, point.since, full=job.full, max_incrementals=limit)
+    opened = PointVolume(
+        disk.data,
+        disk.map,
+        token,
+        ca_bundle=point.ca_file,
+        changes=point.since is not None,
+        cancel=cancel,
+    )
+    volume = throttled(opened, bucket, cancel)
+    pieces = dirty_pieces if decision.mode == "incremental" else full_pieces
+    walk = WalkOnce(lambda: pieces(volume, repo.config.chunk_size))
+    return _Reading(plan, decision, volume, point.checkpoint, walk)
+
+
 def _bytes_to_read(readings: list[_Reading], cancel: threading.Event | None) -> int:
     """What the backup will read, walked piece by piece; CancelledError as soon as cancelled."""
     total = 0
@@ -169,43 +215,23 @@ def run_backup(
         if limit is None:
             limit = repo.config.max_incrementals
         tracker = repo.load_tracker(job.vm) or Tracker(vm=job.vm)
-        plans = _plans(job, repo, tracker)
-        tracked = [p for p in plans if p.source == "cbt"]
-        session: contextlib.AbstractContextManager[BackupSession | None] = contextlib.nullcontext()
-        consistency = "crash-consistent"
-        if tracked:
-            backup_session = BackupSession(
-                [SessionDisk(p.name, p.path, p.overlay) for p in tracked],
-                repo.id,
-                qmp_socket=job.qmp,
-                nbd_socket=job.nbd_socket,
-                qga_socket=job.qga,
-            )
-            consistency = backup_session.consistency
-            session = backup_session
         backup_id = new_snapshot_id()
-        with session as opened, contextlib.ExitStack() as volumes:
-            on_disk = opened.checkpoints if opened is not None else {}
-            decisions = [
-                decide(p, on_disk.get(p.name, []), full=job.full, max_incrementals=limit)
-                for p in plans
-            ]
-            exports: list[DiskExport] = []
-            hooks: list[HookOutcome] = []
-            if opened is not None:
-                since = {p.name: d.since for p, d in zip(plans, decisions, strict=True)}
-                hooks += _hooks(job, "pre", reporter)
-                exports = opened.start(since)
-                hooks += _hooks(job, "post", reporter)
-            by_name = {e.name: e for e in exports}
-            bucket = bucket_for(job.bandwidth_limit)
-            readings = []
-            for plan, decision in zip(plans, decisions, strict=True):
-                export = by_name.get(plan.name)
-                chunk_size = repo.config.chunk_size
-                reading = _open_reading(plan, decision, export, chunk_size, bucket, cancel)
-                volumes.callback(reading.volume.close)
-                readings.append(reading)
+        bucket = bucket_for(job.bandwidth_limit)
+        with contextlib.ExitStack() as held:
+            if job.point is not None:
+                token = job.point.token()
+                readings = []
+                for disk in job.point.disks:
+                    reading = _open_point(
+                        job, job.point, disk, token, repo, tracker, limit, bucket, cancel
+                    )
+                    held.callback(reading.volume.close)
+                    readings.append(reading)
+                consistency, hooks = job.point.consistency, []
+            else:
+                readings, consistency, hooks = _volume_readings(
+                    job, repo, tracker, limit, bucket, cancel, held, reporter
+                )
             progress.set_total(_bytes_to_read(readings, cancel))
             progress.set_phase(BackupPhase.READING)
             results = _back_up_disks(repo, job, backup_id, readings, progress, cancel, reporter)
@@ -215,6 +241,54 @@ def run_backup(
         return BackupResult(
             backup=backup_id, vm=job.vm, consistency=consistency, disks=results, hooks=hooks
         )
+
+
+def _volume_readings(
+    job: BackupJob,
+    repo: Repository,
+    tracker: Tracker,
+    limit: int,
+    bucket: TokenBucket | None,
+    cancel: threading.Event | None,
+    held: contextlib.ExitStack,
+    reporter: Reporter,
+) -> tuple[list[_Reading], str, list[HookOutcome]]:
+    """The job's volumes as the backup reads them, those with CBT checkpointed in one session
+    that `held` keeps open, the job's hooks run around the point; and the consistency."""
+    plans = _plans(job, repo, tracker)
+    tracked = [p for p in plans if p.source == "cbt"]
+    opened: BackupSession | None = None
+    consistency = "crash-consistent"
+    if tracked:
+        session = BackupSession(
+            [SessionDisk(p.name, p.path, p.overlay) for p in tracked],
+            repo.id,
+            qmp_socket=job.qmp,
+            nbd_socket=job.nbd_socket,
+            qga_socket=job.qga,
+        )
+        consistency = session.consistency
+        opened = held.enter_context(session)
+    on_disk = opened.checkpoints if opened is not None else {}
+    decisions = [
+        decide(p, on_disk.get(p.name, []), full=job.full, max_incrementals=limit) for p in plans
+    ]
+    exports: list[DiskExport] = []
+    hooks: list[HookOutcome] = []
+    if opened is not None:
+        since = {p.name: d.since for p, d in zip(plans, decisions, strict=True)}
+        hooks += _hooks(job, "pre", reporter)
+        exports = opened.start(since)
+        hooks += _hooks(job, "post", reporter)
+    by_name = {e.name: e for e in exports}
+    readings = []
+    for plan, decision in zip(plans, decisions, strict=True):
+        export = by_name.get(plan.name)
+        chunk_size = repo.config.chunk_size
+        reading = _open_reading(plan, decision, export, chunk_size, bucket, cancel)
+        held.callback(reading.volume.close)
+        readings.append(reading)
+    return readings, consistency, hooks
 
 
 def _hooks(job: BackupJob, phase: str, reporter: Reporter) -> list[HookOutcome]:
@@ -321,7 +395,7 @@ def _back_up_disk(
         snapshot=info.id,
         type=info.type,
         reason=info.reason,
-        cbt=plan.source == "cbt",
+        cbt=plan.source in ("cbt", "point"),
         bytes_read=read,
         bytes_new=stats.bytes_new,
         bytes_uploaded=stats.bytes_uploaded,

@@ -85,3 +85,9 @@ class CheckFailedError(RepositoryError):
     """The repository check found damage."""
 
     reason = "CheckFailed"
+
+
+class PointTokenError(DiskferryError):
+    """The token of a backup point to read cannot be read."""
+
+    reason = "PointTokenUnreadable"

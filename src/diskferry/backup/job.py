@@ -8,12 +8,13 @@ import os
 import re
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from diskferry.backup.errors import PasswordError
+from diskferry.backup.errors import PasswordError, PointTokenError
 from diskferry.backup.password import read_password
 from diskferry.backup.policy import KeepPolicy
 from diskferry.worker.job import JobModel, WorkerJob
@@ -151,12 +152,54 @@ class HookCommand(JobModel):
     timeout: float = Field(default=30.0, gt=0, description="seconds it may run")
 
 
+class PointDisk(JobModel):
+    """A disk of a backup point: its name in the repository, and its endpoints."""
+
+    name: str
+    data: str = Field(description="the URL of the disk's bytes at the point (?offset=&length=)")
+    map: str = Field(description="the URL of the disk's extent map (?offset=&length=&page_size=)")
+
+
+class BackupPoint(JobModel):
+    """A backup point a server serves, as KubeVirt serves a Pull VirtualMachineBackup's (and
+    diskferry's backup-point worker its points): each disk's data and map endpoints behind a
+    token, over TLS from a CA; the checkpoint the point made, and the one its maps show the
+    changes since (None: a full point, whose maps show what reads as zeros)."""
+
+    disks: list[PointDisk] = Field(min_length=1)
+    token_file: str = Field(alias="tokenFile", description="a file holding the point's token")
+    ca_file: str | None = Field(
+        default=None, alias="caFile", description="the CA (PEM) of the server's certificate"
+    )
+    checkpoint: str | None = Field(default=None, description="the checkpoint the point made")
+    since: str | None = Field(
+        default=None, description="the checkpoint the point's maps show the changes since"
+    )
+    consistency: str = Field(
+        default="crash-consistent", description="what the point's server says it froze"
+    )
+
+    def token(self) -> str:
+        """The token, read from its file."""
+        try:
+            token = Path(self.token_file).read_text().strip()
+        except OSError as e:
+            raise PointTokenError(
+                f"cannot read the point's token file {self.token_file}: {e.strerror}"
+            ) from e
+        if not token:
+            raise PointTokenError(f"the point's token file {self.token_file} is empty")
+        return token
+
+
 class BackupJob(DiskTransfer):
-    """What `diskferry backup` and the worker run: the disks of one VM into a repository."""
+    """What `diskferry backup` and the worker run: the disks of one VM into a repository, read
+    from their volumes (`disks`) or from a backup point a server serves (`point`)."""
 
     kind: Literal["backup"] = "backup"
     vm: str
-    disks: list[DiskSource] = Field(min_length=1)
+    disks: list[DiskSource] = Field(default_factory=list)
+    point: BackupPoint | None = None
     qmp: str | None = None
     nbd_socket: str | None = Field(
         default=None, alias="nbdSocket", description="the NBD server the VM's QEMU already runs"
@@ -171,6 +214,14 @@ class BackupJob(DiskTransfer):
     full: bool = False
     max_incrementals: int | None = Field(default=None, ge=0, alias="maxIncrementals")
     tags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BackupJob:
+        if bool(self.disks) == (self.point is not None):
+            raise PydanticCustomError(
+                "disks", "name the disks' volumes, or a backup point, and not both"
+            )
+        return self
 
 
 class RestoreJob(DiskTransfer):

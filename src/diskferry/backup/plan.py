@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from diskferry.backup.trackers import Checkpoint as TrackedCheckpoint
 from diskferry.backup.trackers import DiskChain
 from diskferry.disk.urls import without_credentials
 from diskferry.qemu.bitmaps import Checkpoint
 
-Source = Literal["cbt", "raw", "nbd"]
+Source = Literal["cbt", "raw", "nbd", "point"]
 INCONSISTENT = "checkpoint bitmap inconsistent"
 
 
@@ -51,6 +52,36 @@ def cbt_off_reason(path: str, source: Source) -> str:
     )
 
 
+def _usable_last(plan: DiskPlan, *, full: bool, max_incrementals: int) -> TrackedCheckpoint | str:
+    """The chain's last checkpoint, when the chain, the options and the repository let an
+    incremental start from it; otherwise why the backup is full."""
+    chain = plan.chain
+    last = chain.last if chain is not None else None
+    if chain is None:
+        return "no earlier backup of this disk"
+    if last is None:
+        return "no checkpoint to start from: the chain was reset, or CBT was off last time"
+    if full:
+        return "a full backup was asked for (--full)"
+    if max_incrementals and chain.incrementals_since_full >= max_incrementals:
+        return (
+            f"{chain.incrementals_since_full} incrementals since the last full "
+            f"reached the limit of {max_incrementals}"
+        )
+    if not plan.parent_exists:
+        return (
+            f"broken chain: snapshot {last.snapshot} of checkpoint {last.name} "
+            "is missing from the repository"
+        )
+    return last
+
+
+def _incremental(last: TrackedCheckpoint) -> Decision:
+    """An incremental of the changes since `last`, on its snapshot."""
+    reason = f"changes since checkpoint {last.name}"
+    return Decision("incremental", reason, last.name, last.snapshot)
+
+
 def decide(
     plan: DiskPlan, on_disk: Sequence[Checkpoint], *, full: bool, max_incrementals: int
 ) -> Decision:
@@ -62,31 +93,32 @@ def decide(
     """
     if plan.source != "cbt":
         return Decision("full", cbt_off_reason(plan.path, plan.source))
-    chain = plan.chain
-    last = chain.last if chain is not None else None
-    since = next((c for c in on_disk if last is not None and c.name == last.name), None)
-    if chain is None:
-        reason = "no earlier backup of this disk"
-    elif last is None:
-        reason = "no checkpoint to start from: the chain was reset, or CBT was off last time"
-    elif full:
-        reason = "a full backup was asked for (--full)"
-    elif max_incrementals and chain.incrementals_since_full >= max_incrementals:
-        reason = (
-            f"{chain.incrementals_since_full} incrementals since the last full "
-            f"reached the limit of {max_incrementals}"
-        )
-    elif not plan.parent_exists:
-        reason = (
-            f"broken chain: snapshot {last.snapshot} of checkpoint {last.name} "
-            "is missing from the repository"
-        )
-    elif since is None:
-        reason = f"checkpoint {last.name} missing on the disk"
-    elif any(c.inconsistent for c in on_disk if (c.seq or 0) >= (since.seq or 0)):
-        reason = INCONSISTENT
-    else:
+    last = _usable_last(plan, full=full, max_incrementals=max_incrementals)
+    if isinstance(last, str):
+        return Decision("full", last)
+    since = next((c for c in on_disk if c.name == last.name), None)
+    if since is None:
+        return Decision("full", f"checkpoint {last.name} missing on the disk")
+    if any(c.inconsistent for c in on_disk if (c.seq or 0) >= (since.seq or 0)):
+        return Decision("full", INCONSISTENT)
+    return _incremental(last)
+
+
+def decide_point(
+    plan: DiskPlan, point_since: str | None, *, full: bool, max_incrementals: int
+) -> Decision:
+    """Full or incremental for a disk of a backup point whose maps show the changes since
+    `point_since` (None: a full point): incremental only when that is the chain's last
+    checkpoint; otherwise the point is read whole."""
+    last = _usable_last(plan, full=full, max_incrementals=max_incrementals)
+    if isinstance(last, str):
+        return Decision("full", last)
+    if point_since is None:
+        return Decision("full", "the backup point is a full one: its maps show no changes")
+    if point_since != last.name:
         return Decision(
-            "incremental", f"changes since checkpoint {last.name}", last.name, last.snapshot
+            "full",
+            f"the backup point shows the changes since checkpoint {point_since}, not since "
+            f"{last.name}, the repository's last",
         )
-    return Decision("full", reason)
+    return _incremental(last)

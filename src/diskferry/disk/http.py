@@ -182,9 +182,11 @@ class HttpSource:
         stream: bool = True,
         body: Any = None,
         cancel: threading.Event | None = None,
+        query: str | None = None,
     ) -> Response:
-        """Send one request (with `body`, bytes or a file-like object); errors become
-        HttpError, with what the server said, or TlsError, statuses >= 400 included.
+        """Send one request (with `body`, bytes or a file-like object; with `query`, to the URL
+        with that query string instead of its own); errors become HttpError, with what the
+        server said, or TlsError, statuses >= 400 included.
 
         A request is sent again after a transient fault (no connection, 429, 502, 503, 504),
         up to `retries` times, each retry said on the retry log; one with a body only when
@@ -193,19 +195,23 @@ class HttpSource:
         attempt = 0
         while True:
             try:
-                return self._send(method, {**self.headers, **(headers or {})}, stream, body)
+                merged = {**self.headers, **(headers or {})}
+                return self._send(method, merged, stream, body, query)
             except HttpError as e:
                 if not e.transient or attempt >= self.retries or not _resendable(body, e):
                     raise
                 attempt += 1
                 pause(attempt, self.backoff, e.fault, cancel)
 
-    def _send(self, method: str, headers: dict[str, str], stream: bool, body: Any) -> Response:
+    def _send(
+        self, method: str, headers: dict[str, str], stream: bool, body: Any, query: str | None
+    ) -> Response:
         resp: Response | None = None
-        if self._owned is not None and stream and method == "GET" and body is None:
+        owned = stream and method == "GET" and body is None and query is None
+        if self._owned is not None and owned:
             resp = self._send_owned(headers)
         if resp is None:
-            resp = self._send_pooled(method, headers, stream, body)
+            resp = self._send_pooled(method, headers, stream, body, query)
         if resp.status >= 400:
             said = _said(resp.read(_EXPLAIN_BYTES) if stream else resp.data)
             resp.drain_conn()
@@ -220,12 +226,13 @@ class HttpSource:
         return resp
 
     def _send_pooled(
-        self, method: str, headers: dict[str, str], stream: bool, body: Any
+        self, method: str, headers: dict[str, str], stream: bool, body: Any, query: str | None
     ) -> urllib3.BaseHTTPResponse:
+        url = self.url if query is None else urlunsplit(urlsplit(self.url)._replace(query=query))
         try:
             return self._pool.request(
                 method,
-                self.url,
+                url,
                 headers=headers,
                 body=body,
                 preload_content=not stream,

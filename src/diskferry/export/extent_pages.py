@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field, StrictInt, ValidationError
+from typing import Any
 
 from diskferry.disk.extent import Extent, merge_adjacent
+from diskferry.disk.extent_map import ExtentMapError
+from diskferry.disk.extent_map import parse_page as read_page
 from diskferry.disk.volume import ExtentContext, Volume
 from diskferry.export.errors import DownloadError
 
@@ -32,38 +32,10 @@ def extent_page(
     return {"extents": [e.to_json() for e in page], "next_offset": next_offset}
 
 
-class _ExtentItem(BaseModel):
-    """One extent of a page as it travels."""
-
-    offset: StrictInt = Field(ge=0)
-    length: StrictInt = Field(ge=0)
-    type: Literal["data", "zero", "dirty"]
-
-
-class _Page(BaseModel):
-    """One page as it travels."""
-
-    extents: list[_ExtentItem]
-    next_offset: StrictInt | None = Field(None, ge=0)
-
-
 def parse_page(body: bytes | str) -> tuple[list[Extent], int | None]:
-    """The extents and next offset of one page, from the JSON a server sent."""
+    """The extents and next offset of one page, from the JSON a server sent (DownloadError
+    when it is not in the shape)."""
     try:
-        page = _Page.model_validate_json(body)
-    except ValidationError as e:
-        error = e.errors(include_input=False)[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise DownloadError(
-            f"the server's extents are not in the expected shape: {where or 'page'}: {error['msg']}"
-        ) from None
-    extents = [
-        Extent(
-            item.offset,
-            item.length,
-            zero=item.type == "zero",
-            dirty=True if item.type == "dirty" else None,
-        )
-        for item in page.extents
-    ]
-    return extents, page.next_offset
+        return read_page(body)
+    except ExtentMapError as e:
+        raise DownloadError(e.message) from None

@@ -6,9 +6,8 @@ import hmac
 import os
 from pathlib import Path
 
+from diskferry.disk.point_volume import TOKEN_HEADER as TOKEN_HEADER
 from diskferry.export.errors import ExportError
-
-TOKEN_HEADER = "x-kubevirt-export-token"
 
 
 class TokenFile:
