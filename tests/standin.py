@@ -6,11 +6,12 @@ It runs the embedded API with Kubernetes' own kinds served too, as objects witho
 (Pods, Services, claims, Deployments, Leases, RBAC, CRDs, Routes, Ingresses, KubeVirt's kinds:
 diskferry.control.resources.foreign), the role envtest plays for Go operators, and beside it
 the few controllers the operator's work needs (STANDINS): storage that provisions and binds
-volumes for claims (standin_storage), and a kubelet that runs Pods in podman from the image of
-`make image` (standin_kubelet). It writes D/kubeconfig once the API answers over HTTPS,
-takes `kubectl apply` of anything a cluster admin applies (it stores every object and runs no
-Deployment: the operator runs on the host, `diskferry operator --kubeconfig D/kubeconfig`), and
-stops everything on SIGTERM or SIGINT.
+volumes for claims (standin_storage), a kubelet that runs Pods in podman from the image of
+`make image` (standin_kubelet), and KubeVirt's answer to a Pull VirtualMachineBackup, a backup
+point served from the VM's claims (standin_kubevirt). It writes D/kubeconfig once the API
+answers over HTTPS, takes `kubectl apply` of anything a cluster admin applies (it stores every
+object and runs no Deployment: the operator runs on the host, `diskferry operator --kubeconfig
+D/kubeconfig`), and stops everything on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Annotated
 
 import typer
 from standin_kubelet import Kubelet
+from standin_kubevirt import KubeVirt
 from standin_storage import Storage
 
 from diskferry.control.daemon import BackgroundFactory, Daemon
@@ -34,10 +36,12 @@ KUBE_PORT = 6443
 STANDINS: list[BackgroundFactory] = [
     lambda daemon: Storage(daemon.service, daemon.data_dir),
     lambda daemon: Kubelet(daemon.service, daemon.data_dir),
+    lambda daemon: KubeVirt(daemon.service, daemon.data_dir),
 ]
 """What runs beside the API, started with it and stopped on SIGTERM: the storage (volumes
-provisioned for claims, and bound), and the kubelet, which runs the Pods the operator creates
-in podman and writes their status back."""
+provisioned for claims, and bound), the kubelet, which runs the Pods the operator creates
+in podman and writes their status back, and KubeVirt's backup controller, which serves the
+backup points of Pull VirtualMachineBackups."""
 
 
 def standin(
