@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 PACKAGES = (
+    "base",
     "disk",
     "worker",
     "nbd",
@@ -73,7 +74,7 @@ def test_importing_a_face_loads_none_of_the_modules_behind_it(package: str) -> N
         timeout=60,
     )
     loaded = set(json.loads(proc.stdout))
-    assert loaded <= {f"diskferry.{package}", "diskferry.faces"}, loaded
+    assert loaded <= {f"diskferry.{package}", "diskferry.base", "diskferry.base.faces"}, loaded
 
 
 def _job_models_and_results(engine: str) -> set[str]:

@@ -21,7 +21,7 @@ from diskferry.backup.engine import run_backup
 from diskferry.backup.job import BackupJob, DiskSource
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.worker.reporter import EventType, Reporter
 

@@ -27,7 +27,7 @@ from diskferry.backup.check import check
 from diskferry.backup.engine import run_backup
 from diskferry.backup.job import BackupJob, DiskSource
 from diskferry.backup.repository import Repository
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.progress import Progress
 
 RUNS = int(os.environ.get("DISKFERRY_CRASH_RUNS", "10"))

@@ -13,7 +13,7 @@ from diskferry.backup.errors import PasswordError
 from diskferry.backup.job import RepoAccess
 from diskferry.backup.repository import Repository
 from diskferry.backup.worker import KINDS
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.worker.reporter import QUIET
 from diskferry.worker.runtime import JobContext

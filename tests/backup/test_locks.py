@@ -17,7 +17,7 @@ from diskferry.backup.bounds import MAX_CONFIG, MAX_LOCK
 from diskferry.backup.errors import LockedError, LockLostError
 from diskferry.backup.locks import LockInfo, acquire
 from diskferry.backup.repository import Repository
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.objstore.store import ObjectStore
 
 HOLDER = """

@@ -24,8 +24,8 @@ from datamover_support import CREDENTIALS, PASSWORD, filesystem_bsl, s3_bsl, sec
 from reconcile_support import Daemon
 from vm_support import hmp
 
+from diskferry.base import procstat
 from diskferry.control.model import API_VERSION
-from diskferry.disk import procstat
 from diskferry.qemu import cbt
 
 CBT_LABELS = {"app": "web", "diskferry.io/changed-block-tracking": "true"}

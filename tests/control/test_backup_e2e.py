@@ -39,8 +39,8 @@ from datamover_support import PASSWORD, make_bucket, repository_held, running_mo
 from reconcile_support import Daemon
 from vm_support import cbt_state
 
+from diskferry.base import procstat
 from diskferry.control.model import API_VERSION
-from diskferry.disk import procstat
 from diskferry.qemu.qmp import Qmp
 from diskferry.qemu.session import FLEECE_NODE, FLEECE_SUFFIX
 

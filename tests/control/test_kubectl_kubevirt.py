@@ -23,7 +23,7 @@ from daemon_support import Served, free_port, kubectl, start_daemon
 from vmexport_support import get, get_when_up
 
 from diskferry.backup.repository import Repository
-from diskferry.disk import procstat
+from diskferry.base import procstat
 
 SAMPLES = Path(__file__).resolve().parents[1] / "anchors" / "kubevirt"
 TOKEN = "1234567890ab"

@@ -19,7 +19,7 @@ import pytest
 from control_support import wait_until
 from daemon_support import Served, free_port, start_daemon
 
-from diskferry.disk import procstat
+from diskferry.base import procstat
 
 MANIFESTS = """\
 apiVersion: diskferry.io/v1alpha1

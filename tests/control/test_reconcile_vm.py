@@ -21,7 +21,7 @@ from vm_support import (
     write_boot_sector,
 )
 
-from diskferry.disk import procstat
+from diskferry.base import procstat
 from diskferry.qemu.qmp import Qmp
 from diskferry.qemu.system import VmConfig, VmDisk, command
 

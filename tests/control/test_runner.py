@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from control_support import wait_until
 
+from diskferry.base import procstat
 from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import JobStartError, LocalRunner
 from diskferry.control.runner.tail import LINE_CHARS, tail_lines
-from diskferry.disk import procstat
 from diskferry.importer import ImportJob
 
 MiB = 1 << 20

@@ -16,13 +16,13 @@ from control_support import stop_workers_under, wait_until, workers_under
 from daemon_support import free_port, start_daemon
 from reconcile_support import http_source
 
+from diskferry.base import procstat
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.runner.base import JobFile
 from diskferry.control.runner.local import LocalRunner
-from diskferry.disk import procstat
 from diskferry.importer import ImportJob
 from diskferry.worker import WorkerJob
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from reconcile_support import Daemon
 
+from diskferry.base import procstat
 from diskferry.control.resources import REGISTRY
-from diskferry.disk import procstat
 from diskferry.nbd.volume import NbdVolume
 from diskferry.qemu.qmp import Qmp
 

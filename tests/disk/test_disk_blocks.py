@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from diskferry.base.errors import CancelledError
 from diskferry.disk.blocks import ZERO_STEP, split, write_block, zero_range
 from diskferry.disk.copy import copy
-from diskferry.disk.errors import CancelledError
 from diskferry.disk.extent import Extent
 from diskferry.disk.file_volume import FileVolume
 

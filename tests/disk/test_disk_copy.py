@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diskferry.base.errors import CancelledError
 from diskferry.disk.copy import copy
-from diskferry.disk.errors import CancelledError, VolumeError
+from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.progress import Progress

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.http import (
     HttpError,
     HttpSource,

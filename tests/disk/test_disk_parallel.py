@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.parallel import parallel_map
 
 

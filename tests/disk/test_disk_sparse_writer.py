@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diskferry.disk.errors import CancelledError, VolumeError
+from diskferry.base.errors import CancelledError
+from diskferry.disk.errors import VolumeError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.sparse_writer import ImageTooLargeError, SparseWriter
 

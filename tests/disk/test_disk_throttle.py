@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.throttle import ThrottledVolume, TokenBucket, bucket_for, throttled
 

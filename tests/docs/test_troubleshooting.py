@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import diskferry
+from diskferry.base import DiskferryError
 from diskferry.control.runner.jobs import BAD_RESULT, CANCELLED, JOB_FAILED, WORKER_LOST
-from diskferry.disk import DiskferryError
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 FIRST_CELL = re.compile(r"^\| ((?:`\w+`(?:, )?)+) \|", re.MULTILINE)

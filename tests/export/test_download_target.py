@@ -14,7 +14,7 @@ from export_support import TOKEN, MiB, make_disk
 from server_support import Running
 from strace_log import read_ops, run_traced
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.http import TruncatedError
 from diskferry.disk.progress import Progress
 from diskferry.export.download import DownloadRequest, download

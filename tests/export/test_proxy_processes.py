@@ -13,7 +13,7 @@ import pytest
 from export_support import TOKEN, MiB, curl, make_disk, write_routes
 from server_support import Running
 
-from diskferry.disk.cpus import usable_cpus
+from diskferry.base.cpus import usable_cpus
 from diskferry.export.backends import PoolSettings
 from diskferry.export.job import MAX_DEFAULT_PROXY_PROCESSES, ProxyJob
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob, ImportPhase

@@ -24,7 +24,7 @@ from hostile_server import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.nbd import protocol as p
 from diskferry.nbd.client import NbdClient
 from diskferry.nbd.errors import NbdConnectionError, NbdError

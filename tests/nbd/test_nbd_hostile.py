@@ -22,7 +22,7 @@ from hostile_server import (
 )
 from nbd_helpers import Server, pattern
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.nbd.client import NbdClient
 from diskferry.nbd.errors import NbdConnectionError
 from diskferry.nbd.handshake import negotiate

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from nbd_helpers import Server
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.nbd import open_volume
 from diskferry.nbd.client import NbdClient
 from diskferry.nbd.errors import NbdConnectionError

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from qemu_helpers import MiB
 
-from diskferry.disk import procstat
-from diskferry.disk.errors import CancelledError
+from diskferry.base import procstat
+from diskferry.base.errors import CancelledError
 from diskferry.qemu import cbt, img
 from diskferry.qemu.session import BackupSession, SessionDisk
 

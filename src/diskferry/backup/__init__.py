@@ -2,10 +2,10 @@
 
 Its face: the jobs (backup, restore and the repository's chores), their results and phases,
 the functions that run them, the key files, and the errors; each loaded when first used
-(diskferry.faces).
+(diskferry.base.faces).
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

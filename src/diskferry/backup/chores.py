@@ -34,7 +34,7 @@ from diskferry.backup.metadata import delete_metadata, list_metadata, load_metad
 from diskferry.backup.phases import RepoPhase
 from diskferry.backup.prune import prune
 from diskferry.backup.repository import Repository
-from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.base.errors import CancelledError, DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.worker.job import JOB_FILE, validation_message
 from diskferry.worker.reporter import QUIET, Reporter

@@ -45,7 +45,7 @@ from diskferry.backup.snapshots import (
     snapshot_path,
 )
 from diskferry.backup.trackers import Checkpoint, DiskChain, Tracker
-from diskferry.disk.errors import BAD_USAGE, CancelledError, DiskferryError
+from diskferry.base.errors import BAD_USAGE, CancelledError, DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import RAW_DATA, volume_format
 from diskferry.disk.point_volume import PointVolume

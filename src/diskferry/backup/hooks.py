@@ -14,7 +14,7 @@ from diskferry.backup.job import (
     HookOutcome,
     HooksResult,
 )
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.qemu.guestexec import guest_exec
 from diskferry.qemu.qmp import QmpError
 from diskferry.worker.reporter import EventType, Reporter

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ValidationError
 from diskferry.backup.bounds import MAX_LOCK
 from diskferry.backup.errors import LockedError, LockLostError
 from diskferry.backup.names import listing
-from diskferry.disk import procstat
-from diskferry.disk.errors import CancelledError
+from diskferry.base import procstat
+from diskferry.base.errors import CancelledError
 from diskferry.objstore.errors import ObjectNotFoundError, ObjectStoreError, ObjectTooLargeError
 from diskferry.objstore.store import ObjectStore
 

@@ -31,7 +31,7 @@ from diskferry.backup.phases import RepoPhase
 from diskferry.backup.prune import REPACK_UNUSED_SHARE, prune
 from diskferry.backup.repository import Repository
 from diskferry.backup.upgrade import upgrade
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.disk.progress import Progress
 from diskferry.qemu import cbt
 from diskferry.worker.reporter import QUIET, Reporter

@@ -13,7 +13,7 @@ from diskferry.backup.errors import LockLostError
 from diskferry.backup.index import IndexEntry, encode_index, index_path, new_index_id
 from diskferry.backup.index_cache import IndexCache
 from diskferry.backup.packs import TARGET_PACK_SIZE, PackBuilder, pack_path
-from diskferry.disk.cpus import usable_cpus
+from diskferry.base.cpus import usable_cpus
 from diskferry.objstore.store import ObjectStore
 
 INDEX_BATCH = 65536

@@ -23,8 +23,8 @@ from diskferry.backup.job import RestoreJob, RestoreResult
 from diskferry.backup.phases import RestorePhase
 from diskferry.backup.repository import Repository
 from diskferry.backup.snapshots import Manifest
+from diskferry.base.errors import BAD_USAGE, DiskferryError
 from diskferry.disk.blocks import write_block, zero_range
-from diskferry.disk.errors import BAD_USAGE, DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.parallel import parallel_map
 from diskferry.disk.prime import Target, TargetError

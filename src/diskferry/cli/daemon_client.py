@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import urllib3
 import yaml
 
-from diskferry.disk import DiskferryError
+from diskferry.base import DiskferryError
 from diskferry.serving import default_data_dir
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from diskferry.disk import DiskferryError
+from diskferry.base import DiskferryError
 
 DISKFERRY = [sys.executable, "-m", "diskferry.cli.main"]
 # the longest one command of the demo may take before it counts as hung

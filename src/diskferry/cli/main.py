@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 
 from diskferry import __version__
+from diskferry.base import BAD_USAGE, DiskferryError, freeze_at_exit, limit_arenas
 from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.common import fail_line
 from diskferry.cli.early_key import begin_key_derivation
 from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
-from diskferry.disk import BAD_USAGE, DiskferryError, freeze_at_exit, limit_arenas
 
 USAGE = """Move virtual-machine disks: import, export, back up and restore.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from diskferry.disk import DiskferryError
+from diskferry.base import DiskferryError
 
 SUFFIXES = (".yaml", ".yml", ".json")
 

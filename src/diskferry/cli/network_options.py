@@ -38,7 +38,7 @@ def timeout_seconds(value: str) -> float:
 
 def say_retries() -> None:
     """Print each retry and resume on stderr as a `diskferry:` note."""
-    retry_log = logging.getLogger("diskferry.retry")  # diskferry.disk.retry's, by its name
+    retry_log = logging.getLogger("diskferry.retry")  # diskferry.base.retry's, by its name
     if retry_log.handlers:
         return
     handler = logging.StreamHandler(sys.stderr)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from diskferry.disk import DiskferryError
+from diskferry.base import DiskferryError
 from diskferry.serving import OPERATOR_HEALTH_PORT, PROXY_PORT, default_data_dir
 
 NAMESPACE = "diskferry-system"

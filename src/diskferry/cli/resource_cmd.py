@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from diskferry.base import DiskferryError
 from diskferry.cli.common import fail_line
 from diskferry.cli.server_options import parse_duration
-from diskferry.disk import DiskferryError
 
 if TYPE_CHECKING:  # each command imports what it uses, so that other commands start fast
     from diskferry.cli.daemon_client import DaemonClient, ResourceType

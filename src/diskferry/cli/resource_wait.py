@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 
+from diskferry.base import DiskferryError
 from diskferry.cli.daemon_client import DaemonClient, DaemonError, ResourceType
-from diskferry.disk import DiskferryError
 
 FAILED = "Failed"
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.api import logs
 from diskferry.control.api.app import ApiServer
 from diskferry.control.api.connections import guarded
@@ -26,7 +27,6 @@ from diskferry.control.kubeconfig import write_kubeconfig
 from diskferry.control.objects import KEEP_CHANGES, ObjectService
 from diskferry.control.pki import ensure_pki, ensure_token
 from diskferry.control.resources import REGISTRY
-from diskferry.disk.errors import DiskferryError
 from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 
 log = logging.getLogger(__name__)

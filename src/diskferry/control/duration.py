@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 UNITS = {
     "ns": Decimal("1e-9"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class ApiError(DiskferryError):

@@ -6,7 +6,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 DECIMAL = {"k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}

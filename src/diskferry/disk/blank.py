@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import threading
 
+from diskferry.base.errors import DiskferryError, check_cancel
 from diskferry.disk.blocks import ZERO_STEP
-from diskferry.disk.errors import DiskferryError, check_cancel
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, TypeVar
 
-from diskferry.disk.errors import check_cancel
+from diskferry.base.errors import check_cancel
 from diskferry.disk.extent import Extent
 from diskferry.disk.volume import Volume
 from diskferry.disk.zeros import data_runs

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import re
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 ALGORITHMS = ("md5", "sha1", "sha256", "sha512")
 _HEX_LENGTH = {"md5": 32, "sha1": 40, "sha256": 64, "sha512": 128}

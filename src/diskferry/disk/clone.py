@@ -9,9 +9,10 @@ import os
 import threading
 from dataclasses import dataclass
 
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.blocks import zero_range
 from diskferry.disk.copy import copy
-from diskferry.disk.errors import DiskferryError, VolumeError
+from diskferry.disk.errors import VolumeError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.prime import Target, TargetError
 from diskferry.disk.progress import Progress

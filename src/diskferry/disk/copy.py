@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from diskferry.base.errors import check_cancel
 from diskferry.disk.blocks import packed, split, write_block, zero_range
-from diskferry.disk.errors import check_cancel
 from diskferry.disk.extent import Extent
 from diskferry.disk.parallel import parallel_map
 from diskferry.disk.progress import Progress

@@ -7,7 +7,7 @@ import lzma
 import zlib
 from typing import Protocol
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 _INPUT_BLOCK = 256 * 1024
 # Compressed data that is not hostile gives some output for every few bytes it takes; this

@@ -10,9 +10,9 @@ import stat
 import struct
 from collections.abc import Iterator
 
+from diskferry.base.libc import LIBC
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
-from diskferry.disk.libc import LIBC
 from diskferry.disk.volume import ExtentContext, Volume
 from diskferry.disk.write_behind import WriteBehind
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.volume import Volume
 
 PROBE_BYTES = 64 * 1024

@@ -18,9 +18,10 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import MaxRetryError, ProtocolError, SSLError
 
-from diskferry.disk.errors import CancelledError, DiskferryError, RangeNotSupportedError
+from diskferry.base.errors import CancelledError, DiskferryError
+from diskferry.base.retry import fault_text, log, pause
+from diskferry.disk.errors import RangeNotSupportedError
 from diskferry.disk.http_owned import REDIRECTS, OwnedPool, OwnedResponse
-from diskferry.disk.retry import fault_text, log, pause
 from diskferry.disk.urls import http_url_for_message
 
 _RETRY_STATUSES = {429, 502, 503, 504}

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from diskferry.disk.errors import check_cancel
+from diskferry.base.errors import check_cancel
 
 T = TypeVar("T")
 R = TypeVar("R")

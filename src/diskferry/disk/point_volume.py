@@ -18,11 +18,11 @@ from urllib.parse import urlencode
 
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from diskferry.base.retry import fault_text, pause
 from diskferry.disk.errors import VolumeError
 from diskferry.disk.extent import Extent
 from diskferry.disk.extent_map import ExtentMapError, parse_page
 from diskferry.disk.http import HttpSource, Response, TruncatedError
-from diskferry.disk.retry import fault_text, pause
 from diskferry.disk.volume import ExtentContext, Volume
 
 TOKEN_HEADER = "x-kubevirt-export-token"

@@ -8,7 +8,7 @@ import glob
 import os
 import secrets
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume, is_block_device
 
 JOB_XATTR = "user.diskferry.job"

@@ -3,7 +3,7 @@
 import re
 from fractions import Fraction
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 _UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(i?)[Bb]?\s*$", re.IGNORECASE)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import queue
 import threading
 
+from diskferry.base.errors import CancelledError, DiskferryError, check_cancel
 from diskferry.disk.blocks import write_block
 from diskferry.disk.decompress import Readable
-from diskferry.disk.errors import CancelledError, DiskferryError, check_cancel
 from diskferry.disk.progress import Progress
 from diskferry.disk.volume import Volume
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from diskferry.disk.errors import check_cancel
+from diskferry.base.errors import check_cancel
 from diskferry.disk.extent import Extent
 from diskferry.disk.volume import ExtentContext, Volume
 

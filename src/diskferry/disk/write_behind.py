@@ -14,8 +14,8 @@ import errno
 import os
 import threading
 
+from diskferry.base.libc import LIBC
 from diskferry.disk.errors import VolumeError
-from diskferry.disk.libc import LIBC
 
 WINDOW = 32 << 20
 _WRITE = 2  # SYNC_FILE_RANGE_WRITE

@@ -2,10 +2,10 @@
 
 Its face: the jobs (export, backup point, proxy), their result and phases, the proxy's routes,
 the functions that serve them, the download client, and the errors; each loaded when first
-used (diskferry.faces).
+used (diskferry.base.faces).
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import deflate
 import zstandard
 
-from diskferry.disk.cpus import usable_cpus
+from diskferry.base.cpus import usable_cpus
 from diskferry.disk.extent import Extent
 from diskferry.disk.volume import Volume
 from diskferry.export.blocks import BlockPool, blocks, ordered_map, pieces, read_piece

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from diskferry.base.errors import CancelledError
 from diskferry.disk.copy import copy
 from diskferry.disk.decompress import DecompressingReader
-from diskferry.disk.errors import CancelledError
 from diskferry.disk.extent import Extent
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.http import HttpError, HttpSource, RangeNotSupportedError

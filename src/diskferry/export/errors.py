@@ -1,6 +1,6 @@
 """Typed errors of the export engine."""
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class ExportError(DiskferryError):

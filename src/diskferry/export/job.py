@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from diskferry.disk.cpus import usable_cpus
+from diskferry.base.cpus import usable_cpus
 from diskferry.serving.listening import Listening
 from diskferry.worker.job import JobModel, WorkerJob
 

@@ -10,8 +10,8 @@ import signal
 import sys
 import threading
 
-from diskferry.disk.heap import limit_arenas
-from diskferry.disk.quick_exit import freeze_at_exit
+from diskferry.base.heap import limit_arenas
+from diskferry.base.quick_exit import freeze_at_exit
 from diskferry.export.job import ProxyJob
 from diskferry.export.service import ProxyShare
 from diskferry.serving.tcp_socket import bind_tcp

@@ -22,7 +22,7 @@ import threading
 import time
 from types import TracebackType
 
-from diskferry.disk import tether
+from diskferry.base import tether
 from diskferry.export.errors import ExportError
 from diskferry.export.job import ProxyJob
 from diskferry.worker.reporter import Reporter

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.volume import Volume
 from diskferry.export.archive import listing, resolve_inside, tar_gz_stream

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from diskferry.disk.errors import BAD_USAGE
+from diskferry.base.errors import BAD_USAGE
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.schemes import is_nbd_url
 from diskferry.disk.volume import Volume

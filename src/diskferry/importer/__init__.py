@@ -2,10 +2,10 @@
 
 Its face: the jobs (import, push into an image store, upload; blank, grow and reflink of a
 volume), their results and phases, the functions that run them, and their errors; each loaded
-when first used (diskferry.faces).
+when first used (diskferry.base.faces).
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

@@ -10,11 +10,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+from diskferry.base.cpus import usable_cpus
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.checksums import Checksum
 from diskferry.disk.copy import copy
-from diskferry.disk.cpus import usable_cpus
 from diskferry.disk.decompress import DecompressingReader, Readable
-from diskferry.disk.errors import DiskferryError, RangeNotSupportedError
+from diskferry.disk.errors import RangeNotSupportedError
 from diskferry.disk.file_volume import FileVolume, takes_direct_io
 from diskferry.disk.formats import (
     PROBE_BYTES,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 import time
 
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.blocks import zero_range
 from diskferry.disk.copy import copy
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.importer.job import ImportJob, ImportPhase, ImportResult
 from diskferry.importer.source import SourceError

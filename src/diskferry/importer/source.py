@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from diskferry.base.errors import CancelledError, DiskferryError
 from diskferry.disk.checksums import Checksum
 from diskferry.disk.decompress import Readable
-from diskferry.disk.errors import CancelledError, DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.disk.schemes import is_layout_reference, is_reference
 from diskferry.disk.urls import http_url_for_message

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.prime import Target, TargetError
 from diskferry.importer.job import ImportJob
 from diskferry.qemu import cbt

@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 # the least asked of the loop at a time (a form's reader needs more than its boundary)
 _CHUNK = 1 << 20

@@ -11,10 +11,10 @@ import os
 import threading
 from urllib.parse import urlsplit
 
-from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.base.errors import CancelledError, DiskferryError
+from diskferry.base.retry import pause
 from diskferry.disk.http import HttpError, HttpSource
 from diskferry.disk.progress import Progress
-from diskferry.disk.retry import pause
 from diskferry.importer.upload_resume import LENGTH_HEADER, OFFSET_HEADER
 from diskferry.importer.upload_server import UPLOAD_PREFIX
 from diskferry.importer.upload_token import UploadToken

@@ -21,9 +21,9 @@ from enum import Enum
 import aiohttp
 from aiohttp import BodyPartReader, web
 
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.checksums import ChecksumError
 from diskferry.disk.decompress import Readable
-from diskferry.disk.errors import DiskferryError
 from diskferry.importer.engine import ImageRefusedError
 from diskferry.importer.job import ImportResult
 from diskferry.importer.upload_body import UploadBody, UploadBrokenError

@@ -13,8 +13,8 @@ import threading
 
 from aiohttp import web
 
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.decompress import Readable
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import done_before, run_import
 from diskferry.importer.job import ImportJob, ImportResult

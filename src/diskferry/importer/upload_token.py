@@ -7,7 +7,7 @@ import hmac
 import os
 from pathlib import Path
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class UploadTokenError(DiskferryError):

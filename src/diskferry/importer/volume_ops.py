@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.blank import create_blank
 from diskferry.disk.clone import reflink_volume
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.grow import grow_volume
 from diskferry.disk.progress import Progress
 from diskferry.importer.volume_job import (

@@ -10,13 +10,13 @@ import threading
 from collections import OrderedDict
 from typing import Any, TypeVar
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import Resource
 from diskferry.control.resources.core import EVENTS, new_event
 from diskferry.control.runtime.client import COMPONENT, kind_of, selector
-from diskferry.disk.errors import DiskferryError
 from diskferry.kube.api import KubeApi
 
 log = logging.getLogger("diskferry.kube")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class ClusterConfigError(DiskferryError):

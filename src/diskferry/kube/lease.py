@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.base.errors import BAD_USAGE, DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.errors import AlreadyExistsError, ConflictError
-from diskferry.disk.errors import BAD_USAGE, DiskferryError
 from diskferry.kube.api import KubeApi
 
 log = logging.getLogger("diskferry.kube")

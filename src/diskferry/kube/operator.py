@@ -21,13 +21,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.resources import REGISTRY
 from diskferry.control.runner.base import Runner
 from diskferry.control.runner.stop import serving
-from diskferry.disk.errors import DiskferryError
 from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
 from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.errors import GoneError
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.runtime.source import Listing
-from diskferry.disk.errors import DiskferryError
 from diskferry.kube.api import KubeApi
 
 log = logging.getLogger("diskferry.kube")

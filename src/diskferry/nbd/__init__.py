@@ -1,9 +1,9 @@
 """The project's NBD client and NbdVolume, and opening a volume from a path or NBD URL.
 
-Each name of the face is loaded when first used (diskferry.faces).
+Each name of the face is loaded when first used (diskferry.base.faces).
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

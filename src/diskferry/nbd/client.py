@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 from diskferry.nbd import protocol as p
 from diskferry.nbd.coverage import ReadCoverage
 from diskferry.nbd.errors import NbdConnectionError, NbdError

@@ -1,6 +1,7 @@
 """Typed errors of the NBD client: server errors, broken connections, bad URLs."""
 
-from diskferry.disk.errors import DiskferryError, VolumeError
+from diskferry.base.errors import DiskferryError
+from diskferry.disk.errors import VolumeError
 
 
 class NbdError(VolumeError):

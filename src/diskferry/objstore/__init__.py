@@ -1,9 +1,9 @@
 """Object storage: one small API over a directory or an S3 bucket and prefix.
 
-Each name of the face is loaded when first used (diskferry.faces).
+Each name of the face is loaded when first used (diskferry.base.faces).
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

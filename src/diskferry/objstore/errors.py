@@ -1,7 +1,7 @@
 """Typed errors of object storage: a missing object or bucket, refused credentials, an object
 longer than its reader takes."""
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class ObjectStoreError(DiskferryError):

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
-from diskferry.disk.libc import LIBC
+from diskferry.base.libc import LIBC
 from diskferry.objstore.backend import Data, ObjectInfo, OnForeign
 from diskferry.objstore.errors import (
     ForeignEntryError,

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 PREFIX = "diskferry-"
 # Tracks every write since CBT was enabled or the chain was last reset; no repository's.

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.file_volume import FileVolume
 from diskferry.disk.formats import (
     PROBE_BYTES,

@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class Busy(DiskferryError):

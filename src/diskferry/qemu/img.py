@@ -18,8 +18,8 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
-from diskferry.disk import tether
-from diskferry.disk.errors import CancelledError, DiskferryError
+from diskferry.base import tether
+from diskferry.base.errors import CancelledError, DiskferryError
 from diskferry.disk.file_volume import is_block_device
 from diskferry.disk.progress import Progress
 

@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from diskferry.disk import tether
-from diskferry.disk.errors import DiskferryError
+from diskferry.base import tether
+from diskferry.base.errors import DiskferryError
 
 _BINARY = "qemu-nbd"
 _ACTIVATED_FD = 3  # where socket activation hands the first socket

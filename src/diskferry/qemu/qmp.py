@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from qemu.qmp import ConnectError, EventListener, ExecuteError, QMPClient, QMPError
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 T = TypeVar("T")
 # qemu.qmp logs each failure it also raises; keep those lines off an unconfigured stderr.

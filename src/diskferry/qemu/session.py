@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.qemu import bitmaps, cbt, img
 from diskferry.qemu.bitmaps import Checkpoint
 from diskferry.qemu.freeze import frozen

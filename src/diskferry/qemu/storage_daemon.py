@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from diskferry.disk import procstat, tether
-from diskferry.disk.errors import DiskferryError
+from diskferry.base import procstat, tether
+from diskferry.base.errors import DiskferryError
 from diskferry.qemu.hostlock import HostLock
 from diskferry.qemu.qmp import Qmp, QmpError
 

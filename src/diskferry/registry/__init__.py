@@ -1,9 +1,9 @@
 """OCI distribution: references, auth, a registry client, and containerDisk images.
 
-Each name of the face is loaded when first used (diskferry.faces).
+Each name of the face is loaded when first used (diskferry.base.faces).
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

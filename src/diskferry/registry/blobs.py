@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.disk.http import HttpError, HttpSource
 from diskferry.disk.progress import Progress
 from diskferry.registry.client import RegistryClient

@@ -14,8 +14,8 @@ import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import MaxRetryError, SSLError
 
+from diskferry.base.retry import fault_text, pause
 from diskferry.disk.http import TlsError, http_pool
-from diskferry.disk.retry import fault_text, pause
 from diskferry.registry.auth import (
     Challenge,
     Credentials,

@@ -1,6 +1,6 @@
 """Typed errors of HTTPS serving."""
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 
 
 class ServeError(DiskferryError):

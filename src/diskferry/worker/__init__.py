@@ -2,10 +2,10 @@
 
 Engines describe their jobs with `WorkerJob` and report through `Reporter`; their worker
 entry points call `run_worker` (which brings in the HTTP server). Each name is loaded when
-first used (diskferry.faces), so that reporting does not bring in pydantic.
+first used (diskferry.base.faces), so that reporting does not bring in pydantic.
 """
 
-from diskferry.faces import lazy_face
+from diskferry.base.faces import lazy_face
 
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,

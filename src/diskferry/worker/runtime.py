@@ -29,10 +29,10 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from diskferry.disk.errors import DiskferryError
-from diskferry.disk.heap import limit_arenas
+from diskferry.base.errors import DiskferryError
+from diskferry.base.heap import limit_arenas
+from diskferry.base.quick_exit import freeze_at_exit
 from diskferry.disk.progress import Progress
-from diskferry.disk.quick_exit import freeze_at_exit
 from diskferry.disk.urls import without_credentials
 from diskferry.worker.job import JOB_ID_PATTERN, WorkerJob, validate_job, validation_message
 from diskferry.worker.jobdir import JobDirectoryWatch

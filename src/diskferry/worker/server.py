@@ -7,7 +7,7 @@ import threading
 
 from aiohttp import web
 
-from diskferry.disk.errors import DiskferryError
+from diskferry.base.errors import DiskferryError
 from diskferry.worker.metrics import metrics_text
 from diskferry.worker.status import JobStatus
 

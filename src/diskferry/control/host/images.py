@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.host.volumes import VolumeClass
 from diskferry.control.model import Resource
-from diskferry.disk.errors import DiskferryError
 
 REPOSITORIES = {"VirtualImage": "vi", "ClusterVirtualImage": "cvi"}
 """The kinds kept in the store, and the repository each one's images are under."""

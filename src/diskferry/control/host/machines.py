@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.resources.virtualmachine import Bootloader, VirtualMachine
-from diskferry.disk.errors import DiskferryError
 
 AGENT_SECONDS = 10.0
 """How often at most a VM's guest agent is asked what it knows."""

@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult, StoredMetadata
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
@@ -70,7 +71,6 @@ from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runner.jobs import Failed, Jobs, Succeeded
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 1.0
 EXPIRY_POLL_SECONDS = 300.0

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult, MetadataRead
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import parse_duration
 from diskferry.control.reconcilers.backupmeta import READ_FILE, metadata_read
@@ -37,7 +38,6 @@ from diskferry.control.runner.jobs import Failed, Jobs
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 
 log = logging.getLogger("diskferry.control")
 ENCRYPTED = "Encrypted"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.duration import DurationError, format_duration
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
@@ -61,7 +62,6 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.urls import http_url_for_message
 from diskferry.importer import ReflinkResult, VolumeResult
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult, RestoreJob, RestoreResult
+from diskferry.base.errors import DiskferryError
 from diskferry.control.model import API_VERSION, ObjectMeta
 from diskferry.control.quantity import format_bytes, parse_quantity
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
@@ -29,7 +30,6 @@ from diskferry.control.resources.datadownload import (
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.runner.jobs import Failed
-from diskferry.disk.errors import DiskferryError
 
 SIZE_POLL_SECONDS = 0.25
 """How often a download looks at the worker reading its snapshot's size."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import format_duration, parse_duration
 from diskferry.control.host.volumes import Volumes
@@ -46,7 +47,6 @@ from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 from diskferry.worker.job import validation_message
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim
@@ -29,7 +30,6 @@ from diskferry.control.reconcilers.uploads import (
 )
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runner.jobs import Failed, Jobs, Running, Succeeded
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.schemes import is_layout_reference
 from diskferry.importer import ImportJob, ImportResult, UploadResult
 

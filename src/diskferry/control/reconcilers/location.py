@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.resources.backupstoragelocation import (
     UNENCRYPTED,
     BackupStorageLocation,
@@ -17,7 +18,6 @@ from diskferry.control.resources.backupstoragelocation import (
 from diskferry.control.resources.core import Secret
 from diskferry.control.runner.base import JobFile
 from diskferry.control.runtime.client import Client
-from diskferry.disk.errors import DiskferryError
 
 PASSWORD_FILE = "repo-password"
 CREDENTIALS_FILE = "s3-credentials"

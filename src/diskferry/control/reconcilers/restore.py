@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.machines import Machines
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Resource
@@ -55,7 +56,6 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runner.jobs import Failed, Jobs
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0

@@ -23,6 +23,7 @@ from typing import Any
 from croniter import CroniterError, croniter
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import DurationError, parse_duration
 from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
@@ -47,7 +48,6 @@ from diskferry.control.runner.jobs import Failed, Jobs
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 
 POLL_SECONDS = 2.0
 """How often a Schedule looks at a Backup of its own that has not ended."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.host.images import REPOSITORIES, ImageStore
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
@@ -37,7 +38,6 @@ from diskferry.control.resources.virtualimage import (
     VirtualImage,
 )
 from diskferry.control.runtime.client import Client
-from diskferry.disk.errors import DiskferryError
 
 _CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
 DOCKER_CONFIG_KEY = ".dockerconfigjson"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.host.volumes import VolumeClass, Volumes
 from diskferry.control.model import ObjectMeta
 from diskferry.control.resources.storageclass import (
@@ -14,7 +15,6 @@ from diskferry.control.resources.storageclass import (
     VolumeType,
 )
 from diskferry.control.runtime.client import Client
-from diskferry.disk.errors import DiskferryError
 
 DEFAULT_CLASS = "local"
 BLOCK_CLASS = "local-block"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.backup import CbtResult
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.host.images import ImageNotStoredError, ImageStore
 from diskferry.control.host.machines import (
@@ -77,7 +78,6 @@ from diskferry.control.runner.base import Runner
 from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 
 WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import rfc3339
 from diskferry.control.reconcilers.phases import status_of
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
@@ -19,7 +20,6 @@ from diskferry.control.resources.vmbackup import (
 from diskferry.control.resources.vmbackuptracker import VirtualMachineBackupTracker
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
-from diskferry.disk.errors import DiskferryError
 
 
 class BackupFailure(DiskferryError):

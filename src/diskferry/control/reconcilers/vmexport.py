@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
@@ -55,7 +56,6 @@ from diskferry.control.resources.vmexport import (
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
-from diskferry.disk.errors import DiskferryError
 from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
 from diskferry.export.links import backup_link, manifest_links
 from diskferry.export.server import READY_PATH

@@ -18,9 +18,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control import duration, quantity
 from diskferry.control.model import API_VERSION, ApiModel
-from diskferry.disk.errors import DiskferryError
 from diskferry.disk.schemes import is_reference
 from diskferry.registry.reference import parse_reference
 

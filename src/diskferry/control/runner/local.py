@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from diskferry.base import procstat
+from diskferry.base.errors import DiskferryError
 from diskferry.control.runner.base import LOG_LINES, JobFile, JobState
 from diskferry.control.runner.tail import first_line, tail_lines
-from diskferry.disk import procstat
-from diskferry.disk.errors import DiskferryError
 from diskferry.worker.gate import NEVER_RAN, RELEASE
 from diskferry.worker.job import (
     JOB_ID_PATTERN,

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diskferry.base import procstat
+from diskferry.base.errors import DiskferryError
 from diskferry.control.runner.local import (
     KILL_SECONDS,
     STOP_POLL_SECONDS,
     LocalRunner,
     write_atomically,
 )
-from diskferry.disk import procstat
-from diskferry.disk.errors import DiskferryError
 
 SERVE_RECORD = "serve.json"
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.errors import ConflictError, GoneError
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
@@ -35,7 +36,6 @@ from diskferry.control.runtime.conditions import find, set_condition
 from diskferry.control.runtime.queue import WorkQueue
 from diskferry.control.runtime.reconciler import Reconciler, Result
 from diskferry.control.runtime.source import Source
-from diskferry.disk.errors import DiskferryError
 
 log = logging.getLogger("diskferry.control")
 RECONCILED = "Reconciled"

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diskferry.base.errors import DiskferryError
 from diskferry.control.errors import RequestEntityTooLargeError
 from diskferry.control.store.document import Document
-from diskferry.disk.errors import DiskferryError
 
 SCHEMA_VERSION = 1
 TRIM_EVERY = 64

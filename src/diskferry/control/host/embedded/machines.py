@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from diskferry.base import procstat
 from diskferry.control.host.embedded import cpushare
 from diskferry.control.host.embedded.guest import ask
 from diskferry.control.host.embedded.qemu_config import Paths, qemu_config
@@ -55,7 +56,6 @@ from diskferry.control.host.machines import (
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runner.local import write_atomically
 from diskferry.control.runner.tail import tail_lines
-from diskferry.disk import procstat
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.system import command

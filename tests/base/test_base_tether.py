@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diskferry.disk import procstat, tether
+from diskferry.base import procstat, tether
 
 
 def _wait_gone(pid: int, timeout: float = 20.0) -> None:
@@ -39,7 +39,7 @@ def test_a_child_outlives_the_thread_that_started_it() -> None:
 def test_a_child_ends_when_its_process_is_killed() -> None:
     script = (
         "import threading, time\n"
-        "from diskferry.disk import tether\n"
+        "from diskferry.base import tether\n"
         "started = []\n"
         "t = threading.Thread(target=lambda: started.append(tether.start(['sleep', '60'])))\n"
         "t.start()\n"
@@ -106,7 +106,7 @@ def test_a_child_whose_process_dies_before_the_signal_is_armed_runs_nothing(tmp_
     )
     (slow / "setpriv").chmod(0o755)
     marker = tmp_path / "ran"
-    script = f"from diskferry.disk import tether\ntether.start(['touch', {str(marker)!r}])\n"
+    script = f"from diskferry.base import tether\ntether.start(['touch', {str(marker)!r}])\n"
     env = {**os.environ, "PATH": f"{slow}:{os.environ['PATH']}"}
     parent = subprocess.Popen([sys.executable, "-c", script], env=env)
     deadline = time.monotonic() + 20

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from diskferry.disk.libc import LIBC
+from diskferry.base.libc import LIBC
 
 ARENAS = 2
 _M_ARENA_MAX = -8

@@ -11,7 +11,7 @@ from pathlib import Path
 _CHILD = """
 import atexit, gc, sys
 atexit.register(lambda: print("first", gc.get_freeze_count(), flush=True))
-from diskferry.disk.quick_exit import freeze_at_exit
+from diskferry.base.quick_exit import freeze_at_exit
 freeze_at_exit()
 atexit.register(lambda: print("later", gc.get_freeze_count(), flush=True))
 left_open = open(sys.argv[1], "w")

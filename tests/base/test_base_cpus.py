@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diskferry.disk.cpus import usable_cpus
+from diskferry.base.cpus import usable_cpus
 
 
 def cgroups(tmp_path: Path, own: str, limits: dict[str, str]) -> tuple[Path, Path]:
@@ -20,7 +20,7 @@ def cgroups(tmp_path: Path, own: str, limits: dict[str, str]) -> tuple[Path, Pat
 
 
 def test_one_cpu_of_affinity_is_one_usable_cpu():
-    code = "from diskferry.disk.cpus import usable_cpus; print(usable_cpus())"
+    code = "from diskferry.base.cpus import usable_cpus; print(usable_cpus())"
     out = subprocess.run(
         [sys.executable, "-c", code],
         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),

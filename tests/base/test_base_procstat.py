@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from diskferry.disk import procstat
+from diskferry.base import procstat
 
 
 def _wait_zombie(pid: int) -> procstat.ProcessStat:

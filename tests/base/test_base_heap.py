@@ -6,14 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diskferry.disk.heap import ARENAS
+from diskferry.base.heap import ARENAS
 
 # Eight threads allocate at once and hold what they took; then glibc's malloc_info tells how
 # many arenas the heap has.
 _CHILD = """
 import ctypes, sys, threading
-from diskferry.disk.heap import limit_arenas
-from diskferry.disk.libc import LIBC as libc
+from diskferry.base.heap import limit_arenas
+from diskferry.base.libc import LIBC as libc
 if sys.argv[1] == "limit":
     assert limit_arenas()
 barrier = threading.Barrier(8)

@@ -1,4 +1,4 @@
-"""The C library is found without `ldconfig`: no module of the byte layer asks ctypes to
+"""The C library is found without `ldconfig`: no module of the byte or base layer asks ctypes to
 search for it, which would run `ldconfig -p` at every start-up."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ def refuse(name):
     raise AssertionError(f"searched for the library {name}")
 
 ctypes.util.find_library = refuse
-import diskferry.disk.file_volume, diskferry.disk.heap, diskferry.disk.write_behind
+import diskferry.disk.file_volume, diskferry.base.heap, diskferry.disk.write_behind
 import diskferry.objstore.local
-from diskferry.disk.heap import limit_arenas
+from diskferry.base.heap import limit_arenas
 assert limit_arenas()
 """
 

@@ -13,7 +13,7 @@ from urllib3.exceptions import (
     ReadTimeoutError,
 )
 
-from diskferry.disk.errors import CancelledError
+from diskferry.base.errors import CancelledError
 
 # the logger every retry and resume is said on; the CLI prints it on stderr, workers log it
 log = logging.getLogger("diskferry.retry")
