@@ -78,7 +78,7 @@ def test_the_fixed_shapes_read_as_given(examples: list[dict[str, Any]]) -> None:
     assert export.spec.ttl == timedelta(hours=2)
     assert export.token_secret_name == "export-token-ex1"
     storage = StorageClass.model_validate(docs["local"])
-    assert storage.is_default and storage.parameters.type == "file"
+    assert storage.is_default and storage.local_parameters.type == "file"
 
 
 @pytest.mark.parametrize(
@@ -297,13 +297,19 @@ def test_snapshot_and_storage_class_refusals() -> None:
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {"name": "local"},
-        "provisioner": "kubernetes.io/no-provisioner",
-        "parameters": {"path": "relative/dir", "type": "tape"},
+        "parameters": {"path": "relative/dir", "type": "tape", "pool": "rbd"},
     }
     message = refusal(storage)
-    assert "provisioner: Input should be 'diskferry.io/local'" in message
     assert "parameters.path: must be an absolute directory" in message
     assert "parameters.type: Input should be 'file' or 'block'" in message
+    assert "parameters.pool: unknown field" in message
+    # another provisioner's parameters are its own: kept as given
+    validate(REGISTRY.lookup("sc"), {**storage, "provisioner": "kubernetes.io/no-provisioner"})
+    assert "provisioner: String should match pattern" in refusal(
+        {**storage, "provisioner": "not a provisioner"}
+    )
+    mounted = {**storage, "parameters": {}, "mountOptions": ["discard"]}
+    assert "mountOptions: a class of diskferry.io/local has none" in refusal(mounted)
 
 
 def test_registry_names() -> None:

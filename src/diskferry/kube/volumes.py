@@ -10,6 +10,10 @@ through a prime PVC as CDI's volume populators populate theirs.
 - Sealed once written (`seal`), the prime's volume is handed to the target: its claimRef made
   the target's, which the cluster binds it to. The prime, now bound to nothing, is removed
   once the target is bound.
+- A claim is of its class's volume mode and access mode (see
+  `control.reconcilers.claimmodes`: Block and ReadWriteMany for a Ceph RBD class, as Deckhouse
+  asks for them); a class bound WaitForFirstConsumer gets its volume where the worker Pod that
+  first mounts the prime is scheduled.
 - A Filesystem claim asks for its disk's size and the filesystem's room besides
   (FILESYSTEM_OVERHEAD, CDI's default); a Block claim for its disk's size. The disk's size is
   kept in an annotation, since the claim's capacity is the storage's to round.
@@ -122,7 +126,7 @@ class ClusterVolumes:
         return {
             "storageClassName": volume_class.name,
             "volumeMode": mode,
-            "accessModes": ["ReadWriteOnce"],
+            "accessModes": [volume_class.access_mode],
             "resources": {"requests": {"storage": str(requested(size, volume_class.block))}},
         }
 

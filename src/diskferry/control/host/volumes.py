@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Protocol
 
 from diskferry.base.errors import DiskferryError
+from diskferry.control.resources.storageclass import PROVISIONER
 
 FILE = "file"
 BLOCK = "block"
+READ_WRITE_ONCE = "ReadWriteOnce"
 
 
 class VolumeError(DiskferryError):
@@ -21,15 +23,24 @@ class VolumeError(DiskferryError):
     reason = "VolumeFailed"
 
 
+class ProvisionerUnavailableError(VolumeError):
+    """This host cannot make claims of the class: its provisioner is another's (a cluster's)."""
+
+    reason = "ProvisionerUnavailable"
+
+
 @dataclass(frozen=True)
 class VolumeClass:
     """Where a StorageClass keeps its claims (`root`, else the host's own place for the class),
-    and of which type: file or block."""
+    of which type (file or block: a claim's volume mode), who makes them (`provisioner`) and how
+    workers may share one (`access_mode`, as a PVC asks for it)."""
 
     name: str
     type: str = FILE
     root: Path | None = None
     retain: bool = False
+    provisioner: str = PROVISIONER
+    access_mode: str = READ_WRITE_ONCE
 
     @property
     def block(self) -> bool:

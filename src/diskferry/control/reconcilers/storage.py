@@ -7,11 +7,11 @@ from pathlib import Path
 from diskferry.base.errors import DiskferryError
 from diskferry.control.host.volumes import VolumeClass, Volumes
 from diskferry.control.model import ObjectMeta
+from diskferry.control.reconcilers.claimmodes import claim_modes
 from diskferry.control.resources.storageclass import (
     DEFAULT_CLASS_ANNOTATION,
     ReclaimPolicy,
     StorageClass,
-    StorageClassParameters,
     VolumeType,
 )
 from diskferry.control.runtime.client import Client
@@ -27,13 +27,16 @@ class StorageClassError(DiskferryError):
 
 
 def volume_class(storage_class: StorageClass) -> VolumeClass:
-    """Where and how the class keeps its claims."""
-    path = storage_class.parameters.path
+    """Where and how the class keeps its claims, who makes them, and how they are asked for."""
+    path = storage_class.local_parameters.path
+    modes = claim_modes(storage_class)
     return VolumeClass(
         storage_class.metadata.name or "",
-        storage_class.parameters.type.value,
+        modes.type,
         Path(path) if path else None,
         retain=storage_class.reclaim_policy is ReclaimPolicy.RETAIN,
+        provisioner=storage_class.provisioner,
+        access_mode=modes.access_mode,
     )
 
 
@@ -62,7 +65,7 @@ def default_classes(volumes: Volumes) -> list[StorageClass]:
         made.append(
             StorageClass(
                 metadata=ObjectMeta(name=BLOCK_CLASS),
-                parameters=StorageClassParameters(type=VolumeType.BLOCK),
+                parameters={"type": VolumeType.BLOCK.value},
             )
         )
     return made

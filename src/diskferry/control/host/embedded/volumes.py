@@ -32,8 +32,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError
+from diskferry.control.host.volumes import (
+    Claim,
+    ProvisionerUnavailableError,
+    VolumeClass,
+    VolumeError,
+)
 from diskferry.control.model import NAME_PATTERN
+from diskferry.control.resources.storageclass import PROVISIONER
 from diskferry.disk.prime import Target
 from diskferry.qemu import cbt
 from diskferry.registry.layout import private_folder
@@ -271,7 +277,15 @@ class DirectoryVolumes:
 
     def claim(self, volume_class: VolumeClass, namespace: str, name: str, size: int) -> FileClaim:
         """Make the claim, or find it made: a file claim's folder, or a block claim's sparse
-        file of `size` bytes and its loop device."""
+        file of `size` bytes and its loop device; ProvisionerUnavailableError for a class of
+        another provisioner than this host's."""
+        if volume_class.provisioner != PROVISIONER:
+            raise ProvisionerUnavailableError(
+                f"this host cannot provision claims of the StorageClass {volume_class.name}: "
+                f"its provisioner {volume_class.provisioner} is a cluster's, and diskferry "
+                f"serve makes claims of {PROVISIONER} classes only; name one of those, or run "
+                "diskferry operator in the cluster"
+            )
         file = self._checked_file(volume_class, namespace, name, make=True)
         assert file is not None
         if not volume_class.block:
