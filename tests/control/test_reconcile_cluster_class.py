@@ -47,7 +47,7 @@ def test_a_disk_of_a_cluster_class_waits_saying_this_host_cannot_provision_it(
     message = ready_condition(disk["status"])["message"]
     assert "this host cannot provision claims of the StorageClass ceph-rbd" in message
     assert "rbd.csi.ceph.com" in message
-    assert "ProvisionerUnavailable" in {e["reason"] for e in daemon.events("ceph")}
+    wait_until(lambda: "ProvisionerUnavailable" in {e["reason"] for e in daemon.events("ceph")})
     daemon.objects.delete(VIRTUAL_DISKS, "default", "ceph")
     wait_until(lambda: daemon.get("VirtualDisk", "ceph") is None)
     assert not (daemon.data_dir / "volumes" / "ceph-rbd").exists()
