@@ -9,7 +9,8 @@ from pathlib import Path
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from diskferry.export.server import READY_PATH, ExportServer
+from diskferry.export.job import ExportJob
+from diskferry.export.server import ExportServer
 from diskferry.export.token import TOKEN_HEADER, TokenFile
 from diskferry.export.volumes import open_exported
 
@@ -31,7 +32,7 @@ def test_requests_served_and_in_flight_are_told(tmp_path: Path) -> None:
             activity=lambda served, in_flight: told.append((served, in_flight)),
         )
         async with TestServer(server.app()) as http, ClientSession() as session:
-            async with session.get(http.make_url(READY_PATH)) as ready:
+            async with session.get(http.make_url(ExportJob.READY_PATH)) as ready:
                 assert ready.status == 200
             async with session.get(http.make_url("/volumes/disk/disk.img")) as refused:
                 assert refused.status == 401

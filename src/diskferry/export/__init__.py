@@ -22,7 +22,6 @@ __all__, __getattr__, __dir__ = lazy_face(
             "ServeResult",
         ),
         "routes": ("Route", "RoutesDocument"),
-        "server": ("READY_PATH",),
         "service": ("serve_export", "serve_proxy"),
         "token": ("TokenFile",),
         "volumes": ("parse_spec as parse_volume_spec",),

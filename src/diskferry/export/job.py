@@ -3,13 +3,15 @@ server and the export proxy. Durations are in seconds."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from diskferry.base.cpus import usable_cpus
+from diskferry.export.links import backup_link, manifest_links
 from diskferry.serving.listening import Listening
 from diskferry.worker.job import JobModel, WorkerJob
 
@@ -47,6 +49,20 @@ class LinkSettings(JobModel):
     )
     file: str | None = Field(default=None, description="write the status links here (JSON)")
 
+    def point_links(self, ca_pem: str, volumes: Sequence[str]) -> dict[str, Any]:
+        """The `internal` and `external` links of a backup point's server under these base URLs:
+        each side with the CA `ca_pem`, the map and data endpoints of each of `volumes`, and
+        the header Secret."""
+        sides = {"internal": self.internal_url, "external": self.external_url}
+        return {
+            side: {
+                "cert": ca_pem,
+                "backups": [backup_link(base, volume) for volume in volumes],
+                "manifests": manifest_links(base, side, has_manifest=False),
+            }
+            for side, base in sides.items()
+        }
+
 
 class ExportJob(WorkerJob, Listening):
     """What `diskferry export serve` and the worker run: one export's volumes over HTTPS.
@@ -54,6 +70,8 @@ class ExportJob(WorkerJob, Listening):
     The token is read from `tokenFile` on every request; a job holds no token inline.
     """
 
+    # the path the server answers readiness on, without a token
+    READY_PATH: ClassVar[str] = "/exportready"
     WORKER = "diskferry.export.worker"
     kind: Literal["export"] = "export"
     name: str

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diskferry.export.volumes import ExportedVolume
+if TYPE_CHECKING:
+    from diskferry.export.volumes import ExportedVolume
 
 
 def _formats(base: str, vol: ExportedVolume) -> list[dict[str, str]]:

@@ -17,6 +17,7 @@ from diskferry.export.archive import listing, resolve_inside, tar_gz_stream
 from diskferry.export.blocks import BlockPool, blocks
 from diskferry.export.compress import gzip_stream, zstd_stream
 from diskferry.export.extent_pages import PAGE_SIZE, extent_page
+from diskferry.export.job import ExportJob
 from diskferry.export.manifests import Document, Side, manifest_body, pointed, secret_manifest
 from diskferry.export.ranges import UnsatisfiableRange, parse_range
 from diskferry.export.token import TOKEN_HEADER, TokenFile
@@ -25,7 +26,6 @@ from diskferry.serving.sendfile import FileSender
 
 log = logging.getLogger(__name__)
 
-READY_PATH = "/exportready"
 WRITE_SLICE = 256 << 10
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Activity = Callable[[int, int], None]
@@ -128,7 +128,7 @@ class ExportServer:
         """The aiohttp application."""
         app = web.Application(middlewares=[self._gate])
         r = app.router
-        r.add_get(READY_PATH, self._ready)
+        r.add_get(ExportJob.READY_PATH, self._ready)
         r.add_get("/volumes/{vol}/disk.img", self._raw)
         r.add_get("/volumes/{vol}/disk.img.gz", self._gzip)
         r.add_get("/volumes/{vol}/disk.img.zst", self._zstd)
@@ -161,7 +161,7 @@ class ExportServer:
     async def _gate(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         if self.expired:
             return problem_response(410, "ExportExpired", "this export has expired")
-        if request.path != READY_PATH:
+        if request.path != ExportJob.READY_PATH:
             offered = request.headers.get(TOKEN_HEADER) or request.query.get(TOKEN_HEADER)
             try:
                 accepted = self.token.accepts(offered)
@@ -176,7 +176,7 @@ class ExportServer:
                         f"give the export token in the {TOKEN_HEADER} header or query",
                     )
                 return problem_response(401, "BadToken", "the token given is not this export's")
-        counted = request.path != READY_PATH
+        counted = request.path != ExportJob.READY_PATH
         self.in_flight += 1
         self._quiet.clear()
         if counted:

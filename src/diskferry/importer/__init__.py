@@ -17,7 +17,6 @@ __all__, __getattr__, __dir__ = lazy_face(
         "source": ("SourceError",),
         "upload_client": ("UploadClientError", "upload_file"),
         "upload_job": ("UploadJob", "UploadPhase", "UploadResult"),
-        "upload_server": ("UPLOAD_PREFIX",),
         "upload_service": ("serve_upload",),
         "volume_job": (
             "BlankJob",

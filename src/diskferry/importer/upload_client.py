@@ -15,8 +15,8 @@ from diskferry.base.errors import CancelledError, DiskferryError
 from diskferry.base.retry import pause
 from diskferry.disk.http import HttpError, HttpSource
 from diskferry.disk.progress import Progress
+from diskferry.importer.upload_job import UploadJob
 from diskferry.importer.upload_resume import LENGTH_HEADER, OFFSET_HEADER
-from diskferry.importer.upload_server import UPLOAD_PREFIX
 from diskferry.importer.upload_token import UploadToken
 
 DEFAULT_PATH = "/v1beta1/upload"
@@ -101,9 +101,10 @@ def upload_file(
     full = upload_url(url)
     parts = urlsplit(full)
     shown = f"{parts.scheme}://{parts.netloc}{parts.path}"
-    if UPLOAD_PREFIX in parts.path:  # also behind a proxy's prefix
-        before = parts.path[: parts.path.index(UPLOAD_PREFIX)]
-        shown = f"{parts.scheme}://{parts.netloc}{before}{UPLOAD_PREFIX}REDACTED"
+    prefix = UploadJob.UPLOAD_PREFIX
+    if prefix in parts.path:  # also behind a proxy's prefix
+        before = parts.path[: parts.path.index(prefix)]
+        shown = f"{parts.scheme}://{parts.netloc}{before}{prefix}REDACTED"
     headers = {"Content-Type": "application/octet-stream"}
     if token_file is not None:
         token, _ = UploadToken(token_file).read()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,8 @@ class UploadJob(WorkerJob, Listening):
     token and is the secret of Deckhouse's path `/upload/<token>`.
     """
 
+    # where Deckhouse's upload URL puts its secret: `/upload/<token>`
+    UPLOAD_PREFIX: ClassVar[str] = "/upload/"
     WORKER = "diskferry.importer.worker"
     kind: Literal["upload"] = "upload"
     target: str

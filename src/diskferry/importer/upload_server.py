@@ -27,6 +27,7 @@ from diskferry.disk.decompress import Readable
 from diskferry.importer.engine import ImageRefusedError
 from diskferry.importer.job import ImportResult
 from diskferry.importer.upload_body import UploadBody, UploadBrokenError
+from diskferry.importer.upload_job import UploadJob
 from diskferry.importer.upload_resume import (
     LENGTH_HEADER,
     OFFSET_HEADER,
@@ -40,7 +41,6 @@ from diskferry.serving.accesslog import REDACTED, AccessLogger
 log = logging.getLogger(__name__)
 
 CDI_VERSIONS = ("v1alpha1", "v1beta1")
-UPLOAD_PREFIX = "/upload/"
 FORM_FIELD = "file"
 _BEARER = "bearer "
 _IN = "the upload is in; the import goes on in the background"
@@ -72,8 +72,8 @@ class UploadAccessLogger(AccessLogger):
 
     def shown_path(self, request: web.BaseRequest) -> str:
         """The path with an upload secret replaced."""
-        if request.path.startswith(UPLOAD_PREFIX):
-            return f"{UPLOAD_PREFIX}{REDACTED}"
+        if request.path.startswith(UploadJob.UPLOAD_PREFIX):
+            return f"{UploadJob.UPLOAD_PREFIX}{REDACTED}"
         return request.rel_url.raw_path
 
 
@@ -111,7 +111,7 @@ class UploadServer:
             app.router.add_route("HEAD", f"{base}/upload-form-async", self._probe)
             app.router.add_patch(f"{base}/upload", self._cdi_resume(wait=True))
             app.router.add_patch(f"{base}/upload-async", self._cdi_resume(wait=False))
-        secret = UPLOAD_PREFIX + "{secret}"
+        secret = UploadJob.UPLOAD_PREFIX + "{secret}"
         app.router.add_put(secret, self._deckhouse)
         app.router.add_post(secret, self._deckhouse)
         app.router.add_get(secret, self._deckhouse_ready, allow_head=False)

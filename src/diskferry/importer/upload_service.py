@@ -20,7 +20,7 @@ from diskferry.importer.engine import done_before, run_import
 from diskferry.importer.job import ImportJob, ImportResult
 from diskferry.importer.upload_job import UploadJob, UploadPhase, UploadResult
 from diskferry.importer.upload_resume import PartialFile, partial_path
-from diskferry.importer.upload_server import UPLOAD_PREFIX, UploadAccessLogger, UploadServer
+from diskferry.importer.upload_server import UploadAccessLogger, UploadServer
 from diskferry.importer.upload_token import UploadToken
 from diskferry.serving.certs import default_sans
 from diskferry.serving.run import run
@@ -85,7 +85,7 @@ def serve_upload(
             listenAddress=job.listen_address,
             listenPort=port,
             url=f"{url}/v1beta1/upload",
-            secretUrl=f"{url}{UPLOAD_PREFIX}<token>",
+            secretUrl=f"{url}{UploadJob.UPLOAD_PREFIX}<token>",
         )
         reporter.event(EventType.NORMAL, "Listening", f"upload server listening on {url}")
 

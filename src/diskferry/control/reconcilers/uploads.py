@@ -30,7 +30,6 @@ from diskferry.control.model import Resource
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.disk.checksums import ChecksumError
 from diskferry.importer import UploadJob, UploadPhase
-from diskferry.importer.upload_server import UPLOAD_PREFIX
 
 UPLOAD_HOST = "127.0.0.1"
 EXTERNAL_HOST = "localhost"
@@ -157,8 +156,8 @@ def upload_urls(
             return {}
         external = proxy.external_url(ROUTE_NAMESPACE, job_id)
     return {
-        "external": f"{external}{UPLOAD_PREFIX}{secret}",
-        "inCluster": f"https://{UPLOAD_HOST}:{port}{UPLOAD_PREFIX}{secret}",
+        "external": f"{external}{UploadJob.UPLOAD_PREFIX}{secret}",
+        "inCluster": f"https://{UPLOAD_HOST}:{port}{UploadJob.UPLOAD_PREFIX}{secret}",
     }
 
 

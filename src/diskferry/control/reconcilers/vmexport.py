@@ -57,8 +57,6 @@ from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
-from diskferry.export.links import backup_link, manifest_links
-from diskferry.export.server import READY_PATH
 
 log = logging.getLogger("diskferry.control")
 M = TypeVar("M", bound=Resource)
@@ -98,7 +96,7 @@ def answers(port: int, ca_pem: bytes) -> bool:
     context = ssl.create_default_context(cadata=ca_pem.decode())
     conn = http.client.HTTPSConnection(HOST, port, timeout=PROBE_TIMEOUT, context=context)
     try:
-        conn.request("GET", READY_PATH)
+        conn.request("GET", ExportJob.READY_PATH)
         return conn.getresponse().status == 200
     except (OSError, http.client.HTTPException):
         return False
@@ -269,19 +267,11 @@ class VirtualMachineExportReconciler:
         if not self.proxy.serving():
             transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
             return Result.requeue(POLL_SECONDS)
-        ca = self.certs.ca_pem().decode()
-        sides = {
-            "internal": f"https://{HOST}:{port}",
-            "external": self.proxy.external_url(*self._key(obj)),
-        }
-        fields["links"] = {
-            side: {
-                "cert": ca,
-                "backups": [backup_link(base, volume) for volume in point.volumes],
-                "manifests": manifest_links(base, side, has_manifest=False),
-            }
-            for side, base in sides.items()
-        }
+        bases = LinkSettings(
+            internalUrl=f"https://{HOST}:{port}",
+            externalUrl=self.proxy.external_url(*self._key(obj)),
+        )
+        fields["links"] = bases.point_links(self.certs.ca_pem().decode(), point.volumes)
         message = f"serving the point of VirtualMachineBackup {name} through {self.proxy.base_url}"
         transition(self.client, obj, ExportPhase.READY, "ExportReady", message, fields)
         return Result.requeue(max(min(CHECK_SECONDS, left), POLL_SECONDS / 10))
