@@ -92,8 +92,11 @@ def server_of(kubeconfig: Path) -> str:
     return yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
 
 
-def kubectl(daemon: Served, *args: str, stdin: str | None = None, ok: bool = True) -> str:
-    """Run kubectl against the daemon; its stdout (stdout and stderr when `ok` is False)."""
+def kubectl(
+    daemon: Served, *args: str, stdin: str | None = None, ok: bool = True, timeout: float = 60
+) -> str:
+    """Run kubectl against the daemon, for `timeout` seconds at most; its stdout (stdout and
+    stderr when `ok` is False)."""
     command = [
         "kubectl",
         "--kubeconfig",
@@ -102,7 +105,7 @@ def kubectl(daemon: Served, *args: str, stdin: str | None = None, ok: bool = Tru
         str(daemon.data_dir.parent / "kube-cache"),
         *args,
     ]
-    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
     if ok:
         assert done.returncode == 0, done.stderr
         return done.stdout

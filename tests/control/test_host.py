@@ -1,13 +1,14 @@
-"""The embedded host implements each protocol the reconcilers take its services through: every
-method of the protocol, with its parameters; and answers as the protocol says."""
+"""The embedded host implements each protocol the reconcilers take its services through (its
+runner too): every method of the protocol, with its parameters; and answers as the protocol
+says."""
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 
 import pytest
+from control_support import assert_implements
 
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.embedded.certs import DaemonCa
@@ -20,6 +21,8 @@ from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import VolumeClass, Volumes
 from diskferry.control.resources.virtualimage import ClusterVirtualImage
+from diskferry.control.runner.base import Runner
+from diskferry.control.runner.local import LocalRunner
 from diskferry.qemu import cbt
 
 IMPLEMENTED = [
@@ -28,30 +31,15 @@ IMPLEMENTED = [
     (ServerCerts, DaemonCa),
     (ExportProxy, ProxyKeeper),
     (Machines, QemuMachines),
+    (Runner, LocalRunner),
 ]
-
-
-def _members(protocol: type) -> dict[str, object]:
-    return {
-        name: member
-        for name, member in vars(protocol).items()
-        if not name.startswith("_") and (callable(member) or isinstance(member, property))
-    }
 
 
 @pytest.mark.parametrize(("protocol", "embedded"), IMPLEMENTED, ids=lambda c: c.__name__)
 def test_the_embedded_host_has_every_member_of_each_protocol(
     protocol: type, embedded: type
 ) -> None:
-    members = _members(protocol)
-    assert members
-    for name, member in members.items():
-        found = getattr(embedded, name, None)
-        assert found is not None, f"{embedded.__name__} has no {name}"
-        if isinstance(member, property):
-            continue  # a property of the protocol: an attribute or a property will do
-        wanted = list(inspect.signature(member).parameters)
-        assert list(inspect.signature(found).parameters) == wanted, f"{name}'s parameters"
+    assert_implements(protocol, embedded)
 
 
 def test_an_image_not_in_the_store_is_said_so_in_the_protocols_terms(tmp_path: Path) -> None:

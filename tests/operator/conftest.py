@@ -11,3 +11,4 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "image"))
 
 from image_support import built as built
 from image_support import pinned as pinned
+from pods_support import pods_cluster as pods_cluster

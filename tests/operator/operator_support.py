@@ -25,6 +25,7 @@ NAMESPACE = "diskferry-system"
 LEASE = "diskferry-operator"
 STARTUP_SECONDS = 60
 STOP_SECONDS = 60
+KUBECTL_SECONDS = 60  # for kubectl itself, beyond what it waits for
 # short enough for a test to see a takeover, long enough for a busy machine to renew in time
 LEASE_OPTIONS = ("--lease-duration", "8", "--renew-deadline", "6", "--retry-period", "1")
 
@@ -139,14 +140,16 @@ def blank_disk(name: str) -> str:
     )
 
 
-def wait_ready(standin: StandIn, name: str, timeout: str = "120s") -> None:
-    """Wait (with kubectl) until the VirtualDisk `name` is Ready."""
+def wait_ready(standin: StandIn, name: str, timeout: str = "120s", kind: str = "vd") -> None:
+    """Wait (with kubectl, for `timeout` in seconds) until the VirtualDisk (or the object of
+    `kind`) `name` is Ready."""
     out = kubectl(
         standin,
         "wait",
-        f"vd/{name}",
+        f"{kind}/{name}",
         "--for=jsonpath={.status.phase}=Ready",
         f"--timeout={timeout}",
+        timeout=float(timeout.removesuffix("s")) + KUBECTL_SECONDS,
     )
     assert "condition met" in out
 

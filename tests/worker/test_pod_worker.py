@@ -1,6 +1,7 @@
 """A worker in a Pod: its status server listens on the address its Pod gives it (the Pod's IP),
-and its result goes to the file its Pod names (the termination message) as well as to stdout,
-bounded as Kubernetes bounds a termination message."""
+and so does the server of a job that asks for every address; its result goes to the file its
+Pod names (the termination message) as well as to stdout, bounded as Kubernetes bounds a
+termination message."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import json
 import os
 import signal
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from worker_support import job_file, run, start
 
+from diskferry.serving.certs import create_ca
 from diskferry.worker.pod import ADDRESS_ENV, RESULT_FILE_ENV, RESULT_LIMIT, RESULT_TOO_LARGE
 
 MiB = 1 << 20
@@ -30,6 +34,17 @@ def _free_loopback() -> str:
                 continue
             return address
     raise AssertionError("no loopback address is free")
+
+
+def _waiting(status: str) -> dict:
+    """The /progress at `status` once the upload server waits for an upload."""
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(status, timeout=5) as answer:
+            state = json.loads(answer.read())
+        if state["phase"] == "WaitingForUpload" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)
 
 
 def test_the_result_is_written_to_the_file_the_pod_names(tmp_path: Path) -> None:
@@ -83,3 +98,28 @@ def test_the_status_server_listens_on_the_address_the_pod_gives(tmp_path: Path) 
                 assert json.loads(answer.read())["jobId"] == "vd-9"
         finally:
             running.finish(signal.SIGTERM)
+
+
+def test_a_server_asked_for_every_address_listens_on_the_pod_s(tmp_path: Path) -> None:
+    address = _free_loopback()
+    create_ca(tmp_path / "ca")
+    (tmp_path / "token").write_text("pod-upload-token")
+    job = {
+        "kind": "upload",
+        "jobId": "vd-10",
+        "target": str(tmp_path / "disk.img"),
+        "tokenFile": str(tmp_path / "token"),
+        "certDir": str(tmp_path / "ca"),
+        "listenAddress": "0.0.0.0",
+        "listenPort": 0,
+    }
+    running = start("import", job_file(tmp_path, job), env={**os.environ, ADDRESS_ENV: address})
+    try:
+        details = _waiting(f"http://{address}:{running.port}/progress")["details"]
+        assert details["listenAddress"] == address
+        with socket.create_connection((address, details["listenPort"]), timeout=5):
+            pass
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", details["listenPort"]), timeout=5)
+    finally:
+        running.finish(signal.SIGTERM)

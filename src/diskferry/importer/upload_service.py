@@ -79,10 +79,10 @@ def serve_upload(
     def announce(listening: int) -> None:
         nonlocal port
         port = listening
-        url = f"https://{job.listen_address}:{port}"
+        url = f"https://{job.bind_address}:{port}"
         progress.set_phase(UploadPhase.WAITING)
         reporter.details(
-            listenAddress=job.listen_address,
+            listenAddress=job.bind_address,
             listenPort=port,
             url=f"{url}/v1beta1/upload",
             secretUrl=f"{url}{UploadJob.UPLOAD_PREFIX}<token>",

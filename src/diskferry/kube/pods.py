@@ -1,4 +1,5 @@
-"""The worker Pod of a job, and the Secret that carries its job: what the Pod runner creates.
+"""The worker Pod of a job, the Secret that carries its job, and the Service of its server:
+what the Pod runner creates.
 
 One Pod a job, `diskferry-<job>` (the job's id when it is a DNS label short enough, else a
 digest of it), restartPolicy Never, owned by the object whose job it is; it runs the operator's
@@ -10,6 +11,11 @@ claims the job names mounted (Filesystem) or mapped (Block) where the job finds 
 (`claims`). Its worker answers /progress on WORKER_STATUS_PORT of the Pod's IP, which the Pod
 passes down, and writes its result to the Pod's termination message; a finalizer keeps a Pod
 deleted while it ran (a cancelled job) until the runner has read how it ended.
+
+A job that serves (an upload server) listens on a port of its Pod's address, which a headless
+Service of the Pod's name selects (its job's label), as Deckhouse's uploader and KubeVirt's
+export server are reached: by `<service>.<namespace>.svc` and the port, names its certificate is
+issued for (`service_names`).
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ CREDENTIALS = "diskferry.io/credentials"
 has ended, however it ended."""
 WORKERS = {"app.kubernetes.io/name": "diskferry", "app.kubernetes.io/component": "worker"}
 """The labels every worker Pod and its Secret carry (and the selector that finds them)."""
+SERVER_PORT_NAME = "server"
+"""The name of the port of a job's server, in its Pod and its Service."""
+CLUSTER_DOMAIN = "cluster.local"
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 
 
@@ -69,6 +78,17 @@ def job_key(job_id: str) -> str:
 def pod_name(job_id: str) -> str:
     """The name of the job's Pod and of its Secret."""
     return f"diskferry-{job_key(job_id)}"
+
+
+def service_names(job_id: str, namespace: str) -> tuple[str, ...]:
+    """The names the job's Service is reached by in the cluster, the shortest first."""
+    name = pod_name(job_id)
+    return (
+        name,
+        f"{name}.{namespace}",
+        f"{name}.{namespace}.svc",
+        f"{name}.{namespace}.svc.{CLUSTER_DOMAIN}",
+    )
 
 
 def selector() -> str:
@@ -107,6 +127,24 @@ def job_secret(
     }
 
 
+def job_service(
+    job_id: str, namespace: str, port: int, owner: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The headless Service of the job's server: its Pod's name, on `port` of its Pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job_id, namespace, owner),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: job_key(job_id)},
+            "ports": [
+                {"name": SERVER_PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
 def _claims(mounts: Sequence[Mount]) -> tuple[list[Any], list[Any], list[Any]]:
     """The Pod's volumes, volumeMounts and volumeDevices of `mounts`."""
     volumes, mounted, mapped = [], [], []
@@ -128,8 +166,10 @@ def worker_pod(
     image: str,
     mounts: Sequence[Mount],
     owner: Mapping[str, Any] | None,
+    serves: int | None = None,
 ) -> dict[str, Any]:
-    """The Pod that runs the job's worker `module` from `image`, with `mounts`."""
+    """The Pod that runs the job's worker `module` from `image`, with `mounts`, its server on
+    the port `serves` when it runs one."""
     meta = _metadata(job_id, namespace, owner)
     meta["finalizers"] = [FINALIZER]
     volumes, mounted, mapped = _claims(mounts)
@@ -145,7 +185,10 @@ def worker_pod(
             {"name": RESULT_FILE_ENV, "value": MESSAGE_PATH},
             {"name": ADDRESS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
-        "ports": [{"name": "progress", "containerPort": WORKER_STATUS_PORT}],
+        "ports": [
+            {"name": "progress", "containerPort": WORKER_STATUS_PORT},
+            *([{"name": SERVER_PORT_NAME, "containerPort": serves}] if serves else []),
+        ],
         "terminationMessagePath": MESSAGE_PATH,
         "terminationMessagePolicy": "File",
         "securityContext": {

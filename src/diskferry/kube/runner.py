@@ -19,6 +19,9 @@ never created never ran, and one whose Pod exists is found again by a runner mad
   the operator's log before they purge.
 - read_file and write_file read and replace a key of the job's Secret, which the kubelet brings
   into the running Pod's folder (within its sync period) where the worker reads it anew.
+- A job whose server listens on every address of its Pod (its worker takes the Pod's), on
+  SERVER_PORT as `server_address` gives them, is behind a headless Service made with its Pod
+  and removed when it is purged, and reached at `https://<service>.<namespace>.svc:SERVER_PORT`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from diskferry.control.errors import AlreadyExistsError, NotFoundError
-from diskferry.control.runner.base import LOG_LINES, JobFile, JobState
+from diskferry.control.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
 from diskferry.control.runner.local import JobStartError
 from diskferry.control.runner.tail import LINE_CHARS, TAIL_BYTES
 from diskferry.kube.api import KubeApi
@@ -48,13 +51,17 @@ from diskferry.kube.pods import (
     JOB_FILE,
     JOB_ID,
     KEPT,
+    SERVER_PORT_NAME,
     Mount,
     job_secret,
+    job_service,
     pod_name,
     selector,
+    service_names,
     worker_pod,
 )
-from diskferry.serving.defaults import WORKER_STATUS_PORT
+from diskferry.serving.defaults import EXPORT_PORT, WORKER_STATUS_PORT
+from diskferry.serving.listening import Listening
 from diskferry.worker.job import (
     JOB_ID_PATTERN,
     WorkerJob,
@@ -62,10 +69,14 @@ from diskferry.worker.job import (
     validate_job,
     validation_message,
 )
+from diskferry.worker.pod import EVERY_ADDRESS
 
 log = logging.getLogger("diskferry.kube")
 POD = ("v1", "Pod")
 SECRET = ("v1", "Secret")
+SERVICE = ("v1", "Service")
+SERVER_PORT = EXPORT_PORT
+"""The port a job's server listens on in its Pod, and its Service's: CDI's upload server's."""
 PROGRESS_TIMEOUT = 1.0
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENDED = ("Succeeded", "Failed")
@@ -113,6 +124,21 @@ def _result(terminated: Obj) -> Obj | None:
     except ValueError:
         return None
     return result if isinstance(result, dict) and "ok" in result else None
+
+
+def _served_port(job: WorkerJob) -> int | None:
+    """The port of the job's server when it listens on every address of its Pod (as
+    `PodRunner.server_address` has it), behind a Service of its own; None for another job."""
+    if isinstance(job, Listening) and job.listen_address in EVERY_ADDRESS and job.listen_port:
+        return job.listen_port
+    return None
+
+
+def _serves(pod: Obj) -> bool:
+    """Whether the Pod runs a server behind a Service of its own."""
+    containers = pod.get("spec", {}).get("containers") or []
+    ports = [port for c in containers for port in c.get("ports") or []]
+    return any(port.get("name") == SERVER_PORT_NAME for port in ports)
 
 
 def _progress(address: str) -> Obj | None:
@@ -212,7 +238,12 @@ class PodRunner:
             self.api.replace(*SECRET, namespace, name, secret)
             with self._lock:
                 self._where[job_id] = namespace
-        pod = worker_pod(job_id, namespace, job.WORKER, self.image, mounts, ref)
+        serves = _served_port(job)
+        if serves:
+            service = job_service(job_id, namespace, serves, ref)
+            with contextlib.suppress(AlreadyExistsError):  # made by a start that stopped since
+                self.api.create(*SERVICE, namespace, service)
+        pod = worker_pod(job_id, namespace, job.WORKER, self.image, mounts, ref, serves)
         with contextlib.suppress(AlreadyExistsError):  # started meanwhile, by a start of the job
             self.api.create(*POD, namespace, pod)
         log.info("job %s: Pod %s/%s created", job_id, namespace, name)
@@ -311,6 +342,8 @@ class PodRunner:
             self.cancel(job_id)
             return False
         namespace, pod = found
+        if _serves(pod):
+            self.api.delete(*SERVICE, namespace, pod_name(job_id))
         if keep_scratch and not pod["metadata"].get("deletionTimestamp"):
             self._unhold(namespace, pod, {KEPT: "true"})
             return True
@@ -326,3 +359,15 @@ class PodRunner:
         if not self.purge(job_id, keep_scratch=False):
             return False
         return self._pod(job_id) is None
+
+    def server_address(self, job_id: str, namespace: str) -> ServerAddress:
+        """Every address of the job's Pod (its worker listens on the Pod's), SERVER_PORT, and
+        the names of its Service in `namespace`."""
+        return ServerAddress(EVERY_ADDRESS[0], SERVER_PORT, service_names(job_id, namespace))
+
+    def server_url(self, job_id: str, port: int) -> str | None:
+        """`https://<service>.<namespace>.svc:port` of the job's Service."""
+        namespace = self._namespace(job_id)
+        return (
+            None if namespace is None else f"https://{service_names(job_id, namespace)[2]}:{port}"
+        )

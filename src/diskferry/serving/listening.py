@@ -9,6 +9,7 @@ from diskferry.serving.defaults import DEFAULT_ADDRESS, EXPORT_PORT
 from diskferry.serving.listener import Timeouts
 from diskferry.serving.run import ServeOptions
 from diskferry.worker.job import JobModel
+from diskferry.worker.pod import server_address
 
 
 class Listening(JobModel):
@@ -22,12 +23,18 @@ class Listening(JobModel):
     header_timeout: float = Field(default=10.0, gt=0, alias="headerTimeout")
     idle_timeout: float = Field(default=60.0, gt=0, alias="idleTimeout")
 
+    @property
+    def bind_address(self) -> str:
+        """The address the server listens on: `listen_address`, but its Pod's when it asks for
+        every address in a Pod (see `worker.pod.server_address`)."""
+        return server_address(self.listen_address)
+
     def serve_options(
         self, ttl: float | None, grace: float, access_log_class: type[AccessLogger]
     ) -> ServeOptions:
         """The options `serving.run.run` takes for this server."""
         return ServeOptions(
-            host=self.listen_address,
+            host=self.bind_address,
             port=self.listen_port,
             ttl=ttl,
             grace=grace,

@@ -204,7 +204,7 @@ class Imports:
                 self.runner,
                 self.certs,
                 job_id,
-                claim.path,
+                claim,
                 size,
                 upload.token_ttl,
                 source.checksum,

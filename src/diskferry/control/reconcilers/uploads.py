@@ -1,10 +1,12 @@
-"""Upload sources: an upload server worker per object, on 127.0.0.1 with a port of its own, its
-certificate from the daemon's CA, its secret a fresh token; the URLs users upload to, in
-Deckhouse's secret-path shape (`/upload/<secret>`), read back from the running worker.
+"""Upload sources: an upload server worker per object, listening where the runner says (on
+127.0.0.1 with a port of its own on this host, on its Pod's address behind a Service in a
+cluster), its certificate from the daemon's CA for the names the runner gives, its secret a
+fresh token; the URLs users upload to, in Deckhouse's secret-path shape (`/upload/<secret>`),
+read back from the running worker.
 
 The external URL goes through the export proxy, as an export's external links do: the upload
 server is routed there under the namespace `diskferry-uploads` and its job's id; the in-cluster
-URL names the worker itself.
+URL reaches the worker itself, by the address the runner gives.
 
 The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
 with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
@@ -26,14 +28,12 @@ from typing import Any
 from diskferry.control.duration import format_duration, parse_duration
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import ExportProxy
+from diskferry.control.host.volumes import Claim
 from diskferry.control.model import Resource
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.disk.checksums import ChecksumError
 from diskferry.importer import UploadJob, UploadPhase
 
-UPLOAD_HOST = "127.0.0.1"
-EXTERNAL_HOST = "localhost"
-UPLOAD_SANS = [UPLOAD_HOST, EXTERNAL_HOST]
 TOKEN_FILE = "token"
 WAITING = (UploadPhase.STARTING.value, UploadPhase.WAITING.value)
 ROUTE_NAMESPACE = "diskferry-uploads"
@@ -84,26 +84,27 @@ def start_upload(
     runner: Runner,
     certs: ServerCerts,
     job_id: str,
-    target: str,
+    target: Claim,
     size: int | None,
     token_ttl: timedelta = DEFAULT_TOKEN_TTL,
     checksum: str | None = None,
 ) -> None:
     """Start the upload server that writes what is uploaded into `target` (grown to `size`),
     refusing an upload whose bytes do not match `checksum` (`ALGO:HEX`) when one is given."""
+    server = runner.server_address(job_id, target.namespace)
     job = UploadJob(
-        target=target,
+        target=target.path,
         format="raw",
         token_file=TOKEN_FILE,
         cert_dir=".",
-        sans=UPLOAD_SANS,
-        listen_address=UPLOAD_HOST,
-        listen_port=0,
+        sans=list(server.sans),
+        listen_address=server.address,
+        listen_port=server.port,
         size=size,
         checksum=checksum or None,
     )
     token = JobFile(TOKEN_FILE, token_text(token_ttl), credential=True)
-    runner.start(job_id, job, [*certs.job_files(UPLOAD_SANS), token])
+    runner.start(job_id, job, [*certs.job_files(server.sans), token])
 
 
 def renew_expired_token(runner: Runner, job_id: str, ttl: timedelta) -> bool:
@@ -142,14 +143,17 @@ def upload_urls(
     proxy: ExportProxy | None = None,
 ) -> dict[str, str]:
     """`imageUploadURLs` of the running server, {} until it (and `proxy`) listen, both ending
-    in `/upload/<secret>`: `external` through `proxy` (the server routed there), or by name
-    without one, and `inCluster` by address."""
+    in `/upload/<secret>`: `external` through `proxy` (the server routed there), or as
+    `inCluster` without one, and `inCluster` by the address the runner gives."""
     port = ((progress or {}).get("details") or {}).get("listenPort")
     token = runner.read_file(job_id, TOKEN_FILE)
     if not isinstance(port, int) or not token:
         return {}
+    server = runner.server_url(job_id, port)
+    if server is None:
+        return {}
     secret = token.decode().splitlines()[0]
-    external = f"https://{EXTERNAL_HOST}:{port}"
+    external = server
     if proxy is not None:
         proxy.route(ROUTE_NAMESPACE, job_id, port, ready=True)
         if not proxy.serving():
@@ -157,7 +161,7 @@ def upload_urls(
         external = proxy.external_url(ROUTE_NAMESPACE, job_id)
     return {
         "external": f"{external}{UploadJob.UPLOAD_PREFIX}{secret}",
-        "inCluster": f"https://{UPLOAD_HOST}:{port}{UploadJob.UPLOAD_PREFIX}{secret}",
+        "inCluster": f"{server}{UploadJob.UPLOAD_PREFIX}{secret}",
     }
 
 

@@ -324,5 +324,6 @@ class ImageUploadURLs(ApiModel):
     in_cluster: str | None = Field(
         default=None,
         alias="inCluster",
-        description="The URL of the upload server itself, on 127.0.0.1 of the daemon's host.",
+        description="The URL of the upload server itself: on 127.0.0.1 of the daemon's host, "
+        "or in a cluster its Service's (https://SERVICE.NAMESPACE.svc:8443).",
     )

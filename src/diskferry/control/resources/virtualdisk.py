@@ -199,7 +199,8 @@ class VirtualDisk(Resource):
 
     The disk grows to the claim's whole size. A source that is not Ready yet is waited for, the
     disk Pending. An Upload source runs an upload server (a worker whose certificate comes from the
-    daemon's CA, DATA_DIR/pki/ca.crt) and the disk waits in WaitForUserUpload, its URLs in
+    daemon's CA, DATA_DIR/pki/ca.crt; in a cluster an uploader Pod on port 8443 behind a headless
+    Service of its name) and the disk waits in WaitForUserUpload, its URLs in
     status.imageUploadURLs (Deckhouse's shape: PUT or POST the image there; the path is the
     credential), until the upload is in or the disk is deleted. An image in a format other than
     raw is staged in a scratch file and then converted into the claim, so its progress counts 0-50%

@@ -46,8 +46,19 @@ class JobState:
         return not self.running and not self.succeeded
 
 
+@dataclass(frozen=True)
+class ServerAddress:
+    """Where a job's server is to listen (port 0: one it picks when it starts), and the names
+    its clients reach it by, which its certificate is for."""
+
+    address: str
+    port: int
+    sans: tuple[str, ...]
+
+
 class Runner(Protocol):
-    """Starts worker jobs by id and tells their state; every method is idempotent."""
+    """Starts worker jobs by id, tells their state and where the servers they run are reached;
+    every method is idempotent."""
 
     def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
         """Run `job` (its `jobId` set to `job_id`) in its engine's worker, with `files`
@@ -78,3 +89,11 @@ class Runner(Protocol):
     def forget(self, job_id: str) -> bool:
         """Purge the job and remove everything kept of it, its log tail included; False while
         it still runs."""
+
+    def server_address(self, job_id: str, namespace: str) -> ServerAddress:
+        """Where the server a job `job_id` runs for an object of `namespace` is to listen, and
+        the names it is reached by."""
+
+    def server_url(self, job_id: str, port: int) -> str | None:
+        """The base URL (`https://host:port`) by which a client reaches the server of the
+        running job `job_id`, which listens on `port`; None when the job is not known."""

@@ -18,6 +18,9 @@ and leaves `never-ran`, and the job counts as never started: a job runs at most 
 never unrecorded, whenever the daemon is killed. `stop_all` ends every worker for good (what
 `diskferry serve --stop` does once the daemon is gone), and a worker whose job directory is
 removed ends by itself (`diskferry.worker.jobdir`).
+
+A server a job runs (an upload server) listens on 127.0.0.1, on a port it picks when it starts,
+and is reached there, or as `localhost`, on this host.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pydantic import ValidationError
 
 from diskferry.base import procstat
 from diskferry.base.errors import DiskferryError
-from diskferry.control.runner.base import LOG_LINES, JobFile, JobState
+from diskferry.control.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
 from diskferry.control.runner.tail import first_line, tail_lines
 from diskferry.worker.gate import NEVER_RAN, RELEASE
 from diskferry.worker.job import (
@@ -63,6 +66,8 @@ LOGS = "logs"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 GATE = "diskferry.worker.gate"
 _RESERVED = {"job.json", "stdout", "stderr", "state.json", "scratch", NEVER_RAN}
+SERVER_HOST = "127.0.0.1"
+SERVER_NAMES = (SERVER_HOST, "localhost")
 
 # Called by `LocalRunner.start` at "spawned" (the worker exists, unrecorded) and "recorded"
 # (state.json written, the worker not released): a test sets it to kill the starter there.
@@ -382,6 +387,14 @@ class LocalRunner:
             return False
         (self.logs_root / f"{job_id}.log").unlink(missing_ok=True)
         return True
+
+    def server_address(self, job_id: str, namespace: str) -> ServerAddress:
+        """127.0.0.1, a port the server picks, and the names of this host's loopback."""
+        return ServerAddress(SERVER_HOST, 0, SERVER_NAMES)
+
+    def server_url(self, job_id: str, port: int) -> str | None:
+        """`https://127.0.0.1:port`."""
+        return f"https://{SERVER_HOST}:{port}"
 
 
 def _release(child: subprocess.Popen[bytes]) -> None:
