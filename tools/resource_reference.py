@@ -19,6 +19,7 @@ from diskferry.control.model import GROUP
 from diskferry.control.resources import REGISTRY
 
 Schema = dict[str, Any]
+CONDITIONS_PATH = "status.conditions"
 
 INTRO = """\
 Every kind the daemon (`diskferry serve`) and the operator serve, and every field of each, with
@@ -116,9 +117,13 @@ def _nested(node: Schema, path: str) -> Iterator[tuple[str, Schema, bool]]:
 
 
 def _field(path: str, node: Schema, required: bool, anchor: Anchor | None) -> str:
-    """One field as a list item: path, type and facts, description, rules, anchor."""
+    """One field as a list item: path, type and facts, description, rules, anchor; of
+    `status.conditions`, the description's first paragraph (the kind's Conditions table says
+    the rest)."""
     head = "; ".join([_type(node), *_facts(node, required)])
     text = [node.get("description", "")]
+    if path == CONDITIONS_PATH:
+        text = [text[0].split("\n\n")[0], "Each type is in the Conditions table above."]
     rules = [rule["message"] for rule in node.get("x-kubernetes-validations", ())]
     if rules:
         text.append("Rules: " + "; ".join(rules) + ".")
@@ -128,6 +133,22 @@ def _field(path: str, node: Schema, required: bool, anchor: Anchor | None) -> st
         text.append(f"Not in {anchor.name}'s API.")
     body = " ".join(" ".join(part.split()) for part in text if part)
     return f"- `{path}` ({head}): {escaped(body)}"
+
+
+def _conditions(info: KindInfo) -> list[str]:
+    """The table of the condition types the kind carries, each with what it means."""
+    if not info.model.CONDITIONS:
+        return []
+    lines = [
+        "Conditions (`status.conditions`, by type):",
+        "",
+        "| type | what it means |",
+        "|---|---|",
+    ]
+    lines += [
+        f"| `{kind}` | {escaped(meaning)} |" for kind, meaning in info.model.CONDITIONS.items()
+    ]
+    return [*lines, ""]
 
 
 def _listed(title: str, paths: list[Path], root: Path) -> list[str]:
@@ -163,7 +184,7 @@ def _kind(info: KindInfo, anchor: Anchor | None, root: Path, samples: _Samples) 
     for column in info.columns:
         wide = " (wide)" if column.priority else ""
         lines.append(f"| {column.name}{wide} | `{column.json_path}` |")
-    lines += ["", "Fields:", ""]
+    lines += ["", *_conditions(info), "Fields:", ""]
     own = {key: value for key, value in schema["properties"].items() if key not in TOP_LEVEL}
     lines += [_field(*found, anchor) for found in _fields({**schema, "properties": own}, "")]
     return [*lines, ""]

@@ -9,12 +9,19 @@ from pydantic import Field
 
 from diskferry.control.clock import ManualClock
 from diskferry.control.kinds import KindInfo, Registry
-from diskferry.control.model import API_VERSION, ApiModel, Resource, Status
+from diskferry.control.model import (
+    API_VERSION,
+    RECONCILED_CONDITION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.noeffect import no_effect
 
 NOT_PAINTED = "widgets are not painted here"
+COMPLETE = "Complete"
 
 
 class WidgetSpec(ApiModel):
@@ -34,6 +41,7 @@ class WidgetStatus(Status):
 class Widget(Resource):
     """A namespaced custom kind with spec and status."""
 
+    CONDITIONS = {COMPLETE: "True once the widget is made.", **RECONCILED_CONDITION}
     api_version: Literal["diskferry.io/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
     kind: Literal["Widget"] = "Widget"
     spec: WidgetSpec = Field(default_factory=WidgetSpec)

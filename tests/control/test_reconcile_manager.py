@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from control_support import wait_until
-from store_support import WIDGETS, Widget, make_service, widget
+from store_support import COMPLETE, WIDGETS, Widget, make_service, widget
 
 from diskferry.control.objects import ObjectService
 from diskferry.control.resources.core import EVENTS
@@ -130,7 +130,7 @@ class CompletesThenFails(Widgets):
         self.client = client
 
     def reconcile(self, obj: Widget) -> Result:
-        conditions = set_condition([], "Complete", True, "Completed", "done")
+        conditions = set_condition(obj, [], COMPLETE, True, "Completed", "done")
         self.client.patch_status(obj, {"conditions": conditions})
         self.calls[obj.metadata.name or ""] += 1
         raise RuntimeError("the Event could not be written")

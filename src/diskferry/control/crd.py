@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
@@ -82,13 +82,35 @@ def _structural(node: Schema) -> Schema:
     return _children(node, _structural)
 
 
+def _with_conditions(node: Schema, declared: Mapping[str, str]) -> Schema:
+    """`node` (an object's schema) with the description of `status.conditions` naming the
+    condition types the kind `declared`, each with what it means."""
+    status = node["properties"].get("status")
+    field = (status or {}).get("properties", {}).get("conditions")
+    if field is None or not declared:
+        return node
+    types = [f"{kind}: {meaning}" for kind, meaning in declared.items()]
+    text = "\n\n".join(
+        [
+            field.get("description", ""),
+            "Each condition type the kind carries, and what it means:",
+            *types,
+        ]
+    )
+    conditions = {**field, "description": text.strip()}
+    status = {**status, "properties": {**status["properties"], "conditions": conditions}}
+    return {**node, "properties": {**node["properties"], "status": status}}
+
+
 def openapi_schema(info: KindInfo) -> Schema:
-    """The OpenAPI v3 structural schema of `info`'s objects, as a CRD's `openAPIV3Schema`.
+    """The OpenAPI v3 structural schema of `info`'s objects, as a CRD's `openAPIV3Schema`, its
+    `status.conditions` described with the condition types the kind declares.
 
     `metadata` is `{type: object}`, as in every CRD: the API server knows ObjectMeta itself.
     """
     schema = info.model.model_json_schema(by_alias=True, mode="validation")
     out = _structural(_inline(schema, schema.get("$defs", {})))
+    out = _with_conditions(out, info.model.CONDITIONS)
     own = {name: value for name, value in out["properties"].items() if name not in TOP_LEVEL}
     out["properties"] = {**TOP_LEVEL, **own}
     out["required"] = [name for name in out.get("required", []) if name not in TOP_LEVEL]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -11,6 +12,17 @@ GROUP = "diskferry.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+READY = "Ready"
+"""The condition most kinds carry: whether the object is ready for use."""
+IN_USE = "InUse"
+"""The condition of a disk or an image: whether a running VirtualMachine holds it."""
+RECONCILED = "Reconciled"
+"""The manager's condition, on every kind a reconciler reconciles."""
+RECONCILED_CONDITION: Mapping[str, str] = {
+    RECONCILED: "False (reason ReconcileError, the error as message) while the last reconcile "
+    "failed and is retried with backoff; True again once a reconcile after it succeeds.",
+}
+"""The manager's condition and its meaning, for the declaration of a kind it reconciles."""
 
 
 class ApiModel(BaseModel):
@@ -154,6 +166,9 @@ class Resource(ApiModel):
 
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = ""
+    CONDITIONS: ClassVar[Mapping[str, str]] = {}
+    """The condition types the kind's status may carry, each with what it means on this kind:
+    its controllers write no other type."""
 
     api_version: str = Field(alias="apiVersion")
     kind: str

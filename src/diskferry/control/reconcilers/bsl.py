@@ -30,6 +30,7 @@ from diskferry.control.reconcilers.location import Location, location_of
 from diskferry.control.reconcilers.phases import status_of
 from diskferry.control.resources.backupstoragelocation import (
     BACKUP_STORAGE_LOCATIONS,
+    ENCRYPTED,
     BackupStorageLocation,
     BSLPhase,
 )
@@ -40,7 +41,6 @@ from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.reconciler import Result
 
 log = logging.getLogger("diskferry.control")
-ENCRYPTED = "Encrypted"
 UNENCRYPTED_MESSAGE = (
     "spec.config.encryption is none: the repository's data and metadata are stored unencrypted"
 )
@@ -261,9 +261,8 @@ class BackupStorageLocationReconciler:
         """The conditions with `Encrypted` saying whether the repository is."""
         conditions = [c.to_json() for c in obj.status.conditions]
         if encrypted:
-            return set_condition(
-                conditions, ENCRYPTED, True, "PasswordSet", "the repository is encrypted"
-            )
+            said = "the repository is encrypted"
+            return set_condition(obj, conditions, ENCRYPTED, True, "PasswordSet", said)
         return set_condition(
-            conditions, ENCRYPTED, False, "EncryptionDisabled", UNENCRYPTED_MESSAGE
+            obj, conditions, ENCRYPTED, False, "EncryptionDisabled", UNENCRYPTED_MESSAGE
         )

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from diskferry.control.model import Resource
+from diskferry.control.model import READY, Resource
 from diskferry.control.reconcilers.progress import unchanged
 from diskferry.control.resources.updates import started
 from diskferry.control.runtime.client import Client
-from diskferry.control.runtime.conditions import set_condition
+from diskferry.control.runtime.conditions import declared, set_condition
 
 M = TypeVar("M", bound=Resource)
-READY = "Ready"
 FAILED = "Failed"
 PENDING = "Pending"
 PROVISIONING = "Provisioning"
@@ -40,24 +39,27 @@ def transition(
 ) -> M:
     """Set `phase` and `fields` in the status, the `Ready` condition after them (True when
     `ready`, which is by default whether the phase is Ready) and the other `conditions` (each
-    type set, or removed when None), and record an Event when the phase changes (a Warning for
-    Failed and Degraded); nothing when all is so already."""
+    type set, or removed when None; each a type the kind declares), and record an Event when
+    the phase changes (a Warning for Failed and Degraded); nothing when all is so already."""
     status = status_of(obj)
     wanted = {"phase": phase, **(fields or {}), "observedGeneration": obj.metadata.generation}
     ready = phase == READY if ready is None else ready
     found = status.get("conditions") or []
     others = found
     for kind, value in (conditions or {}).items():
+        declared(type(obj), kind)
         others = (
             [c for c in others if c.get("type") != kind]
             if value is None
-            else set_condition(others, kind, *value, obj.metadata.generation)
+            else set_condition(obj, others, kind, *value, obj.metadata.generation)
         )
     before = next((c for c in found if c.get("type") == READY), None)
     same_others = _shown(others) == _shown(found)
     if unchanged(status, wanted) and before and before.get("reason") == reason and same_others:
         return obj
-    conditions_now = set_condition(others, READY, ready, reason, message, obj.metadata.generation)
+    conditions_now = set_condition(
+        obj, others, READY, ready, reason, message, obj.metadata.generation
+    )
     updated = client.patch_status(obj, {**wanted, "conditions": conditions_now})
     if status.get("phase") != phase:
         client.event(obj, "Warning" if phase in (FAILED, DEGRADED) else "Normal", reason, message)

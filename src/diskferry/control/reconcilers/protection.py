@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from diskferry.control.model import Resource
+from diskferry.control.model import IN_USE, Resource
 from diskferry.control.reconcilers.inuse import holds_disks, users
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.phases import status_of, transition, update_fields
@@ -27,7 +27,6 @@ FINALIZERS = {
     "VirtualImage": "diskferry.io/vi-protection",
     "ClusterVirtualImage": "diskferry.io/cvi-protection",
 }
-IN_USE = "InUse"
 ATTACHED = "AttachedToVirtualMachine"
 NOT_IN_USE = "NotInUse"
 HELD_POLL = 2.0
@@ -65,9 +64,9 @@ def protect(client: Client, obj: M) -> tuple[M, list[VirtualMachine]]:
     conditions = status_of(obj).get("conditions") or []
     if holding:
         message = in_use_message(obj, holding)
-        conditions = set_condition(conditions, IN_USE, True, ATTACHED, message)
+        conditions = set_condition(obj, conditions, IN_USE, True, ATTACHED, message)
     else:
-        conditions = set_condition(conditions, IN_USE, False, NOT_IN_USE)
+        conditions = set_condition(obj, conditions, IN_USE, False, NOT_IN_USE)
     fields: dict[str, Any] = {"conditions": conditions}
     if isinstance(obj, VirtualDisk):
         attached = [{"name": vm.metadata.name, "mounted": holds_disks(vm)} for vm in named]

@@ -37,7 +37,9 @@ from diskferry.control.reconcilers.location import location_of
 from diskferry.control.resources.backup import Backup, BackupPhase
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.schedule import (
+    MISSED_RUNS,
     SCHEDULE_NAME,
+    SCHEDULED,
     SCHEDULES,
     Retention,
     Schedule,
@@ -59,8 +61,6 @@ RETRY_SECONDS = 5.0
 JOB_POLL_SECONDS = 0.25
 """How often a Schedule looks at the worker applying its keep policy."""
 KEPT_PHASES = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED)
-MISSED_RUNS = "MissedRuns"
-SCHEDULED = "Scheduled"
 
 
 EVERY = re.compile(r"^@every\s+(.*)$")
@@ -166,6 +166,7 @@ class ScheduleReconciler:
         ]:
             return Result.done()
         conditions = set_condition(
+            obj,
             [c.to_json() for c in obj.status.conditions],
             SCHEDULED,
             False,
@@ -244,13 +245,12 @@ class ScheduleReconciler:
                     "since": rfc3339(late[0]),
                     "caughtUp": rfc3339(mark),
                 }
-                conditions = set_condition(conditions, MISSED_RUNS, True, "CaughtUp", message)
+                conditions = set_condition(obj, conditions, MISSED_RUNS, True, "CaughtUp", message)
                 if created:
                     self.client.event(obj, "Warning", MISSED_RUNS, message)
             elif any(c["type"] == MISSED_RUNS for c in conditions):
-                conditions = set_condition(
-                    conditions, MISSED_RUNS, False, "OnTime", f"{rfc3339(due[-1])} run on time"
-                )
+                on_time = f"{rfc3339(due[-1])} run on time"
+                conditions = set_condition(obj, conditions, MISSED_RUNS, False, "OnTime", on_time)
             if created:
                 self.client.event(
                     obj, "Normal", "BackupCreated", f"made the Backup {backup.metadata.name}"
@@ -258,9 +258,11 @@ class ScheduleReconciler:
         upcoming = rfc3339(next_time(expression, mark))
         status["nextRun"] = upcoming
         if obj.spec.paused:
-            conditions = set_condition(conditions, SCHEDULED, False, "Paused", "spec.paused is set")
+            paused = "spec.paused is set"
+            conditions = set_condition(obj, conditions, SCHEDULED, False, "Paused", paused)
         else:
-            conditions = set_condition(conditions, SCHEDULED, True, "Enabled", f"next {upcoming}")
+            enabled = f"next {upcoming}"
+            conditions = set_condition(obj, conditions, SCHEDULED, True, "Enabled", enabled)
         status["conditions"] = conditions
         current = obj.status.to_json()
         if any(current.get(key) != value for key, value in status.items()):

@@ -25,7 +25,7 @@ from diskferry.control.clock import Clock
 from diskferry.control.model import GROUP, ObjectMeta, OwnerReference
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS
 from diskferry.control.reconcilers.lifecycle import deleting
-from diskferry.control.reconcilers.phases import status_of
+from diskferry.control.reconcilers.phases import READY, status_of
 from diskferry.control.reconcilers.progress import job_details
 from diskferry.control.resources.typedref import CORE
 from diskferry.control.resources.vdexport import (
@@ -103,7 +103,7 @@ def _raw_link(export: VirtualMachineExport) -> tuple[str, str] | None:
 
 
 def _export_message(export: VirtualMachineExport) -> str:
-    ready = find(status_of(export).get("conditions") or [], "Ready")
+    ready = find(status_of(export).get("conditions") or [], READY)
     why = (ready or {}).get("message") or "it is starting"
     return f"waiting for the VirtualMachineExport {export.metadata.name}: {why}"
 
@@ -213,7 +213,7 @@ class VirtualDataExportReconciler:
         found = status.get("conditions") or []
         done = phase is DataExportPhase.COMPLETED
         conditions = set_condition(
-            found, COMPLETED, done, phase.value, message, obj.metadata.generation
+            obj, found, COMPLETED, done, phase.value, message, obj.metadata.generation
         )
         wanted = {
             "phase": phase.value,

@@ -49,8 +49,6 @@ from diskferry.control.reconcilers.phases import READY, Condition, status_of, tr
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
 from diskferry.control.reconcilers.vmclass import class_of
 from diskferry.control.reconcilers.vmlaunch import (
-    NETWORK_READY,
-    PROVISIONING_READY,
     Admitted,
     Hold,
     admit,
@@ -63,6 +61,11 @@ from diskferry.control.reconcilers.volumejobs import step
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import (
+    AGENT_READY,
+    AWAITING_RESTART,
+    MIGRATABLE,
+    NETWORK_READY,
+    PROVISIONING_READY,
     VIRTUAL_MACHINES,
     BlockDeviceKind,
     BlockDeviceSpecRef,
@@ -86,13 +89,10 @@ GUEST_SHUTDOWN = "GuestShutdown"
 POWERED_OFF = "GuestPoweredOff"
 GRACE_OVER = "GracePeriodOver"
 RESTARTING = "Restarting"
-AWAITING_RESTART = "AwaitingRestartToApplyConfiguration"
 AWAITING = (
     "Waiting for the user to restart in order to apply the configuration changes (set "
     "spec.runPolicy AlwaysOff and back, or spec.disruptions.restartApprovalMode: Automatic)."
 )
-MIGRATABLE = "Migratable"
-AGENT_READY = "AgentReady"
 ONE_HOST = "this host is the one node: there is nowhere to migrate the VM to"
 GRACE_POLL_SECONDS = 0.5
 LAUNCHED = "QemuLaunched"

@@ -62,6 +62,7 @@ def backup_conditions(
     generation = obj.metadata.generation
     ended = phase in ENDED
     conditions = set_condition(
+        obj,
         conditions,
         BackupConditionType.PROGRESSING,
         not ended,
@@ -72,7 +73,7 @@ def backup_conditions(
     if ended:
         for kind in (BackupConditionType.COMPLETE, BackupConditionType.FAILED):
             conditions = set_condition(
-                conditions, kind, kind.value == phase.value, reason, message, generation
+                obj, conditions, kind, kind.value == phase.value, reason, message, generation
             )
     return conditions
 
@@ -93,9 +94,9 @@ def quiesced(
         frozen, reason = False, "QuiesceFailed"
         message = f"the guest agent did not freeze the guest: the backup is {consistency}"
     conditions = status_of(obj).get("conditions") or []
-    return set_condition(
-        conditions, BackupConditionType.QUIESCED, frozen, reason, message, obj.metadata.generation
-    )
+    generation = obj.metadata.generation
+    quiesced_type = BackupConditionType.QUIESCED
+    return set_condition(obj, conditions, quiesced_type, frozen, reason, message, generation)
 
 
 def move(

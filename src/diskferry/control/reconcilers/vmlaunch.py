@@ -18,6 +18,8 @@ from diskferry.control.reconcilers.vmsizing import core_fraction, sizing_problem
 from diskferry.control.reconcilers.vmstatus import resources, topology
 from diskferry.control.resources.core import Secret
 from diskferry.control.resources.virtualmachine import (
+    CLASS_READY,
+    SIZING,
     NetworkType,
     OsType,
     ProvisioningType,
@@ -28,10 +30,6 @@ from diskferry.control.runtime.client import Client
 
 BASELINE_CPU = "qemu64"
 """The model a Features class adds its features to, as Deckhouse's generic model."""
-SIZING = "SizingPolicyMatched"
-CLASS_READY = "VirtualMachineClassReady"
-PROVISIONING_READY = "ProvisioningReady"
-NETWORK_READY = "NetworkReady"
 USER_DATA_KEYS = ("userData", "userdata")
 """The keys of a Secret that hold cloud-init user data, Deckhouse's and KubeVirt's."""
 

@@ -15,6 +15,7 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Resource,
@@ -478,6 +479,8 @@ class Backup(Resource):
     pruned (Event DataDeleted); other Backups' snapshots are left alone. The whole set, from a disk
     to its restore, is in examples/backup-restore.yaml.
     """
+
+    CONDITIONS = RECONCILED_CONDITION
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["Backup"] = "Backup"

@@ -22,6 +22,7 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Resource,
@@ -86,6 +87,7 @@ class ObjectStorageLocation(ApiModel):
 
 UNENCRYPTED = "none"
 """`spec.config.encryption` of a location whose repository is kept unencrypted."""
+ENCRYPTED = "Encrypted"
 
 
 class LocationConfig(ApiModel):
@@ -237,6 +239,13 @@ class BackupStorageLocation(Resource):
     (annotated diskferry.io/synced-from, their status taken from the metadata), and deletes those
     it synced whose metadata went, as Velero's backup sync does.
     """
+
+    CONDITIONS = {
+        ENCRYPTED: "True (PasswordSet) when the repository is encrypted with the password of "
+        "encryptionSecretRef; False (EncryptionDisabled) when spec.config.encryption: none "
+        "keeps it unencrypted. Written at each validation that opens the repository.",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["BackupStorageLocation"] = "BackupStorageLocation"

@@ -9,7 +9,15 @@ from typing import Literal
 from pydantic import Field
 
 from diskferry.control.kinds import KindInfo
-from diskferry.control.model import API_VERSION, GROUP, NAME_PATTERN, VERSION, ApiModel, Resource
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    NAME_PATTERN,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+)
 from diskferry.control.resources.common import ApiVersion
 from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
 from diskferry.control.resources.noeffect import no_effect
@@ -79,6 +87,8 @@ class DataDownload(Resource):
     disk. The finalizer diskferry.io/data-mover holds a deleted download until its worker has
     stopped (removing its half-written copy) and what it made is removed.
     """
+
+    CONDITIONS = RECONCILED_CONDITION
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["DataDownload"] = "DataDownload"

@@ -8,7 +8,14 @@ from typing import Literal
 from pydantic import Field
 
 from diskferry.control.kinds import Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+)
 from diskferry.control.resources.common import ApiVersion
 from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
 from diskferry.control.resources.noeffect import no_effect
@@ -172,6 +179,8 @@ class DataUpload(Resource):
     carries the finalizer diskferry.io/data-mover: deleting one stops its worker (which removes
     its fleecing nodes and files), removes what it made, and only then lets it go.
     """
+
+    CONDITIONS = RECONCILED_CONDITION
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["DataUpload"] = "DataUpload"

@@ -16,6 +16,7 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Resource,
@@ -313,6 +314,8 @@ class Restore(Resource):
     one DataDownload per disk with data is; the runPolicy is put back once all of them are
     Completed, and left AlwaysOff with a Warning Event when one is not.
     """
+
+    CONDITIONS = RECONCILED_CONDITION
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["Restore"] = "Restore"

@@ -12,12 +12,22 @@ from pydantic import Field
 
 from diskferry.backup.policy import KeepPolicy
 from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.resources.backup import BackupSpec
 from diskferry.control.resources.common import ApiVersion
 
 SCHEDULE_NAME = "diskferry.io/schedule-name"
 """The label of the Backups a Schedule made."""
+SCHEDULED = "Scheduled"
+MISSED_RUNS = "MissedRuns"
 
 
 class ScheduleSpec(ApiModel):
@@ -138,6 +148,15 @@ class Schedule(Resource):
     the Backups left with none are deleted, then the repository is pruned (status.retention, Events
     Forgotten and Pruned).
     """
+
+    CONDITIONS = {
+        SCHEDULED: "True (Enabled, the next run as message) while Backups are made at the "
+        "times spec.schedule names; False while spec.paused is set (Paused) or the Schedule "
+        "is FailedValidation (the error as message).",
+        MISSED_RUNS: "True (CaughtUp) when due times passed while the daemon was down and one "
+        "catch-up Backup was made for them; False (OnTime) once a later run is on time.",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["Schedule"] = "Schedule"

@@ -15,6 +15,7 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Resource,
@@ -125,6 +126,13 @@ class VirtualDataExport(Resource):
     status.tokenSecretRef: `curl --cacert ca.pem -H "x-kubevirt-export-token: $TOKEN" -o disk.img
     "$URL"`. The idle timeout counts from the requests the export server let in.
     """
+
+    CONDITIONS = {
+        COMPLETED: "True once the data was downloaded (reason Completed); False before and "
+        "after, its reason the phase (Pending, WaitForUserDownload, InProgress, Expired, "
+        "Failed) and its message why.",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualDataExport"] = "VirtualDataExport"

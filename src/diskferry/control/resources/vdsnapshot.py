@@ -12,6 +12,8 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    READY,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Resource,
@@ -79,6 +81,13 @@ class VirtualDiskSnapshot(Resource):
     snapshot of a disk a running VirtualMachine holds freezes the guest's filesystems, through its
     agent, for the instant of the copy only.
     """
+
+    CONDITIONS = {
+        READY: "True while the snapshot is Ready: the copy of its disk is made. False in every "
+        "other phase, the reason saying why (WaitingForDisk, PotentiallyInconsistent, "
+        "InProgress, a failure's reason).",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualDiskSnapshot"] = "VirtualDiskSnapshot"

@@ -8,7 +8,17 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    IN_USE,
+    READY,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.quantity import parse_quantity
 from diskferry.control.resources.common import (
     ApiVersion,
@@ -210,6 +220,15 @@ class VirtualDisk(Resource):
     says Retain), its CBT overlay and its files; a finalizer holds the disk until then, and a disk
     a running VirtualMachine holds waits, Terminating, until the VM stops.
     """
+
+    CONDITIONS = {
+        READY: "True while the disk is Ready: its claim holds its data. False in every other "
+        "phase, the reason saying why (what a Pending disk waits for, Provisioning, Resizing, "
+        "PVCLost, a failure's reason).",
+        IN_USE: "True (AttachedToVirtualMachine, naming the VMs) while a VirtualMachine holds "
+        "the disk, whose deletion then waits; False (NotInUse) once none does.",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualDisk"] = "VirtualDisk"

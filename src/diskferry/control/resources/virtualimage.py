@@ -8,7 +8,17 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    IN_USE,
+    READY,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.resources.common import (
     ApiVersion,
     ContainerImage,
@@ -159,6 +169,17 @@ class VirtualImageStatus(ImageStatus):
     )
 
 
+IMAGE_CONDITIONS = {
+    READY: "True while the image is Ready: in the image store, or in its claim. False in every "
+    "other phase, the reason saying why (what a Pending image waits for, Provisioning, "
+    "ImageLost, PVCLost, a failure's reason).",
+    IN_USE: "True (AttachedToVirtualMachine, naming the VMs) while a VirtualMachine holds the "
+    "image, whose deletion then waits; False (NotInUse) once none does.",
+    **RECONCILED_CONDITION,
+}
+"""The conditions of a VirtualImage and a ClusterVirtualImage, and what each means."""
+
+
 class VirtualImage(Resource):
     """An image in a namespace, kept in the registry or in a claim.
 
@@ -170,6 +191,8 @@ class VirtualImage(Resource):
     PersistentVolumeClaim it is kept in a claim of its own, as a disk is. An image in the store
     whose layout went missing is ImageLost; deleting the image removes it from the store.
     """
+
+    CONDITIONS = IMAGE_CONDITIONS
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualImage"] = "VirtualImage"
@@ -242,6 +265,8 @@ class ClusterVirtualImage(Resource):
     its objectRef and its imagePullSecret name a namespace. An image in the store whose layout went
     missing is ImageLost; deleting the image removes it from the store.
     """
+
+    CONDITIONS = IMAGE_CONDITIONS
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["ClusterVirtualImage"] = "ClusterVirtualImage"

@@ -22,7 +22,16 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    READY,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.quantity import parse_quantity
 from diskferry.control.resources.common import ApiVersion, Quantity, invalid
 from diskferry.control.resources.noeffect import no_effect
@@ -36,6 +45,13 @@ from diskferry.control.resources.placement import (
 
 CBT_LABEL = "diskferry.io/changed-block-tracking"
 """A VM labelled with this key and "true" gets CBT whatever the DataMoverConfig selects."""
+CLASS_READY = "VirtualMachineClassReady"
+SIZING = "SizingPolicyMatched"
+PROVISIONING_READY = "ProvisioningReady"
+NETWORK_READY = "NetworkReady"
+AGENT_READY = "AgentReady"
+AWAITING_RESTART = "AwaitingRestartToApplyConfiguration"
+MIGRATABLE = "Migratable"
 
 
 class RunPolicy(StrEnum):
@@ -765,6 +781,30 @@ class VirtualMachine(Resource):
     commands and `human-monitor-command` `qemu-io -d TARGET "write ..."`.
     """
 
+    CONDITIONS = {
+        READY: "True while the VM is as its run policy wants it (Running, Pause, Stopping, "
+        "Stopped); False while it is Pending, Starting, Degraded or Terminating, the reason "
+        "saying why (what a Pending VM waits for, QemuLaunched, QemuFailed...).",
+        CLASS_READY: "True once the VirtualMachineClass spec.virtualMachineClassName names "
+        "exists; False (NotFound) while it does not, the VM Pending.",
+        SIZING: "False (SizingPolicyNotMatched) while the VM's cores, memory or core fraction "
+        "fall outside its class's sizing policies, the VM Pending; removed once a start is "
+        "held for another cause.",
+        PROVISIONING_READY: "True once the Secret spec.provisioning names holds what the "
+        "first boot needs; False (ProvisioningNotReady) while the VM waits for it. Unset "
+        "without provisioning.",
+        NETWORK_READY: "False (NetworkNotSupported) while the VM asks for a network other "
+        "than Main, which this host has not; unset when it asks for Main only.",
+        AGENT_READY: "True while the guest agent answers; False (AgentNotReady) while it does "
+        "not. Unset while the VM does not run or has no agent channel.",
+        AWAITING_RESTART: "True (ChangesPendingRestart) while changes of the spec wait for "
+        "the VM's next start (status.restartAwaitingChanges lists them); removed once none "
+        "wait.",
+        MIGRATABLE: "False (NoOtherNode) while the VM runs: this host is the one node, there "
+        "is nowhere to migrate it to.",
+        **RECONCILED_CONDITION,
+    }
+
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachine"] = "VirtualMachine"
     spec: VirtualMachineSpec
@@ -789,9 +829,9 @@ VIRTUAL_MACHINES = KindInfo(
         Column("Cores", ".status.resources.cpu.cores", priority=1),
         Column("CoreFraction", ".status.resources.cpu.coreFraction", priority=1),
         Column("Memory", ".status.resources.memory.size", priority=1),
-        Column("Need restart", _condition("AwaitingRestartToApplyConfiguration"), priority=1),
-        Column("Agent", _condition("AgentReady"), priority=1),
-        Column("Migratable", _condition("Migratable"), priority=1),
+        Column("Need restart", _condition(AWAITING_RESTART), priority=1),
+        Column("Agent", _condition(AGENT_READY), priority=1),
+        Column("Migratable", _condition(MIGRATABLE), priority=1),
         Column("Node", ".status.nodeName"),
         Column("IPAddress", ".status.ipAddress"),
         Column("CBT", ".status.changedBlockTracking.state"),

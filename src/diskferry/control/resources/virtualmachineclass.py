@@ -20,7 +20,16 @@ from typing import Annotated, Literal
 from pydantic import Field, WithJsonSchema, model_validator
 
 from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.model import (
+    API_VERSION,
+    GROUP,
+    READY,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.resources.common import ApiVersion, Quantity, invalid
 from diskferry.control.resources.noeffect import no_effect
 from diskferry.control.resources.placement import (
@@ -284,6 +293,13 @@ class VirtualMachineClass(Resource):
     SizingPolicyMatched False naming the field to change. The class is Terminating while a VM is
     of it.
     """
+
+    CONDITIONS = {
+        READY: "True (VirtualMachineClassReady) once the class was looked at: its message says "
+        "whether this host's node meets spec.nodeSelector. False while it is Terminating "
+        "(InUse: VirtualMachines of the class still exist).",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineClass"] = "VirtualMachineClass"

@@ -23,6 +23,7 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Condition,
@@ -305,6 +306,20 @@ class VirtualMachineBackup(Resource):
     the backup's. The draft shape of KubeVirt's VEP (spec.backupTracker, lowercase push and pull)
     is refused, as KubeVirt refuses it.
     """
+
+    CONDITIONS = {
+        BackupConditionType.PROGRESSING: "True from the backup's first step until it ends, "
+        "its reason saying where it is (Initializing while it waits for its location); False "
+        "once it is Complete or Failed.",
+        BackupConditionType.COMPLETE: "Written when the backup ends: True when the point was "
+        "taken (and, for Push, moved into the repository), False when it Failed.",
+        BackupConditionType.FAILED: "Written when the backup ends: True when it failed, the "
+        "reason and message saying why; False when it is Complete.",
+        BackupConditionType.QUIESCED: "True (QuiesceSucceeded) when the guest's filesystems "
+        "were frozen at the point; False when they were not: QuiesceSkipped (skipQuiesce) or "
+        "QuiesceFailed (the guest agent did not freeze them).",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineBackup"] = "VirtualMachineBackup"

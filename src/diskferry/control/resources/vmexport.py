@@ -14,6 +14,8 @@ from diskferry.control.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
+    READY,
+    RECONCILED_CONDITION,
     VERSION,
     ApiModel,
     Condition,
@@ -317,6 +319,13 @@ class VirtualMachineExport(Resource):
     Terminated (condition Ready=False, reason Expired, an Event) with its links removed; it is then
     deleted. An export being deleted is Terminated without links too.
     """
+
+    CONDITIONS = {
+        READY: "True (ExportReady) while the export's server answers at status.links. False "
+        "while it is Pending, Skipped or Terminated, the reason saying why (InUse, "
+        "TokenNotReady, Starting, SourceNotServed, Expired...).",
+        **RECONCILED_CONDITION,
+    }
 
     api_version: ApiVersion = API_VERSION
     kind: Literal["VirtualMachineExport"] = "VirtualMachineExport"

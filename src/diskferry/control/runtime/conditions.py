@@ -1,9 +1,12 @@
-"""Conditions in the Kubernetes shape: one per type, its transition time kept while unchanged."""
+"""Conditions in the Kubernetes shape: one per type, its transition time kept while unchanged,
+and only of a type the object's kind declares."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+
+from diskferry.control.model import Resource
 
 
 def now() -> str:
@@ -11,7 +14,19 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def declared(model: type[Resource], type_: str) -> str:
+    """`type_`, a condition type `model`'s kind declares; ValueError for one it does not."""
+    if type_ not in model.CONDITIONS:
+        listed = ", ".join(model.CONDITIONS) or "none"
+        raise ValueError(
+            f"{model.__name__} declares no condition {type_!r} (it declares {listed}): add it "
+            "to the kind's CONDITIONS with what it means"
+        )
+    return type_
+
+
 def set_condition(
+    obj: Resource,
     conditions: list[dict[str, Any]],
     type_: str,
     status: bool,
@@ -19,7 +34,9 @@ def set_condition(
     message: str = "",
     generation: int | None = None,
 ) -> list[dict[str, Any]]:
-    """`conditions` (API dicts) with the one of `type_` set; others kept as they are."""
+    """`conditions` (API dicts) of `obj` with the one of `type_` set, a type its kind declares;
+    others kept as they are."""
+    declared(type(obj), type_)
     wanted = "True" if status else "False"
     before = next((c for c in conditions if c.get("type") == type_), None)
     changed = before is None or before.get("status") != wanted

@@ -12,8 +12,9 @@ VM queues the disks it named and those it names now). Every `resync` seconds eve
 reconciled kind is queued again, and Events older than an hour are deleted where the source
 keeps them. Worker threads take keys from one WorkQueue, so no key is reconciled twice at
 once; an error is retried with backoff and shown on the object as the condition `Reconciled`
-(False, reason ReconcileError) and a Warning Event; the next success sets it True. Changes the
-source lost (GoneError) make it list again.
+(False, reason ReconcileError) and a Warning Event; the next success sets it True, so every
+reconciled kind declares it (the manager refuses a reconciler of a kind that does not). Changes
+the source lost (GoneError) make it list again.
 `stop` ends the watch, lets the reconciles under way finish, and returns.
 """
 
@@ -30,15 +31,14 @@ from typing import Any
 from diskferry.base.errors import DiskferryError
 from diskferry.control.errors import ConflictError, GoneError
 from diskferry.control.kinds import KindInfo
-from diskferry.control.model import Resource
+from diskferry.control.model import RECONCILED, Resource
 from diskferry.control.runtime.client import Client
-from diskferry.control.runtime.conditions import find, set_condition
+from diskferry.control.runtime.conditions import declared, find, set_condition
 from diskferry.control.runtime.queue import WorkQueue
 from diskferry.control.runtime.reconciler import Reconciler, Result
 from diskferry.control.runtime.source import Source
 
 log = logging.getLogger("diskferry.control")
-RECONCILED = "Reconciled"
 RECONCILE_ERROR = "ReconcileError"
 RESYNC_SECONDS = 60.0
 WATCH_POLL = 0.5
@@ -91,6 +91,8 @@ class Manager:
     ) -> None:
         self.source = source
         self.client = client
+        for reconciler in reconcilers:
+            declared(reconciler.info.model, RECONCILED)
         self.reconcilers = {r.info.kind: r for r in reconcilers}
         self.related = dict(related or {})
         self.queue: WorkQueue[ObjectKey] = WorkQueue()
@@ -263,5 +265,5 @@ class Manager:
         before = find(conditions, RECONCILED)
         if only_after_failure and (before is None or before.get("status") != "False"):
             return obj
-        updated = set_condition(conditions, RECONCILED, ok, reason, message)
+        updated = set_condition(obj, conditions, RECONCILED, ok, reason, message)
         return self.client.patch_status(obj, {"conditions": updated})
