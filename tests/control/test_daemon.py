@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import threading
 import urllib.request
 from pathlib import Path
+from types import FrameType
 
 import yaml
 from daemon_support import free_port, start_daemon
@@ -147,3 +150,34 @@ def test_port_in_use_is_a_listen_error(tmp_path: Path) -> None:
             assert "cannot listen on 127.0.0.1:" in error.message
         else:
             raise AssertionError("a port in use was taken")
+
+
+def test_in_the_main_thread_sigterm_stops_it_and_the_handlers_come_back(tmp_path: Path) -> None:
+    # uvicorn has no switch to leave signals alone: run in the main thread, it would take
+    # SIGTERM itself, then raise it again once stopped, into the handler it put back
+    assert threading.current_thread() is threading.main_thread()
+    taken: list[int] = []
+
+    def mine(signum: int, frame: FrameType | None) -> None:
+        taken.append(signum)
+
+    daemon = Daemon(tmp_path / "data", port=free_port())
+
+    def terminate() -> None:
+        for _ in range(300):
+            if daemon.kubeconfig_path.exists():
+                break
+            threading.Event().wait(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        killer = threading.Thread(target=terminate)
+        killer.start()
+        daemon.run()
+        killer.join(30)
+        assert daemon.kubeconfig_path.exists()
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert taken == []
+    finally:
+        signal.signal(signal.SIGTERM, before)

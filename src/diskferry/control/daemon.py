@@ -11,6 +11,7 @@ import ssl
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -79,13 +80,19 @@ def prepare_data_dir(path: Path) -> Path:
     return path.resolve()
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server without its signal handling: the daemon handles SIGTERM itself."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Leave the signals to the daemon."""
+@contextlib.contextmanager
+def _stopping_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """While the block runs in the main thread, SIGTERM and SIGINT call `stop`; in another
+    thread, which cannot take signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: stop()) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class Daemon:
@@ -115,7 +122,7 @@ class Daemon:
         self.kubeconfig_path = self.data_dir / "kubeconfig"
         self._factories = list(background)
         self._background: list[Background] = []
-        self._server: _Server | None = None
+        self._server: uvicorn.Server | None = None
         self._stopping = False
         self.api: ApiServer | None = None
 
@@ -188,19 +195,13 @@ class Daemon:
             timeout_graceful_shutdown=GRACE_SECONDS,
             lifespan="off",
         )
-        self._server = _Server(config)
+        self._server = uvicorn.Server(config)
         self._server.should_exit = self._stopping
-        loop = asyncio.get_running_loop()
-        signals = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
-        for sig in signals:
-            loop.add_signal_handler(sig, self.stop)
         publish = asyncio.create_task(self._publish(url))
         try:
             await self._server.serve(sockets=[sock])
         finally:
             publish.cancel()
-            for sig in signals:
-                loop.remove_signal_handler(sig)
 
     def run(self) -> None:
         """Serve until `stop` (or SIGTERM or SIGINT, run in the main thread), the background
@@ -211,7 +212,13 @@ class Daemon:
                 part = factory(self)
                 part.start()
                 self._background.append(part)
-            asyncio.run(self._serve(sock))
+            # uvicorn's server takes no signal in a thread other than the main one: the API is
+            # served from a thread of its own, and SIGTERM and SIGINT come to this one
+            with (
+                _stopping_on_signals(self.stop),
+                ThreadPoolExecutor(1, thread_name_prefix="diskferry-api") as api,
+            ):
+                api.submit(asyncio.run, self._serve(sock)).result()
         finally:
             for part in reversed(self._background):
                 part.stop()

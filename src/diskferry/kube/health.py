@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import uvicorn
 from fastapi import FastAPI
@@ -18,15 +17,6 @@ log = logging.getLogger("diskferry.kube")
 STOP_SECONDS = 5
 Check = Callable[[], str | None]
 """A probe's check: None when all is well, else why not."""
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server without its signal handling: the operator handles SIGTERM itself."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Leave the signals to the operator."""
-        yield
 
 
 def _app(alive: Check, ready: Check) -> FastAPI:
@@ -53,7 +43,8 @@ class Health:
         config = uvicorn.Config(
             _app(alive, ready), log_config=None, access_log=False, lifespan="off", ws="none"
         )
-        self._server = _Server(config)
+        # run in a thread of its own, uvicorn's server leaves the signals to the operator
+        self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self.sock]}, name="health", daemon=True
         )
