@@ -1,6 +1,10 @@
 """The stand-in cluster's kubelet: it runs each Pod stored in the stand-in's API in podman, from
 the image the Pod names, and writes the Pod's status back, as a kubelet does on a node.
 
+- It registers the stand-in's nodes (Nodes labelled with their hostname, Ready) and runs the
+  Pods the scheduler bound to one of them (`spec.nodeName`, see standin_scheduler): all on this
+  host, each Pod told its node's name.
+
 - One container a Pod (no init containers), run with Debian's podman under the repository's
   containers.conf (runc, the cgroupfs manager, no default ulimits), `--pull never`: the image
   must be in podman's store (`make image`).
@@ -14,8 +18,9 @@ the image the Pod names, and writes the Pod's status back, as a kubelet does on 
   runs, as the kubelet refreshes them; an emptyDir; a claim once it is Bound, through its
   volume's hostPath: a directory mounted (volumeMounts, Filesystem; its group made fsGroup) or a
   file behind a loop device (volumeDevices, Block; the device owned by the container's user, as
-  containerd's device_ownership_from_security_context does). A Pod waits Pending until each of
-  its claims is bound.
+  containerd's device_ownership_from_security_context does), read-only where the Pod's volume
+  or mount says `readOnly`. A Pod waits Pending until each of its claims is bound; one whose
+  claim's volume is not usable on its node (its nodeAffinity) fails to start, saying so.
 - Status: Pending while its volumes are made, Running with its IP, then Succeeded or Failed
   with the container's exit code and its termination message (terminationMessagePath, 4096
   bytes at most); its output (stdout and stderr, one stream) is served as `pods/log`.
@@ -42,9 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from standin_loop import Loop, kind
+from standin_scheduler import DEFAULT_NODE, node_labels, volume_allows
 from standin_storage import MERGE, backing
 
-from diskferry.control.errors import ApiError, NotFoundError
+from diskferry.control.errors import AlreadyExistsError, ApiError, NotFoundError
 from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
 from diskferry.control.runner.tail import tail_lines
@@ -64,7 +70,7 @@ FIELDS = {
     "metadata.namespace": lambda pod, ip: pod["metadata"]["namespace"],
     "metadata.uid": lambda pod, ip: pod["metadata"]["uid"],
     "spec.serviceAccountName": lambda pod, ip: pod["spec"].get("serviceAccountName", "default"),
-    "spec.nodeName": lambda pod, ip: pod["spec"].get("nodeName", "standin"),
+    "spec.nodeName": lambda pod, ip: pod["spec"].get("nodeName", DEFAULT_NODE),
     "status.podIP": lambda pod, ip: ip,
     "status.hostIP": lambda pod, ip: "127.0.0.1",
 }
@@ -218,6 +224,9 @@ class PodWorker:
         path = backing(pv)
         if path is None:
             raise PodRefused(f"the volume {volume} of claim {claim} has no hostPath")
+        node = self.pod["spec"].get("nodeName", DEFAULT_NODE)
+        if not volume_allows(pv, node):
+            raise PodRefused(f"the volume {volume} of claim {claim} is not usable on {node}")
         return path, pv["spec"].get("volumeMode") == "Block"
 
     def _write_secret(self, volume: Obj) -> bool:
@@ -275,6 +284,7 @@ class PodWorker:
                 self._owned(where, 0o2770)
             elif "persistentVolumeClaim" in volume:
                 claim = volume["persistentVolumeClaim"]["claimName"]
+                only_read = bool(volume["persistentVolumeClaim"].get("readOnly"))
                 found = self._claim_path(claim)
                 if found is None:
                     self._waiting(f"waiting for the claim {claim} to be bound")
@@ -290,14 +300,19 @@ class PodWorker:
                     prepared.loops.append(loop)
                     user = self._user()
                     os.chown(loop, user[0] if user else 0, user[1] if user else 0)
-                    prepared.flags += ["--device", f"{loop}:{devices[name]['devicePath']}:rwm"]
+                    access = "rm" if only_read else "rwm"
+                    prepared.flags += ["--device", f"{loop}:{devices[name]['devicePath']}:{access}"]
                     continue
                 self._owned(where, 0o2770)
             else:
                 raise PodRefused(f"the stand-in kubelet gives no volume of the kind of {name}")
             if name in mounts:
                 mount = mounts[name]
-                read_only = mount.get("readOnly") or "secret" in volume
+                read_only = (
+                    mount.get("readOnly")
+                    or "secret" in volume
+                    or (volume.get("persistentVolumeClaim") or {}).get("readOnly")
+                )
                 prepared.flags += [
                     "-v",
                     f"{where}:{mount['mountPath']}:{'ro' if read_only else 'rw'}",
@@ -442,8 +457,11 @@ class PodWorker:
 class Kubelet:
     """Runs the stand-in's Pods in podman; their files under DATA_DIR/kubelet/<pod uid>."""
 
-    def __init__(self, service: ObjectService, data_dir: Path) -> None:
+    def __init__(
+        self, service: ObjectService, data_dir: Path, nodes: tuple[str, ...] = (DEFAULT_NODE,)
+    ) -> None:
         self.service = service
+        self.nodes = nodes
         self.root = data_dir / "kubelet"
         self.root.mkdir(mode=0o700, exist_ok=True)
         self.tag = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
@@ -451,6 +469,7 @@ class Kubelet:
         self.claims = kind(service, "PersistentVolumeClaim")
         self.volumes = kind(service, "PersistentVolume")
         self.secrets = kind(service, "Secret")
+        self.node_kind = kind(service, "Node")
         self.workers: dict[str, PodWorker] = {}
         self._lock = threading.Lock()
         self.loop = Loop(service, "standin-kubelet", self.sync, period=0.5)
@@ -461,9 +480,31 @@ class Kubelet:
             return {w.address for w in self.workers.values() if w.address}
 
     def start(self) -> None:
-        """Remove what a stand-in killed before left of its containers, and begin running Pods."""
+        """Register the nodes, remove what a stand-in killed before left of its containers, and
+        begin running Pods."""
+        self._register()
         self._remove_left()
         self.loop.start()
+
+    def _register(self) -> None:
+        """Make each node a Node, Ready, as a kubelet registers its own."""
+        for node in self.nodes:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node, "labels": node_labels(node)},
+            }
+            with contextlib.suppress(AlreadyExistsError):
+                self.service.create(self.node_kind, None, body)
+            ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+            self.service.patch(
+                self.node_kind,
+                None,
+                node,
+                {"status": {"conditions": [ready]}},
+                MERGE,
+                subresource="status",
+            )
 
     def _remove_left(self) -> None:
         if shutil.which("podman") is None:
@@ -504,8 +545,11 @@ class Kubelet:
 
     def _admit(self, pod: Obj) -> None:
         phase = (pod.get("status") or {}).get("phase")
+        deleted = bool(pod["metadata"].get("deletionTimestamp"))
         if phase in ("Succeeded", "Failed"):
             return
+        if pod["spec"].get("nodeName") not in self.nodes and not deleted:
+            return  # not bound to a node of this kubelet yet
         if len(pod["spec"]["containers"]) != 1 or pod["spec"].get("initContainers"):
             self._refuse(pod, START_FAILED, "StartError", "the stand-in kubelet runs one container")
             return
@@ -514,7 +558,7 @@ class Kubelet:
             why = "the stand-in that ran its container stopped"
             worker.ended(LOST, why, None, "ContainerStatusUnknown")
             return
-        if pod["metadata"].get("deletionTimestamp"):
+        if deleted:  # one never bound to a node too, as the Pod garbage collector ends it
             worker.ended(LOST, "the Pod was deleted before it started", None, "Deleted")
             return
         with self._lock:

@@ -6,6 +6,11 @@ provisioner and kube-controller-manager's persistent volume controller do in a c
   claim's size (Block) under DATA_DIR/storage, its `claimRef` naming the claim. A claim whose
   `dataSourceRef` names a kind other than a claim or a snapshot is left to its populator, as
   the external provisioner leaves it.
+- A volume is usable on every node, unless its class is bound WaitForFirstConsumer, when it is
+  provisioned only once the scheduler has written the node of the claim's first Pod on it
+  (`volume.kubernetes.io/selected-node`) and is usable there alone, or its class names
+  `allowedTopologies` of `kubernetes.io/hostname`, when it is usable on the first node they
+  name (its `nodeAffinity` says so, as a local volume's does).
 - A claim without a volume that a volume's `claimRef` names (by uid) is bound to it: its
   `spec.volumeName` set, Bound with the volume's capacity. That is how a populator hands the
   volume it filled (its prime claim's) to the claim it populates: it moves the volume's claimRef.
@@ -32,6 +37,8 @@ log = logging.getLogger("standin.storage")
 MERGE = "application/merge-patch+json"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 PROVISIONER = "diskferry.io/standin"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+HOSTNAME = "kubernetes.io/hostname"
 CORE_SOURCES = {("", "PersistentVolumeClaim"), ("snapshot.storage.k8s.io", "VolumeSnapshot")}
 Obj = dict[str, Any]
 
@@ -45,6 +52,31 @@ def backing(pv: Obj) -> Path | None:
 def block(obj: Obj) -> bool:
     """Whether a claim or a volume is of volumeMode Block."""
     return (obj.get("spec") or {}).get("volumeMode") == "Block"
+
+
+def wait_for_consumer(storage_class: Obj) -> bool:
+    """Whether the class's claims get their volume only once a Pod that uses them is
+    scheduled."""
+    return storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
+
+
+def _node(pvc: Obj, storage_class: Obj) -> str | None:
+    """The node the claim's volume is usable on alone, None for every node (or, for a class
+    that waits for a claim's first consumer, while no node was chosen)."""
+    selected = (pvc["metadata"].get("annotations") or {}).get(SELECTED_NODE)
+    if selected or wait_for_consumer(storage_class):
+        return str(selected) if selected else None
+    for term in storage_class.get("allowedTopologies") or []:
+        for expression in term.get("matchLabelExpressions") or []:
+            if expression.get("key") == HOSTNAME and expression.get("values"):
+                return str(expression["values"][0])
+    return None
+
+
+def _node_affinity(node: str) -> Obj:
+    """The nodeAffinity of a volume usable on `node` alone."""
+    expression = {"key": HOSTNAME, "operator": "In", "values": [node]}
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}
 
 
 def _populated_elsewhere(pvc: Obj) -> bool:
@@ -119,6 +151,9 @@ class Storage:
             storage_class = self.service.get(self.classes, None, class_name or "")
         except NotFoundError:
             return  # no class of this name (yet): nothing provisions it
+        node = _node(pvc, storage_class)
+        if wait_for_consumer(storage_class) and node is None:
+            return  # until the scheduler places a Pod that uses it
         capacity = spec["resources"]["requests"]["storage"]
         name = f"pvc-{meta['uid']}"
         path = self.root / name
@@ -151,8 +186,11 @@ class Storage:
                 "hostPath": {"path": str(path), "type": "File" if block(pvc) else "Directory"},
             },
         }
+        if node is not None:
+            pv["spec"]["nodeAffinity"] = _node_affinity(node)
         self.service.create(self.volumes, None, pv)
-        log.info("provisioned %s for %s/%s", name, meta["namespace"], meta["name"])
+        where = f" on {node}" if node else ""
+        log.info("provisioned %s%s for %s/%s", name, where, meta["namespace"], meta["name"])
 
     def _bind(self, pvc: Obj, pv: Obj) -> None:
         meta = pvc["metadata"]

@@ -1,11 +1,12 @@
 """A cluster's own kinds, which diskferry does not reconcile, served as plain objects by the
 stand-in API server that tests the cluster shape (as envtest serves them to Go operators).
 
-Pods, Services, claims, Deployments, Leases, RBAC, CRDs, Routes, Ingresses and KubeVirt's
-kinds are stored, listed, watched and patched as any kind is, and nothing acts on them. A kind
-of Kubernetes' own groups is checked against its JSON schema from kubernetes-validate (a test
-dependency: only the stand-in imports this module); one of another group (KubeVirt's,
-OpenShift's) is kept as given, as a CRD with `x-kubernetes-preserve-unknown-fields` keeps it.
+Pods, Nodes, Services, claims, Deployments, Leases, RBAC, CRDs, Routes, Ingresses and
+KubeVirt's kinds are stored, listed, watched and patched as any kind is, and nothing acts on
+them. A kind of Kubernetes' own groups is checked against its JSON schema from
+kubernetes-validate (a test dependency: only the stand-in imports this module); one of another
+group (KubeVirt's, OpenShift's) is kept as given, as a CRD with
+`x-kubernetes-preserve-unknown-fields` keeps it.
 """
 
 from __future__ import annotations
@@ -142,8 +143,14 @@ FOREIGN_KINDS = (
             "status.phase",
             "status.podIP",
         ),
-        columns=(PHASE, Column("IP", ".status.podIP", priority=1), AGE),
+        columns=(
+            PHASE,
+            Column("IP", ".status.podIP", priority=1),
+            Column("Node", ".spec.nodeName", priority=1),
+            AGE,
+        ),
     ),
+    foreign("", "v1", "Node", "nodes", namespaced=False, short_names=("no",)),
     foreign(
         "",
         "v1",
