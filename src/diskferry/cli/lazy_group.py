@@ -47,7 +47,8 @@ def module_commands(module: str) -> dict[str, Any]:
     app = PlainTyper(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     importlib.import_module(f"diskferry.cli.{module}").register(app)
     # typer has no public way to turn an app into click commands since it vendored click (0.26):
-    # get_command is the one its own CliRunner uses; tests/cli/test_typer_api_cli.py checks it
+    # get_command is the one its own CliRunner uses; tests/cli/test_typer_api_cli.py checks it,
+    # and pyproject.toml holds typer to the minor version checked
     built = typer.main.get_command(app)
     # an app of one command and no callback comes back as that command, not a group
     return dict(built.commands) if isinstance(built, TyperGroup) else {built.name: built}
