@@ -57,6 +57,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     token.write_text("t")
     serve = ("export", "serve", "--name", "x", "--volume", f"d={token}")
     serve += ("--token-file", str(token), "--cert-dir", str(tmp_path))
+    proxy = ("proxy", "serve", "--cert-dir", str(tmp_path))
     cases = [
         ("export", "download", url, str(tmp_path / "o"), "--encoding", "bzip2"),
         (
@@ -72,6 +73,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         ("export", "download", url, str(tmp_path / "o"), "--connections", "0"),
         (*serve, "--links-json", str(tmp_path / "l.json")),
         (*serve, "--ttl", "soon"),
+        proxy,
+        (*proxy, "--routes", str(token), "--services-ca", str(token)),
     ]
     for args in cases:
         p = _run(*args)

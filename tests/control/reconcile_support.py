@@ -14,10 +14,10 @@ from control_support import wait_until
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
 from diskferry.control.errors import NotFoundError
+from diskferry.control.host.servers import free_port
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.vmexport import free_port
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import EVENTS
 from diskferry.control.runner.stop import stop_data_dir

@@ -15,8 +15,8 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon, get
 
 from diskferry.control.clock import ManualClock
+from diskferry.control.host.servers import free_port
 from diskferry.control.reconcilers.vdexport import VirtualDataExportReconciler
-from diskferry.control.reconcilers.vmexport import free_port
 
 VDE = "VirtualDataExport"
 EXPORT = "VirtualMachineExport"

@@ -21,7 +21,8 @@ from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 from diskferry.control.errors import NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.embedded.proxy import PROXY_JOB, ProxyKeeper, export_socket
-from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port, stop_server
+from diskferry.control.host.servers import PORT_ANNOTATION, free_port
+from diskferry.control.reconcilers.vmexport import stop_server
 from diskferry.control.resources.core import SECRETS
 from diskferry.control.runner.local import LocalRunner
 from diskferry.qemu import storage_daemon

@@ -17,7 +17,7 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon, connect, get, get_when_up, raw_url
 
 from diskferry.control.errors import NotFoundError
-from diskferry.control.reconcilers.vmexport import free_port
+from diskferry.control.host.servers import free_port
 from diskferry.control.resources.core import NAMESPACES
 from diskferry.export.token import TOKEN_HEADER
 

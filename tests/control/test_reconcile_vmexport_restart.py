@@ -24,7 +24,7 @@ from vmexport_support import (
     served_cert,
 )
 
-from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
+from diskferry.control.host.servers import PORT_ANNOTATION, free_port
 from diskferry.export.token import TOKEN_HEADER
 
 EXPORT = "VirtualMachineExport"

@@ -14,7 +14,7 @@ from control_support import wait_until
 from vmexport_support import ExportDaemon
 
 from diskferry.control.clock import ManualClock
-from diskferry.control.reconcilers.vmexport import PORT_ANNOTATION, free_port
+from diskferry.control.host.servers import PORT_ANNOTATION, free_port
 from diskferry.control.resources import REGISTRY
 
 EXPORT = "VirtualMachineExport"

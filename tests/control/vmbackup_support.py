@@ -16,8 +16,8 @@ from datamover_support import PASSWORD, filesystem_bsl, secret
 from vm_support import cbt_state, create_vm, hmp, pid_of, procstat_kill, ready_disk
 from vmexport_support import ExportDaemon
 
+from diskferry.control.host.servers import free_port
 from diskferry.control.model import API_VERSION
-from diskferry.control.reconcilers.vmexport import free_port
 
 __all__ = ["PASSWORD"]
 CBT = {"diskferry.io/changed-block-tracking": "true"}

@@ -30,6 +30,7 @@ from diskferry.control.host.embedded.imagestore import LayoutImageStore
 from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
+from diskferry.control.host.servers import free_port
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
 from diskferry.control.reconcilers.datamover import Job
@@ -39,7 +40,6 @@ from diskferry.control.reconcilers.scheduler import Scheduler
 from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
 from diskferry.control.reconcilers.vmbackuppull import PullBackup
 from diskferry.control.reconcilers.vmbackupstate import Source
-from diskferry.control.reconcilers.vmexport import free_port
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.dataupload import VM_NAME, DataUpload

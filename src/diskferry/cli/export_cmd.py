@@ -253,8 +253,17 @@ def export_download(
 
 @proxy_app.command("serve")
 def proxy_serve(
-    routes: Annotated[Path, typer.Option(help="Routes file (YAML), reloaded on change.")],
     cert_dir: CertDir,
+    routes: Annotated[
+        Path | None, typer.Option(help="Routes file (YAML), reloaded on change.")
+    ] = None,
+    services_ca: Annotated[
+        Path | None,
+        typer.Option(
+            help="In a cluster: route each export to its server's headless Service instead, "
+            "verified against this CA (PEM), reloaded on change."
+        ),
+    ] = None,
     san: Sans = None,
     address: Address = DEFAULT_ADDRESS,
     port: Port = EXPORT_PORT,
@@ -274,7 +283,8 @@ def proxy_serve(
         ),
     ] = None,
 ) -> None:
-    """Route /api/export.kubevirt.io/... requests to the export servers in the routes file.
+    """Route /api/export.kubevirt.io/... requests to the export servers in the routes file,
+    or in a cluster to each export's server behind its headless Service.
 
     Requests under
     `/api/export.kubevirt.io/{v1,v1beta1}/namespaces/NS/virtualmachineexports/NAME/...` go
@@ -304,6 +314,13 @@ def proxy_serve(
     (/run/diskferry/exports as root, refused unless a private directory of the daemon's
     user); a route without one (a server on another host) goes over TLS.
 
+    In a cluster (`--services-ca` instead of `--routes`, as deploy/ runs it) the export NAME
+    of namespace NS is served by `https://virt-export-NAME.NS.svc:8443`, the headless Service
+    the operator makes for its server (a name too long for a DNS label is cut and given a
+    digest), verified against the export CA that `--services-ca` names: the cluster's DNS says
+    which exports are there and ready, so a name that resolves to no ready server gets 404
+    UnknownExport, and the proxy needs no access to the cluster's API.
+
     The proxy runs in `--processes` processes, each with its own socket on the port
     (SO_REUSEPORT: the kernel spreads the connections) and its own event loop, so that its
     TLS runs on every core; together they keep the pool's bounds. The first starts the
@@ -314,9 +331,12 @@ def proxy_serve(
     from diskferry.disk import Progress
     from diskferry.export import ProxyJob, serve_proxy
 
+    if (routes is None) == (services_ca is None):
+        raise typer.BadParameter("give --routes or --services-ca, one of them")
     job = build_job(
         ProxyJob,
-        routes=str(routes),
+        routes=path_text(routes),
+        services_ca=path_text(services_ca),
         backend_idle_timeout=parse_duration(backend_idle_timeout),
         **({} if processes is None else {"processes": processes}),
         **listening(cert_dir, san, address, port, tls_settings),

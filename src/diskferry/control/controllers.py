@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from diskferry.control.clock import Clock
+from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
 from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import PROXY_PORT, ProxyKeeper
+from diskferry.control.host.embedded.servers import LoopbackServers
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
+from diskferry.control.host.proxy import KeptProxy
+from diskferry.control.host.servers import ExportServers
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.kinds import KindInfo
 from diskferry.control.objects import ObjectService
@@ -73,9 +77,10 @@ def embedded(objects: ObjectService) -> Access:
 
 class Controllers:
     """The reconcilers of the disk, image (claimed and stored) and snapshot kinds (and any
-    `extra`), and their manager; their workers run through `runner` and their claims are made
-    by `volumes` (this host's, under the data directory, unless others are given: a cluster's
-    Pods and PVCs)."""
+    `extra`), and their manager; their workers run through `runner`, their claims are made by
+    `volumes`, their servers' certificates come from `certs`, the export proxy is `proxy`'s and
+    export servers are placed by `servers` (this host's, under the data directory, unless
+    others are given: a cluster's Pods, PVCs, Secrets, proxy Deployment and Services)."""
 
     def __init__(
         self,
@@ -86,9 +91,11 @@ class Controllers:
         workers: int = 4,
         resync: float = RESYNC_SECONDS,
         proxy_port: int = PROXY_PORT,
-        certs: DaemonCa | None = None,
+        certs: ServerCerts | None = None,
         runner: Runner | None = None,
         volumes: Volumes | None = None,
+        proxy: KeptProxy | None = None,
+        servers: ExportServers | None = None,
     ) -> None:
         access = objects if isinstance(objects, Access) else embedded(objects)
         clock = access.clock
@@ -97,8 +104,9 @@ class Controllers:
         self.volumes: Volumes = volumes or DirectoryVolumes(data_dir)
         self.store = LayoutImageStore(data_dir)
         self.machines = QemuMachines(data_dir)
-        self.certs = certs or DaemonCa(Path(data_dir) / PKI_DIR)
-        self.proxy = ProxyKeeper(self.runner, self.certs, port=proxy_port)
+        self.certs: ServerCerts = certs or DaemonCa(Path(data_dir) / PKI_DIR)
+        self.proxy: KeptProxy = proxy or ProxyKeeper(self.runner, self.certs, port=proxy_port)
+        self.servers: ExportServers = servers or LoopbackServers(self.client)
         parts = (self.client, self.runner, self.volumes)
         owners: list[
             ClaimedKind
@@ -107,7 +115,9 @@ class Controllers:
             | VirtualMachineExportReconciler
             | VirtualMachineBackupReconciler
         ]
-        exports = VirtualMachineExportReconciler(*parts, self.store, self.certs, self.proxy, clock)
+        exports = VirtualMachineExportReconciler(
+            *parts, self.store, self.certs, self.proxy, self.servers, clock
+        )
         owners = [
             VirtualDiskReconciler(*parts, self.store, self.certs, self.proxy),
             VirtualImageReconciler(*parts, self.store, self.certs, proxy=self.proxy),

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from diskferry.base.cpus import usable_cpus
-from diskferry.export.links import backup_link, manifest_links
+from diskferry.export.links import LinkedVolume, backup_link, link_set, manifest_links
 from diskferry.serving.listening import Listening
 from diskferry.worker.job import JobModel, WorkerJob
 
@@ -63,6 +63,17 @@ class LinkSettings(JobModel):
             for side, base in sides.items()
         }
 
+    def disk_links(
+        self, side: str, ca_pem: str | None, disks: Sequence[str], has_manifest: bool
+    ) -> dict[str, Any]:
+        """The links of `side` (internal or external, under its base URL) of a server of the
+        `disks`, with the CA `ca_pem` (None: the one its clients trust already): each disk in
+        its formats, the manifests (the VM's too with `has_manifest`), no backup endpoints."""
+        base = self.internal_url if side == "internal" else self.external_url
+        volumes = [LinkedVolume(disk, disk=True) for disk in disks]
+        found = link_set(base, side, ca_pem, volumes, has_manifest)
+        return {key: found[key] for key in ("cert", "volumes", "manifests")}
+
 
 class ExportJob(WorkerJob, Listening):
     """What `diskferry export serve` and the worker run: one export's volumes over HTTPS.
@@ -106,15 +117,31 @@ def default_proxy_processes() -> int:
 
 
 class ProxyJob(WorkerJob, Listening):
-    """What `diskferry proxy serve` and the worker run: the export proxy over a routes file,
-    in `processes` processes that accept on one port and share the backend pool's bounds."""
+    """What `diskferry proxy serve` and the worker run: the export proxy over a routes file, or
+    over each export's headless Service in a cluster (`servicesCa`, the CA file that verifies
+    the servers), in `processes` processes that accept on one port and share the backend
+    pool's bounds."""
 
     WORKER = "diskferry.export.worker"
     kind: Literal["proxy"] = "proxy"
-    routes: str = Field(description="the routes file (YAML), re-read when it changes")
+    routes: str | None = Field(
+        default=None, description="the routes file (YAML), re-read when it changes"
+    )
+    services_ca: str | None = Field(
+        default=None,
+        alias="servicesCa",
+        description="route each export to its server's headless Service instead, verified "
+        "against this CA file (re-read when it changes)",
+    )
     backend_idle_timeout: float = Field(default=30.0, gt=0, alias="backendIdleTimeout")
     grace: float = Field(default=10.0, ge=0)
     processes: int = Field(default_factory=default_proxy_processes, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _one_way_to_route(self) -> ProxyJob:
+        if (self.routes is None) == (self.services_ca is None):
+            raise PydanticCustomError("proxy_routes", "give routes or servicesCa, one of them")
+        return self
 
 
 class ServeResult(BaseModel):

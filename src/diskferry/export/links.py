@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from diskferry.export.volumes import ExportedVolume
 
 
-def _formats(base: str, vol: ExportedVolume) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class LinkedVolume:
+    """What a volume's links tell of it: its name, and whether it is a disk, a directory of
+    files, or both."""
+
+    name: str
+    disk: bool
+    directory: bool = False
+
+
+def linked(volumes: Sequence[ExportedVolume]) -> list[LinkedVolume]:
+    """What the links tell of each of the opened `volumes`."""
+    return [LinkedVolume(v.name, v.disk is not None, v.directory is not None) for v in volumes]
+
+
+def _formats(base: str, vol: LinkedVolume) -> list[dict[str, str]]:
     prefix = f"{base}/volumes/{vol.name}"
     formats = []
-    if vol.disk is not None:
+    if vol.disk:
         formats += [
             {"format": "raw", "url": f"{prefix}/disk.img"},
             {"format": "gzip", "url": f"{prefix}/disk.img.gz"},
             {"format": "zstd", "url": f"{prefix}/disk.img.zst"},
         ]
-    if vol.directory is not None:
+    if vol.directory:
         formats += [
             {"format": "dir", "url": f"{prefix}/dir/"},
             {"format": "tar.gz", "url": f"{prefix}/disk.tar.gz"},
@@ -48,7 +65,7 @@ def manifest_links(base: str, kind: str, has_manifest: bool) -> list[dict[str, s
 
 
 def link_set(
-    base: str, kind: str, ca_pem: str, volumes: list[ExportedVolume], has_manifest: bool
+    base: str, kind: str, ca_pem: str | None, volumes: Sequence[LinkedVolume], has_manifest: bool
 ) -> dict[str, Any]:
     """One link set (`kind` is internal or external) under the base URL `base`."""
     base = base.rstrip("/")
@@ -56,7 +73,7 @@ def link_set(
         "cert": ca_pem,
         "volumes": [{"name": v.name, "formats": _formats(base, v)} for v in volumes],
         "manifests": manifest_links(base, kind, has_manifest),
-        "backups": [backup_link(base, v.name) for v in volumes if v.disk is not None],
+        "backups": [backup_link(base, v.name) for v in volumes if v.disk],
     }
 
 
@@ -65,7 +82,7 @@ def export_links(
     external_url: str,
     internal_ca: str,
     external_ca: str,
-    volumes: list[ExportedVolume],
+    volumes: Sequence[LinkedVolume],
     has_manifest: bool,
 ) -> dict[str, Any]:
     """The `internal` and `external` link sets, each with the CA its clients should trust."""

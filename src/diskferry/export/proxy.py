@@ -13,7 +13,7 @@ from yarl import URL
 
 from diskferry.export.backends import Backends, PoolSettings
 from diskferry.export.errors import BusyError, UntrustedBackendError
-from diskferry.export.routes import Route, RoutesFile
+from diskferry.export.routes import Route, RouteSource
 from diskferry.export.server import problem_response
 from diskferry.serving.accesslog import SHOWN_PATH
 
@@ -71,7 +71,7 @@ class ExportProxy:
     """Forwards `<rest>` of each matching path to the export's server, over TLS or over its
     Unix socket on this host, within the bounds of one pool."""
 
-    def __init__(self, routes: RoutesFile, pool: PoolSettings | None = None) -> None:
+    def __init__(self, routes: RouteSource, pool: PoolSettings | None = None) -> None:
         self.routes = routes
         self.pool = pool or PoolSettings()
         self.backends = Backends(self.pool, _READ_BUFFER)
@@ -165,6 +165,9 @@ class ExportProxy:
             return problem_response(502, e.reason, f"the server of {export} is not the proxy's")
         except TimeoutError:
             return problem_response(504, "BackendTimeout", f"{export} did not answer")
+        except aiohttp.ClientConnectorDNSError:
+            # a server found by its Service's name: no such Service, or none of its Pods ready
+            return problem_response(404, "UnknownExport", f"no export {export} is served")
         except (aiohttp.ClientError, OSError) as e:
             log.warning("export %s: backend failed: %s", export, e)
             return problem_response(502, "BackendUnavailable", f"cannot reach {export}")

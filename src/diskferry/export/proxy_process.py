@@ -31,7 +31,7 @@ def main() -> int:
         job = ProxyJob.model_validate_json(sys.stdin.read())
         share = ProxyShare.of(job)
         try:
-            sock = bind_tcp(job.listen_address, job.listen_port, reuse_port=True)
+            sock = bind_tcp(job.bind_address, job.listen_port, reuse_port=True)
             with sock:
                 share.serve(job, sock, stop, lambda port: print("listening", flush=True))
         finally:

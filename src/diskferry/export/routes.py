@@ -1,4 +1,6 @@
-"""The proxy's routes file: which export server serves each namespace/name, reloaded on change."""
+"""The proxy's routes: which export server serves each namespace/name (`RouteSource`), as a
+routes file says, reloaded on change (`RoutesFile`); and the TLS contexts that verify each
+server against its route's CA (`ClientContexts`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import logging
 import os
 import ssl
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +51,38 @@ def load_routes(path: str | os.PathLike[str]) -> dict[tuple[str, str], Route]:
     return {(r.namespace, r.name): r for r in doc.exports}
 
 
+class RouteSource(Protocol):
+    """Where the proxy finds each export's server."""
+
+    def get(self, namespace: str, name: str) -> Route | None:
+        """The route of one export, None for an export it knows not."""
+
+    def unix_sockets(self) -> set[str]:
+        """The Unix sockets the routes name."""
+
+    def client_context(self, route: Route) -> ssl.SSLContext:
+        """The TLS context that verifies the route's server against its CA."""
+
+
+class ClientContexts:
+    """TLS client contexts, one per CA file, made again when the file changes."""
+
+    def __init__(self) -> None:
+        self._contexts: dict[str, tuple[FileWatch, ssl.SSLContext]] = {}
+
+    def get(self, ca_file: str | None) -> ssl.SSLContext:
+        """The context that verifies servers against `ca_file` (the system's CAs without one)."""
+        key = ca_file or ""
+        cached = self._contexts.get(key)
+        if cached is not None and not cached[0].changed():
+            return cached[1]
+        watch = FileWatch([key] if key else [])
+        watch.changed()
+        ctx = ssl.create_default_context(cafile=ca_file)
+        self._contexts[key] = (watch, ctx)
+        return ctx
+
+
 class RoutesFile:
     """The routes, re-read when the file changes; a bad file keeps the previous routes."""
 
@@ -58,7 +93,7 @@ class RoutesFile:
         self._watch = FileWatch([self.path])
         self._watch.changed()
         self._routes = load_routes(self.path)
-        self._contexts: dict[str, tuple[FileWatch, ssl.SSLContext]] = {}
+        self._contexts = ClientContexts()
 
     def get(self, namespace: str, name: str) -> Route | None:
         """The route of one export, as the file says now."""
@@ -75,12 +110,4 @@ class RoutesFile:
 
     def client_context(self, route: Route) -> ssl.SSLContext:
         """The TLS context that verifies the route's server against its CA, cached per CA file."""
-        key = route.ca_file or ""
-        cached = self._contexts.get(key)
-        if cached is not None and not cached[0].changed():
-            return cached[1]
-        watch = FileWatch([key] if key else [])
-        watch.changed()
-        ctx = ssl.create_default_context(cafile=route.ca_file)
-        self._contexts[key] = (watch, ctx)
-        return ctx
+        return self._contexts.get(route.ca_file)

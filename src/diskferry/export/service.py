@@ -21,12 +21,13 @@ from diskferry.export.accesslog import RedactingAccessLogger
 from diskferry.export.backends import PoolSettings
 from diskferry.export.errors import ExportError
 from diskferry.export.job import ExportJob, ExportPhase, ProxyJob, ServeResult
-from diskferry.export.links import export_links
+from diskferry.export.links import export_links, linked
 from diskferry.export.manifests import Side, load_manifest
 from diskferry.export.proxy import ExportProxy
 from diskferry.export.proxy_processes import ProxyProcesses
-from diskferry.export.routes import RoutesFile
+from diskferry.export.routes import RoutesFile, RouteSource
 from diskferry.export.server import ExportServer
+from diskferry.export.service_routes import ServiceRoutes
 from diskferry.export.token import TokenFile
 from diskferry.export.volumes import ExportedVolume, open_exported
 from diskferry.serving.certs import default_sans
@@ -75,7 +76,7 @@ class _Announcer:
 
     def __call__(self, port: int) -> None:
         self.port = port
-        address = self.job.listen_address
+        address = self.job.bind_address
         url = f"https://{address}:{port}"
         where = url if self.unix_socket is None else f"{url} and {self.unix_socket}"
         facts = {**self.links, **({"unixSocket": self.unix_socket} if self.unix_socket else {})}
@@ -116,7 +117,7 @@ def serve_export(
                     job.links.external_url,
                     ca,
                     outside,
-                    volumes,
+                    linked(volumes),
                     manifest is not None,
                 )
                 write_json(job.links.file, found)
@@ -181,7 +182,10 @@ class ProxyShare:
     def of(cls, job: ProxyJob) -> ProxyShare:
         """The share of one of the job's processes."""
         pool = PoolSettings(idle=job.backend_idle_timeout).share(job.processes)
-        proxy = ExportProxy(RoutesFile(job.routes), pool)
+        routes: RouteSource = (
+            ServiceRoutes(job.services_ca) if job.services_ca else RoutesFile(job.routes or "")
+        )
+        proxy = ExportProxy(routes, pool)
         return cls(proxy, ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings))
 
     def serve(
@@ -207,13 +211,13 @@ class ProxyShare:
 def serve_proxy(
     job: ProxyJob, progress: Progress, stop: threading.Event, reporter: Reporter = QUIET
 ) -> ServeResult:
-    """Route export API requests to the export servers in the routes file until `stop`, in
-    the job's processes."""
+    """Route export API requests to the export servers in the routes file (or behind their
+    Services) until `stop`, in the job's processes."""
     progress.set_phase(ExportPhase.STARTING)
     share = ProxyShare.of(job)
     announce = _Announcer("export proxy", job, progress, reporter)
     try:
-        sock = bind_tcp(job.listen_address, job.listen_port, reuse_port=job.processes > 1)
+        sock = bind_tcp(job.bind_address, job.listen_port, reuse_port=job.processes > 1)
         port = sock.getsockname()[1]
         with contextlib.closing(sock), ProxyProcesses(job, port, reporter) as others:
 

@@ -1,10 +1,28 @@
 """The export proxy as reconcilers see it: one address that routes external requests to the
 export, backup point and upload servers the daemon starts, each under KubeVirt's export path
-of a namespace and a name (the embedded host runs a proxy worker; a cluster, a Service)."""
+of a namespace and a name (the embedded host runs a proxy worker; a cluster, a Deployment
+behind a Service, reached from outside through a Route or an Ingress when there is one)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+API_PATH = "/api/export.kubevirt.io/v1/namespaces/{namespace}/virtualmachineexports/{name}"
+"""An export's base path through the proxy, in KubeVirt's current version (v1beta1 routed too)."""
+
+
+@dataclass(frozen=True)
+class Outside:
+    """How clients elsewhere reach the proxy: its base URL, and the CA certificates (PEM) that
+    verify it there (None: the ones clients trust already)."""
+
+    url: str
+    ca: str | None
+
+    def export_url(self, namespace: str, name: str) -> str:
+        """The base URL of the export `namespace/name` from outside."""
+        return self.url.rstrip("/") + API_PATH.format(namespace=namespace, name=name)
 
 
 class ExportProxy(Protocol):
@@ -16,6 +34,10 @@ class ExportProxy(Protocol):
 
     def external_url(self, namespace: str, name: str) -> str:
         """The base URL of the export `namespace/name` through the proxy."""
+
+    def outside(self) -> Outside | str:
+        """How clients elsewhere reach the proxy, or why none can (a cluster with neither a
+        Route nor an Ingress to it)."""
 
     def serving(self) -> bool:
         """Whether the proxy runs and listens."""
@@ -35,3 +57,13 @@ class ExportProxy(Protocol):
 
     def drop_server_socket(self, job_id: str) -> None:
         """Remove the socket a killed server of `job_id` left (a stopped one removes its own)."""
+
+
+class KeptProxy(ExportProxy, Protocol):
+    """An export proxy the controllers keep while they run."""
+
+    def start(self) -> None:
+        """Begin keeping the proxy."""
+
+    def stop(self) -> None:
+        """Stop keeping it (what serves goes on serving)."""

@@ -23,6 +23,7 @@ from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
+from diskferry.control.host.servers import loopback, recorded_port
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
@@ -46,7 +47,6 @@ from diskferry.control.reconcilers.vmexport import (
     PORT_ANNOTATION,
     TOKEN_FILE,
     answers,
-    recorded_port,
     start_server,
     stop_server,
 )
@@ -190,7 +190,9 @@ class PullBackup:
             "point_file": POINT_FILE,
         }
         route = self._route(obj)
-        start_server(self, self.job_id(obj), route, port, left, token, BackupPointJob, fields)
+        start_server(
+            self, self.job_id(obj), route, loopback(port), left, token, BackupPointJob, fields
+        )
 
     def _read(self, obj: VirtualMachineBackup, name: str) -> dict[str, Any] | None:
         text = self.runner.read_file(self.job_id(obj), name)

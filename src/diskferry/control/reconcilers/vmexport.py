@@ -1,13 +1,15 @@
 """VirtualMachineExport, as KubeVirt has it: a Ready disk or snapshot served over HTTPS with a
-token, on this machine (the internal link) and through the export proxy (the external one),
-until the export is deleted at its TTL.
+token, inside (the internal link) and through the export proxy (the external one), until the
+export is deleted at its TTL.
 
-Each export's server is an export worker on 127.0.0.1 with a port of its own, kept in an
-annotation so that a server started again (it is, when it ends unexpectedly) keeps its links;
-it also listens on a Unix socket of its own, and the proxy's route names the socket it says
-it listens on, so that the proxy reaches it without TLS.
-The worker gets its certificate (the daemon's CA, short-lived, renewed at half its life), its
-token and where to write its links as files; the links it writes become `status.links`.
+Each export's server is an export worker placed by the host's export servers (`host.servers`):
+on this machine, on 127.0.0.1 with a port of its own, kept in an annotation so that a server
+started again keeps its links, and also on a Unix socket of its own that the proxy's route
+names, so that the proxy reaches it without TLS; in a cluster, on 8443 of its Pod behind a
+headless Service that the proxy finds by the export's name. The worker gets its certificate
+(from the servers' CA, short-lived, renewed at half its life), its token and its links as
+files; `status.links` are the reconciler's, the external ones only while clients elsewhere can
+reach the proxy (otherwise the condition ExternalLinks says why).
 Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
 (the server answers), Terminated (the TTL is reached or the export is being deleted: its
 server stopped, its links removed), Skipped (a KubeVirt kind with no counterpart here, until
@@ -19,11 +21,7 @@ under the readers. Time is the reconciler's clock, the store's in the daemon.
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
-import socket
-import ssl
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -32,7 +30,14 @@ from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
-from diskferry.control.host.proxy import ExportProxy
+from diskferry.control.host.proxy import ExportProxy, Outside
+from diskferry.control.host.servers import (
+    LOOPBACK,
+    PORT_ANNOTATION,
+    ExportServers,
+    ServerPlace,
+    answers,
+)
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
@@ -42,7 +47,7 @@ from diskferry.control.reconcilers.exportsources import SKIPPED, ExportSources, 
 from diskferry.control.reconcilers.exporttoken import Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import status_of, transition
+from diskferry.control.reconcilers.phases import Condition, status_of, transition
 from diskferry.control.reconcilers.progress import job_details
 from diskferry.control.reconcilers.sources import Waiting
 from diskferry.control.reconcilers.teardown import STOP_POLL
@@ -60,60 +65,23 @@ from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
 
 log = logging.getLogger("diskferry.control")
 M = TypeVar("M", bound=Resource)
-PORT_ANNOTATION = "diskferry.io/export-port"
-HOST = "127.0.0.1"
+HOST = LOOPBACK
 TOKEN_FILE = "token"
 LINKS_FILE = "links.json"
 DRAIN_SECONDS = 10.0
 CHECK_SECONDS = 5.0
-PROBE_TIMEOUT = 1.0
 STARTING = "the export server is starting"
 PROXY_STARTING = "the export proxy is starting"
 UNLINKED = {"links": None}
 NOT_SERVED = "SourceNotServed"
+EXTERNAL_LINKS = "ExternalLinks"
+"""The condition that says why an export has no external links."""
 
 
 class ExportServerError(DiskferryError):
     """An export's server ended with a failure."""
 
     reason = "ExportServerFailed"
-
-
-def free_port(port: int | None = None) -> int:
-    """`port` when it can be listened on at 127.0.0.1, else a free port the system picks."""
-    for wanted in ([port] if port else []) + [0]:
-        with socket.socket() as probe:
-            try:
-                probe.bind((HOST, wanted))
-            except OSError:
-                continue
-            return probe.getsockname()[1]
-    raise OSError(f"no free port on {HOST}")
-
-
-def answers(port: int, ca_pem: bytes) -> bool:
-    """Whether the export server on `port` answers its readiness path over verified TLS."""
-    context = ssl.create_default_context(cadata=ca_pem.decode())
-    conn = http.client.HTTPSConnection(HOST, port, timeout=PROBE_TIMEOUT, context=context)
-    try:
-        conn.request("GET", ExportJob.READY_PATH)
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-def recorded_port(client: Client, obj: M) -> tuple[M, int]:
-    """The server's port: the one recorded in the object's annotation while it is free, else a
-    new one recorded."""
-    recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
-    port = free_port(int(recorded) if recorded else None)
-    if str(port) == recorded:
-        return obj, port
-    annotations = {**obj.metadata.annotations, PORT_ANNOTATION: str(port)}
-    meta = obj.metadata.model_copy(update={"annotations": annotations})
-    return client.update(obj.model_copy(update={"metadata": meta})), port
 
 
 class ServerKeeper(Protocol):
@@ -130,22 +98,23 @@ def start_server(
     keeper: ServerKeeper,
     job_id: str,
     route: tuple[str, str],
-    port: int,
+    place: ServerPlace,
     left: float,
     token: Token,
     model: type[ExportJob],
     fields: dict[str, Any],
     files: Sequence[JobFile] = (),
+    links_file: str | None = LINKS_FILE,
 ) -> None:
     """Start the export worker `job_id`, a `model` job of `fields` (its name, volumes and own
-    fields), on `port` (and on its Unix socket) for `left` seconds, with the token, a
-    certificate for 127.0.0.1, links through the proxy's `route` (namespace, name), and
-    `files` its job names."""
+    fields), where `place` says (and on its Unix socket) for `left` seconds, with the token, a
+    certificate for the place's names, links through the proxy's `route` (namespace, name),
+    written to `links_file` when one is named, and `files` its job names."""
     links = LinkSettings(
-        internal_url=f"https://{HOST}:{port}",
+        internal_url=place.url,
         external_url=keeper.proxy.external_url(*route),
         external_ca=keeper.certs.ca_file,
-        file=LINKS_FILE,
+        file=links_file,
     )
     job = model(
         **fields,
@@ -153,13 +122,13 @@ def start_server(
         ttl=left,
         grace=DRAIN_SECONDS,
         cert_dir=".",
-        sans=[HOST],
-        listen_address=HOST,
-        listen_port=port,
+        sans=list(place.sans),
+        listen_address=place.address,
+        listen_port=place.port,
         links=links,
         unix_socket=keeper.proxy.server_socket(job_id),
     )
-    given = [*keeper.certs.job_files([HOST]), JobFile(TOKEN_FILE, token.value), *files]
+    given = [*keeper.certs.job_files(place.sans), JobFile(TOKEN_FILE, token.value), *files]
     keeper.runner.start(job_id, job, given)
 
 
@@ -192,6 +161,7 @@ class VirtualMachineExportReconciler:
         store: ImageStore,
         certs: ServerCerts,
         proxy: ExportProxy,
+        servers: ExportServers,
         clock: Clock | None = None,
     ) -> None:
         self.client = client
@@ -199,6 +169,7 @@ class VirtualMachineExportReconciler:
         self.volumes = volumes
         self.certs = certs
         self.proxy = proxy
+        self.servers = servers
         self.clock = clock or Clock()
         self.imports = Imports(runner)
         self.sources = ExportSources(client, volumes, store)
@@ -222,7 +193,7 @@ class VirtualMachineExportReconciler:
             return self._expire(obj)
         fields = {
             "ttlExpirationTime": rfc3339(self.expires(obj)),
-            "serviceName": f"virt-export-{obj.metadata.name}",
+            "serviceName": self.servers.service_name(obj),
         }
         kind = obj.spec.source.kind
         if kind in SKIPPED:
@@ -311,30 +282,42 @@ class VirtualMachineExportReconciler:
                 return Result.failed(ExportServerError(message))
             state = None
         if state is None:
-            obj, port = recorded_port(self.client, obj)
-            self._start(obj, served, token, port, left)
-            self.proxy.route(*self._key(obj), port, ready=False)
+            obj, place = self.servers.place(obj, job_id)
+            self._start(obj, served, token, place, left)
+            self.servers.expose(obj, job_id)
+            self.proxy.route(*self._key(obj), place.port, ready=False)
             return self._pending(obj, "Starting", STARTING, fields)
-        recorded = obj.metadata.annotations.get(PORT_ANNOTATION)
-        if recorded is None:  # the annotation was removed: serve again on a port recorded
+        found = self.servers.placed(obj)
+        if found is None:  # where it listens is lost: serve again, placed anew
             self.imports.stop(job_id)
             return Result.requeue(STOP_POLL)
-        port = int(recorded)
+        place = found
         if self.runner.read_file(job_id, TOKEN_FILE) != token.value:
             self.runner.write_file(job_id, TOKEN_FILE, token.value)
-        self.certs.renew(self.runner, job_id, [HOST])
-        links = self._links(job_id)
+        self.certs.renew(self.runner, job_id, place.sans)
+        self.servers.expose(obj, job_id)
         where = where_listening(self, job_id)
-        if links is None or where is None or not answers(port, self.certs.ca_pem()):
+        ca = self.certs.ca_pem()
+        if where is None or not self.servers.answers(obj, job_id, place, ca):
             transition(self.client, obj, ExportPhase.PENDING, "Starting", STARTING, fields)
             return Result.requeue(POLL_SECONDS)
-        self.proxy.route(*self._key(obj), port, True, where.get("unixSocket"))
+        self.proxy.route(*self._key(obj), place.port, True, where.get("unixSocket"))
         if not self.proxy.serving():
             transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
             return Result.requeue(POLL_SECONDS)
-        message = f"serving on https://{HOST}:{port} and through {self.proxy.base_url}"
+        outside = self.proxy.outside()
+        links, external = self._links(obj, served, place, ca.decode(), outside)
+        message = f"serving on {place.url} and through {self.proxy.base_url}"
         fields["links"] = links
-        transition(self.client, obj, ExportPhase.READY, "ExportReady", message, fields)
+        transition(
+            self.client,
+            obj,
+            ExportPhase.READY,
+            "ExportReady",
+            message,
+            fields,
+            conditions={EXTERNAL_LINKS: external},
+        )
         renewal = self.certs.seconds_to_renewal(self.runner, job_id)
         return Result.requeue(max(min(CHECK_SECONDS, left, renewal), POLL_SECONDS / 10))
 
@@ -346,7 +329,7 @@ class VirtualMachineExportReconciler:
         obj: VirtualMachineExport,
         served: Served,
         token: Token,
-        port: int,
+        place: ServerPlace,
         left: float,
     ) -> None:
         """Start the server of the served volumes; a VM's with its manifest."""
@@ -359,24 +342,37 @@ class VirtualMachineExportReconciler:
             fields["manifest"] = MANIFEST_FILE
             files.append(JobFile(MANIFEST_FILE, vm_manifest(served.vm, served.disks)))
         route = self._key(obj)
-        start_server(self, self.job_id(obj), route, port, left, token, ExportJob, fields, files)
+        job_id = self.job_id(obj)
+        start_server(self, job_id, route, place, left, token, ExportJob, fields, files, None)
 
-    def _links(self, job_id: str) -> dict[str, Any] | None:
-        """The links the server wrote, in the status's shape; None before it wrote them."""
-        text = self.runner.read_file(job_id, LINKS_FILE)
-        if text is None:
-            return None
-        found = json.loads(text)
-        shaped = {
-            side: {key: found[side][key] for key in ("cert", "volumes", "manifests")}
-            for side in ("internal", "external")
-        }
-        return ExportLinks.model_validate(shaped).to_json()
+    def _links(
+        self,
+        obj: VirtualMachineExport,
+        served: Served,
+        place: ServerPlace,
+        ca: str,
+        outside: Outside | str,
+    ) -> tuple[dict[str, Any], Condition | None]:
+        """The export's links in the status's shape: inside, with the servers' CA, and from
+        outside when clients elsewhere reach the proxy; else the condition that says why not."""
+        disks = [name for name, _ in served.volumes]
+        has_manifest = served.vm is not None
+        external = place.url if isinstance(outside, str) else outside.export_url(*self._key(obj))
+        bases = LinkSettings(internalUrl=place.url, externalUrl=external)
+        sides = {"internal": bases.disk_links("internal", ca, disks, has_manifest)}
+        if isinstance(outside, str):
+            return ExportLinks.model_validate(sides).to_json(), (False, "NoExternalHost", outside)
+        sides["external"] = bases.disk_links("external", outside.ca, disks, has_manifest)
+        return ExportLinks.model_validate(sides).to_json(), None
 
     def _unserve(self, obj: VirtualMachineExport) -> bool:
-        """Drop the export's route and stop its server; False while the server still runs."""
+        """Drop the export's route and stop its server, then remove what exposed it; False
+        while the server still runs."""
         self.proxy.drop_route(*self._key(obj))
-        return stop_server(self, self.job_id(obj))
+        if not stop_server(self, self.job_id(obj)):
+            return False
+        self.servers.unexpose(obj)
+        return True
 
     def _expire(self, obj: VirtualMachineExport) -> Result:
         """The TTL is reached: the server stopped, Terminated without links, then the export

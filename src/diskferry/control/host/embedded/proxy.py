@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.proxy import Outside
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.export import ProxyJob
 from diskferry.export.routes import Route, RoutesDocument
@@ -34,8 +35,6 @@ ROUTES_FILE = "routes.yaml"
 SOCKETS_DIR = "exports"
 ENSURE_SECONDS = 5.0
 PROXY_GRACE = 10.0
-API_PATH = "/api/export.kubevirt.io/v1/namespaces/{namespace}/virtualmachineexports/{name}"
-"""An export's base path through the proxy, in KubeVirt's current version (v1beta1 routed too)."""
 
 
 def routes_text(routes: dict[tuple[str, str], Route]) -> bytes:
@@ -75,7 +74,11 @@ class ProxyKeeper:
 
     def external_url(self, namespace: str, name: str) -> str:
         """The base URL of an export through the proxy, as KubeVirt's API paths have it."""
-        return self.base_url + API_PATH.format(namespace=namespace, name=name)
+        return self.outside().export_url(namespace, name)
+
+    def outside(self) -> Outside:
+        """The proxy's URL, verified with the CA of the daemon's servers."""
+        return Outside(self.base_url, self.certs.ca_pem().decode())
 
     def serving(self) -> bool:
         """Whether the proxy runs and listens."""
