@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from worker_support import job_file, run, start
+from worker_support import free_loopback, job_file, run, start
 
 from diskferry.serving.certs import create_ca
+from diskferry.worker.pod import ADDRESS_ENV
 
 TOKEN = "worker-export-token"
 
@@ -113,3 +114,20 @@ def test_a_proxy_job(tmp_path: Path) -> None:
     finished = worker.finish(signal.SIGTERM)
     assert finished.code == 0, finished.stderr
     assert (finished.result["ended"], finished.result["listenPort"]) == ("stopped", port)
+
+
+def test_an_export_server_in_a_pod_listens_on_the_pod_s_address(
+    tmp_path: Path, export_job: dict[str, Any]
+) -> None:
+    address = free_loopback()
+    job = {**export_job, "jobId": "e-pod", "sans": [address], "listenAddress": "0.0.0.0"}
+    worker = start("export", job_file(tmp_path, job), env={**os.environ, ADDRESS_ENV: address})
+    worker.address = address
+    try:
+        details = worker.wait_for(lambda s: s["phase"] == "Serving")["details"]
+        assert details["listenAddress"] == address
+        url = f"https://{address}:{details['listenPort']}/volumes/disk/disk.img"
+        got = _curl(tmp_path / "ca", url, f"x-kubevirt-export-token: {TOKEN}")
+        assert got.stdout == (tmp_path / "disk.img").read_bytes(), got.stderr
+    finally:
+        assert worker.finish(signal.SIGTERM).code == 0

@@ -14,26 +14,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from worker_support import job_file, run, start
+from worker_support import free_loopback, job_file, run, start
 
 from diskferry.serving.certs import create_ca
 from diskferry.worker.pod import ADDRESS_ENV, RESULT_FILE_ENV, RESULT_LIMIT, RESULT_TOO_LARGE
 
 MiB = 1 << 20
-
-
-def _free_loopback() -> str:
-    """A loopback address other than 127.0.0.1 with nothing listening on it (as the stand-in
-    kubelet gives a Pod)."""
-    for last in range(2, 250):
-        address = f"127.0.{os.getpid() % 200 + 1}.{last}"
-        with socket.socket() as probe:
-            try:
-                probe.bind((address, 0))
-            except OSError:
-                continue
-            return address
-    raise AssertionError("no loopback address is free")
 
 
 def _waiting(status: str) -> dict:
@@ -85,7 +71,7 @@ def test_a_result_too_long_for_a_termination_message_says_so_there(tmp_path: Pat
 
 
 def test_the_status_server_listens_on_the_address_the_pod_gives(tmp_path: Path) -> None:
-    address = _free_loopback()
+    address = free_loopback()
     with socket.socket() as silent:  # a source that takes the connection and never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -101,7 +87,7 @@ def test_the_status_server_listens_on_the_address_the_pod_gives(tmp_path: Path) 
 
 
 def test_a_server_asked_for_every_address_listens_on_the_pod_s(tmp_path: Path) -> None:
-    address = _free_loopback()
+    address = free_loopback()
     create_ca(tmp_path / "ca")
     (tmp_path / "token").write_text("pod-upload-token")
     job = {

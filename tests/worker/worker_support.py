@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -54,10 +55,11 @@ class Running:
 
     proc: subprocess.Popen[str]
     port: int
+    address: str = "127.0.0.1"
 
     def get(self, path: str) -> bytes:
         """GET `path` of the worker's status server."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=5) as r:
             return r.read()
 
     def progress(self) -> dict[str, Any]:
@@ -130,3 +132,17 @@ def run(
         timeout=timeout,
     )
     return Finished(proc.returncode, proc.stdout.splitlines(), proc.stderr)
+
+
+def free_loopback() -> str:
+    """A loopback address other than 127.0.0.1 with nothing listening on it (as the stand-in
+    kubelet gives a Pod)."""
+    for last in range(2, 250):
+        address = f"127.0.{os.getpid() % 200 + 1}.{last}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((address, 0))
+            except OSError:
+                continue
+            return address
+    raise AssertionError("no loopback address is free")
