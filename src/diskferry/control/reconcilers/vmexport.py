@@ -52,6 +52,7 @@ from diskferry.control.reconcilers.progress import job_details
 from diskferry.control.reconcilers.sources import Waiting
 from diskferry.control.reconcilers.teardown import STOP_POLL
 from diskferry.control.resources.vmexport import (
+    EXTERNAL_LINKS,
     VIRTUAL_MACHINE_EXPORTS,
     ExportLinks,
     ExportPhase,
@@ -74,8 +75,6 @@ STARTING = "the export server is starting"
 PROXY_STARTING = "the export proxy is starting"
 UNLINKED = {"links": None}
 NOT_SERVED = "SourceNotServed"
-EXTERNAL_LINKS = "ExternalLinks"
-"""The condition that says why an export has no external links."""
 
 
 class ExportServerError(DiskferryError):

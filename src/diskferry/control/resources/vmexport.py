@@ -34,6 +34,8 @@ from diskferry.control.resources.typedref import (
 )
 
 DEFAULT_TTL = timedelta(hours=2)
+EXTERNAL_LINKS = "ExternalLinks"
+"""The condition that says why an export has no external links."""
 TOKEN_SECRET_PREFIX = "export-token-"
 
 
@@ -222,12 +224,15 @@ class ExportLinks(ApiModel):
 
     internal: ExportLink | None = Field(
         default=None,
-        description="URLs of the export's own server, on 127.0.0.1 of the daemon's host.",
+        description="URLs of the export's own server: on 127.0.0.1 of the daemon's host; in a "
+        "cluster, through its headless Service, https://<serviceName>.<namespace>.svc:8443.",
     )
     external: ExportLink | None = Field(
         default=None,
         description="URLs through the export proxy, under /api/export.kubevirt.io/v1/"
-        "namespaces/<namespace>/virtualmachineexports/<name>/, for clients elsewhere.",
+        "namespaces/<namespace>/virtualmachineexports/<name>/, for clients elsewhere: in a "
+        "cluster on the host of the proxy's Route or of an Ingress to its Service, absent "
+        "without either (the condition ExternalLinks says so).",
     )
 
 
@@ -324,6 +329,9 @@ class VirtualMachineExport(Resource):
         READY: "True (ExportReady) while the export's server answers at status.links. False "
         "while it is Pending, Skipped or Terminated, the reason saying why (InUse, "
         "TokenNotReady, Starting, SourceNotServed, Expired...).",
+        EXTERNAL_LINKS: "False (NoExternalHost) while the export is Ready without "
+        "status.links.external: in a cluster, no Route nor Ingress leads to the export proxy's "
+        "Service, so clients elsewhere cannot reach it; absent while there are external links.",
         **RECONCILED_CONDITION,
     }
 
