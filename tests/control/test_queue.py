@@ -94,6 +94,34 @@ def test_a_delayed_key_queued_meanwhile_is_not_doubled() -> None:
     assert queue.get(0) is None
 
 
+def test_a_key_waits_for_its_earliest_time_only() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    queue.add_after("a", 5)  # due at 5
+    clock.now = 1
+    queue.add_after("a", 5)  # at 6: the wait until 5 stands
+    queue.add_after("a", 2)  # at 3: sooner, so it is the one
+    assert len(queue) == 1
+    clock.now = 3
+    assert queue.get(0) == "a"
+    queue.done("a")
+    clock.now = 10
+    assert queue.get(0) is None  # no wait left behind to reconcile it again
+
+
+def test_requeues_of_many_keys_keep_one_wait_each() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[int] = WorkQueue(clock=clock)
+    for n in range(1000):
+        for key in range(10):
+            queue.add_after(key, 2000 - n)  # each sooner than the last
+        clock.now += 0.5
+    assert len(queue) == 10
+    clock.now = 2000
+    assert sorted(queue.get(0) for _ in range(10)) == list(range(10))
+    assert queue.get(0) is None
+
+
 def test_a_blocked_get_wakes_for_a_delayed_key() -> None:
     queue: WorkQueue[str] = WorkQueue()
     queue.add_after("a", 0.05)

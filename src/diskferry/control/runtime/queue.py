@@ -2,7 +2,9 @@
 for a requeue-after or for a backoff that grows with each error of that key.
 
 As client-go's workqueue: a key added while queued is not added twice; a key added while a
-worker holds it is queued again once that worker is done with it, never handed to two.
+worker holds it is queued again once that worker is done with it, never handed to two; a key
+waits for one time only, the earliest it was asked for, so that its requeues and resyncs do not
+pile up waits that each reconcile it again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Generic, TypeVar
 K = TypeVar("K", bound=Hashable)
 BASE_DELAY = 0.05
 MAX_DELAY = 300.0
+SUPERSEDED = 64  # superseded waits kept in the heap beyond twice the waiting keys
 
 
 class Backoff(Generic[K]):
@@ -59,7 +62,8 @@ class WorkQueue(Generic[K]):
         self._ready: deque[K] = deque()
         self._queued: set[K] = set()
         self._processing: set[K] = set()
-        self._delayed: list[tuple[float, int, K]] = []
+        self._delayed: list[tuple[float, int, K]] = []  # a heap, with superseded waits
+        self._due: dict[K, float] = {}  # when each waiting key is due: its heap entry's time
         self._seq = itertools.count()
         self._shut = False
 
@@ -74,14 +78,21 @@ class WorkQueue(Generic[K]):
                 self._cond.notify()
 
     def add_after(self, key: K, delay: float) -> None:
-        """Queue `key` in `delay` seconds (now when `delay` <= 0)."""
+        """Queue `key` in `delay` seconds (now when `delay` <= 0), unless it waits already for
+        a time no later than that."""
         if delay <= 0:
             self.add(key)
             return
         with self._cond:
-            if self._shut:
+            due = self._clock() + delay
+            waiting = self._due.get(key)
+            if self._shut or (waiting is not None and waiting <= due):
                 return
-            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key))
+            self._due[key] = due
+            heapq.heappush(self._delayed, (due, next(self._seq), key))
+            if len(self._delayed) > 2 * len(self._due) + SUPERSEDED:
+                self._delayed = [(t, next(self._seq), k) for k, t in self._due.items()]
+                heapq.heapify(self._delayed)
             self._cond.notify()
 
     def add_rate_limited(self, key: K) -> float:
@@ -98,7 +109,10 @@ class WorkQueue(Generic[K]):
         """Move the delayed keys that are due into the queue; seconds to the next one."""
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
+            due, _, key = heapq.heappop(self._delayed)
+            if self._due.get(key) != due:
+                continue  # a wait an earlier one superseded
+            del self._due[key]
             if key not in self._queued:
                 self._queued.add(key)
                 if key not in self._processing:
@@ -136,7 +150,7 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._ready) + len(self._delayed)
+            return len(self._ready) + len(self._due)
 
     def shutdown(self) -> None:
         """Stop handing out keys: every `get` returns None from now on."""
