@@ -18,7 +18,7 @@ from diskferry.control.objects import ObjectService
 from diskferry.control.resources.core import EVENTS
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.conditions import set_condition
-from diskferry.control.runtime.manager import Manager, ObjectKey
+from diskferry.control.runtime.manager import Manager, ObjectKey, fingerprint
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.runtime.source import StoreSource
 
@@ -33,6 +33,8 @@ class Widgets:
         self.failures: dict[str, int] = {}
         self.requeues: dict[str, int] = {}
         self.pause = 0.0
+        self.gate: threading.Barrier | None = None
+        self.threads: set[str] = set()
         self.active: Counter[str] = Counter()
         self.overlapped: list[str] = []
         self.finished: list[str] = []
@@ -45,8 +47,11 @@ class Widgets:
             self.active[name] += 1
             if self.active[name] > 1:
                 self.overlapped.append(name)
+            self.threads.add(threading.current_thread().name)
         try:
             time.sleep(self.pause)
+            if self.gate is not None:
+                self.gate.wait()
             if self.failures.get(name, 0) > 0:
                 self.failures[name] -= 1
                 raise RuntimeError(f"{name} is broken\nsecond line")
@@ -182,6 +187,25 @@ def test_a_key_is_reconciled_once_at_a_time_however_often_it_changes(objects, ru
     time.sleep(0.2)
     assert widgets.overlapped == []
     assert widgets.calls["busy"] < 31  # changes that came while one ran were folded
+
+
+def test_reconciles_of_different_keys_run_on_the_workers_at_once(objects, run) -> None:
+    widgets = Widgets()
+    # each of four reconciles waits until all four are under way: one thread would never get on
+    widgets.gate = threading.Barrier(4, timeout=60)
+    run(widgets, workers=4)
+    for n in range(4):
+        _create(objects, f"w{n}")
+    wait_until(lambda: len(widgets.finished) >= 4)
+    assert not widgets.gate.broken
+    assert len(widgets.threads) == 4
+
+
+def test_what_is_kept_of_an_object_does_not_grow_with_its_annotations() -> None:
+    small = widget("w", annotations={"note": "x"})
+    large = widget("w", annotations={"note": "x" * 1_000_000})
+    assert len(fingerprint(large)) == len(fingerprint(small)) <= 32
+    assert fingerprint(large) != fingerprint(small)
 
 
 def test_a_changed_child_queues_its_owner(objects, run) -> None:

@@ -20,6 +20,7 @@ the source lost (GoneError) make it list again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -42,6 +43,7 @@ log = logging.getLogger("diskferry.control")
 RECONCILE_ERROR = "ReconcileError"
 RESYNC_SECONDS = 60.0
 WATCH_POLL = 0.5
+FINGERPRINT = 16
 WATCHED = ("uid", "generation", "labels", "annotations", "finalizers", "deletionTimestamp")
 Related = Callable[[dict[str, Any]], Iterable[tuple[str, str | None, str]]]
 """What an object (as API values) bears on: the (kind, namespace, name) of objects to queue
@@ -61,11 +63,14 @@ class ObjectKey:
         return f"{self.kind} {where}{self.name}"
 
 
-def fingerprint(obj: dict[str, Any]) -> str:
+def fingerprint(obj: dict[str, Any]) -> bytes:
     """What of an object queues it when it changes: its uid, generation, labels, annotations,
-    finalizers and deletionTimestamp, as one comparable text."""
+    finalizers and deletionTimestamp, as a digest of FINGERPRINT bytes, so that what the
+    manager keeps of each object does not grow with them (an annotation may hold the whole
+    object, as kubectl apply's last-applied-configuration does)."""
     meta = obj.get("metadata") or {}
-    return json.dumps([meta.get(field) for field in WATCHED], sort_keys=True)
+    text = json.dumps([meta.get(field) for field in WATCHED], sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=FINGERPRINT).digest()
 
 
 def error_message(error: BaseException) -> str:
@@ -100,7 +105,7 @@ class Manager:
         self.resync = resync
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._seen: dict[ObjectKey, str] = {}  # the watch thread's own, as is _bearing
+        self._seen: dict[ObjectKey, bytes] = {}  # the watch thread's own, as is _bearing
         self._bearing: dict[ObjectKey, set[tuple[str, str | None, str]]] = {}
 
     def start(self) -> None:
