@@ -1,6 +1,7 @@
 """DataUpload's scheduling with the real backup engine: cancel in each phase, the operation
-timeout, the cap observed from watch events, one active upload per VM with a stale one not
-blocking. A repository held exclusively (as a prune holds it) keeps workers waiting."""
+timeout, the cap observed from watch events (filled beyond the manager's reconciling threads),
+one active upload per VM with a stale one not blocking. A repository held exclusively (as a
+prune holds it) keeps workers waiting."""
 
 from __future__ import annotations
 
@@ -115,23 +116,24 @@ def test_an_upload_that_ended_while_the_daemon_was_down_is_judged_by_its_result(
     assert status["snapshotID"] and status["disks"][0]["snapshotID"]
 
 
-def test_cap_is_filled_and_never_exceeded(daemon, tmp_path):
-    daemon.mover_config(maxConcurrentDataMovers=2)
-    names = vms(daemon, 5)
+def test_cap_is_filled_beyond_the_reconciling_threads_and_never_exceeded(daemon, tmp_path):
+    cap = daemon.controllers.manager.workers + 1  # uploads run at once, not a thread each
+    daemon.mover_config(maxConcurrentDataMovers=cap)
+    names = vms(daemon, cap + 2)
     watch = PhaseWatch(daemon, "DataUpload")
     try:
         with repository_held(tmp_path / "backups"):
             for i, vm in enumerate(names):
                 daemon.upload(f"up-{i}", vm)
-            wait_until(lambda: watch.count("InProgress") == 2 and watch.count("Prepared") == 3)
-        for i in range(5):
+            wait_until(lambda: watch.count("InProgress") == cap and watch.count("Prepared") == 2)
+        for i in range(len(names)):
             assert daemon.wait_phase("DataUpload", f"up-{i}", *ENDED)["status"]["phase"] == (
                 "Completed"
             )
-        wait_until(lambda: watch.count("Completed") == 5)
+        wait_until(lambda: watch.count("Completed") == len(names))
     finally:
         watch.stop()
-    assert watch.most == 2
+    assert watch.most == cap
 
 
 def test_one_upload_per_vm_and_a_stale_one_stops_blocking(daemon, tmp_path):
