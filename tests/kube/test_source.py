@@ -1,12 +1,14 @@
 """ClusterSource, the manager's Source over a cluster's API, against the stand-in cluster: the
-listing, each kind's changes after it, and a watch that fell behind the changes the API keeps
-(410 Gone) ending the changes so that the manager lists again."""
+listing (read a page at a time as its objects are taken), each kind's changes after it, and a
+watch that fell behind the changes the API keeps (410 Gone) ending the changes so that the
+manager lists again."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from standin_support import StandIn, start_standin
@@ -15,6 +17,7 @@ from diskferry.control.errors import GoneError
 from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.runtime.source import Changes
+from diskferry.kube import api as kube_api
 from diskferry.kube.api import KubeApi
 from diskferry.kube.config import api_client
 from diskferry.kube.source import ClusterSource
@@ -62,6 +65,41 @@ def test_the_listing_and_every_change_after_it(api: KubeApi) -> None:
         assert changes_until(listing.changes, "later") == ["DELETED"]
     finally:
         listing.changes.close()
+
+
+def test_a_listing_is_read_a_page_at_a_time_as_its_objects_are_taken(
+    api: KubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kube_api, "PAGE", 2)
+    for n in range(5):
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk(f"paged-{n}"))
+    read: list[int] = []
+    pages = api.pages
+
+    def counted(*args: Any, **kwargs: Any) -> Iterator[tuple[list[dict], str]]:
+        for page in pages(*args, **kwargs):
+            read.append(len(page[0]))
+            yield page
+
+    monkeypatch.setattr(api, "pages", counted)
+    source = ClusterSource(api, REGISTRY)
+    listing = source.follow([VIRTUAL_DISKS])
+    try:
+        objects = iter(listing.objects)
+        taken = [next(objects), next(objects)]
+        assert read == [2]  # whole objects are held a page at a time, however many there are
+        taken += list(objects)
+        assert len(read) >= 3 and sum(read) == len(taken)
+        assert {f"paged-{n}" for n in range(5)} <= {o["metadata"]["name"] for o in taken}
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("after-pages"))
+        assert changes_until(listing.changes, "after-pages") == ["ADDED"]
+    finally:
+        listing.changes.close()
+    read.clear()
+    resynced = iter(source.list(VIRTUAL_DISKS))
+    first = next(resynced)
+    assert read == [2]
+    assert len([first, *resynced]) == len(taken) + 1  # and after-pages
 
 
 def test_a_watch_resumes_where_each_request_ended(api: KubeApi) -> None:

@@ -214,6 +214,26 @@ class KubeApi:
             item.setdefault("kind", kind)
         return page
 
+    def pages(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+    ) -> Iterator[tuple[list[Obj], str]]:
+        """The objects of the kind (in `namespace`, all when None) matching `label_selector`, a
+        page at a time, each read when the one before was taken, with the listing's
+        resourceVersion (the last page's is the one to watch from)."""
+        token = None
+        while True:
+            page = self._page(api_version, kind, namespace, label_selector, PAGE, token)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            yield page.get("items") or [], str(meta.get("resourceVersion") or "")
+            if not token:
+                return
+
     def list(
         self,
         api_version: str,
@@ -225,14 +245,11 @@ class KubeApi:
         """Every object of the kind (in `namespace`, all when None) matching `label_selector`,
         read a page at a time, and the resourceVersion of the listing to watch from."""
         items: list[Obj] = []
-        token = None
-        while True:
-            page = self._page(api_version, kind, namespace, label_selector, PAGE, token)
-            items += page.get("items") or []
-            meta = page.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                return items, str(meta.get("resourceVersion") or "")
+        version = ""
+        for page, listed in self.pages(api_version, kind, namespace, label_selector=label_selector):
+            items += page
+            version = listed
+        return items, version
 
     def create(self, api_version: str, kind: str, namespace: str | None, body: Obj) -> Obj:
         """Create the object; the object stored. AlreadyExistsError when the name is taken."""

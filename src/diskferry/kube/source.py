@@ -1,5 +1,7 @@
 """The manager's Source over a cluster's API: each kind listed, then watched from its listing's
-resourceVersion, as client-go's reflector does.
+resourceVersion, as client-go's reflector does. A listing is read a page at a time as the
+manager takes its objects, so that a kind's whole objects are held a page at a time however
+many there are (the manager keeps a key and a digest of each).
 
 Each kind's watch runs in a thread of its own and asks for `watch_seconds` at a time; when a
 request ends it asks again from the last resourceVersion it saw (a bookmark's too), so that
@@ -11,10 +13,11 @@ error, and the manager lists again a moment later.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,15 +43,17 @@ class KubeChange:
 class KindWatches:
     """The changes of each kind from its own resourceVersion, merged as they come."""
 
-    def __init__(self, api: KubeApi, starts: Sequence[tuple[KindInfo, str]], seconds: int) -> None:
+    def __init__(self, api: KubeApi, seconds: int) -> None:
         self.api = api
         self.seconds = seconds
         self._changes: queue.Queue[KubeChange | DiskferryError] = queue.Queue()
         self._stop = threading.Event()
-        for info, version in starts:
-            threading.Thread(
-                target=self._follow, args=(info, version), name=f"watch-{info.plural}", daemon=True
-            ).start()
+
+    def watch(self, info: KindInfo, version: str) -> None:
+        """Follow the kind's changes after `version`, in a thread of its own."""
+        threading.Thread(
+            target=self._follow, args=(info, version), name=f"watch-{info.plural}", daemon=True
+        ).start()
 
     def _follow(self, info: KindInfo, version: str) -> None:
         """Watch the kind from `version` until closed, each request resumed where the last one
@@ -116,20 +121,36 @@ class ClusterSource:
         self.registry = registry
         self.watch_seconds = watch_seconds
 
-    def list(self, info: KindInfo) -> list[dict[str, Any]]:
-        """Every object of the kind, in every namespace."""
-        items, _ = self.api.list(info.api_version, info.kind)
-        return items
+    def list(self, info: KindInfo) -> Iterator[dict[str, Any]]:
+        """Every object of the kind, in every namespace, a page read as the last is taken."""
+        for items, _ in self.api.pages(info.api_version, info.kind):
+            yield from items
 
     def follow(self, kinds: Sequence[KindInfo]) -> Listing:
-        """Every object of `kinds` now, and their changes from then on."""
-        objects: list[dict[str, Any]] = []
-        starts: list[tuple[KindInfo, str]] = []
-        for info in kinds:
-            items, version = self.api.list(info.api_version, info.kind)
-            objects += items
-            starts.append((info, version))
-        return Listing(objects, KindWatches(self.api, starts, self.watch_seconds))
+        """Every object of `kinds` now, and their changes from then on: each kind's first page
+        is read here and its watch starts from that page's resourceVersion (every page of a
+        listing is of that one); its other pages are read as the objects before are taken."""
+        watches = KindWatches(self.api, self.watch_seconds)
+        listed: list[Iterator[dict[str, Any]]] = []
+        try:
+            for info in kinds:
+                pages = self.api.pages(info.api_version, info.kind)
+                first, version = next(pages)
+                watches.watch(info, version)
+                listed.append(self._rest(first, pages))
+        except Exception:
+            watches.close()  # the kinds watched so far
+            raise
+        return Listing(itertools.chain.from_iterable(listed), watches)
+
+    @staticmethod
+    def _rest(
+        first: list[dict[str, Any]], pages: Iterator[tuple[list[dict[str, Any]], str]]
+    ) -> Iterator[dict[str, Any]]:
+        """The objects of a first page, then of each page after it, read as they are taken."""
+        yield from first
+        for items, _ in pages:
+            yield from items
 
     def expire_events(self) -> None:
         """Nothing: the cluster's API server expires Events itself."""

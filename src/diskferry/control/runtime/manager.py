@@ -189,22 +189,20 @@ class Manager:
 
     def _follow(self) -> None:
         listing = self.source.follow(self._kinds())
-        self._queue_all(listing.objects)
-        resynced = time.monotonic()
         watch = listing.changes
         try:
+            self._queue_all(listing.objects)
+            resynced = time.monotonic()
             while not self._stop.is_set():
-                try:
-                    events = watch.next(WATCH_POLL)
-                except GoneError:
-                    return  # too far behind: list again
-                for event in events:
+                for event in watch.next(WATCH_POLL):
                     if event.type != "BOOKMARK":
                         self._enqueue_object(event.object, event.type)
                 if time.monotonic() - resynced >= self.resync:
                     self._queue_all(obj for info in self._kinds() for obj in self.source.list(info))
                     self.source.expire_events()
                     resynced = time.monotonic()
+        except GoneError:
+            return  # too far behind, watching or reading a listing's pages: list again
         finally:
             watch.close()
 

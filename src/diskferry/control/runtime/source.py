@@ -9,7 +9,7 @@ changes with GoneError: the manager lists again and follows from there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,10 +49,11 @@ class Changes(Protocol):
 
 @dataclass
 class Listing:
-    """Every object of the kinds listed, and their changes (and those of the other kinds the
-    source follows) from the moment of that listing."""
+    """Every object of the kinds listed (to be taken once, before the changes), and their
+    changes (and those of the other kinds the source follows) from the moment of that
+    listing."""
 
-    objects: list[dict[str, Any]]
+    objects: Iterable[dict[str, Any]]
     changes: Changes
 
 
@@ -61,8 +62,8 @@ class Source(Protocol):
 
     registry: Registry
 
-    def list(self, info: KindInfo) -> list[dict[str, Any]]:
-        """Every object of the kind, in every namespace."""
+    def list(self, info: KindInfo) -> Iterable[dict[str, Any]]:
+        """Every object of the kind, in every namespace (to be taken once)."""
         ...
 
     def follow(self, kinds: Sequence[KindInfo]) -> Listing:
