@@ -19,6 +19,7 @@ def _benchmarks() -> dict[str, Bench]:
         bench_export,
         bench_growth,
         bench_import,
+        bench_operator,
         bench_transfer,
     )
 
@@ -27,6 +28,7 @@ def _benchmarks() -> dict[str, Bench]:
         "export": bench_export.run,
         "backup": bench_backup.run,
         "control": bench_control.run,
+        "operator": bench_operator.run,
         "transfer": bench_transfer.run,
         "growth": bench_growth.run,
     }
