@@ -24,6 +24,7 @@ from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.host.embedded.servers import LoopbackServers
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
+from diskferry.control.host.images import ImageStore
 from diskferry.control.host.proxy import KeptProxy
 from diskferry.control.host.servers import ExportServers
 from diskferry.control.host.volumes import Volumes
@@ -78,9 +79,10 @@ def embedded(objects: ObjectService) -> Access:
 class Controllers:
     """The reconcilers of the disk, image (claimed and stored) and snapshot kinds (and any
     `extra`), and their manager; their workers run through `runner`, their claims are made by
-    `volumes`, their servers' certificates come from `certs`, the export proxy is `proxy`'s and
-    export servers are placed by `servers` (this host's, under the data directory, unless
-    others are given: a cluster's Pods, PVCs, Secrets, proxy Deployment and Services)."""
+    `volumes`, their images kept in `store`, their servers' certificates come from `certs`, the
+    export proxy is `proxy`'s and export servers are placed by `servers` (this host's, under the
+    data directory, unless others are given: a cluster's Pods, PVCs, image store, Secrets, proxy
+    Deployment and Services)."""
 
     def __init__(
         self,
@@ -96,13 +98,14 @@ class Controllers:
         volumes: Volumes | None = None,
         proxy: KeptProxy | None = None,
         servers: ExportServers | None = None,
+        store: ImageStore | None = None,
     ) -> None:
         access = objects if isinstance(objects, Access) else embedded(objects)
         clock = access.clock
         self.client = access.client
         self.runner: Runner = runner or LocalRunner(data_dir)
         self.volumes: Volumes = volumes or DirectoryVolumes(data_dir)
-        self.store = LayoutImageStore(data_dir)
+        self.store: ImageStore = store or LayoutImageStore(data_dir)
         self.machines = QemuMachines(data_dir)
         self.certs: ServerCerts = certs or DaemonCa(Path(data_dir) / PKI_DIR)
         self.proxy: KeptProxy = proxy or ProxyKeeper(self.runner, self.certs, port=proxy_port)

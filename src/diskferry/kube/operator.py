@@ -5,9 +5,10 @@ Every instance answers the probes and tries for the Lease; the one that takes it
 (every diskferry.io kind, through KubeClient and ClusterSource) until it is stopped, when it
 releases the Lease, or until it loses it, when it stops reconciling before another may take
 over. The controllers' workers run as Pods of the operator's own image, their claims PVCs
-(`runner`, `volumes`): a new leader finds the worker Pods the last one started. With the local
-runner they run on the leader's host as its child processes instead, their volumes and state
-under its data directory, which instances that may lead then share.
+(`runner`, `volumes`), with no image store (`images`): a new leader finds the worker Pods the
+last one started. With the local runner they run on the leader's host as its child processes
+instead, their volumes, images and state under its data directory, which instances that may
+lead then share.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
+from diskferry.control.host.images import ImageStore
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.resources import REGISTRY
 from diskferry.control.runner.base import Runner
@@ -32,6 +34,7 @@ from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
 from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster
 from diskferry.kube.health import Health
+from diskferry.kube.images import NoImageStore
 from diskferry.kube.lease import LeaderElector, LeaseTimes
 from diskferry.kube.runner import PodRunner
 from diskferry.kube.source import WATCH_SECONDS, ClusterSource
@@ -147,13 +150,14 @@ class Operator:
         finally:
             self.health.stop()
 
-    def _workers(self) -> tuple[Runner | None, Volumes | None]:
-        """Where the workers run and the claims are: Pods and PVCs, or (None) this host."""
+    def _workers(self) -> tuple[Runner | None, Volumes | None, ImageStore | None]:
+        """Where the workers run, the claims are and the images are kept: Pods, PVCs and no
+        image store, or (None) this host."""
         if self.settings.runner != PODS:
-            return None, None
+            return None, None, None
         volumes = ClusterVolumes(self.api)
         runner = PodRunner(self.api, self.settings.worker_image, volumes, self.settings.namespace)
-        return runner, volumes
+        return runner, volumes, NoImageStore()
 
     def _lead(self, stop: threading.Event) -> bool:
         settings = self.settings
@@ -165,7 +169,7 @@ class Operator:
         )
         with serving(settings.data_dir):
             access = Access(self.client, self.source, Clock())
-            runner, volumes = self._workers()
+            runner, volumes, store = self._workers()
             controllers = Controllers(
                 settings.data_dir,
                 access,
@@ -173,6 +177,7 @@ class Operator:
                 proxy_port=settings.proxy_port,
                 runner=runner,
                 volumes=volumes,
+                store=store,
             )
             held = False
             try:

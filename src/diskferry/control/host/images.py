@@ -1,6 +1,7 @@
 """The image store as reconcilers see it (the DVCR role): where the image of a VirtualImage or
 ClusterVirtualImage is kept, whether it is there, and where a VM finds its disk; the embedded
-host keeps OCI image layouts in its data directory, a cluster a registry."""
+host keeps OCI image layouts in its data directory, a cluster a registry (which the cluster
+shape has not yet: see `diskferry.kube.images`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from diskferry.control.model import Resource
 
 REPOSITORIES = {"VirtualImage": "vi", "ClusterVirtualImage": "cvi"}
 """The kinds kept in the store, and the repository each one's images are under."""
+
+
+class ImageStoreUnavailableError(DiskferryError):
+    """There is no image store here to keep an image in."""
+
+    reason = "ImageStoreUnavailable"
 
 
 class ImageNotStoredError(DiskferryError):
@@ -38,6 +45,9 @@ class ImageStore(Protocol):
     @property
     def staging(self) -> VolumeClass:
         """The class of the claims an image is staged in before it is stored (an upload)."""
+
+    def unavailable(self) -> str | None:
+        """Why no image can be kept in the store here, None when images can."""
 
     def reference(self, obj: Resource) -> str:
         """The reference of the image of a VirtualImage or ClusterVirtualImage."""

@@ -1,6 +1,9 @@
 """Images kept in the image store: a VirtualImage with `storage: ContainerRegistry` (the
 default) and every ClusterVirtualImage.
 
+Where the host has no image store (see `host.images`), the image fails at once with the
+reason ImageStoreUnavailable.
+
 Pending (waiting for its source; its spec may still change) -> Provisioning (written before
 a worker starts: a `push` worker imports the source and stores it as a containerDisk in
 DATA_DIR/images; the claim of a disk, a snapshot or an image is stored as qcow2, so the
@@ -20,7 +23,7 @@ from typing import Any
 
 from diskferry.control.duration import DurationError
 from diskferry.control.host.certs import ServerCerts
-from diskferry.control.host.images import ImageStore
+from diskferry.control.host.images import ImageStore, ImageStoreUnavailableError
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
@@ -109,6 +112,10 @@ class StoredImages:
         settled = status.get("observedGeneration") == obj.metadata.generation
         if phase in (READY, IMAGE_LOST) or (settled and phase == FAILED):
             return self._settled(obj, phase)
+        unavailable = self.store.unavailable()
+        if unavailable is not None:
+            failed = Outcome(False, reason=ImageStoreUnavailableError.reason, message=unavailable)
+            return self._fail(obj, failed, self.job_id(obj))
         if phase is None:
             obj = transition(self.client, obj, PENDING, PENDING, "waiting to be provisioned")
         found = resolve_source(self.client, self.volumes, self.store, namespace, data_source)

@@ -72,8 +72,9 @@ class VirtualImageSpec(ApiModel):
         default=StorageType.CONTAINER_REGISTRY,
         validate_default=True,
         description="ContainerRegistry (the default): kept in the daemon's image store, as a "
-        "container-disk image; PersistentVolumeClaim: kept in a claim of its own, as a disk is. "
-        "Deckhouse's deprecated Kubernetes is refused: write PersistentVolumeClaim.",
+        "container-disk image (diskferry operator has no image store yet: such an image fails "
+        "with ImageStoreUnavailable); PersistentVolumeClaim: kept in a claim of its own, as a "
+        "disk is. Deckhouse's deprecated Kubernetes is refused: write PersistentVolumeClaim.",
     )
     persistent_volume_claim: VirtualImagePersistentVolumeClaim = Field(
         default_factory=VirtualImagePersistentVolumeClaim, alias="persistentVolumeClaim"
@@ -189,7 +190,9 @@ class VirtualImage(Resource):
     serves the store as a registry. An image made from a claim (a disk's, a snapshot's, another
     image's) is stored as qcow2, so it keeps what the claim has allocated, not its whole size. With
     PersistentVolumeClaim it is kept in a claim of its own, as a disk is. An image in the store
-    whose layout went missing is ImageLost; deleting the image removes it from the store.
+    whose layout went missing is ImageLost; deleting the image removes it from the store. In a
+    cluster (diskferry operator) there is no image store yet: an image kept there fails with
+    ImageStoreUnavailable, and one kept in a claim is filled by a worker Pod.
     """
 
     CONDITIONS = IMAGE_CONDITIONS
@@ -263,7 +266,8 @@ class ClusterVirtualImage(Resource):
 
     It has no spec.storage: it lives in the image store, the OCI layout DATA_DIR/images/cvi/NAME;
     its objectRef and its imagePullSecret name a namespace. An image in the store whose layout went
-    missing is ImageLost; deleting the image removes it from the store.
+    missing is ImageLost; deleting the image removes it from the store. In a cluster (diskferry
+    operator) there is no image store yet: the image fails with ImageStoreUnavailable.
     """
 
     CONDITIONS = IMAGE_CONDITIONS

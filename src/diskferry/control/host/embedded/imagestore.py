@@ -35,6 +35,10 @@ class LayoutImageStore:
         """DATA_DIR/staging: the class of the claims uploads are staged in."""
         return VolumeClass(STAGING, root=self.root.parent / STAGING)
 
+    def unavailable(self) -> str | None:
+        """None: images are kept in DATA_DIR/images."""
+        return None
+
     def reference(self, obj: Resource) -> str:
         """The `oci:` reference of the image of a VirtualImage or ClusterVirtualImage."""
         meta = obj.metadata
