@@ -1,8 +1,8 @@
 """The import engine: brings a disk image from a file, URL or containerDisk into a volume.
 
-Its face: the jobs (import, push into an image store, upload; blank, grow and reflink of a
-volume), their results and phases, the functions that run them, and their errors; each loaded
-when first used (diskferry.base.faces).
+Its face: the jobs (import, push into an image store, upload, probe of a source's size; blank,
+grow and reflink of a volume), their results and phases, the functions that run them, and their
+errors; each loaded when first used (diskferry.base.faces).
 """
 
 from diskferry.base.faces import lazy_face
@@ -14,6 +14,7 @@ __all__, __getattr__, __dir__ = lazy_face(
         "image_push": ("ImagePushJob", "ImagePushResult", "push_image", "stored_format"),
         "job": ("ImportJob", "ImportPhase", "ImportResult"),
         "probe": ("probe_image",),
+        "probe_job": ("ProbeJob", "ProbeResult", "SizeUnknownError"),
         "source": ("SourceError",),
         "upload_client": ("UploadClientError", "upload_file"),
         "upload_job": ("UploadJob", "UploadPhase", "UploadResult"),

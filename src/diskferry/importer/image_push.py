@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from diskferry.disk.progress import Progress
 from diskferry.importer.engine import run_import
 from diskferry.importer.job import ImportJob, registry_options
-from diskferry.importer.probe import probe_image
+from diskferry.importer.probe import probe_job_source
 from diskferry.qemu import img
 from diskferry.registry.containerdisk_push import DiskFile, push_container_disk
 from diskferry.registry.destination import open_destination
@@ -54,14 +54,7 @@ def stored_format(job: ImportJob, wanted: Literal["raw", "qcow2"] | None) -> str
     """The format to store: `wanted`, else the source's when raw or qcow2, else qcow2."""
     if wanted:
         return wanted
-    found = probe_image(
-        job.source,
-        ca_bundle=job.ca_bundle,
-        headers=job.headers,
-        registry=registry_options(job),
-        retries=job.retries,
-        timeout=job.timeout,
-    )["format"]
+    found = probe_job_source(job)["format"]
     return found if found in _KEPT_FORMATS else "qcow2"
 
 

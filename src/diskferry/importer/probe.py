@@ -1,4 +1,5 @@
-"""What `diskferry info` tells of an image, reading only its head (or qemu-img for a local file)."""
+"""What `diskferry info` tells of an image, reading only its head (or qemu-img for a local file);
+and the same of an import's source, as a probe job asks it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from diskferry.disk.formats import (
     read_fixed_vhd_size,
 )
 from diskferry.disk.peek import PeekReader
+from diskferry.importer.job import ImportJob, registry_options
+from diskferry.importer.probe_job import ProbeJob, ProbeResult, SizeUnknownError
 from diskferry.importer.source import SourceStream
 from diskferry.qemu import img
 
@@ -84,3 +87,35 @@ def probe_image(
     elif fmt == "raw" and not compression:
         found["virtualSize"] = stream.content_size
     return found
+
+
+def probe_job_source(job: ImportJob) -> dict[str, Any]:
+    """`probe_image` of the job's source, reached as the job reaches it."""
+    return probe_image(
+        job.source,
+        ca_bundle=job.ca_bundle,
+        headers=job.headers,
+        registry=registry_options(job),
+        retries=job.retries,
+        timeout=job.timeout,
+    )
+
+
+def probe_size(job: ProbeJob) -> ProbeResult:
+    """The format and virtual size of the job's source; SizeUnknownError when its head does not
+    tell its size."""
+    found = probe_job_source(job)
+    if found["virtualSize"] is None:
+        what = (
+            f"{found['compression']}-compressed {found['format']}"
+            if found["compression"]
+            else found["format"]
+        )
+        raise SizeUnknownError(
+            f"the virtual size of a {what} image is not told by its head: give the claim's "
+            "size (persistentVolumeClaim.size), or import it as qcow2 (compressed or not) or "
+            "uncompressed raw"
+        )
+    return ProbeResult(
+        format=found["format"], compression=found["compression"], virtual_size=found["virtualSize"]
+    )

@@ -1,5 +1,6 @@
 """`python -m diskferry.importer.worker JOB.json`: one import, one push into an image store, one
-upload server, or one volume job (blank, grow, reflink), as a child process or Pod."""
+upload server, one probe of a source's size, or one volume job (blank, grow, reflink), as a
+child process or Pod."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 from diskferry.importer.engine import run_import
 from diskferry.importer.image_push import ImagePushJob, push_image, stored_format
 from diskferry.importer.job import ImportJob
+from diskferry.importer.probe import probe_size
+from diskferry.importer.probe_job import ProbeJob
 from diskferry.importer.upload_job import UploadJob
 from diskferry.importer.upload_service import serve_upload
 from diskferry.importer.volume_job import BlankJob, GrowJob, ReflinkJob
@@ -28,6 +31,11 @@ def run_push(job: ImagePushJob, ctx: JobContext) -> dict[str, Any]:
 def run_upload(job: UploadJob, ctx: JobContext) -> dict[str, Any]:
     """Serve the job's upload and return its result as JSON values."""
     return serve_upload(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
+
+
+def run_probe(job: ProbeJob, ctx: JobContext) -> dict[str, Any]:
+    """Tell the format and virtual size of the job's source, from its head."""
+    return probe_size(job).to_json()
 
 
 def run_blank(job: BlankJob, ctx: JobContext) -> dict[str, Any]:
@@ -57,6 +65,7 @@ if __name__ == "__main__":
             "import": JobKind(ImportJob, run),
             "push": JobKind(ImagePushJob, run_push),
             "upload": JobKind(UploadJob, run_upload),
+            "probe": JobKind(ProbeJob, run_probe),
             "blank": JobKind(BlankJob, run_blank),
             "grow": JobKind(GrowJob, run_grow),
             "reflink": JobKind(ReflinkJob, run_reflink),

@@ -95,6 +95,10 @@ class ClusterVolumes:
         """None: a cluster's storage offers Block claims (volumeMode Block)."""
         return None
 
+    def sized_claims(self) -> bool:
+        """True: a PVC is asked for with its size."""
+        return True
+
     def _get(self, namespace: str, name: str) -> Obj | None:
         return self.api.get(*PVC, namespace, name)
 

@@ -92,6 +92,10 @@ class Volumes(Protocol):
     def block_unavailable(self) -> str | None:
         """Why block claims cannot be made here, None when they can."""
 
+    def sized_claims(self) -> bool:
+        """Whether a file claim is made with its size, which what writes it cannot pass (a
+        PVC), rather than taking the size of what a job writes into it (a file)."""
+
     def claim(self, volume_class: VolumeClass, namespace: str, name: str, size: int) -> Claim:
         """Make the claim of `size` bytes, or find it made (a file claim holds no file until a
         job writes it whole)."""

@@ -29,7 +29,7 @@ from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError, Volu
 from diskferry.control.kinds import KindInfo
 from diskferry.control.model import Resource
 from diskferry.control.quantity import format_bytes
-from diskferry.control.reconcilers.imports import Imports, Outcome, Source
+from diskferry.control.reconcilers.imports import Imports, Outcome, Source, source_files
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
     FAILED,
@@ -50,6 +50,7 @@ from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, u
 from diskferry.control.reconcilers.volumejobs import (
     BLANK,
     GROW,
+    PROBE,
     REFLINK,
     blank_job,
     grow_job,
@@ -63,7 +64,7 @@ from diskferry.control.runner.jobs import Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.disk.urls import http_url_for_message
-from diskferry.importer import ReflinkResult, VolumeResult
+from diskferry.importer import ProbeJob, ProbeResult, ReflinkResult, VolumeResult
 
 log = logging.getLogger("diskferry.control")
 PVC_LOST = "PVCLost"
@@ -72,6 +73,7 @@ WAIT_FOR_USER_UPLOAD = "WaitForUserUpload"
 WAITING_FOR_SOURCE = "WaitingForDataSource"
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
+SIZE_REQUIRED = "SizeRequired"
 
 
 class ResizeError(DiskferryError):
@@ -183,7 +185,8 @@ class ClaimedKind(ABC):
 
     def job_ids(self, obj: Resource) -> list[str]:
         """The ids of every job the object may have: its import's, then its volume jobs'."""
-        return [self.job_id(obj), *(self.volume_job_id(obj, w) for w in (BLANK, GROW, REFLINK))]
+        volume_jobs = (BLANK, GROW, REFLINK, PROBE)
+        return [self.job_id(obj), *(self.volume_job_id(obj, what) for what in volume_jobs)]
 
     def claim_fields(self, volume_class: VolumeClass, obj: Resource) -> dict[str, Any]:
         """Where the object's data lives, as status shows it (the daemon never reads it back)."""
@@ -235,7 +238,7 @@ class ClaimedKind(ABC):
         if size is None and (volume_class.block or source is None):
             return self._fail(
                 obj,
-                "SizeRequired",
+                SIZE_REQUIRED,
                 f"a claim of the block StorageClass {volume_class.name} needs "
                 "persistentVolumeClaim.size",
             )
@@ -245,6 +248,11 @@ class ClaimedKind(ABC):
         if begun is None:
             return Result.done()
         obj = begun
+        if size is None and source is not None and self.volumes.sized_claims():
+            probed = self._source_size(obj, volume_class, source)
+            if isinstance(probed, Result):
+                return probed
+            size = probed
         try:
             claim = self.volumes.claim(
                 volume_class, obj.metadata.namespace, claim_name(obj), size or 0
@@ -327,6 +335,36 @@ class ClaimedKind(ABC):
             return Result.done()
         self.jobs.settle(job_id, tag(obj), keep=False)
         return None
+
+    def _source_size(self, obj: Any, volume_class: VolumeClass, source: Source) -> int | Result:
+        """The size of a claim made with its size (a PVC) when neither the object nor its source
+        gives one: the claim's once it is made, else the virtual size a probe worker reads from
+        the head of the source (a Result while it reads, or once it could not tell)."""
+        made = self.volumes.find(volume_class, obj.metadata.namespace, claim_name(obj))
+        if made is not None:
+            return made.size()
+        if source.upload:
+            return self._fail(
+                obj,
+                SIZE_REQUIRED,
+                f"an upload into a claim of the StorageClass {volume_class.name} needs "
+                "persistentVolumeClaim.size: its claim is made with its size, before the upload",
+            )
+        job_id = self.volume_job_id(obj, PROBE)
+        outcome = self.jobs.poll(job_id, ProbeResult)
+        if outcome is None or (isinstance(outcome, Failed) and outcome.kept):
+            fields, files = source_files(source)
+            self.jobs.restart(job_id, ProbeJob(source=source.location, **fields), files)
+            outcome = Running(None)
+        if isinstance(outcome, Running):
+            message = "reading the size of its source"
+            transition(self.client, obj, PROVISIONING, PROVISIONING, message)
+            return Result.requeue(POLL_SECONDS)
+        if isinstance(outcome, Failed):
+            self.jobs.settle(job_id, tag(obj), keep=True)
+            return self._fail(obj, outcome.reason, outcome.message)
+        self.jobs.settle(job_id, tag(obj), keep=False)
+        return outcome.result.virtual_size
 
     def _clone(self, obj: Any, claim: Claim, source: Source, size: int | None) -> Result | None:
         """The file claim cloned from the local file of `source` at an instant (reflink), grown

@@ -1,5 +1,6 @@
 """The volume jobs a reconciler has a worker run on a claim: a blank disk, a claim grown, an
-instant copy (reflink) with the guests that write its source frozen for that instant. Each
+instant copy (reflink) with the guests that write its source frozen for that instant, and the
+probe that reads the size of a claim's source before a claim made with its size is made. Each
 runs under an id of its own, `<prefix>-<what>-<uid>`, beside the object's import job, so a
 reconcile that restarts finds it; the worker writes the claim, the daemon never does."""
 
@@ -19,10 +20,12 @@ R = TypeVar("R", bound=BaseModel)
 BLANK = "blank"
 GROW = "grow"
 REFLINK = "reflink"
+PROBE = "probe"
 
 
 def volume_job_id(prefix: str, what: str, uid: str | None) -> str:
-    """The id of the `what` job (blank, grow, reflink) of the object of `prefix` and `uid`."""
+    """The id of the `what` job (blank, grow, reflink, probe) of the object of `prefix` and
+    `uid`."""
     return f"{prefix}-{what}-{uid}"
 
 

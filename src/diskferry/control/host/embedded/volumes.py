@@ -164,6 +164,10 @@ class DirectoryVolumes:
         """Why block claims cannot be made here, None when they can."""
         return block_unavailable()
 
+    def sized_claims(self) -> bool:
+        """False: a file claim takes the size of what its job writes."""
+        return False
+
     def _roots(self, volume_class: VolumeClass) -> list[Path]:
         """The folders of the class down to its root: DATA_DIR/volumes and its folder, or its
         own root."""
