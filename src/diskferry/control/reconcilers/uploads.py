@@ -5,8 +5,9 @@ fresh token; the URLs users upload to, in Deckhouse's secret-path shape (`/uploa
 read back from the running worker.
 
 The external URL goes through the export proxy, as an export's external links do: the upload
-server is routed there under the namespace `diskferry-uploads` and its job's id; the in-cluster
-URL reaches the worker itself, by the address the runner gives.
+server is routed there under the namespace `diskferry-uploads` and its job's id, and there is
+none where nothing reaches the proxy from outside; the in-cluster URL reaches the worker
+itself, by the address the runner gives.
 
 The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
 with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
@@ -142,9 +143,11 @@ def upload_urls(
     progress: dict[str, Any] | None,
     proxy: ExportProxy | None = None,
 ) -> dict[str, str]:
-    """`imageUploadURLs` of the running server, {} until it (and `proxy`) listen, both ending
-    in `/upload/<secret>`: `external` through `proxy` (the server routed there), or as
-    `inCluster` without one, and `inCluster` by the address the runner gives."""
+    """`imageUploadURLs` of the running server, {} until it listens, each ending in
+    `/upload/<secret>`: `inCluster` by the address the runner gives; `external` through `proxy`
+    once it serves (the server routed there), as `inCluster` without a proxy, and absent where
+    nothing reaches the proxy from outside (a cluster with neither a Route nor an Ingress to it,
+    as an export's external links are)."""
     port = ((progress or {}).get("details") or {}).get("listenPort")
     token = runner.read_file(job_id, TOKEN_FILE)
     if not isinstance(port, int) or not token:
@@ -152,17 +155,17 @@ def upload_urls(
     server = runner.server_url(job_id, port)
     if server is None:
         return {}
-    secret = token.decode().splitlines()[0]
-    external = server
-    if proxy is not None:
-        proxy.route(ROUTE_NAMESPACE, job_id, port, ready=True)
-        if not proxy.serving():
-            return {}
-        external = proxy.external_url(ROUTE_NAMESPACE, job_id)
-    return {
-        "external": f"{external}{UploadJob.UPLOAD_PREFIX}{secret}",
-        "inCluster": f"{server}{UploadJob.UPLOAD_PREFIX}{secret}",
-    }
+    path = f"{UploadJob.UPLOAD_PREFIX}{token.decode().splitlines()[0]}"
+    in_cluster = {"inCluster": f"{server}{path}"}
+    if proxy is None:
+        return {"external": f"{server}{path}", **in_cluster}
+    outside = proxy.outside()
+    if isinstance(outside, str):
+        return in_cluster
+    proxy.route(ROUTE_NAMESPACE, job_id, port, ready=True)
+    if not proxy.serving():
+        return {}
+    return {"external": f"{outside.export_url(ROUTE_NAMESPACE, job_id)}{path}", **in_cluster}
 
 
 def drop_upload_route(proxy: ExportProxy | None, job_id: str) -> None:

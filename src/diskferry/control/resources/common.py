@@ -319,7 +319,10 @@ class ImageUploadURLs(ApiModel):
     refused."""
 
     external: str | None = Field(
-        default=None, description="The URL through the export proxy, for clients elsewhere."
+        default=None,
+        description="The URL through the export proxy, for clients elsewhere; absent where "
+        "nothing reaches the proxy from outside (a cluster with neither a Route nor an Ingress "
+        "to it).",
     )
     in_cluster: str | None = Field(
         default=None,
