@@ -29,6 +29,7 @@ class ImportJob(WorkerJob):
     """
 
     WORKER = "diskferry.importer.worker"
+    READS = ("source",)
     kind: Literal["import"] = "import"
     source: str
     target: str

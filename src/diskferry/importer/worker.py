@@ -1,6 +1,6 @@
 """`python -m diskferry.importer.worker JOB.json`: one import, one push into an image store, one
-upload server, one probe of a source's size, or one volume job (blank, grow, reflink), as a
-child process or Pod."""
+upload server, one probe of a source's size, one volume job (blank, grow, reflink), or a
+volume served over NBD for a clone (serve), as a child process or Pod."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from diskferry.importer.image_push import ImagePushJob, push_image, stored_forma
 from diskferry.importer.job import ImportJob
 from diskferry.importer.probe import probe_size
 from diskferry.importer.probe_job import ProbeJob
+from diskferry.importer.serve_job import ServeJob
 from diskferry.importer.upload_job import UploadJob
 from diskferry.importer.upload_service import serve_upload
 from diskferry.importer.volume_job import BlankJob, GrowJob, ReflinkJob
@@ -36,6 +37,13 @@ def run_upload(job: UploadJob, ctx: JobContext) -> dict[str, Any]:
 def run_probe(job: ProbeJob, ctx: JobContext) -> dict[str, Any]:
     """Tell the format and virtual size of the job's source, from its head."""
     return probe_size(job).to_json()
+
+
+def run_serve(job: ServeJob, ctx: JobContext) -> dict[str, Any]:
+    """Serve the job's volume over NBD until stopped and return where it listened."""
+    from diskferry.importer.serve import serve_volume
+
+    return serve_volume(job, ctx.progress, ctx.cancel, ctx.reporter).to_json()
 
 
 def run_blank(job: BlankJob, ctx: JobContext) -> dict[str, Any]:
@@ -66,6 +74,7 @@ if __name__ == "__main__":
             "push": JobKind(ImagePushJob, run_push),
             "upload": JobKind(UploadJob, run_upload),
             "probe": JobKind(ProbeJob, run_probe),
+            "serve": JobKind(ServeJob, run_serve),
             "blank": JobKind(BlankJob, run_blank),
             "grow": JobKind(GrowJob, run_grow),
             "reflink": JobKind(ReflinkJob, run_reflink),

@@ -8,7 +8,15 @@ from diskferry.base.faces import lazy_face
 __all__, __getattr__, __dir__ = lazy_face(
     __name__,
     {
-        "certs": ("CA_CERT", "CA_KEY", "create_ca", "default_sans", "issue_server_cert"),
+        "certs": (
+            "CA_CERT",
+            "CA_KEY",
+            "PairedCerts",
+            "create_ca",
+            "default_sans",
+            "issue_pair",
+            "issue_server_cert",
+        ),
         "defaults": (
             "DEFAULT_ADDRESS",
             "DEFAULT_PORT",

@@ -37,6 +37,9 @@ class WorkerJob(JobModel):
     """
 
     WORKER: ClassVar[str] = ""
+    READS: ClassVar[tuple[str, ...]] = ()
+    """The job file's fields that name volumes the job only reads, which a runner may give it
+    read-only."""
     job_id: str | None = Field(default=None, alias="jobId", pattern=JOB_ID_PATTERN)
     address: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
