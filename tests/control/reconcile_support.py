@@ -15,6 +15,7 @@ from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
 from diskferry.control.errors import NotFoundError
 from diskferry.control.host.servers import free_port
+from diskferry.control.host.volumes import Volumes
 from diskferry.control.kinds import KindInfo, Registry
 from diskferry.control.model import API_VERSION
 from diskferry.control.objects import ObjectService
@@ -36,13 +37,19 @@ class Daemon:
         clock: Clock | None = None,
         proxy_port: int | None = None,
         resync: float = RESYNC_SECONDS,
+        volumes: Volumes | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.registry = registry
         self.proxy_port = proxy_port or free_port()
         self.objects = ObjectService(data_dir / "state.db", registry, clock)
         self.controllers = Controllers(
-            data_dir, self.objects, workers=2, resync=resync, proxy_port=self.proxy_port
+            data_dir,
+            self.objects,
+            workers=2,
+            resync=resync,
+            proxy_port=self.proxy_port,
+            volumes=volumes,
         )
         self.controllers.start()
 

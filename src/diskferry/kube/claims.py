@@ -15,7 +15,7 @@ write it, is known from its name alone.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +37,11 @@ _CLAIM = re.compile(rf"^({'|'.join(_KINDS)})-(.+)-({_UID})$")
 
 @dataclass(frozen=True)
 class NamedClaim:
-    """A claim a job names: its namespace and name."""
+    """A claim a job names: its namespace and name, and whether the job only reads it."""
 
     namespace: str
     name: str
+    read_only: bool = False
 
 
 def folder(namespace: str, name: str) -> str:
@@ -64,14 +65,17 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def named_claims(job: dict[str, Any]) -> list[NamedClaim]:
-    """The claims a job file names by their paths in a Pod, each once, in the order named."""
-    found: dict[NamedClaim, None] = {}
-    for text in _strings(job):
-        match = _IN_POD.match(text)
-        if match:
-            found[NamedClaim(match["namespace"], match["name"])] = None
-    return list(found)
+def named_claims(job: dict[str, Any], reads: Iterable[str] = ()) -> list[NamedClaim]:
+    """The claims a job file names by their paths in a Pod, each once, in the order named; one
+    named only by the fields `reads` is read-only."""
+    found: dict[tuple[str, str], bool] = {}
+    for field, value in job.items():
+        for text in _strings(value):
+            match = _IN_POD.match(text)
+            if match:
+                key = (match["namespace"], match["name"])
+                found[key] = found.get(key, True) and field in reads
+    return [NamedClaim(namespace, name, only) for (namespace, name), only in found.items()]
 
 
 def owner(claim: str) -> dict[str, Any] | None:

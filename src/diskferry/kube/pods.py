@@ -7,10 +7,11 @@ own image as `python -m <engine>.worker job.json`, in the folder where the Secre
 name is mounted read-only: `job.json` and the files given to the job, credentials among them,
 never in the Pod's spec or environment. It runs as the image's user under the restricted Pod
 Security Standard, with no service account token, a scratch emptyDir as its TMPDIR, and the
-claims the job names mounted (Filesystem) or mapped (Block) where the job finds them
-(`claims`). Its worker answers /progress on WORKER_STATUS_PORT of the Pod's IP, which the Pod
-passes down, and writes its result to the Pod's termination message; a finalizer keeps a Pod
-deleted while it ran (a cancelled job) until the runner has read how it ended.
+claims the job names mounted (Filesystem) or mapped (Block) where the job finds them (`claims`),
+read-only those it only reads. Its worker answers /progress on WORKER_STATUS_PORT of the Pod's
+IP, which the Pod passes down, and writes its result to the Pod's termination message; a
+finalizer keeps a Pod deleted while it ran (a cancelled job) until the runner has read how it
+ended.
 
 A job that serves (an upload server) listens on a port of its Pod's address, which a headless
 Service of the Pod's name selects (its job's label), as Deckhouse's uploader and KubeVirt's
@@ -58,13 +59,14 @@ _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class Mount:
-    """A claim given to a Pod: its name in the job's paths, the PVC that backs it now, and
-    whether it is a Block claim."""
+    """A claim given to a Pod: its name in the job's paths, the PVC that backs it now, whether
+    it is a Block claim, and whether the Pod only reads it (given read-only)."""
 
     namespace: str
     claim: str
     pvc: str
     block: bool
+    read_only: bool = False
 
 
 def job_key(job_id: str) -> str:
@@ -150,12 +152,15 @@ def _claims(mounts: Sequence[Mount]) -> tuple[list[Any], list[Any], list[Any]]:
     volumes, mounted, mapped = [], [], []
     for number, mount in enumerate(mounts):
         name = f"claim-{number}"
-        volumes.append({"name": name, "persistentVolumeClaim": {"claimName": mount.pvc}})
+        only_read = {"readOnly": True} if mount.read_only else {}
+        volumes.append(
+            {"name": name, "persistentVolumeClaim": {"claimName": mount.pvc, **only_read}}
+        )
         where = folder(mount.namespace, mount.claim)
         if mount.block:
             mapped.append({"name": name, "devicePath": f"{where}/{DEVICE}"})
         else:
-            mounted.append({"name": name, "mountPath": where})
+            mounted.append({"name": name, "mountPath": where, **only_read})
     return volumes, mounted, mapped
 
 

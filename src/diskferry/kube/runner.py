@@ -34,6 +34,7 @@ import logging
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -191,9 +192,10 @@ class PodRunner:
             return None
         return namespace, pod
 
-    def _mounts(self, data: Obj) -> tuple[str, list[Mount]]:
-        """The namespace of the claims the job names, and their mounts."""
-        named = named_claims(data)
+    def _mounts(self, data: Obj, reads: Sequence[str]) -> tuple[str, list[Mount]]:
+        """The namespace of the claims the job names, and their mounts (read-only those only
+        its fields `reads` name)."""
+        named = named_claims(data, reads)
         namespaces = {claim.namespace for claim in named}
         if len(namespaces) > 1:
             raise JobStartError(f"a job's claims are in one namespace, not {sorted(namespaces)}")
@@ -202,7 +204,7 @@ class PodRunner:
             mount = self.claims.mount(claim.namespace, claim.name)
             if mount is None:
                 raise JobStartError(f"the claim {claim.namespace}/{claim.name} has no volume")
-            mounts.append(mount)
+            mounts.append(replace(mount, read_only=claim.read_only))
         return (namespaces.pop() if namespaces else self.namespace), mounts
 
     def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
@@ -217,7 +219,7 @@ class PodRunner:
             given[file.name] = file.data
         if self._pod(job_id) is not None:
             return
-        namespace, mounts = self._mounts(data)
+        namespace, mounts = self._mounts(data, job.READS)
         name = pod_name(job_id)
         with self._lock:
             self._where[job_id] = namespace

@@ -276,6 +276,11 @@ class ClusterVolumes:
         """False: a claim is copied by a worker, never cloned at an instant here."""
         return False
 
+    def shared_host(self) -> bool:
+        """False: a claim is reached from the node its volume is attached to, which the Pod
+        that writes another claim may not be on."""
+        return False
+
     def tracked(self, claim: Claim) -> bool:
         """False: claims in a cluster have no changed-block-tracking overlay here."""
         return False

@@ -115,5 +115,11 @@ class Volumes(Protocol):
     def instant_copies(self, claim: Claim) -> bool:
         """Whether the claim can be copied at an instant (reflink) into another of its class."""
 
+    def shared_host(self) -> bool:
+        """Whether every claim is on the host every worker runs on, so that a worker reads
+        another claim's file as it is; False in a cluster, where a claim is reached from the
+        node its volume is attached to, and a copy between claims reads its source over NBD
+        from a worker beside it."""
+
     def tracked(self, claim: Claim) -> bool:
         """Whether the claim has its changed-block-tracking overlay."""

@@ -2,7 +2,9 @@
 
 Pending (waiting for its StorageClass or its source; its spec may still change) ->
 Provisioning (written before its claim is made: the import worker runs, its /progress copied
-into status; a file claim from another claim is a reflink clone where the filesystem allows;
+into status; a file claim from another claim is a reflink clone where the filesystem allows,
+and where the claims may be on different nodes (a cluster's) the other claim is read over NBD
+from a worker serving it beside its claim, removed however the copy ends;
 an Upload source waits in WaitForUserUpload, its upload server's URLs in `imageUploadURLs`,
 until an upload begins) -> Ready, or Failed with the worker's reason and message; a larger
 size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
@@ -136,7 +138,7 @@ class ClaimedKind(ABC):
         self.client = client
         self.volumes = volumes
         self.store = store
-        self.imports = Imports(runner, certs, proxy)
+        self.imports = Imports(runner, certs, proxy, served_claims=not volumes.shared_host())
         self.jobs = Jobs(runner)
         self.progress = ProgressWrites()
 
@@ -273,7 +275,8 @@ class ClaimedKind(ABC):
                 return Result.requeue(WAIT_SECONDS)
             return self._ready(obj, claim, {"ok": True, "virtualSize": claim.size()})
         job_id = self.job_id(obj)
-        if source.local_file and not claim.block and not self.imports.started(job_id):
+        shared = self.volumes.shared_host()
+        if source.local_file and not claim.block and shared and not self.imports.started(job_id):
             cloning = self._clone(obj, claim, source, size)
             if cloning is not None:
                 return cloning
@@ -420,11 +423,11 @@ class ClaimedKind(ABC):
         return Result.done()
 
     def _settled(self, obj: Any, phase: str) -> Result:
-        self.imports.settle(self.job_id(obj), keep=phase == FAILED)
+        settled = self.imports.settle(self.job_id(obj), keep=phase == FAILED)
         if phase == READY:
             claim = claim_of(self.client, self.volumes, obj)
             if claim is None or not claim.ready:
                 transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
             else:
                 update_fields(self.client, obj, self.claim_fields(claim.volume_class, obj))
-        return Result.done()
+        return Result.done() if settled else Result.requeue(POLL_SECONDS)

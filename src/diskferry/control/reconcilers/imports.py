@@ -18,6 +18,7 @@ from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim
 from diskferry.control.quantity import format_bytes
+from diskferry.control.reconcilers.clonesources import CloneSources
 from diskferry.control.reconcilers.progress import progress_fields
 from diskferry.control.reconcilers.uploads import (
     UploadPolicy,
@@ -50,6 +51,7 @@ class Source:
     ca_bundle: bytes | None = None
     size: int | None = None
     uid: str | None = None
+    namespace: str | None = None
     authfile: bytes | None = None
     insecure: bool = False
     upload: bool = False
@@ -137,18 +139,24 @@ class SourceUnavailableError(DiskferryError):
 
 class Imports:
     """Starts import jobs through `runner` and reads their outcome; upload servers get their
-    certificates from `certs` and their external URL through `proxy`."""
+    certificates from `certs` and their external URL through `proxy`. With `served_claims`, a
+    source that is another claim is read over NBD from a worker serving it beside its claim
+    (see `clonesources`), as in a cluster, where the two claims may be on different nodes."""
 
     def __init__(
         self,
         runner: Runner,
         certs: ServerCerts | None = None,
         proxy: ExportProxy | None = None,
+        *,
+        served_claims: bool = False,
     ) -> None:
         self.runner = runner
         self.jobs = Jobs(runner)
         self.certs = certs
         self.proxy = proxy
+        self.sources = CloneSources(runner, certs) if served_claims and certs else None
+        self.served_claims = served_claims
 
     def started(self, job_id: str) -> bool:
         """Whether the job was started and not purged yet."""
@@ -166,6 +174,8 @@ class Imports:
         is renewed by `upload` once expired."""
         upload = upload or UploadPolicy()
         polled = self.jobs.poll(job_id, UploadResult if source.upload else ImportResult)
+        if polled is None and self.served_claims and source.local_file:
+            return self._clone(job_id, claim, source, size)
         if polled is None:
             self._start(job_id, claim, source, size, upload)
             return Outcome(True, progress_fields({}), upload_urls={} if source.upload else None)
@@ -193,6 +203,22 @@ class Imports:
         if size is not None and (reason == SIZE_TOO_SMALL or (claim.block and reason in TOO_SMALL)):
             message = too_small_message(size, message)
         return Outcome(False, reason=reason, message=message)
+
+    def _clone(self, job_id: str, claim: Claim, source: Source, size: int | None) -> Outcome:
+        """Start the import of the claim `source` once a worker beside it serves it, or say
+        why it cannot be read."""
+        if self.sources is None:
+            raise SourceUnavailableError("this daemon has no CA to serve a clone's source with")
+        served = self.sources.reach(job_id, source.location, source.namespace or claim.namespace)
+        if isinstance(served, Failed):
+            message = f"the source could not be served: {served.message}"
+            return Outcome(False, reason=served.reason, message=message)
+        if served is not None:
+            job = ImportJob(
+                source=served.url, target=claim.path, format="raw", force=True, size=size
+            )
+            self.jobs.start(job_id, job, served.files)
+        return Outcome(True, progress_fields({}))
 
     def _start(
         self, job_id: str, claim: Claim, source: Source, size: int | None, upload: UploadPolicy
@@ -223,19 +249,27 @@ class Imports:
         )
         self.jobs.start(job_id, job, files)
 
+    def _unserve(self, job_id: str) -> bool:
+        """Stop and remove the worker serving the job's source, if it has one; False while it
+        still runs."""
+        return self.sources is None or self.sources.stop(job_id)
+
     def finish(self, job_id: str, tag: str, keep: bool) -> bool:
         """Log the ended job's last lines tagged with `tag`, then settle it (see `settle`)."""
         drop_upload_route(self.proxy, job_id)
-        return self.jobs.settle(job_id, tag, keep)
+        unserved = self._unserve(job_id)
+        return self.jobs.settle(job_id, tag, keep) and unserved
 
     def settle(self, job_id: str, keep: bool) -> bool:
-        """Remove the ended job's files, or keep them under jobs/failed/ when `keep`; False
-        while it still runs (it is cancelled then)."""
+        """Remove the ended job's files, or keep them under jobs/failed/ when `keep`, and the
+        worker serving its source; False while either still runs (it is cancelled then)."""
         drop_upload_route(self.proxy, job_id)
-        return self.runner.purge(job_id, keep_scratch=keep)
+        unserved = self._unserve(job_id)
+        return self.runner.purge(job_id, keep_scratch=keep) and unserved
 
     def stop(self, job_id: str) -> bool:
-        """Stop the job and remove its files, kept ones and its log too; False while it still
-        runs."""
+        """Stop the job and remove its files, kept ones and its log too, and the worker serving
+        its source; False while either still runs."""
         drop_upload_route(self.proxy, job_id)
-        return self.jobs.stop(job_id)
+        unserved = self._unserve(job_id)
+        return self.jobs.stop(job_id) and unserved

@@ -16,6 +16,7 @@ from diskferry.control.host.images import REPOSITORIES, ImageStore
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Source
+from diskferry.control.reconcilers.inuse import disk_holders, names
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.storage import volume_class
 from diskferry.control.resources.common import (
@@ -41,6 +42,7 @@ from diskferry.control.runtime.client import Client
 
 _CHECKSUMS = ("sha512", "sha256", "sha1", "md5")
 DOCKER_CONFIG_KEY = ".dockerconfigjson"
+SOURCE_IN_USE = "SourceInUse"
 _REFERABLE: dict[str, type[Resource]] = {
     "VirtualImage": VirtualImage,
     "ClusterVirtualImage": ClusterVirtualImage,
@@ -170,10 +172,19 @@ def resolve_source(
     phase = (found.to_json().get("status") or {}).get("phase")
     if phase != READY:
         return Waiting(f"waiting for the {kind} {ref.name} to be Ready (it is {phase or 'new'})")
+    held = disk_holders(client, where, ref.name) if isinstance(found, VirtualDisk) else []
+    if held:
+        message = (
+            f"waiting for the VirtualDisk {ref.name}: the VirtualMachines {names(held)} hold it "
+            "(stop them, or copy it through a VirtualDiskSnapshot)"
+        )
+        return Waiting(message, SOURCE_IN_USE)
     stored = stored_image(store, found)
     if stored is not None:
         return stored
     claim = claim_of(client, volumes, found)
     if claim is None or not claim.ready:
         return Waiting(f"waiting for the {kind} {ref.name}: its claim is missing")
-    return Source(str(claim.file), size=claim.size(), uid=found.metadata.uid)
+    return Source(
+        str(claim.file), size=claim.size(), uid=found.metadata.uid, namespace=claim.namespace
+    )

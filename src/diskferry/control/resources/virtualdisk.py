@@ -52,13 +52,18 @@ class VirtualDiskObjectRefKind(StrEnum):
     VIRTUAL_IMAGE = "VirtualImage"
     CLUSTER_VIRTUAL_IMAGE = "ClusterVirtualImage"
     VIRTUAL_DISK_SNAPSHOT = "VirtualDiskSnapshot"
+    VIRTUAL_DISK = "VirtualDisk"
 
 
 class VirtualDiskObjectRef(ObjectRef):
-    """An image or a snapshot whose data fills the disk; it is waited for until it is Ready."""
+    """An image, a snapshot or another disk whose data fills the disk; it is waited for until
+    it is Ready (a disk, also until no running VirtualMachine holds it)."""
 
     kind: VirtualDiskObjectRefKind = Field(
-        description="VirtualImage, ClusterVirtualImage or VirtualDiskSnapshot; required."
+        description="VirtualImage, ClusterVirtualImage or VirtualDiskSnapshot, as Deckhouse's "
+        "disks take them, or VirtualDisk (diskferry's, as CDI clones a PVC: a disk of the "
+        "namespace copied as it is, once no running VirtualMachine holds it; in a cluster, "
+        "read over NBD from a Pod beside its claim, which may be on another node); required."
     )
 
 

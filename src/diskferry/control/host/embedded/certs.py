@@ -1,7 +1,9 @@
 """The embedded host's server certificates (`host.certs`): short-lived, issued by the daemon's
 CA in DATA_DIR/pki (the one its API's certificate comes from, see `pki`), and renewed at half
 their life by replacing a worker's certificate files (its TLS context loads changed files for
-each new connection, so downloads go on). The CA touches nothing but the data directory."""
+each new connection, so downloads go on). The CA touches nothing but the data directory. The
+certificates of a connection between two workers come from a CA of their own instead, made
+for that connection and forgotten."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from cryptography import x509
 
 from diskferry.control.clock import Clock
 from diskferry.control.runner.base import JobFile, Runner
-from diskferry.serving.certs import CA_CERT, CA_KEY, create_ca, issue_server_cert
+from diskferry.serving.certs import CA_CERT, CA_KEY, create_ca, issue_pair, issue_server_cert
 from diskferry.serving.tls import TLS_CERT, TLS_KEY
 
 CERT_LIFETIME = timedelta(hours=24)
 PKI_DIR = "pki"
+QEMU_CA = "ca-cert.pem"
 CA_NAME = "diskferry CA"
 
 
@@ -81,3 +84,19 @@ class DaemonCa:
         runner.write_file(job_id, TLS_KEY, fresh[TLS_KEY])
         runner.write_file(job_id, TLS_CERT, fresh[TLS_CERT])
         return True
+
+    def connection_files(self, server_name: str) -> tuple[list[JobFile], list[JobFile]]:
+        """The server's and the client's files of one connection, from a CA of its own (see
+        `host.certs.ServerCerts.connection_files`), valid as long as this CA's certificates."""
+        pair = issue_pair(server_name, self.lifetime)
+        server = [
+            JobFile(QEMU_CA, pair.ca),
+            JobFile("server-cert.pem", pair.server_cert),
+            JobFile("server-key.pem", pair.server_key, credential=True),
+        ]
+        client = [
+            JobFile(QEMU_CA, pair.ca),
+            JobFile("client-cert.pem", pair.client_cert),
+            JobFile("client-key.pem", pair.client_key, credential=True),
+        ]
+        return server, client

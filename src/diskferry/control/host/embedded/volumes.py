@@ -324,6 +324,10 @@ class DirectoryVolumes:
         files of its own there; never for a block claim."""
         return not claim.block and _shares_extents(claim.file.parent)
 
+    def shared_host(self) -> bool:
+        """True: every claim is a file or a device of this host, where the workers run."""
+        return True
+
     def tracked(self, claim: Claim) -> bool:
         """Whether the claim's file has its CBT overlay beside it."""
         return cbt.find(str(claim.file)).enabled
