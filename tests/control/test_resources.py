@@ -108,7 +108,12 @@ def test_the_fixed_shapes_read_as_given(examples: list[dict[str, Any]]) -> None:
             "spec.dataSource: type ObjectRef cannot have http",
         ),
         (
-            vd(dataSource={"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "a"}}),
+            vd(
+                dataSource={
+                    "type": "ObjectRef",
+                    "objectRef": {"kind": "VirtualMachine", "name": "a"},
+                }
+            ),
             "spec.dataSource.objectRef.kind: Input should be",
         ),
         (vd(dataSource={"type": "HTTP", "http": {"url": "ftp://x/y"}}), "spec.dataSource.http.url"),
