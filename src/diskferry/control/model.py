@@ -104,6 +104,14 @@ class ObjectMeta(ApiModel):
     managed_fields: list[ManagedFieldsEntry] | None = Field(default=None, alias="managedFields")
 
 
+class Reason(str):
+    """A reason a controller writes with a Failed phase or a False Ready condition: one
+    CamelCase word, declared once as a constant; docs/troubleshooting.md explains each (a test
+    collects every constant of this type)."""
+
+    __slots__ = ()
+
+
 class Condition(ApiModel):
     """One aspect of the object as last observed, in the Kubernetes shape: its type, whether it
     holds, why, and since when."""

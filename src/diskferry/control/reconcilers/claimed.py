@@ -29,9 +29,15 @@ from diskferry.control.host.images import ImageStore
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError, Volumes
 from diskferry.control.kinds import KindInfo
-from diskferry.control.model import Resource
+from diskferry.control.model import Reason, Resource
 from diskferry.control.quantity import format_bytes
-from diskferry.control.reconcilers.imports import Imports, Outcome, Source, source_files
+from diskferry.control.reconcilers.imports import (
+    IMPORT_FAILED,
+    Imports,
+    Outcome,
+    Source,
+    source_files,
+)
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
     FAILED,
@@ -69,10 +75,11 @@ from diskferry.disk.urls import http_url_for_message
 from diskferry.importer import ProbeJob, ProbeResult, ReflinkResult, VolumeResult
 
 log = logging.getLogger("diskferry.control")
-PVC_LOST = "PVCLost"
-RESIZING = "Resizing"
-WAIT_FOR_USER_UPLOAD = "WaitForUserUpload"
-WAITING_FOR_SOURCE = "WaitingForDataSource"
+PVC_LOST = Reason("PVCLost")
+RESIZING = Reason("Resizing")
+WAIT_FOR_USER_UPLOAD = Reason("WaitForUserUpload")
+WAITING_FOR_SOURCE = Reason("WaitingForDataSource")
+SIZE_REQUIRED = Reason("SizeRequired")
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
 SIZE_REQUIRED = "SizeRequired"
@@ -312,7 +319,7 @@ class ClaimedKind(ABC):
     def _ended(self, obj: Any, claim: Claim, outcome: Outcome, source: Source) -> Result:
         job_id = self.job_id(obj)
         if outcome.failed:
-            self._fail(obj, outcome.reason or "ImportFailed", outcome.message or "")
+            self._fail(obj, outcome.reason or IMPORT_FAILED, outcome.message or "")
             self.imports.finish(job_id, tag(obj), keep=True)
             return Result.done()
         result = dict(outcome.result or {})

@@ -15,12 +15,13 @@ from typing import Any
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult, RestoreJob, RestoreResult
 from diskferry.base.errors import DiskferryError
-from diskferry.control.model import API_VERSION, ObjectMeta
+from diskferry.control.model import API_VERSION, ObjectMeta, Reason
 from diskferry.control.quantity import format_bytes, parse_quantity
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
+from diskferry.control.reconcilers.imports import SIZE_TOO_SMALL
 from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.phases import READY
-from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.reconcilers.sources import DISK_CLAIM_LOST, claim_of
 from diskferry.control.resources.datadownload import (
     BACKUP_PVC_SIZE,
     DATA_DOWNLOADS,
@@ -32,6 +33,8 @@ from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.runner.jobs import Failed
 
 SIZE_POLL_SECONDS = 0.25
+BAD_SIZE = Reason("BadSize")
+TARGET_EXISTS = Reason("TargetExists")
 """How often a download looks at the worker reading its snapshot's size."""
 
 
@@ -84,12 +87,12 @@ class DataDownloadReconciler(MoverReconciler):
         try:
             wanted = parse_quantity(asked)
         except DiskferryError as e:
-            raise MoverFailure(f"{BACKUP_PVC_SIZE}: {e.message}", reason="BadSize") from e
+            raise MoverFailure(f"{BACKUP_PVC_SIZE}: {e.message}", reason=BAD_SIZE) from e
         if wanted < size:
             raise MoverFailure(
                 f"{BACKUP_PVC_SIZE} {asked} is smaller than the backed-up disk, "
                 f"{format_bytes(size)} ({size} bytes)",
-                reason="SizeTooSmall",
+                reason=SIZE_TOO_SMALL,
             )
         return wanted
 
@@ -120,12 +123,12 @@ class DataDownloadReconciler(MoverReconciler):
         if disk.metadata.labels.get(MADE_BY) != obj.metadata.uid:
             raise MoverFailure(
                 f"the VirtualDisk {namespace}/{name} exists already: restore into a new disk",
-                reason="TargetExists",
+                reason=TARGET_EXISTS,
             )
         claim = claim_of(self.client, self.volumes, disk)
         if (claim is None or not claim.ready) and disk.status.phase == READY:
             raise MoverFailure(
-                f"the claim of the VirtualDisk {name} is gone", reason="DiskClaimLost"
+                f"the claim of the VirtualDisk {name} is gone", reason=DISK_CLAIM_LOST
             )
         if claim is None or not claim.ready:
             return Waiting(f"waiting for the claim of the VirtualDisk {name} to be made")

@@ -35,6 +35,7 @@ from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.duration import format_duration, parse_duration
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.kinds import KindInfo
+from diskferry.control.model import Reason
 from diskferry.control.reconcilers.bsl import available
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
@@ -44,7 +45,7 @@ from diskferry.control.resources.backupstoragelocation import BackupStorageLocat
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, load_config
 from diskferry.control.runner.base import JobFile, Runner
-from diskferry.control.runner.jobs import Failed, Jobs, Running
+from diskferry.control.runner.jobs import WORKER_LOST, Failed, Jobs, Running
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 from diskferry.worker.job import validation_message
@@ -59,7 +60,9 @@ WAIT_SECONDS = 2.0
 FAILED_KEPT = 10
 """Failed workers' scratch kept for debugging, per kind; older ones are removed."""
 FINALIZER = "diskferry.io/data-mover"
-INVALID_JOB = "InvalidJob"
+INVALID_JOB = Reason("InvalidJob")
+LOCATION_LOST = Reason("StorageLocationLost")
+OPERATION_TIMEOUT = Reason("OperationTimeout")
 """The reason of a mover whose job, built from its object, is not one its worker takes."""
 
 
@@ -207,7 +210,7 @@ class MoverReconciler(ABC):
         if bsl is None:
             raise MoverFailure(
                 f"the BackupStorageLocation {obj.spec.backup_storage_location} is gone",
-                reason="StorageLocationLost",
+                reason=LOCATION_LOST,
             )
         try:
             location = location_of(self.client, bsl)
@@ -242,7 +245,7 @@ class MoverReconciler(ABC):
         job_id = self.job_id(obj)
         polled = self.jobs.poll(job_id, self.result_model)
         if polled is None:
-            raise MoverFailure("the worker's job is gone", reason="WorkerLost")
+            raise MoverFailure("the worker's job is gone", reason=WORKER_LOST)
         if isinstance(polled, Running):
             self._progress(obj, polled.progress or {})
             return Result.requeue(POLL_SECONDS)
@@ -289,7 +292,7 @@ class MoverReconciler(ABC):
         tail = self.runner.log_tail(self.job_id(obj), 1)
         last = f"; the worker's last line: {tail[-1]}" if tail else ""
         return (
-            "OperationTimeout",
+            OPERATION_TIMEOUT,
             f"the operation did not end within {timeout} of being accepted{last}",
         )
 

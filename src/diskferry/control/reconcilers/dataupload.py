@@ -26,13 +26,14 @@ from diskferry.control.clock import Clock
 from diskferry.control.duration import parse_duration
 from diskferry.control.host.machines import Machines
 from diskferry.control.host.volumes import Claim, Volumes
+from diskferry.control.model import Reason
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.datamover import Job, MoverFailure, MoverReconciler, Waiting
 from diskferry.control.reconcilers.location import Location
 from diskferry.control.reconcilers.phases import READY
 from diskferry.control.reconcilers.quiesce import agent_silence
 from diskferry.control.reconcilers.scheduler import Scheduler, age_order
-from diskferry.control.reconcilers.sources import claim_of
+from diskferry.control.reconcilers.sources import DISK_CLAIM_LOST, claim_of
 from diskferry.control.reconcilers.space import DiskRoom, shortfall
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
@@ -52,7 +53,16 @@ from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachineP
 from diskferry.control.runner.base import Runner
 from diskferry.control.runtime.client import Client
 
-CBT_OFF = "ChangedBlockTrackingOff"
+CBT_OFF = Reason("ChangedBlockTrackingOff")
+VM_NOT_FOUND = Reason("VirtualMachineNotFound")
+BAD_HOOKS = Reason("BadHooks")
+NO_VIRTUAL_MACHINE = Reason("NoVirtualMachine")
+NO_DISKS = Reason("NoDisks")
+READ_ONLY = Reason("ReadOnly")
+INSUFFICIENT_SPACE = Reason("InsufficientSpace")
+HOOKS_CANNOT_RUN = Reason("HooksCannotRun")
+QUIESCE_FAILED = Reason("QuiesceFailed")
+ZERO_DATA = Reason("ZeroData")
 
 
 HOOK_LIST = TypeAdapter(list[HookCommand])
@@ -70,7 +80,7 @@ def hooks_of(obj: DataUpload) -> list[HookCommand]:
     except ValidationError as e:
         raise MoverFailure(
             f"the annotation {HOOKS} is not a JSON list of hooks: {e.errors()[0]['msg']}",
-            reason="BadHooks",
+            reason=BAD_HOOKS,
         ) from None
 
 
@@ -81,7 +91,7 @@ def vm_of(obj: DataUpload) -> tuple[str, str]:
         raise MoverFailure(
             f"the annotation {VM_NAME} does not name a VM: a DataUpload here backs up the disks "
             "of the VirtualMachine it names (spec.sourcePVC and spec.csiSnapshot are not read)",
-            reason="NoVirtualMachine",
+            reason=NO_VIRTUAL_MACHINE,
         )
     return obj.spec.source_namespace or obj.metadata.namespace or "default", name
 
@@ -101,7 +111,7 @@ def vm_claims(
     if only is not None:
         disks = [d for d in disks if d in only.split(",")]
     if not disks:
-        raise MoverFailure("the VirtualMachine has no VirtualDisk to back up", reason="NoDisks")
+        raise MoverFailure("the VirtualMachine has no VirtualDisk to back up", reason=NO_DISKS)
     claims = {}
     for disk_name in disks:
         disk = client.get(VirtualDisk, namespace, disk_name)
@@ -112,7 +122,7 @@ def vm_claims(
         claim = claim_of(client, volumes, disk)
         if claim is None or not claim.ready:
             raise MoverFailure(
-                f"the claim of the VirtualDisk {disk_name} is gone", reason="DiskClaimLost"
+                f"the claim of the VirtualDisk {disk_name} is gone", reason=DISK_CLAIM_LOST
             )
         claims[disk_name] = claim
     return claims
@@ -178,14 +188,14 @@ class DataUploadReconciler(MoverReconciler):
         bsl = self._location(obj)
         if bsl is not None and bsl.spec.access_mode == "ReadOnly":
             raise MoverFailure(
-                f"the BackupStorageLocation {bsl.metadata.name} is ReadOnly", reason="ReadOnly"
+                f"the BackupStorageLocation {bsl.metadata.name} is ReadOnly", reason=READ_ONLY
             )
         namespace, name = vm_of(obj)
         vm = self.client.get(VirtualMachine, namespace, name)
         if vm is None:
             raise MoverFailure(
                 f"the VirtualMachine {namespace}/{name} does not exist",
-                reason="VirtualMachineNotFound",
+                reason=VM_NOT_FOUND,
             )
         only = obj.metadata.annotations.get(DISKS)
         claims = vm_claims(self.client, self.volumes, namespace, vm, only)
@@ -201,7 +211,7 @@ class DataUploadReconciler(MoverReconciler):
         rooms = [DiskRoom(str(c.file), c.size()) for c in claims.values()]
         short = shortfall(rooms, running)
         if short:
-            raise MoverFailure(short, reason="InsufficientSpace")
+            raise MoverFailure(short, reason=INSUFFICIENT_SPACE)
         limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or (
             vm.metadata.annotations.get(MAX_INCREMENTALS)
         )
@@ -244,7 +254,7 @@ class DataUploadReconciler(MoverReconciler):
             if any(h.on_error == "Fail" for h in hooks):
                 raise MoverFailure(
                     f"{silence}: the hooks ({names}) cannot run in its guest",
-                    reason="HooksCannotRun",
+                    reason=HOOKS_CANNOT_RUN,
                 )
             if once:
                 message = f"{silence}: the hooks ({names}) do not run"
@@ -264,7 +274,7 @@ class DataUploadReconciler(MoverReconciler):
             return {"qga": socket_path}
         if wanted.get(REQUIRE_QUIESCE, "").lower() == "true":
             raise MoverFailure(
-                f"{silence}, and {REQUIRE_QUIESCE} asks for a frozen guest", reason="QuiesceFailed"
+                f"{silence}, and {REQUIRE_QUIESCE} asks for a frozen guest", reason=QUIESCE_FAILED
             )
         if obj.status.phase == MoverPhase.ACCEPTED:  # once, not at each look while Prepared
             message = f"{silence}: the backup is crash-consistent"
@@ -291,7 +301,7 @@ class DataUploadReconciler(MoverReconciler):
                     raise MoverFailure(
                         f"the backup of disk {disk.disk} read no data although the disk holds "
                         f"{claim.allocated()} bytes: the disk was not seen as it is",
-                        reason="ZeroData",
+                        reason=ZERO_DATA,
                     )
         listed = []
         for disk in result.disks:

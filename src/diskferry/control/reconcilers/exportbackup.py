@@ -15,7 +15,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
-from diskferry.control.reconcilers.exporttoken import Token, export_token
+from diskferry.control.reconcilers.exporttoken import TOKEN_NOT_READY, Token, export_token
 from diskferry.control.reconcilers.sources import Waiting
 from diskferry.control.resources.vmbackup import ENDED, BackupMode, VirtualMachineBackup
 from diskferry.control.resources.vmbackuptracker import (
@@ -68,20 +68,20 @@ def _token(
     """The backup's token, when the export names no token Secret or one holding the same."""
     token = export_token(client, backup)
     if isinstance(token, str):
-        return Waiting(token, "TokenNotReady")
+        return Waiting(token, TOKEN_NOT_READY)
     named = export.spec.token_secret_ref
     if named is None or named == token.secret_name:
         return token
     own = export_token(client, export)
     if isinstance(own, str):
-        return Waiting(own, "TokenNotReady")
+        return Waiting(own, TOKEN_NOT_READY)
     if not hmac.compare_digest(own.value, token.value):
         message = (
             f"the point of the VirtualMachineBackup {backup.metadata.name} is served with the "
             f"token of its Secret {token.secret_name}: name that Secret in spec.tokenSecretRef, "
             "or leave it unset"
         )
-        return Waiting(message, "TokenNotReady")
+        return Waiting(message, TOKEN_NOT_READY)
     return own
 
 

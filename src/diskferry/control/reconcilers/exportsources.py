@@ -17,6 +17,7 @@ from diskferry.control.host.images import ImageStore
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.inuse import disk_holders, holds_disks, names
+from diskferry.control.reconcilers.phases import STILL_IN_USE
 from diskferry.control.reconcilers.sources import Waiting, claim_name, resolve_source
 from diskferry.control.resources.common import DataSource, DataSourceType, ObjectRef
 from diskferry.control.resources.virtualdisk import VirtualDisk
@@ -89,7 +90,7 @@ class ExportSources:
                 f"the VirtualDisk {disk} is in use by the running VirtualMachine "
                 f"{names(holders)}: stop it to export"
             )
-            return Waiting(message, "InUse")
+            return Waiting(message, STILL_IN_USE)
         return self._volume(namespace, ExportSourceKind.VIRTUAL_DISK.value, disk, volume)
 
     def _machine(self, namespace: str | None, name: str) -> Served | Waiting:
@@ -99,7 +100,7 @@ class ExportSources:
             return Waiting(f"waiting for the VirtualMachine {name}: it does not exist")
         if holds_disks(vm):
             message = f"the VirtualMachine {name} is {vm.status.phase}: stop it to export"
-            return Waiting(message, "InUse")
+            return Waiting(message, STILL_IN_USE)
         refs = [r.name for r in vm.spec.block_device_refs if r.kind is BlockDeviceKind.VIRTUAL_DISK]
         if not refs:
             return Waiting(f"the VirtualMachine {name} has no VirtualDisk to export")

@@ -9,13 +9,14 @@ import secrets
 from dataclasses import dataclass
 
 from diskferry.control.errors import AlreadyExistsError
-from diskferry.control.model import ObjectMeta, OwnerReference
+from diskferry.control.model import ObjectMeta, OwnerReference, Reason
 from diskferry.control.resources.core import Secret
 from diskferry.control.resources.vmbackup import VirtualMachineBackup
 from diskferry.control.resources.vmexport import VirtualMachineExport
 from diskferry.control.runtime.client import Client
 
 TOKEN_KEY = "token"
+TOKEN_NOT_READY = Reason("TokenNotReady")
 TOKEN_BYTES = 32
 Served = VirtualMachineExport | VirtualMachineBackup
 

@@ -17,6 +17,7 @@ from diskferry.base.errors import DiskferryError
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim
+from diskferry.control.model import Reason
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.clonesources import CloneSources
 from diskferry.control.reconcilers.progress import progress_fields
@@ -36,7 +37,9 @@ from diskferry.importer import ImportJob, ImportResult, UploadResult
 
 log = logging.getLogger("diskferry.control")
 _VIRTUAL_SIZE = re.compile(r"virtual size \((\d+) bytes\)")
-SIZE_TOO_SMALL = "SizeTooSmall"
+SIZE_TOO_SMALL = Reason("SizeTooSmall")
+IMPORT_FAILED = Reason("ImportFailed")
+UPLOAD_STOPPED = Reason("UploadStopped")
 AUTH_FILE = "auth.json"
 CA_FILE = "ca.pem"
 TOO_SMALL = (SIZE_TOO_SMALL, "TargetTooSmall")
@@ -195,7 +198,7 @@ class Imports:
             done = polled.result
             if isinstance(done, UploadResult) and not done.uploaded:
                 message = "the upload server ended before any upload was in"
-                return Outcome(False, reason="UploadStopped", message=message)
+                return Outcome(False, reason=UPLOAD_STOPPED, message=message)
             imported = done.uploaded if isinstance(done, UploadResult) else done.to_json()
             return Outcome(False, result={"ok": True, **(imported or {})})
         reason, message = advised(polled)

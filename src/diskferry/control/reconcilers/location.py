@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diskferry.base.errors import DiskferryError
+from diskferry.control.model import Reason
 from diskferry.control.resources.backupstoragelocation import (
     UNENCRYPTED,
     BackupStorageLocation,
@@ -20,6 +21,7 @@ from diskferry.control.runner.base import JobFile
 from diskferry.control.runtime.client import Client
 
 PASSWORD_FILE = "repo-password"
+ENCRYPTION_NOT_CONFIGURED = Reason("EncryptionNotConfigured")
 CREDENTIALS_FILE = "s3-credentials"
 CA_FILE = "s3-ca.pem"
 
@@ -110,7 +112,7 @@ def location_of(client: Client, bsl: BackupStorageLocation) -> Location:
         raise LocationError(
             "no spec.encryptionSecretRef: name the Secret key holding the repository's password, "
             "or set spec.config.encryption: none for a repository kept unencrypted",
-            reason="EncryptionNotConfigured",
+            reason=ENCRYPTION_NOT_CONFIGURED,
         )
     if spec.provider == "filesystem":
         return Location(os.path.join(spec.object_storage.bucket, prefix), password)

@@ -1,11 +1,12 @@
 """Phase changes: the status written once, with the `Ready` condition, and an Event for each;
-and the mark of a disk's or image's work beginning, from which on its spec is fixed."""
+the mark of a disk's or image's work beginning, from which on its spec is fixed; and the
+reasons the phases of several kinds share."""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from diskferry.control.model import READY, Resource
+from diskferry.control.model import IN_USE, READY, Reason, Resource
 from diskferry.control.reconcilers.progress import unchanged
 from diskferry.control.resources.updates import started
 from diskferry.control.runtime.client import Client
@@ -13,9 +14,13 @@ from diskferry.control.runtime.conditions import declared, set_condition
 
 M = TypeVar("M", bound=Resource)
 FAILED = "Failed"
-PENDING = "Pending"
-PROVISIONING = "Provisioning"
-DEGRADED = "Degraded"
+PENDING = Reason("Pending")
+PROVISIONING = Reason("Provisioning")
+DEGRADED = Reason("Degraded")
+STARTING = Reason("Starting")
+TERMINATING = Reason("Terminating")
+STILL_IN_USE = Reason(IN_USE)
+"""The reason of an object whose deletion waits for those that use it."""
 
 
 def status_of(obj: Resource) -> dict[str, Any]:

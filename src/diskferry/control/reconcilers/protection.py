@@ -13,8 +13,13 @@ from typing import Any, TypeVar
 from diskferry.control.model import IN_USE, Resource
 from diskferry.control.reconcilers.inuse import holds_disks, users
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import status_of, transition, update_fields
-from diskferry.control.reconcilers.teardown import TERMINATING
+from diskferry.control.reconcilers.phases import (
+    STILL_IN_USE,
+    TERMINATING,
+    status_of,
+    transition,
+    update_fields,
+)
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.runtime.client import Client
@@ -82,5 +87,5 @@ def hold_back(client: Client, obj: Resource, vms: list[VirtualMachine]) -> Resul
         f"The {obj.kind} is in use by {_by(obj, vms)}; its deletion waits until "
         f"{'they stop' if len(vms) > 1 else 'it stops'}."
     )
-    transition(client, obj, TERMINATING, IN_USE, message)
+    transition(client, obj, TERMINATING, STILL_IN_USE, message)
     return Result.requeue(HELD_POLL)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from diskferry.base.errors import DiskferryError
 from diskferry.control.host.images import REPOSITORIES, ImageStore
 from diskferry.control.host.volumes import Claim, Volumes
-from diskferry.control.model import Resource
+from diskferry.control.model import Reason, Resource
 from diskferry.control.reconcilers.imports import Source
 from diskferry.control.reconcilers.inuse import disk_holders, names
 from diskferry.control.reconcilers.phases import READY
@@ -49,6 +49,9 @@ _REFERABLE: dict[str, type[Resource]] = {
     "VirtualDisk": VirtualDisk,
     "VirtualDiskSnapshot": VirtualDiskSnapshot,
 }
+SOURCE_NOT_READY = Reason("SourceNotReady")
+DISK_CLAIM_LOST = Reason("DiskClaimLost")
+"""The reason of work that needs a disk's claim, gone meanwhile."""
 CLAIM_PREFIXES = {"VirtualDisk": "vd", "VirtualImage": "vi", "VirtualDiskSnapshot": "vds"}
 """The kinds kept in claims, and how their claims' names begin, as Deckhouse names its PVCs."""
 
@@ -64,7 +67,7 @@ class Waiting:
     """The source is not there or not Ready yet, or in use, as `reason` says."""
 
     message: str
-    reason: str = "SourceNotReady"
+    reason: str = SOURCE_NOT_READY
 
 
 def strongest(checksum: Checksum | None) -> str | None:

@@ -26,7 +26,7 @@ from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore, ImageStoreUnavailableError
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim, Volumes
-from diskferry.control.model import Resource
+from diskferry.control.model import Reason, Resource
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import (
     PENDING,
@@ -38,6 +38,7 @@ from diskferry.control.reconcilers.claimed import (
     tag,
 )
 from diskferry.control.reconcilers.imports import (
+    IMPORT_FAILED,
     Imports,
     Outcome,
     Source,
@@ -45,11 +46,18 @@ from diskferry.control.reconcilers.imports import (
     source_files,
 )
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import FAILED, READY, begin, status_of, transition
+from diskferry.control.reconcilers.phases import (
+    FAILED,
+    READY,
+    TERMINATING,
+    begin,
+    status_of,
+    transition,
+)
 from diskferry.control.reconcilers.progress import ProgressWrites, progress_fields
 from diskferry.control.reconcilers.protection import hold_back, protect
 from diskferry.control.reconcilers.sources import Waiting, resolve_source
-from diskferry.control.reconcilers.teardown import STOP_POLL, TERMINATING
+from diskferry.control.reconcilers.teardown import STOP_POLL
 from diskferry.control.reconcilers.uploads import UPLOAD_TIMED_OUT, timed_out, upload_policy
 from diskferry.control.resources.common import DataSource
 from diskferry.control.runner.base import Runner
@@ -59,7 +67,7 @@ from diskferry.control.runtime.reconciler import Result
 from diskferry.importer import ImagePushJob, ImagePushResult
 
 log = logging.getLogger("diskferry.control")
-IMAGE_LOST = "ImageLost"
+IMAGE_LOST = Reason("ImageLost")
 
 
 class StoredImages:
@@ -212,7 +220,7 @@ class StoredImages:
         }
 
     def _fail(self, obj: Any, outcome: Outcome, job_id: str) -> Result:
-        reason, message = outcome.reason or "ImportFailed", outcome.message or ""
+        reason, message = outcome.reason or IMPORT_FAILED, outcome.message or ""
         log.warning("%s failed: %s: %s", tag(obj), reason, message)
         transition(self.client, obj, FAILED, reason, message)
         self.imports.finish(job_id, tag(obj), keep=True)

@@ -10,12 +10,11 @@ from diskferry.control.host.volumes import VolumeClass, VolumeError, Volumes
 from diskferry.control.model import Resource
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.lifecycle import release
-from diskferry.control.reconcilers.phases import status_of, transition
+from diskferry.control.reconcilers.phases import TERMINATING, status_of, transition
 from diskferry.control.reconcilers.sources import claim_name, claim_of
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.reconciler import Result
 
-TERMINATING = "Terminating"
 STOP_POLL = 0.5
 
 

@@ -30,7 +30,7 @@ from diskferry.control.duration import format_duration, parse_duration
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Claim
-from diskferry.control.model import Resource
+from diskferry.control.model import Reason, Resource
 from diskferry.control.runner.base import JobFile, Runner
 from diskferry.disk.checksums import ChecksumError
 from diskferry.importer import UploadJob, UploadPhase
@@ -41,7 +41,7 @@ ROUTE_NAMESPACE = "diskferry-uploads"
 TOKEN_TTL_ANNOTATION = "diskferry.io/upload-token-ttl"
 TIMEOUT_ANNOTATION = "diskferry.io/upload-timeout"
 DEFAULT_TOKEN_TTL = timedelta(hours=24)
-UPLOAD_TIMED_OUT = "UploadTimedOut"
+UPLOAD_TIMED_OUT = Reason("UploadTimedOut")
 FINAL_FAILURES = (ChecksumError.reason,)
 
 

@@ -18,19 +18,21 @@ from typing import Any
 
 from diskferry.control.host.machines import MachineError, Machines
 from diskferry.control.host.volumes import Claim, VolumeError, Volumes
+from diskferry.control.model import Reason
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.imports import Imports, Source
 from diskferry.control.reconcilers.inuse import disk_holders, names
 from diskferry.control.reconcilers.lifecycle import deleting, held
 from diskferry.control.reconcilers.phases import (
     FAILED,
+    PENDING,
     READY,
     status_of,
     transition,
     update_fields,
 )
 from diskferry.control.reconcilers.quiesce import agent_silence
-from diskferry.control.reconcilers.sources import claim_name, claim_of
+from diskferry.control.reconcilers.sources import DISK_CLAIM_LOST, claim_name, claim_of
 from diskferry.control.reconcilers.teardown import terminate
 from diskferry.control.reconcilers.volumejobs import REFLINK, reflink_job, step, volume_job_id
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS, VirtualDiskSnapshot
@@ -43,10 +45,11 @@ from diskferry.control.runtime.reconciler import Result
 from diskferry.importer import ReflinkResult
 
 log = logging.getLogger("diskferry.control")
-PENDING = "Pending"
-IN_PROGRESS = "InProgress"
-POTENTIALLY_INCONSISTENT = "PotentiallyInconsistent"
-GUEST_NOT_FROZEN = "GuestNotFrozen"
+IN_PROGRESS = Reason("InProgress")
+POTENTIALLY_INCONSISTENT = Reason("PotentiallyInconsistent")
+GUEST_NOT_FROZEN = Reason("GuestNotFrozen")
+WAITING_FOR_DISK = Reason("WaitingForDisk")
+COPY_FAILED = Reason("CopyFailed")
 
 
 class VirtualDiskSnapshotReconciler:
@@ -93,12 +96,12 @@ class VirtualDiskSnapshotReconciler:
             name = obj.spec.virtual_disk_name
             said = "does not exist" if disk is None else f"is {disk_phase or 'new'}"
             message = f"waiting for the VirtualDisk {name} to be Ready: it {said}"
-            transition(self.client, obj, PENDING, "WaitingForDisk", message)
+            transition(self.client, obj, PENDING, WAITING_FOR_DISK, message)
             return Result.requeue(WAIT_SECONDS)
         source = claim_of(self.client, self.volumes, disk)
         if source is None or not source.ready:
             return self._fail(
-                obj, "DiskClaimLost", f"the claim of the VirtualDisk {disk.metadata.name} is gone"
+                obj, DISK_CLAIM_LOST, f"the claim of the VirtualDisk {disk.metadata.name} is gone"
             )
         return self._copy(obj, source, disk)
 
@@ -139,7 +142,7 @@ class VirtualDiskSnapshotReconciler:
         if outcome.running:
             return Result.requeue(POLL_SECONDS)
         if outcome.failed:
-            self._fail(obj, outcome.reason or "CopyFailed", outcome.message or "")
+            self._fail(obj, outcome.reason or COPY_FAILED, outcome.message or "")
             self.imports.finish(job_id, tag(obj), keep=True)
             return Result.done()
         self._ready(obj, claim, disk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.control.host.volumes import Claim
+from diskferry.control.model import Reason
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers.claimed import ClaimedKind, Filling, age
 from diskferry.control.resources.common import DataSource
@@ -15,8 +16,8 @@ from diskferry.control.resources.datadownload import MADE_BY, DataDownload
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS, VirtualDisk
 
-WAITING_FOR_RESTORE = "WaitingForDataDownload"
-RESTORE_LOST = "DataDownloadNotCompleted"
+WAITING_FOR_RESTORE = Reason("WaitingForDataDownload")
+RESTORE_LOST = Reason("DataDownloadNotCompleted")
 
 
 class VirtualDiskReconciler(ClaimedKind):

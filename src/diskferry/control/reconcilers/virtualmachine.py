@@ -39,13 +39,20 @@ from diskferry.control.host.machines import (
     SocketRefusedError,
 )
 from diskferry.control.host.volumes import Claim, Volumes
-from diskferry.control.model import Resource
+from diskferry.control.model import Reason, Resource
 from diskferry.control.node import node_name
 from diskferry.control.quantity import format_bytes
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import READY, Condition, status_of, transition
+from diskferry.control.reconcilers.phases import (
+    READY,
+    STARTING,
+    TERMINATING,
+    Condition,
+    status_of,
+    transition,
+)
 from diskferry.control.reconcilers.sources import claim_of, kept_in_store
 from diskferry.control.reconcilers.vmclass import class_of
 from diskferry.control.reconcilers.vmlaunch import (
@@ -85,17 +92,24 @@ from diskferry.control.runtime.reconciler import Result
 WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
 RETRY_SECONDS = 10.0
-GUEST_SHUTDOWN = "GuestShutdown"
-POWERED_OFF = "GuestPoweredOff"
-GRACE_OVER = "GracePeriodOver"
-RESTARTING = "Restarting"
+GUEST_SHUTDOWN = Reason("GuestShutdown")
+POWERED_OFF = Reason("GuestPoweredOff")
+GRACE_OVER = Reason("GracePeriodOver")
+RESTARTING = Reason("Restarting")
+STOPPING = Reason("Stopping")
+STOPPED = Reason("Stopped")
+QEMU_EXITED = Reason("QemuExited")
+QMP_UNREACHABLE = Reason("QmpUnreachable")
 AWAITING = (
     "Waiting for the user to restart in order to apply the configuration changes (set "
     "spec.runPolicy AlwaysOff and back, or spec.disruptions.restartApprovalMode: Automatic)."
 )
 ONE_HOST = "this host is the one node: there is nowhere to migrate the VM to"
 GRACE_POLL_SECONDS = 0.5
-LAUNCHED = "QemuLaunched"
+LAUNCHED = Reason("QemuLaunched")
+QEMU_FAILED = Reason("QemuFailed")
+BLOCK_DEVICES_NOT_READY = Reason("BlockDevicesNotReady")
+PROVISIONING_NOT_READY = Reason("ProvisioningNotReady")
 _KINDS: dict[BlockDeviceKind, type[Resource]] = {
     BlockDeviceKind.VIRTUAL_DISK: VirtualDisk,
     BlockDeviceKind.VIRTUAL_IMAGE: VirtualImage,
@@ -248,7 +262,7 @@ class VirtualMachineReconciler:
     def _failed_start(self, obj: VirtualMachine) -> Result:
         """QEMU ended before it answered: Degraded with its last words, tried again later."""
         message = self._exit_message(obj)
-        self._move(obj, MachinePhase.DEGRADED, "QemuFailed", message, _gone_fields())
+        self._move(obj, MachinePhase.DEGRADED, QEMU_FAILED, message, _gone_fields())
         return Result.requeue(RETRY_SECONDS)
 
     def _should_start(self, obj: VirtualMachine) -> bool:
@@ -302,12 +316,13 @@ class VirtualMachineReconciler:
             return Result.requeue(WATCH_SECONDS)
         attached = self._attached(obj)
         if isinstance(attached, str):
-            self._move(obj, MachinePhase.PENDING, "BlockDevicesNotReady", attached)
+            self._move(obj, MachinePhase.PENDING, BLOCK_DEVICES_NOT_READY, attached)
             return Result.requeue(WATCH_SECONDS)
         seed = seed_of(self.client, obj)
         if isinstance(seed, str):
-            held_by = {PROVISIONING_READY: (False, "ProvisioningNotReady", seed)}
-            self._move(obj, MachinePhase.PENDING, "ProvisioningNotReady", seed, None, None, held_by)
+            held_by = {PROVISIONING_READY: (False, PROVISIONING_NOT_READY, seed)}
+            pending = MachinePhase.PENDING
+            self._move(obj, pending, PROVISIONING_NOT_READY, seed, None, None, held_by)
             return Result.requeue(WATCH_SECONDS)
         track = vmcbt.wanted(self.client, obj)
         writable = [a for a in attached if not a.ref.read_only]
@@ -317,7 +332,7 @@ class VirtualMachineReconciler:
                 self._move(
                     obj,
                     MachinePhase.STARTING,
-                    "Starting",
+                    STARTING,
                     "moving the disks onto their CBT overlays",
                     {"changedBlockTracking": {"state": "Initializing"}},
                 )
@@ -471,7 +486,7 @@ class VirtualMachineReconciler:
 
     def _stop(self, obj: VirtualMachine, reason: str, message: str) -> Result:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
-        obj = self._move(obj, MachinePhase.STOPPING, "Stopping", message)
+        obj = self._move(obj, MachinePhase.STOPPING, STOPPING, message)
         self.machines.stop(namespace, name)
         self._move(obj, MachinePhase.STOPPED, reason, message, _gone_fields())
         return Result.requeue(STEP_SECONDS)
@@ -482,7 +497,7 @@ class VirtualMachineReconciler:
         due = self._power_off(obj)
         if isinstance(due, Result):
             message = f"{why}: the guest was asked to power off (ACPI)"
-            self._move(obj, MachinePhase.STOPPING, "Stopping", message)
+            self._move(obj, MachinePhase.STOPPING, STOPPING, message)
             return due
         ended, message = due
         return self._stop(obj, reason or ended, message or why)
@@ -494,7 +509,7 @@ class VirtualMachineReconciler:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
         grace = obj.spec.termination_grace_period_seconds
         if not grace:
-            return "Stopped", ""
+            return STOPPED, ""
         pressed = self.machines.since_power_down(namespace, name)
         if pressed is None:
             with contextlib.suppress(MachineError):  # monitors not open yet: pressed next time
@@ -523,14 +538,14 @@ class VirtualMachineReconciler:
         kept = _phase(obj) == MachinePhase.STOPPED and (
             _reason(obj) != GUEST_SHUTDOWN or obj.spec.run_policy is not RunPolicy.ALWAYS_OFF
         )
-        reason = _reason(obj) if kept else "Stopped"
+        reason = _reason(obj) if kept else STOPPED
         message = "the VM is stopped"
         if isinstance(attached, str):  # its disks cannot be moved on or off CBT until then
             message = f"{message}; {attached}"
-        elif kept and reason != "Stopped":  # how it stopped goes on being said
+        elif kept and reason != STOPPED:  # how it stopped goes on being said
             message = _ready_message(obj) or message
         if _phase(obj) in (MachinePhase.RUNNING, MachinePhase.STARTING, MachinePhase.PAUSE):
-            reason, message = "QemuExited", self._exit_message(obj)
+            reason, message = QEMU_EXITED, self._exit_message(obj)
         cbt = self._cbt_fields(on_overlays, track)
         if moving is not None:  # Initializing onto the overlays, Enabled until off them
             state = CbtState.INITIALIZING if track else CbtState.ENABLED
@@ -538,7 +553,7 @@ class VirtualMachineReconciler:
         fields = {**_gone_fields(), **cbt}
         if not isinstance(attached, str):
             fields["blockDeviceRefs"] = _listed(obj, attached, False)
-        self._move(obj, MachinePhase.STOPPED, reason or "Stopped", message, fields)
+        self._move(obj, MachinePhase.STOPPED, reason or STOPPED, message, fields)
         # a DataMoverConfig may come to select it
         return moving or Result.requeue(RETRY_SECONDS)
 
@@ -558,7 +573,7 @@ class VirtualMachineReconciler:
             return Result.requeue(RETRY_SECONDS)
         except MachineError as e:  # no socket, or no QEMU on it
             fields = _gone_fields()
-            self._move(obj, MachinePhase.STOPPED, "QmpUnreachable", e.message, fields)
+            self._move(obj, MachinePhase.STOPPED, QMP_UNREACHABLE, e.message, fields)
             return Result.requeue(WATCH_SECONDS)
         devices, on_overlays = [], False
         if not isinstance(attached, str):
@@ -578,7 +593,7 @@ class VirtualMachineReconciler:
         namespace, name = obj.metadata.namespace or "", obj.metadata.name or ""
         if _phase(obj) != MachinePhase.TERMINATING:
             terminating = MachinePhase.TERMINATING
-            obj = self._move(obj, terminating, "Terminating", "being deleted")
+            obj = self._move(obj, terminating, TERMINATING, "being deleted")
         if not obj.spec.qmp_socket:
             due = self._power_off(obj) if self.machines.running(namespace, name) else None
             if isinstance(due, Result):

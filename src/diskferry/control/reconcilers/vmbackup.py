@@ -20,8 +20,10 @@ from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
+from diskferry.control.model import Reason
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import MoverFailure
+from diskferry.control.reconcilers.dataupload import VM_NOT_FOUND
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
 from diskferry.control.reconcilers.vmbackuppull import PullBackup
 from diskferry.control.reconcilers.vmbackuppush import PushBackup
@@ -44,6 +46,7 @@ from diskferry.control.runtime.reconciler import Result
 
 log = logging.getLogger("diskferry.control")
 STOP_POLL = 0.3
+TRACKER_NOT_FOUND = Reason("TrackerNotFound")
 
 
 class VirtualMachineBackupReconciler:
@@ -103,14 +106,14 @@ class VirtualMachineBackupReconciler:
             if tracker is None:
                 raise BackupFailure(
                     f"the VirtualMachineBackupTracker {namespace}/{name} does not exist",
-                    reason="TrackerNotFound",
+                    reason=TRACKER_NOT_FOUND,
                 )
             name = tracker.spec.source.name
         vm = self.client.get(VirtualMachine, namespace, name)
         if vm is None:
             raise BackupFailure(
                 f"the VirtualMachine {namespace}/{name} does not exist",
-                reason="VirtualMachineNotFound",
+                reason=VM_NOT_FOUND,
             )
         latest = None if tracker is None else tracker.status.latest_checkpoint
         since = None if latest is None or obj.spec.force_full_backup else latest.name

@@ -25,6 +25,7 @@ from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.servers import loopback, recorded_port
 from diskferry.control.host.volumes import Volumes
+from diskferry.control.model import Reason
 from diskferry.control.reconcilers import vmcbt
 from diskferry.control.reconcilers.claimed import tag
 from diskferry.control.reconcilers.datamover import Waiting
@@ -61,6 +62,8 @@ from diskferry.export import BackupPointJob
 POLL_SECONDS = 1.0
 CHECK_SECONDS = 5.0
 WAIT_SECONDS = 2.0
+TTL_EXPIRED = Reason("TTLExpired")
+POINT_FAILED = Reason("BackupPointFailed")
 
 
 def backup_link(side: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +132,7 @@ class PullBackup:
             result = state.result or {}
             if state.succeeded and result.get("ended") == "expired":
                 return self._complete(obj, source, result)
-            reason = str(result.get("reason") or "BackupPointFailed")
+            reason = str(result.get("reason") or POINT_FAILED)
             tail = self.runner.log_tail(state.job_id, 1)
             message = result.get("message") or (tail[-1] if tail else "the worker ended")
             raise BackupFailure(str(message), reason=reason)
@@ -143,7 +146,7 @@ class PullBackup:
         left = (self.expires(obj) - self.clock.now()).total_seconds()
         if left <= 0:
             raise BackupFailure(
-                "the TTL ended before the backup point was served", reason="TTLExpired"
+                "the TTL ended before the backup point was served", reason=TTL_EXPIRED
             )
         namespace = obj.metadata.namespace or ""
         claims = vm_claims(self.client, self.volumes, namespace, source.vm, None)

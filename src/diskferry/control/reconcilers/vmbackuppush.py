@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.control.clock import Clock
-from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference
+from diskferry.control.model import API_VERSION, ObjectMeta, OwnerReference, Reason
 from diskferry.control.reconcilers.vmbackupstate import (
     BackupFailure,
     Source,
@@ -30,6 +30,8 @@ from diskferry.control.runtime.reconciler import Result
 POLL_SECONDS = 1.0
 WAIT_SECONDS = 2.0
 UPLOAD_PREFIX = "vmbackup-"
+DATA_UPLOAD_DELETED = Reason("DataUploadDeleted")
+DATA_UPLOAD_FAILED = Reason("DataUploadFailed")
 
 
 def upload_name(obj: VirtualMachineBackup) -> str:
@@ -68,7 +70,7 @@ class PushBackup:
         upload = self.client.get(DataUpload, obj.metadata.namespace, name)
         if upload is None and obj.status.data_upload_name == name:
             # made before the status named it: deleted since, not to be made again
-            raise BackupFailure(f"DataUpload {name} was deleted", reason="DataUploadDeleted")
+            raise BackupFailure(f"DataUpload {name} was deleted", reason=DATA_UPLOAD_DELETED)
         if upload is None:
             location = obj.spec.location
             if self.client.get(BackupStorageLocation, obj.metadata.namespace, location) is None:
@@ -84,7 +86,7 @@ class PushBackup:
         phase = upload.status.phase
         if phase in (MoverPhase.FAILED, MoverPhase.CANCELED):
             said = upload.status.message or f"the DataUpload {name} is {phase}"
-            raise BackupFailure(said, reason="DataUploadFailed")
+            raise BackupFailure(said, reason=DATA_UPLOAD_FAILED)
         if phase != MoverPhase.COMPLETED:
             message = upload.status.message or f"DataUpload {name} is {phase or 'new'}"
             move(self.client, obj, BackupPhase.PROGRESSING, "Initiated", message)

@@ -12,7 +12,7 @@ from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.model import ObjectMeta
 from diskferry.control.node import node_labels, node_name
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import transition
+from diskferry.control.reconcilers.phases import STILL_IN_USE, transition
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.resources.virtualmachineclass import (
     GENERIC,
@@ -107,7 +107,7 @@ class VirtualMachineClassReconciler:
             ]
             if users:
                 message = f"in use by VirtualMachine {', '.join(sorted(users))}"
-                transition(self.client, obj, ClassPhase.TERMINATING, "InUse", message)
+                transition(self.client, obj, ClassPhase.TERMINATING, STILL_IN_USE, message)
                 return Result.requeue(IN_USE_SECONDS)
             release(self.client, obj)
             return Result.done()

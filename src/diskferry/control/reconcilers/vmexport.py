@@ -39,15 +39,21 @@ from diskferry.control.host.servers import (
     answers,
 )
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.model import Resource
+from diskferry.control.model import Reason, Resource
 from diskferry.control.reconcilers.claimed import POLL_SECONDS, WAIT_SECONDS, tag
 from diskferry.control.reconcilers.exportbackup import NotServed, served_point
 from diskferry.control.reconcilers.exportmanifest import MANIFEST_FILE, vm_manifest
 from diskferry.control.reconcilers.exportsources import SKIPPED, ExportSources, Served
-from diskferry.control.reconcilers.exporttoken import Token, export_token
+from diskferry.control.reconcilers.exporttoken import TOKEN_NOT_READY, Token, export_token
 from diskferry.control.reconcilers.imports import Imports
 from diskferry.control.reconcilers.lifecycle import deleting, held, release
-from diskferry.control.reconcilers.phases import Condition, status_of, transition
+from diskferry.control.reconcilers.phases import (
+    STARTING,
+    TERMINATING,
+    Condition,
+    status_of,
+    transition,
+)
 from diskferry.control.reconcilers.progress import job_details
 from diskferry.control.reconcilers.sources import Waiting
 from diskferry.control.reconcilers.teardown import STOP_POLL
@@ -71,10 +77,11 @@ TOKEN_FILE = "token"
 LINKS_FILE = "links.json"
 DRAIN_SECONDS = 10.0
 CHECK_SECONDS = 5.0
-STARTING = "the export server is starting"
+SERVER_STARTING = "the export server is starting"
 PROXY_STARTING = "the export proxy is starting"
 UNLINKED = {"links": None}
-NOT_SERVED = "SourceNotServed"
+NOT_SERVED = Reason("SourceNotServed")
+EXPIRED = Reason("Expired")
 
 
 class ExportServerError(DiskferryError):
@@ -206,7 +213,7 @@ class VirtualMachineExportReconciler:
             fields["virtualMachineName"] = served.vm.metadata.name
         token = export_token(self.client, obj)
         if isinstance(token, str):
-            return self._idle(obj, "TokenNotReady", token, fields)
+            return self._idle(obj, TOKEN_NOT_READY, token, fields)
         fields["tokenSecretRef"] = token.secret_name
         return self._serve(obj, served, token, fields, left)
 
@@ -232,10 +239,10 @@ class VirtualMachineExportReconciler:
         where = where_listening(self, point.job_id)
         if where is None or not answers(port, self.certs.ca_pem()):
             message = f"waiting for the VirtualMachineBackup {name} to serve its point"
-            return self._idle(obj, "Starting", message, fields)
+            return self._idle(obj, STARTING, message, fields)
         self.proxy.route(*self._key(obj), port, True, where.get("unixSocket"))
         if not self.proxy.serving():
-            transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
+            transition(self.client, obj, ExportPhase.PENDING, STARTING, PROXY_STARTING, fields)
             return Result.requeue(POLL_SECONDS)
         bases = LinkSettings(
             internalUrl=f"https://{HOST}:{port}",
@@ -285,7 +292,7 @@ class VirtualMachineExportReconciler:
             self._start(obj, served, token, place, left)
             self.servers.expose(obj, job_id)
             self.proxy.route(*self._key(obj), place.port, ready=False)
-            return self._pending(obj, "Starting", STARTING, fields)
+            return self._pending(obj, STARTING, SERVER_STARTING, fields)
         found = self.servers.placed(obj)
         if found is None:  # where it listens is lost: serve again, placed anew
             self.imports.stop(job_id)
@@ -298,11 +305,11 @@ class VirtualMachineExportReconciler:
         where = where_listening(self, job_id)
         ca = self.certs.ca_pem()
         if where is None or not self.servers.answers(obj, job_id, place, ca):
-            transition(self.client, obj, ExportPhase.PENDING, "Starting", STARTING, fields)
+            transition(self.client, obj, ExportPhase.PENDING, STARTING, SERVER_STARTING, fields)
             return Result.requeue(POLL_SECONDS)
         self.proxy.route(*self._key(obj), place.port, True, where.get("unixSocket"))
         if not self.proxy.serving():
-            transition(self.client, obj, ExportPhase.PENDING, "Starting", PROXY_STARTING, fields)
+            transition(self.client, obj, ExportPhase.PENDING, STARTING, PROXY_STARTING, fields)
             return Result.requeue(POLL_SECONDS)
         outside = self.proxy.outside()
         links, external = self._links(obj, served, place, ca.decode(), outside)
@@ -381,14 +388,14 @@ class VirtualMachineExportReconciler:
         if status_of(obj).get("phase") != ExportPhase.TERMINATED:
             log.info("%s: its TTL is reached: its server is stopped, deleting it", tag(obj))
             message = "the export's TTL is reached: its server is stopped"
-            obj = transition(self.client, obj, ExportPhase.TERMINATED, "Expired", message, UNLINKED)
+            obj = transition(self.client, obj, ExportPhase.TERMINATED, EXPIRED, message, UNLINKED)
         self.client.delete(VirtualMachineExport, obj.metadata.namespace, obj.metadata.name or "")
         return Result.done()
 
     def _terminate(self, obj: VirtualMachineExport) -> Result:
         if status_of(obj).get("phase") != ExportPhase.TERMINATED:
             obj = transition(
-                self.client, obj, ExportPhase.TERMINATED, "Terminating", "being deleted", UNLINKED
+                self.client, obj, ExportPhase.TERMINATED, TERMINATING, "being deleted", UNLINKED
             )
         if not self._unserve(obj):
             return Result.requeue(STOP_POLL)

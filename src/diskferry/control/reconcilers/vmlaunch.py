@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from diskferry.control.host.machines import MachineDisk, MachineSpec, Seed
+from diskferry.control.model import Reason
 from diskferry.control.node import node_fields, node_labels
 from diskferry.control.reconcilers.phases import Condition
 from diskferry.control.reconcilers.vmclass import class_of
@@ -32,6 +33,9 @@ BASELINE_CPU = "qemu64"
 """The model a Features class adds its features to, as Deckhouse's generic model."""
 USER_DATA_KEYS = ("userData", "userdata")
 """The keys of a Secret that hold cloud-init user data, Deckhouse's and KubeVirt's."""
+CLASS_NOT_FOUND = Reason("VirtualMachineClassNotFound")
+SIZING_NOT_MATCHED = Reason("SizingPolicyNotMatched")
+UNSCHEDULABLE = Reason("Unschedulable")
 
 
 def seed_of(client: Client, vm: VirtualMachine) -> Seed | str | None:
@@ -90,15 +94,15 @@ def admit(client: Client, vm: VirtualMachine) -> Admitted | Hold:
     """Whether the host may run `vm`, as Deckhouse's controller decides it before a start."""
     found = class_of(client, vm)
     if isinstance(found, str):
-        return Hold("VirtualMachineClassNotFound", found, {CLASS_READY: (False, "NotFound", found)})
+        return Hold(CLASS_NOT_FOUND, found, {CLASS_READY: (False, "NotFound", found)})
     class_ready = None if found is None else (True, CLASS_READY, "")
     problem = sizing_problem(vm, found)
     if problem is not None:
-        conditions = {CLASS_READY: class_ready, SIZING: (False, "SizingPolicyNotMatched", problem)}
-        return Hold("SizingPolicyNotMatched", problem, conditions)
+        conditions = {CLASS_READY: class_ready, SIZING: (False, SIZING_NOT_MATCHED, problem)}
+        return Hold(SIZING_NOT_MATCHED, problem, conditions)
     placed = _unplaced(vm, found)
     if placed is not None:
-        return Hold("Unschedulable", placed, {CLASS_READY: class_ready, SIZING: None})
+        return Hold(UNSCHEDULABLE, placed, {CLASS_READY: class_ready, SIZING: None})
     return Admitted(found)
 
 

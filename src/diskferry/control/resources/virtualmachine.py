@@ -782,9 +782,9 @@ class VirtualMachine(Resource):
     """
 
     CONDITIONS = {
-        READY: "True while the VM is as its run policy wants it (Running, Pause, Stopping, "
-        "Stopped); False while it is Pending, Starting, Degraded or Terminating, the reason "
-        "saying why (what a Pending VM waits for, QemuLaunched, QemuFailed...).",
+        READY: "True while the VM's QEMU runs (Running, Pause); False in every other phase "
+        "(Pending, Starting, Stopping, Stopped, Degraded, Terminating), the reason saying why "
+        "(what a Pending VM waits for, QemuLaunched, Stopped, GuestShutdown, QemuFailed...).",
         CLASS_READY: "True once the VirtualMachineClass spec.virtualMachineClassName names "
         "exists; False (NotFound) while it does not, the VM Pending.",
         SIZING: "False (SizingPolicyNotMatched) while the VM's cores, memory or core fraction "
