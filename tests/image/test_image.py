@@ -106,6 +106,22 @@ def test_the_image_carries_every_worker_and_the_programs_they_run(built):
     assert missing == ""
 
 
+S3_CLIENT = """
+from diskferry.objstore.store import ObjectStore, S3Options
+ObjectStore("s3://bucket/prefix", S3Options(endpoint="http://127.0.0.1:9", access_key_id="k",
+            secret_access_key="s"))
+print("made")
+"""
+
+
+def test_a_backup_worker_in_the_image_makes_its_s3_client(built):
+    proc = podman(
+        *("run", "--rm", "--network", "host", *RESTRICTED, "--entrypoint", "python"),
+        *(built.name, "-c", S3_CLIENT),
+    )
+    assert proc.stdout.strip() == "made"
+
+
 def _proxy_container() -> dict:
     """The export proxy's container as `kubectl kustomize deploy/` gives it, with its volumes."""
     proc = subprocess.run(

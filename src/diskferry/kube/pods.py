@@ -6,12 +6,12 @@ digest of it), restartPolicy Never, owned by the object whose job it is; it runs
 own image as `python -m <engine>.worker job.json`, in the folder where the Secret of the same
 name is mounted read-only: `job.json` and the files given to the job, credentials among them,
 never in the Pod's spec or environment. It runs as the image's user under the restricted Pod
-Security Standard, with no service account token, a scratch emptyDir as its TMPDIR, and the
-claims the job names mounted (Filesystem) or mapped (Block) where the job finds them (`claims`),
-read-only those it only reads. Its worker answers /progress on WORKER_STATUS_PORT of the Pod's
-IP, which the Pod passes down, and writes its result to the Pod's termination message; a
-finalizer keeps a Pod deleted while it ran (a cancelled job) until the runner has read how it
-ended.
+Security Standard, with no service account token, a scratch emptyDir as its TMPDIR and its
+cache's home (a repository's index cache lives as long as the Pod), and the claims the job
+names mounted (Filesystem) or mapped (Block) where the job finds them (`claims`), read-only
+those it only reads. Its worker answers /progress on WORKER_STATUS_PORT of the Pod's IP, which
+the Pod passes down, and writes its result to the Pod's termination message; a finalizer keeps
+a Pod deleted while it ran (a cancelled job) until the runner has read how it ended.
 
 A job that serves (an upload server) listens on a port of its Pod's address, which a headless
 Service of the Pod's name selects (its job's label), as Deckhouse's uploader and KubeVirt's
@@ -187,6 +187,7 @@ def worker_pod(
         "env": [
             {"name": "TMPDIR", "value": SCRATCH},
             {"name": "XDG_RUNTIME_DIR", "value": SCRATCH},
+            {"name": "XDG_CACHE_HOME", "value": SCRATCH},
             {"name": RESULT_FILE_ENV, "value": MESSAGE_PATH},
             {"name": ADDRESS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
