@@ -76,11 +76,17 @@ class Served:
         disk = made["disks"][0]
         base = f"https://{HOST}:{self.port}/exports/vda"
         return BackupPoint(
-            disks=[PointDisk(name="vda", data=f"{base}/data", map=f"{base}/map")],
+            disks=[
+                PointDisk(
+                    name="vda",
+                    data=f"{base}/data",
+                    map=f"{base}/map",
+                    since=self.since if disk["mode"] == "incremental" else None,
+                )
+            ],
             tokenFile=str(token_file or self.token_file),
             caFile=str(self.ca_dir / "ca.crt"),
             checkpoint=disk["checkpoint"],
-            since=self.since if disk["mode"] == "incremental" else None,
         )
 
     def _listening(self) -> bool:
@@ -116,7 +122,7 @@ def test_full_then_incremental_from_the_points_endpoints(engine: Engine, tmp_pat
     write_random(overlay, 20 * MiB + 64 * KiB, 128 * KiB)
     served = Served(tmp_path, volume, since=point.checkpoint)
     later = served.point()
-    assert later.since == point.checkpoint
+    assert later.disks[0].since == point.checkpoint
     incremental = from_point(engine, later)
     served.end()
     disk = incremental.disks[0]
@@ -137,8 +143,9 @@ def test_a_point_of_changes_since_another_checkpoint_is_read_whole(
     served.end()
     write_random(volume + ".cbt.qcow2", 2 * MiB, 64 * KiB)
     served = Served(tmp_path, volume, since=first.checkpoint)
-    elsewhere = served.point().model_copy(update={"since": "diskferry-other-1"})
-    result = from_point(engine, elsewhere)
+    point = served.point()
+    elsewhere = [point.disks[0].model_copy(update={"since": "diskferry-other-1"})]
+    result = from_point(engine, point.model_copy(update={"disks": elsewhere}))
     served.end()
     disk = result.disks[0]
     assert disk.type == "full"

@@ -22,6 +22,7 @@ __all__, __getattr__, __dir__ = lazy_face(
         ),
         "job": (
             "BackupJob",
+            "BackupPoint",
             "BackupResult",
             "CbtJob",
             "CbtResult",
@@ -46,6 +47,7 @@ __all__, __getattr__, __dir__ = lazy_face(
             "InitResult",
             "MetadataListing",
             "MetadataRead",
+            "PointDisk",
             "PruneJob",
             "PruneResult",
             "RepoAccess",

@@ -167,13 +167,13 @@ def _open_point(
         snapshot_path(job.vm, disk.name, last.snapshot)
     )
     plan = DiskPlan(disk.name, disk.data, "point", chain, parent_exists)
-    decision = decide_point(plan, point.since, full=job.full, max_incrementals=limit)
+    decision = decide_point(plan, disk.since, full=job.full, max_incrementals=limit)
     opened = PointVolume(
         disk.data,
         disk.map,
         token,
         ca_bundle=point.ca_file,
-        changes=point.since is not None,
+        changes=disk.since is not None,
         cancel=cancel,
     )
     volume = throttled(opened, bucket, cancel)

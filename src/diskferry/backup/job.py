@@ -153,18 +153,22 @@ class HookCommand(JobModel):
 
 
 class PointDisk(JobModel):
-    """A disk of a backup point: its name in the repository, and its endpoints."""
+    """A disk of a backup point: its name in the repository, its endpoints, and the checkpoint
+    its map shows the changes since (None: the disk is served full, its map showing what reads
+    as zeros)."""
 
     name: str
     data: str = Field(description="the URL of the disk's bytes at the point (?offset=&length=)")
     map: str = Field(description="the URL of the disk's extent map (?offset=&length=&page_size=)")
+    since: str | None = Field(
+        default=None, description="the checkpoint the disk's map shows the changes since"
+    )
 
 
 class BackupPoint(JobModel):
     """A backup point a server serves, as KubeVirt serves a Pull VirtualMachineBackup's (and
     diskferry's backup-point worker its points): each disk's data and map endpoints behind a
-    token, over TLS from a CA; the checkpoint the point made, and the one its maps show the
-    changes since (None: a full point, whose maps show what reads as zeros)."""
+    token, over TLS from a CA; and the checkpoint the point made."""
 
     disks: list[PointDisk] = Field(min_length=1)
     token_file: str = Field(alias="tokenFile", description="a file holding the point's token")
@@ -172,9 +176,6 @@ class BackupPoint(JobModel):
         default=None, alias="caFile", description="the CA (PEM) of the server's certificate"
     )
     checkpoint: str | None = Field(default=None, description="the checkpoint the point made")
-    since: str | None = Field(
-        default=None, description="the checkpoint the point's maps show the changes since"
-    )
     consistency: str = Field(
         default="crash-consistent", description="what the point's server says it froze"
     )

@@ -25,6 +25,7 @@ from diskferry.control.host.embedded.proxy import PROXY_PORT, ProxyKeeper
 from diskferry.control.host.embedded.servers import LoopbackServers
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.images import ImageStore
+from diskferry.control.host.points import BackupPoints
 from diskferry.control.host.proxy import KeptProxy
 from diskferry.control.host.servers import ExportServers
 from diskferry.control.host.volumes import Volumes
@@ -82,7 +83,8 @@ class Controllers:
     `volumes`, their images kept in `store`, their servers' certificates come from `certs`, the
     export proxy is `proxy`'s and export servers are placed by `servers` (this host's, under the
     data directory, unless others are given: a cluster's Pods, PVCs, image store, Secrets, proxy
-    Deployment and Services)."""
+    Deployment and Services); DataUploads read the backup points of `points` when given (a
+    cluster's KubeVirt), their VMs' disks themselves otherwise."""
 
     def __init__(
         self,
@@ -99,6 +101,7 @@ class Controllers:
         proxy: KeptProxy | None = None,
         servers: ExportServers | None = None,
         store: ImageStore | None = None,
+        points: BackupPoints | None = None,
     ) -> None:
         access = objects if isinstance(objects, Access) else embedded(objects)
         clock = access.clock
@@ -131,7 +134,7 @@ class Controllers:
         ]
         self.scheduler = Scheduler()
         movers = [
-            DataUploadReconciler(*parts, self.scheduler, self.machines),
+            DataUploadReconciler(*parts, self.scheduler, self.machines, points=points),
             DataDownloadReconciler(*parts, self.scheduler),
         ]
         self.job_owners: dict[str, Any] = {r.info.kind: r for r in [*owners, *movers]}

@@ -8,7 +8,8 @@ over. The controllers' workers run as Pods of the operator's own image, their cl
 (`runner`, `volumes`), with no image store (`images`): a new leader finds the worker Pods the
 last one started. With the local runner they run on the leader's host as its child processes
 instead, their volumes, images and state under its data directory, which instances that may
-lead then share.
+lead then share. The VMs are KubeVirt's: a DataUpload reads the backup point of a Pull
+VirtualMachineBackup (`points`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster
 from diskferry.kube.health import Health
 from diskferry.kube.images import NoImageStore
 from diskferry.kube.lease import LeaderElector, LeaseTimes
+from diskferry.kube.points import KubeVirtPoints
 from diskferry.kube.runner import PodRunner
 from diskferry.kube.source import WATCH_SECONDS, ClusterSource
 from diskferry.kube.volumes import ClusterVolumes
@@ -178,6 +180,7 @@ class Operator:
                 runner=runner,
                 volumes=volumes,
                 store=store,
+                points=KubeVirtPoints(self.api),
             )
             held = False
             try:

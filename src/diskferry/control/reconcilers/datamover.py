@@ -137,8 +137,8 @@ class MoverReconciler(ABC):
         return {}
 
     def cleanup(self, obj: Any, succeeded: bool) -> bool:
-        """Remove what the mover made besides its job, once it ended without success; whether
-        it is all gone."""
+        """Remove what the mover made besides its job once the job ended (`succeeded`: its job
+        did, and the mover is about to complete); whether it is all gone."""
         return True
 
     def job_id(self, obj: Any) -> str:
@@ -254,6 +254,8 @@ class MoverReconciler(ABC):
             if polled.cancelled and self._timed_out(obj, config):
                 reason, message = self._timeout_failure(obj, config)
             return self._fail(obj, reason, message, config)
+        if not self.cleanup(obj, succeeded=True):
+            return Result.requeue(STOP_POLL)
         fields = self.completed(obj, polled.result)
         fields["completionTimestamp"] = rfc3339(self.clock.now())
         self._move(obj, MoverPhase.COMPLETED, "Completed", fields.pop("message", "done"), fields)

@@ -21,10 +21,19 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from diskferry.backup import BackupJob, BackupResult, DiskSource, FailedHook, HookCommand
+from diskferry.backup import (
+    BackupJob,
+    BackupPoint,
+    BackupResult,
+    DiskSource,
+    FailedHook,
+    HookCommand,
+    PointDisk,
+)
 from diskferry.control.clock import Clock
 from diskferry.control.duration import parse_duration
 from diskferry.control.host.machines import Machines
+from diskferry.control.host.points import BackupPoints, PointError
 from diskferry.control.host.volumes import Claim, Volumes
 from diskferry.control.model import Reason
 from diskferry.control.reconcilers import vmcbt
@@ -50,7 +59,7 @@ from diskferry.control.resources.dataupload import (
 )
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, MachinePhase, VirtualMachine
-from diskferry.control.runner.base import Runner
+from diskferry.control.runner.base import JobFile, Runner
 from diskferry.control.runtime.client import Client
 
 CBT_OFF = Reason("ChangedBlockTrackingOff")
@@ -63,6 +72,8 @@ INSUFFICIENT_SPACE = Reason("InsufficientSpace")
 HOOKS_CANNOT_RUN = Reason("HooksCannotRun")
 QUIESCE_FAILED = Reason("QuiesceFailed")
 ZERO_DATA = Reason("ZeroData")
+POINT_TOKEN_FILE = "point-token"
+POINT_CA_FILE = "point-ca.pem"
 
 
 HOOK_LIST = TypeAdapter(list[HookCommand])
@@ -132,6 +143,17 @@ def _yes(obj: Any, annotation: str) -> bool:
     return obj.metadata.annotations.get(annotation, "").lower() == "true"
 
 
+def _limit(
+    obj: DataUpload, vm_annotations: dict[str, str], config: DataMoverConfigSpec
+) -> str | None:
+    """The most incrementals after a full: the upload's annotation, else the VM's, else the
+    DataMoverConfig's (None: the repository's own)."""
+    limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or vm_annotations.get(MAX_INCREMENTALS)
+    if limit is None and config.max_incremental_backups:
+        limit = str(config.max_incremental_backups)
+    return limit
+
+
 class DataUploadReconciler(MoverReconciler):
     """Backs up each DataUpload's VM."""
 
@@ -149,9 +171,11 @@ class DataUploadReconciler(MoverReconciler):
         scheduler: Scheduler,
         machines: Machines,
         clock: Clock | None = None,
+        points: BackupPoints | None = None,
     ) -> None:
         super().__init__(client, runner, volumes, scheduler, clock)
         self.machines = machines
+        self.points = points
 
     def who(self, obj: DataUpload) -> str:
         """The VM, as `VirtualMachine namespace/name`."""
@@ -191,6 +215,8 @@ class DataUploadReconciler(MoverReconciler):
                 f"the BackupStorageLocation {bsl.metadata.name} is ReadOnly", reason=READ_ONLY
             )
         namespace, name = vm_of(obj)
+        if self.points is not None:
+            return self._from_point(self.points, obj, location, config)
         vm = self.client.get(VirtualMachine, namespace, name)
         if vm is None:
             raise MoverFailure(
@@ -212,11 +238,7 @@ class DataUploadReconciler(MoverReconciler):
         short = shortfall(rooms, running)
         if short:
             raise MoverFailure(short, reason=INSUFFICIENT_SPACE)
-        limit = obj.metadata.annotations.get(MAX_INCREMENTALS) or (
-            vm.metadata.annotations.get(MAX_INCREMENTALS)
-        )
-        if limit is None and config.max_incremental_backups:
-            limit = str(config.max_incremental_backups)
+        limit = _limit(obj, vm.metadata.annotations, config)
         fields: dict[str, Any] = {}
         if running:
             fields["qmp"] = self.machines.sockets(vm).qmp
@@ -233,6 +255,70 @@ class DataUploadReconciler(MoverReconciler):
             **fields,
         )
         return Job(job, files, f"disks {', '.join(claims)} of VirtualMachine {name} ready")
+
+    def _from_point(
+        self,
+        points: BackupPoints,
+        obj: DataUpload,
+        location: Location,
+        config: DataMoverConfigSpec,
+    ) -> Job | Waiting:
+        """The backup job of the point the VM's hypervisor serves for the upload, once it
+        answers: its disks (those of `diskferry.io/disks`, when given) read through their
+        endpoints, with the point's token and CA as the job's files."""
+        namespace, name = vm_of(obj)
+        full = _yes(obj, FORCE_FULL)
+        ttl = self._timeout(obj, config)
+        try:
+            served = points.point(
+                self.job_id(obj),
+                namespace,
+                name,
+                chain=obj.spec.backup_storage_location,
+                full=full,
+                ttl=ttl,
+            )
+        except PointError as e:
+            raise MoverFailure(e.message, reason=e.reason) from e
+        if isinstance(served, str):
+            return Waiting(served)
+        only = obj.metadata.annotations.get(DISKS)
+        disks = [d for d in served.disks if only is None or d.name in only.split(",")]
+        if not disks:
+            raise MoverFailure(f"{served.name} serves no disk to back up", reason=NO_DISKS)
+        if hooks_of(obj) and obj.status.phase == MoverPhase.ACCEPTED:
+            names = ", ".join(h.name for h in hooks_of(obj))
+            message = f"the hooks ({names}) run only in the guests of VMs diskferry runs"
+            self.client.event(obj, "Warning", "HooksNotRun", message)
+        point = BackupPoint(
+            disks=[PointDisk(name=d.name, data=d.data, map=d.map, since=d.since) for d in disks],
+            token_file=POINT_TOKEN_FILE,
+            ca_file=POINT_CA_FILE,
+            checkpoint=served.checkpoint,
+            consistency=served.consistency,
+        )
+        job, files = location.job(
+            BackupJob,
+            vm=repository_vm(namespace, name),
+            point=point,
+            full=full,
+            wait=True,
+            max_incrementals=_limit(obj, {}, config),
+            bandwidth_limit=config.bandwidth_bytes,
+        )
+        files += [
+            JobFile(POINT_TOKEN_FILE, served.token, credential=True),
+            JobFile(POINT_CA_FILE, served.ca),
+        ]
+        return Job(job, files, f"{served.name} of VirtualMachine {name} is served")
+
+    def cleanup(self, obj: DataUpload, succeeded: bool) -> bool:
+        """End the point read for the upload, when its VM's hypervisor served one; whether it
+        is gone."""
+        if self.points is None:
+            return True
+        namespace, _ = vm_of(obj)
+        return self.points.release(self.job_id(obj), namespace)
 
     def _hooks(self, obj: DataUpload, vm: VirtualMachine, running: bool) -> dict[str, Any]:
         """The job's fields of the annotation's hooks and the agent that runs them. Only a
