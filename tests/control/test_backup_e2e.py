@@ -86,8 +86,10 @@ def test_a_vm_whose_disk_is_missing_leaves_the_backup_partially_failed(vm_daemon
     assert "VirtualDisk default/vd-gone does not exist" in by_disk["vd-gone"]["reason"]
     assert "dataUpload" not in by_disk["vd-gone"]
     assert get(vm_daemon, "DataUpload", "default", "b1-vm-bad") is None
-    warnings = [e for e in vm_daemon.events("b1") if e["reason"] == "PartiallyFailed"]
-    assert warnings and warnings[0]["type"] == "Warning"
+    warnings = wait_until(
+        lambda: [e for e in vm_daemon.events("b1") if e["reason"] == "PartiallyFailed"]
+    )
+    assert warnings[0]["type"] == "Warning"
 
 
 @pytest.mark.long
