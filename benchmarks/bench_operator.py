@@ -45,22 +45,22 @@ from benchmarks.bench_store import labels
 from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison, proc_status
 from benchmarks.nginx import free_port
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.vmclass import (
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.reconcilers.vms.vmclass import (
     VirtualMachineClassReconciler,
     ensure_generic_class,
 )
-from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import NAMESPACES
 from diskferry.control.resources.foreign import with_foreign_kinds
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachineclass import (
     GENERIC,
     VIRTUAL_MACHINE_CLASSES,
     VirtualMachineClass,
 )
-from diskferry.control.runner.stop import stop_data_dir
 from diskferry.control.runtime.client import EmbeddedClient
+from diskferry.control.runtime.runner.stop import stop_data_dir
 
 COUNTS = (1_000, 10_000)
 STANDIN = Path(__file__).parents[1] / "tests" / "standin.py"

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.core import SECRETS
+from diskferry.control.resources.registry import REGISTRY
 
 APPS = 10
 SELECTOR = "app=app3,shard in (3,13,23)"

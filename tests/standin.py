@@ -29,10 +29,10 @@ from standin_kubevirt import KubeVirt
 from standin_scheduler import DEFAULT_NODE, Scheduler
 from standin_storage import Storage
 
+from diskferry.control.apiserver.objects import KEEP_CHANGES
 from diskferry.control.daemon import BackgroundFactory, Daemon
-from diskferry.control.objects import KEEP_CHANGES
-from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.foreign import with_foreign_kinds
+from diskferry.control.resources.registry import REGISTRY
 
 KUBE_PORT = 6443
 

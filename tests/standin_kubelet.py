@@ -50,10 +50,10 @@ from standin_loop import Loop, kind
 from standin_scheduler import DEFAULT_NODE, node_labels, volume_allows
 from standin_storage import MERGE, backing
 
-from diskferry.control.errors import AlreadyExistsError, ApiError, NotFoundError
-from diskferry.control.kinds import KindInfo
-from diskferry.control.objects import ObjectService
-from diskferry.control.runner.tail import tail_lines
+from diskferry.control.apiserver.errors import AlreadyExistsError, ApiError, NotFoundError
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.runtime.runner.tail import tail_lines
 
 log = logging.getLogger("standin.kubelet")
 CONTAINERS_CONF = Path(__file__).resolve().parents[1] / "image" / "containers.conf"

@@ -39,14 +39,14 @@ from typing import Any
 from standin_loop import Loop, kind
 from standin_storage import MERGE, backing, block
 
+from diskferry.control.apiserver.errors import ApiError, NotFoundError
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import rfc3339
-from diskferry.control.duration import parse_duration
-from diskferry.control.errors import ApiError, NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.progress import job_details
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.resources.duration import parse_duration
+from diskferry.control.runtime.progress import job_details
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.local import LocalRunner
 
 log = logging.getLogger("standin.kubevirt")
 BACKUP_GROUP = "backup.kubevirt.io"

@@ -13,10 +13,10 @@ import yaml
 from anchor_fields import Anchor, anchors
 from markdown_text import escaped
 
-from diskferry.control.crd import TOP_LEVEL, openapi_schema
-from diskferry.control.kinds import KindInfo
-from diskferry.control.model import GROUP
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.crd import TOP_LEVEL, openapi_schema
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.model import GROUP
+from diskferry.control.resources.registry import REGISTRY
 
 Schema = dict[str, Any]
 CONDITIONS_PATH = "status.conditions"

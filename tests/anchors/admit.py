@@ -19,11 +19,11 @@ from typing import Any
 
 import yaml
 
-from diskferry.control.errors import ApiError
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.schedule import cron_error
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import ApiError
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.reconcilers.velero.schedule import cron_error
 from diskferry.control.resources.core import NAMESPACES
+from diskferry.control.resources.registry import REGISTRY
 
 HERE = Path(__file__).resolve().parent
 ANCHORS = ("deckhouse", "kubevirt", "velero")

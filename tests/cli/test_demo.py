@@ -22,7 +22,7 @@ from diskferry.cli import demo_cmd, demo_steps
 from diskferry.cli.demo_backup import PASSWORD, stop_jobs, stop_machines
 from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.machines import MachineSpec
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.qemu import img
 from diskferry.worker import WorkerJob
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from diskferry.control.api.app import ApiServer
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.registry import REGISTRY
 
 TOKEN = "test-token-Zq8"
 VD = "/apis/diskferry.io/v1alpha1/namespaces/default/virtualdisks"

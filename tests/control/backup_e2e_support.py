@@ -25,7 +25,7 @@ from reconcile_support import Daemon
 from vm_support import hmp
 
 from diskferry.base import procstat
-from diskferry.control.model import API_VERSION
+from diskferry.control.resources.model import API_VERSION
 from diskferry.qemu import cbt
 
 CBT_LABELS = {"app": "web", "diskferry.io/changed-block-tracking": "true"}

@@ -14,8 +14,8 @@ import yaml
 from control_support import wait_until
 from reconcile_support import Daemon
 
-from diskferry.control.errors import NotFoundError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.resources.registry import REGISTRY
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "objstore"))
 from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
 
 from diskferry.backup.repository import Repository
-from diskferry.control.model import API_VERSION
 from diskferry.control.resources.core import SECRETS
 from diskferry.control.resources.dataupload import VM_NAME
+from diskferry.control.resources.model import API_VERSION
 
 PASSWORD = "bars-secret"
 CREDENTIALS = f"[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"

@@ -11,17 +11,17 @@ from urllib.parse import urlsplit
 
 from control_support import wait_until
 
+from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
-from diskferry.control.errors import NotFoundError
 from diskferry.control.host.servers import free_port
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.kinds import KindInfo, Registry
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import EVENTS
-from diskferry.control.runner.stop import stop_data_dir
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.runtime.runner.stop import stop_data_dir
 
 STOP_SECONDS = 30
 RESYNC_SECONDS = 5.0

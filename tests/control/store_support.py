@@ -7,18 +7,18 @@ from typing import Literal
 
 from pydantic import Field
 
+from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import ManualClock
-from diskferry.control.kinds import KindInfo, Registry
-from diskferry.control.model import (
+from diskferry.control.resources.model import (
     API_VERSION,
     RECONCILED_CONDITION,
     ApiModel,
     Resource,
     Status,
 )
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.noeffect import no_effect
+from diskferry.control.resources.registry import REGISTRY
 
 NOT_PAINTED = "widgets are not painted here"
 COMPLETE = "Complete"

@@ -8,8 +8,8 @@ import pytest
 from api_support import SECRETS, TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api import openapiproto
-from diskferry.control.api.app import ApiServer
+from diskferry.control.apiserver.http import openapiproto
+from diskferry.control.apiserver.http.app import ApiServer
 
 __all__ = ["client", "server"]
 

@@ -9,7 +9,7 @@ import yaml
 from api_support import VD, client, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api.app import ApiServer
+from diskferry.control.apiserver.http.app import ApiServer
 
 __all__ = ["client", "server"]
 

@@ -20,10 +20,10 @@ from kr8s import NotFoundError, ServerError
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.apiserver.store.db import TRIM_EVERY
 from diskferry.control.resources.core import SECRETS
-from diskferry.control.store.db import TRIM_EVERY
+from diskferry.control.resources.registry import REGISTRY
 
 NAMESPACE = "default"
 APPLY = "application/apply-patch+yaml"

@@ -7,7 +7,7 @@ import json
 from api_support import VD, client, disk, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api.app import ApiServer
+from diskferry.control.apiserver.http.app import ApiServer
 
 __all__ = ["client", "server"]
 

@@ -11,10 +11,10 @@ import pytest
 from api_support import SECRETS, TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api.app import ApiServer
-from diskferry.control.api.limits import MAX_BODY_BYTES
-from diskferry.control.store.db import MAX_OBJECT_BYTES
-from diskferry.control.store.values import MAX_DEPTH
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.http.limits import MAX_BODY_BYTES
+from diskferry.control.apiserver.store.db import MAX_OBJECT_BYTES
+from diskferry.control.apiserver.store.values import MAX_DEPTH
 
 __all__ = ["client", "server"]
 

@@ -7,9 +7,9 @@ from typing import Any
 from api_support import TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api import logs
-from diskferry.control.api.app import ApiServer
-from diskferry.control.kinds import KindInfo
+from diskferry.control.apiserver.http import logs
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.kinds import KindInfo
 
 __all__ = ["client", "server"]
 

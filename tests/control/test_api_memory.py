@@ -18,9 +18,9 @@ import pytest
 import yaml
 from daemon_support import Served, start_daemon
 
-from diskferry.control.api.limits import MAX_BODY_BYTES
-from diskferry.control.api.watch import MAX_WATCHES_PER_CLIENT
-from diskferry.control.store.values import MAX_DEPTH
+from diskferry.control.apiserver.http.limits import MAX_BODY_BYTES
+from diskferry.control.apiserver.http.watch import MAX_WATCHES_PER_CLIENT
+from diskferry.control.apiserver.store.values import MAX_DEPTH
 
 MiB = 1 << 20
 VD = "/apis/diskferry.io/v1alpha1/namespaces/default/virtualdisks"

@@ -9,7 +9,7 @@ import pytest
 from api_support import TOKEN, client, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api.app import ApiServer
+from diskferry.control.apiserver.http.app import ApiServer
 
 __all__ = ["client", "server"]
 

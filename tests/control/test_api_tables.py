@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from diskferry.control.api.jsonpath import JsonPathError, evaluate
-from diskferry.control.api.tables import human_duration, table
+from diskferry.control.apiserver.http.jsonpath import JsonPathError, evaluate
+from diskferry.control.apiserver.http.tables import human_duration, table
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 

@@ -10,13 +10,13 @@ import pytest
 from api_support import TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.api import watch
-from diskferry.control.api.app import ApiServer
-from diskferry.control.errors import TooManyRequestsError
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import TooManyRequestsError
+from diskferry.control.apiserver.http import watch
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.apiserver.store.db import TRIM_EVERY
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
-from diskferry.control.store.db import TRIM_EVERY
 
 __all__ = ["client", "server"]
 

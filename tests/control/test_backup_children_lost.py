@@ -9,7 +9,7 @@ import pytest
 from control_support import stop_workers_under, wait_until
 from datamover_support import MoverDaemon, repository_held
 
-from diskferry.control.model import API_VERSION
+from diskferry.control.resources.model import API_VERSION
 
 ENDED = ("Completed", "PartiallyFailed", "Failed")
 

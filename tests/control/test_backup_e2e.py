@@ -40,7 +40,7 @@ from reconcile_support import Daemon
 from vm_support import cbt_state
 
 from diskferry.base import procstat
-from diskferry.control.model import API_VERSION
+from diskferry.control.resources.model import API_VERSION
 from diskferry.qemu.qmp import Qmp
 from diskferry.qemu.session import FLEECE_NODE, FLEECE_SUFFIX
 

@@ -15,7 +15,7 @@ from reconcile_support import Daemon
 
 from diskferry.backup.metadata import delete_metadata, load_metadata
 from diskferry.backup.repository import Repository
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 
 __all__ = ["base"]
 PASSWORD = "bars-secret"

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.reconcilers.claimmodes import (
+from diskferry.control.reconcilers.disks.claimmodes import (
     ACCESS_MODE_ANNOTATION,
     VOLUME_MODE_ANNOTATION,
 )
-from diskferry.control.reconcilers.storage import volume_class
+from diskferry.control.reconcilers.disks.storageclasses import volume_class
 from diskferry.control.resources.storageclass import StorageClass
 
 

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from store_support import COMPLETE, WIDGETS, Widget, make_service
 
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.controllers import Controllers
-from diskferry.control.model import IN_USE, READY, RECONCILED, Resource
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.phases import transition
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.model import IN_USE, READY, RECONCILED, Resource
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.manager import Manager
+from diskferry.control.runtime.phases import transition
 from diskferry.control.runtime.reconciler import Result
 from diskferry.control.runtime.source import StoreSource
 

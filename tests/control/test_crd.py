@@ -11,9 +11,9 @@ import pytest
 import yaml
 from crd_support import schema_errors
 
-from diskferry.control.crd import crd, crds, crds_yaml, openapi_schema
-from diskferry.control.model import GROUP
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.crd import crd, crds, crds_yaml, openapi_schema
+from diskferry.control.resources.model import GROUP
+from diskferry.control.resources.registry import REGISTRY
 
 KUBERNETES = "1.32"
 CUSTOM = {info.kind for info in REGISTRY.kinds if info.group == GROUP}

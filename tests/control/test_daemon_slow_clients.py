@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from daemon_support import free_port
 
-from diskferry.control.api.limits import MAX_MUTATING_IN_FLIGHT, Limits
+from diskferry.control.apiserver.http.limits import MAX_MUTATING_IN_FLIGHT, Limits
 from diskferry.control.daemon import Daemon
 
 PAUSE = 0.25

@@ -13,8 +13,8 @@ from daemon_support import Served, kubectl, start_daemon
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from diskferry.control.crd import TOP_LEVEL, crd, crds, openapi_schema
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.crd import TOP_LEVEL, crd, crds, openapi_schema
+from diskferry.control.resources.registry import REGISTRY
 
 __all__ = ["client", "server"]
 

@@ -21,8 +21,8 @@ from diskferry.control.host.machines import Machines
 from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import VolumeClass, Volumes
 from diskferry.control.resources.virtualimage import ClusterVirtualImage
-from diskferry.control.runner.base import Runner
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.base import Runner
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.qemu import cbt
 
 IMPLEMENTED = [

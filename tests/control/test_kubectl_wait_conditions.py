@@ -20,8 +20,8 @@ import yaml
 from crd_support import EXAMPLES, example_documents
 from daemon_support import Served, kubectl, start_daemon
 
-from diskferry.control.kinds import KindInfo
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.registry import REGISTRY
 
 NAMESPACE = "default"
 NOT_YET = "1s"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from diskferry.control.names import MAX_LENGTH, short_name
+from diskferry.control.resources.names import MAX_LENGTH, short_name
 
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from store_support import WIDGETS, make_service, widget
 
-from diskferry.control.errors import (
+from diskferry.control.apiserver.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
@@ -18,7 +18,7 @@ from diskferry.control.errors import (
     InvalidError,
     NotFoundError,
 )
-from diskferry.control.objects import ObjectService
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
 
 

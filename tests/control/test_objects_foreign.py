@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.errors import InvalidError, NotFoundError
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import InvalidError, NotFoundError
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.foreign import FOREIGN_KINDS, with_foreign_kinds
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 
 REGISTRY_WITH_FOREIGN = with_foreign_kinds(REGISTRY)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from diskferry.control.apiserver.errors import InvalidError, UnsupportedMediaTypeError
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import ManualClock
-from diskferry.control.errors import InvalidError, UnsupportedMediaTypeError
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 
 DISKS = REGISTRY.by_kind("VirtualDisk")
 DISK = {

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from pydantic import Field
 from store_support import NOT_PAINTED, WIDGETS, make_service, widget
 
-from diskferry.control.api.app import ApiServer
-from diskferry.control.model import ApiModel
-from diskferry.control.objects import ObjectService
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.model import ApiModel
 from diskferry.control.resources.noeffect import no_effect, warnings
 
 WARNING = f"spec.color: has no effect here: {NOT_PAINTED}"

@@ -13,9 +13,9 @@ from api_support import TOKEN
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 
-from diskferry.control.api.app import ApiServer
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.registry import REGISTRY
 
 DOCUMENT = "/openapi/v3/apis/diskferry.io/v1alpha1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

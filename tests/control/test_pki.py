@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from diskferry.control.pki import ensure_pki, ensure_token
+from diskferry.control.apiserver.pki import ensure_pki, ensure_token
 
 
 def _sans(path: Path) -> set[str]:

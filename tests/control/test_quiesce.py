@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 from diskferry.control.host.embedded.machines import QemuMachines
-from diskferry.control.reconcilers.quiesce import agent_silence
+from diskferry.control.reconcilers.vms.quiesce import agent_silence
 from diskferry.control.resources.virtualmachine import VirtualMachine
 
 

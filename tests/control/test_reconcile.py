@@ -20,7 +20,7 @@ from reconcile_support import Daemon, ready_condition
 from reconcile_support import http_source as _http
 
 from diskferry.control.host.embedded.volumes import block_unavailable
-from diskferry.control.model import API_VERSION
+from diskferry.control.resources.model import API_VERSION
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.vdsnapshot import VIRTUAL_DISK_SNAPSHOTS
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS

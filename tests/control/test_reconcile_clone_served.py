@@ -17,9 +17,9 @@ from reconcile_support import http_source as _http
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.volumes import VolumeClass
-from diskferry.control.reconcilers.clonesources import serve_job_id
-from diskferry.control.reconcilers.imports import Imports, Source
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.reconcilers.disks.clonesources import serve_job_id
+from diskferry.control.reconcilers.disks.importjob import Imports, Source
+from diskferry.control.runtime.runner.local import LocalRunner
 
 MiB = 1 << 20
 

@@ -13,7 +13,7 @@ from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, download, repository_held
 
 from diskferry.control.clock import ManualClock
-from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
+from diskferry.control.reconcilers.datamover.datadownload import DataDownloadReconciler
 
 ENDED = ("Completed", "Failed", "Canceled")
 MiB = 1 << 20

@@ -14,9 +14,9 @@ from datamover_support import PASSWORD, MoverDaemon, repository_held
 
 from diskferry.backup import BackupResult
 from diskferry.backup.repository import Repository
-from diskferry.control.model import API_VERSION
-from diskferry.control.reconcilers.datamover import MoverFailure
+from diskferry.control.reconcilers.datamover.moverlife import MoverFailure
 from diskferry.control.resources.dataupload import DataUpload
+from diskferry.control.resources.model import API_VERSION
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp
 from diskferry.qemu.session import FLEECE_NODE, FLEECE_SUFFIX

@@ -11,7 +11,7 @@ import pytest
 from control_support import stop_workers_under, wait_until, workers_under
 from datamover_support import MoverDaemon, PhaseWatch, repository_held
 
-from diskferry.control.reconcilers import datamover
+from diskferry.control.reconcilers.datamover import moverlife
 
 ENDED = ("Completed", "Failed", "Canceled")
 
@@ -176,7 +176,7 @@ def test_deleting_a_failed_upload_removes_its_kept_scratch(daemon, tmp_path):
 
 
 def test_failed_scratch_is_kept_up_to_a_bound(daemon, tmp_path, monkeypatch):
-    monkeypatch.setattr(datamover, "FAILED_KEPT", 1)
+    monkeypatch.setattr(moverlife, "FAILED_KEPT", 1)
     names = vms(daemon, 2)
     with repository_held(tmp_path / "backups"):
         for i, vm in enumerate(names):

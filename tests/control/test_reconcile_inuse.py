@@ -11,8 +11,8 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import QUICK_STOP, daemon, patch_vm, ready_disk
 
-from diskferry.control.errors import NotFoundError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.resources.registry import REGISTRY
 
 __all__ = ["daemon"]
 PROTECTION = {

@@ -14,7 +14,7 @@ import pytest
 from control_support import wait_until
 from store_support import COMPLETE, WIDGETS, Widget, make_service, widget
 
-from diskferry.control.objects import ObjectService
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.core import EVENTS
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.conditions import set_condition

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diskferry.control.reconcilers.progress import (
+from diskferry.control.runtime.progress import (
     ProgressWrites,
     percent_text,
     progress_fields,

@@ -15,9 +15,9 @@ from control_support import wait_until, workers_under
 from reconcile_support import Daemon
 from reconcile_support import http_source as _http
 
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 
 MiB = 1 << 20
@@ -25,8 +25,8 @@ _DAEMON = """
 import sys, time
 from pathlib import Path
 from diskferry.control.controllers import Controllers
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.registry import REGISTRY
 data = Path(sys.argv[1])
 Controllers(data, ObjectService(data / "state.db", REGISTRY)).start()
 print("serving", flush=True)
@@ -36,9 +36,9 @@ _DIES_STARTING = """
 import os, signal, sys, time
 from pathlib import Path
 from diskferry.control.controllers import Controllers
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
-from diskferry.control.runner import local
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.runtime.runner import local
 
 def die(step):
     if step == sys.argv[2]:

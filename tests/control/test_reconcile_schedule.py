@@ -17,7 +17,7 @@ from diskferry.backup.check import check
 from diskferry.backup.metadata import load_metadata
 from diskferry.backup.repository import Repository
 from diskferry.control.clock import ManualClock
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 
 __all__ = ["base"]
 

@@ -3,7 +3,7 @@ names the place and both amounts."""
 
 from __future__ import annotations
 
-from diskferry.control.reconcilers.space import METADATA, DiskRoom, needed, shortfall
+from diskferry.control.reconcilers.vms.overlayspace import METADATA, DiskRoom, needed, shortfall
 
 
 def test_a_running_vm_needs_room_for_fleecing(tmp_path):

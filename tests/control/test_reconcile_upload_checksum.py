@@ -13,8 +13,8 @@ import pytest
 from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon, put_upload
 
-from diskferry.control.model import API_VERSION
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from control_support import stop_workers_under, wait_until
 from reconcile_support import Daemon, put_upload
 
 from diskferry.control.host.embedded.proxy import PROXY_JOB
-from diskferry.control.model import API_VERSION
-from diskferry.control.reconcilers.uploads import (
+from diskferry.control.reconcilers.disks.uploads import (
     ROUTE_NAMESPACE,
     TIMEOUT_ANNOTATION,
     TOKEN_TTL_ANNOTATION,
 )
+from diskferry.control.resources.model import API_VERSION
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.importer.upload_client import upload_file
 

@@ -16,7 +16,7 @@ from vmexport_support import ExportDaemon, get
 
 from diskferry.control.clock import ManualClock
 from diskferry.control.host.servers import free_port
-from diskferry.control.reconcilers.vdexport import VirtualDataExportReconciler
+from diskferry.control.reconcilers.exports.vdexport import VirtualDataExportReconciler
 
 VDE = "VirtualDataExport"
 EXPORT = "VirtualMachineExport"

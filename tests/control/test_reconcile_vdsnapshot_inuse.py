@@ -20,7 +20,7 @@ from vm_support import apply_vm, patch_vm, pid_of, procstat_kill, ready_disk
 
 from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.machines import Sockets
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "qemu"))
 

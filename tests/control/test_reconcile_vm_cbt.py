@@ -14,7 +14,7 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import cbt_state, create_vm, daemon, hmp, patch_vm, ready_disk
 
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.qemu.bitmaps import BASE
 from diskferry.qemu.qmp import Qmp
 

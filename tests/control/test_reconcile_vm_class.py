@@ -12,7 +12,7 @@ from typing import Any
 from reconcile_support import Daemon
 from vm_support import create_vm, daemon, pid_of, ready_disk
 
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 
 __all__ = ["daemon"]
 CLASSES = REGISTRY.by_kind("VirtualMachineClass")

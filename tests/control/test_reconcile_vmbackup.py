@@ -28,7 +28,7 @@ from vmbackup_support import (
 from vmexport_support import ExportDaemon, connect, get_when_up
 
 from diskferry.backup.repository import Repository
-from diskferry.control.reconcilers import vmbackuppull
+from diskferry.control.reconcilers.kvbackup import vmbackuppull
 from diskferry.export.token import TOKEN_HEADER
 from diskferry.qemu.qmp import Qmp
 

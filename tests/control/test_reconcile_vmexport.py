@@ -18,13 +18,13 @@ import pytest
 from control_support import wait_until
 from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
-from diskferry.control.errors import NotFoundError
+from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.embedded.proxy import PROXY_JOB, ProxyKeeper, export_socket
 from diskferry.control.host.servers import PORT_ANNOTATION, free_port
-from diskferry.control.reconcilers.vmexport import stop_server
+from diskferry.control.reconcilers.exports.vmexport import stop_server
 from diskferry.control.resources.core import SECRETS
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.qemu import storage_daemon
 
 EXPORT = "VirtualMachineExport"

@@ -15,7 +15,7 @@ from vmexport_support import ExportDaemon
 
 from diskferry.control.clock import ManualClock
 from diskferry.control.host.servers import PORT_ANNOTATION, free_port
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 
 EXPORT = "VirtualMachineExport"
 TTL_SECONDS = 60

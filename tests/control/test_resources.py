@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.errors import InvalidError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import InvalidError
+from diskferry.control.apiserver.validation import validate
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.updates import check_update
 from diskferry.control.resources.virtualdisk import DiskPhase, VirtualDisk
 from diskferry.control.resources.vmexport import VirtualMachineExport
-from diskferry.control.validation import validate
 
 KINDS = {
     "VirtualDisk",

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from diskferry.control.duration import DurationError, format_duration, parse_duration
+from diskferry.control.resources.duration import DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

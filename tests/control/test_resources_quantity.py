@@ -2,7 +2,7 @@
 
 import pytest
 
-from diskferry.control.quantity import QuantityError, format_bytes, parse_quantity
+from diskferry.control.resources.quantity import QuantityError, format_bytes, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from diskferry.control.crd import openapi_schema
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.crd import openapi_schema
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.core import NAMESPACES
 from diskferry.control.resources.noeffect import reason_of
+from diskferry.control.resources.registry import REGISTRY
 
 ANCHORS = Path(__file__).parents[1] / "anchors"
 KINDS = (

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.errors import InvalidError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import InvalidError
+from diskferry.control.apiserver.validation import validate
 from diskferry.control.resources.datamoverconfig import (
     ChangedBlockTrackingLabelSelectors,
     DataMoverConfig,
     DataMoverConfigSpec,
     load_config,
 )
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import VirtualMachine
-from diskferry.control.validation import validate
 
 
 def vm(**spec: Any) -> dict[str, Any]:

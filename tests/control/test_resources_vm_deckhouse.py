@@ -12,12 +12,12 @@ import pytest
 import yaml
 from store_support import make_service
 
-from diskferry.control.errors import InvalidError
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import InvalidError
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.apiserver.validation import validate
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import RunPolicy, VirtualMachine
 from diskferry.control.resources.virtualmachineclass import VirtualMachineClass
-from diskferry.control.validation import validate
 
 SAMPLES = Path(__file__).parent.parent / "anchors" / "deckhouse"
 VM_SAMPLES = sorted(p.name for p in SAMPLES.glob("*virtualmachine*.yaml") if "class" not in p.name)

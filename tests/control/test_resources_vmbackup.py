@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from diskferry.control.errors import InvalidError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import InvalidError
 from diskferry.control.resources.noeffect import reason_of
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.updates import check_update
 from diskferry.control.resources.vmbackup import BackupMode, VirtualMachineBackup
 from diskferry.control.resources.vmbackuptracker import VirtualMachineBackupTracker

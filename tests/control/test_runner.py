@@ -14,9 +14,9 @@ import pytest
 from control_support import wait_until
 
 from diskferry.base import procstat
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.local import JobStartError, LocalRunner
-from diskferry.control.runner.tail import LINE_CHARS, tail_lines
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.local import JobStartError, LocalRunner
+from diskferry.control.runtime.runner.tail import LINE_CHARS, tail_lines
 from diskferry.importer import ImportJob
 
 MiB = 1 << 20
@@ -128,7 +128,7 @@ def test_a_runner_made_afresh_reattaches_to_a_running_worker(slow_source, tmp_pa
 _DAEMON = """
 import sys, time
 from pathlib import Path
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.importer import ImportJob
 LocalRunner(Path(sys.argv[1])).start("job-6", ImportJob(source=sys.argv[2], target=sys.argv[3]))
 print("started", flush=True)

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 from control_support import wait_until
 
-from diskferry.control.reconcilers.imports import Imports, Source
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.local import JobStartError, LocalRunner
+from diskferry.control.reconcilers.disks.importjob import Imports, Source
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.local import JobStartError, LocalRunner
 from diskferry.importer import ImportJob
 
 MiB = 1 << 20

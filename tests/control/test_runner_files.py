@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from control_support import wait_until
 
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.local import JobStartError, LocalRunner
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.local import JobStartError, LocalRunner
 from diskferry.importer import ImportJob
 
 

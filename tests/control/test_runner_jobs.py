@@ -16,9 +16,16 @@ from control_support import wait_until
 from pydantic import BaseModel
 
 from diskferry.backup import Chores, ChoresJob, ChoresResult, MetadataRead
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.jobs import BAD_RESULT, WORKER_LOST, Failed, Jobs, Running, Succeeded
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.jobs import (
+    BAD_RESULT,
+    WORKER_LOST,
+    Failed,
+    Jobs,
+    Running,
+    Succeeded,
+)
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.export import ServeResult
 from diskferry.importer import ImportJob, ImportResult
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from control_support import wait_until, workers_under
 
-from diskferry.control.runner.base import JobState
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.base import JobState
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.importer import ImportJob
 
 MiB = 1 << 20
@@ -23,7 +23,7 @@ JOB = "job-1"
 _STARTER = """
 import os, signal, sys
 from pathlib import Path
-from diskferry.control.runner import local
+from diskferry.control.runtime.runner import local
 
 def die(step):
     if step == sys.argv[2]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.reconcilers.selection import (
+from diskferry.control.reconcilers.velero.selection import (
     ClusterImages,
     backup_taken,
     kind_taken,

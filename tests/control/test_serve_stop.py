@@ -17,12 +17,12 @@ from daemon_support import free_port, start_daemon
 from reconcile_support import http_source
 
 from diskferry.base import procstat
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.local import LocalRunner
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.importer import ImportJob
 from diskferry.worker import WorkerJob
 

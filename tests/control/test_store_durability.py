@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from diskferry.control.store.db import Database
+from diskferry.control.apiserver.store.db import Database
 
 FULL = 2
 

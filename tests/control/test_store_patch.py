@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from diskferry.control.errors import BadRequestError, InvalidError, UnsupportedMediaTypeError
-from diskferry.control.store.patch import (
+from diskferry.control.apiserver.errors import (
+    BadRequestError,
+    InvalidError,
+    UnsupportedMediaTypeError,
+)
+from diskferry.control.apiserver.store.patch import (
     decode,
     json_patch,
     merge_patch,

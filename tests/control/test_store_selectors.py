@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from store_support import WIDGETS
 
-from diskferry.control.errors import BadRequestError
+from diskferry.control.apiserver.errors import BadRequestError
+from diskferry.control.apiserver.store.selectors import label_selector, parse_fields, parse_labels
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
-from diskferry.control.store.selectors import label_selector, parse_fields, parse_labels
 
 LABELS = {"app": "web", "tier": "front", "n": "5"}
 

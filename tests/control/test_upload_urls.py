@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from diskferry.control.host.proxy import Outside
-from diskferry.control.reconcilers.uploads import ROUTE_NAMESPACE, upload_urls
+from diskferry.control.reconcilers.disks.uploads import ROUTE_NAMESPACE, upload_urls
 
 TOKEN = b"s3cret\n2099-01-01T00:00:00+00:00\n"
 LISTENING = {"phase": "WaitingForUpload", "details": {"listenPort": 8443}}

@@ -15,7 +15,7 @@ import pytest
 from reconcile_support import Daemon
 
 from diskferry.base import procstat
-from diskferry.control.resources import REGISTRY
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.nbd.volume import NbdVolume
 from diskferry.qemu.qmp import Qmp
 

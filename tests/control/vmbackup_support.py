@@ -17,7 +17,7 @@ from vm_support import cbt_state, create_vm, hmp, pid_of, procstat_kill, ready_d
 from vmexport_support import ExportDaemon
 
 from diskferry.control.host.servers import free_port
-from diskferry.control.model import API_VERSION
+from diskferry.control.resources.model import API_VERSION
 
 __all__ = ["PASSWORD"]
 CBT = {"diskferry.io/changed-block-tracking": "true"}

@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 from control_support import wait_until
 from reconcile_support import Daemon, http_source
 
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
 from diskferry.control.host.embedded.certs import CERT_LIFETIME, PKI_DIR, DaemonCa
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
 from diskferry.control.resources.core import SECRETS
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.export.token import TOKEN_HEADER
 
 

@@ -16,10 +16,10 @@ import yaml
 from crd_support import example_documents, schema_errors
 
 import diskferry
-from diskferry.control.api.app import PUBLIC
-from diskferry.control.crd import crds, crds_yaml
-from diskferry.control.model import GROUP
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.crd import crds, crds_yaml
+from diskferry.control.apiserver.http.app import PUBLIC
+from diskferry.control.resources.model import GROUP
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.serving import EXPORT_PORT, OPERATOR_HEALTH_PORT
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -12,8 +12,8 @@ from types import ModuleType
 
 import diskferry
 from diskferry.base import DiskferryError
-from diskferry.control.model import Reason
-from diskferry.control.runner.jobs import BAD_RESULT, CANCELLED, JOB_FAILED, WORKER_LOST
+from diskferry.control.resources.model import Reason
+from diskferry.control.runtime.runner.jobs import BAD_RESULT, CANCELLED, JOB_FAILED, WORKER_LOST
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 FIRST_CELL = re.compile(r"^\| ((?:`\w+`(?:, )?)+) \|", re.MULTILINE)
@@ -51,7 +51,7 @@ def named_reasons() -> dict[str, str]:
     controller writes as a `Reason`, and where it is declared."""
     modules = every_module()
     reasons = {
-        reason: "diskferry.control.runner.jobs"
+        reason: "diskferry.control.runtime.runner.jobs"
         for reason in (BAD_RESULT, CANCELLED, JOB_FAILED, WORKER_LOST)
     }
     for cls in _subclasses(DiskferryError):

@@ -25,9 +25,9 @@ from control_support import wait_until, workers_under
 from daemon_support import Served, free_port, kubectl, start_daemon
 
 from diskferry.backup.repository import Repository
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 
 pytestmark = pytest.mark.stress
 KILLS = int(os.environ.get("DISKFERRY_STRESS", "8"))

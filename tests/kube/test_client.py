@@ -13,9 +13,9 @@ import pytest
 import yaml
 from standin_support import StandIn
 
-from diskferry.control.errors import ConflictError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import ConflictError
 from diskferry.control.resources.core import Event
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.kube.api import Backoff, KubeApi
 from diskferry.kube.client import KubeClient

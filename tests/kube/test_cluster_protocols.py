@@ -11,7 +11,7 @@ from control_support import assert_implements
 from diskferry.control.host.images import ImageNotStoredError, ImageStore
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.resources.virtualimage import VirtualImage
-from diskferry.control.runner.base import Runner
+from diskferry.control.runtime.runner.base import Runner
 from diskferry.kube.images import NoImageStore
 from diskferry.kube.runner import PodRunner
 from diskferry.kube.volumes import ClusterVolumes

@@ -18,10 +18,10 @@ from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 
 from diskferry.control.host.volumes import VolumeClass, VolumeError
-from diskferry.control.reconcilers.sources import claim_name
-from diskferry.control.resources import REGISTRY
+from diskferry.control.reconcilers.disks.datasources import claim_name
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VirtualDisk
-from diskferry.control.runner.base import JobState
+from diskferry.control.runtime.runner.base import JobState
 from diskferry.importer import BlankJob, ImportJob
 from diskferry.kube.api import KubeApi
 from diskferry.kube.claims import DISK_FILE

@@ -18,8 +18,8 @@ from control_support import wait_until
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 
-from diskferry.control.runner.base import JobFile, JobState
-from diskferry.control.runner.jobs import CANCELLED
+from diskferry.control.runtime.runner.base import JobFile, JobState
+from diskferry.control.runtime.runner.jobs import CANCELLED
 from diskferry.importer import ImportJob
 from diskferry.kube.api import KubeApi
 from diskferry.kube.pods import FINALIZER, KEPT, pod_name

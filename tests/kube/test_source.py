@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from standin_support import StandIn, start_standin
 
-from diskferry.control.errors import GoneError
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.errors import GoneError
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.runtime.source import Changes
 from diskferry.kube import api as kube_api

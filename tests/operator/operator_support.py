@@ -19,7 +19,7 @@ from control_support import stop_workers_under, wait_until
 from daemon_support import free_port, kubectl
 from standin_support import StandIn, environment, start_standin
 
-from diskferry.control.runner.stop import stop_data_dir
+from diskferry.control.runtime.runner.stop import stop_data_dir
 
 NAMESPACE = "diskferry-system"
 LEASE = "diskferry-operator"

@@ -22,12 +22,12 @@ from reconcile_support import Daemon
 from vm_support import ready_disk
 from vmexport_support import get_when_up, raw_url
 
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.sources import claim_of, stored_image
-from diskferry.control.resources import REGISTRY
+from diskferry.control.reconcilers.disks.datasources import claim_of, stored_image
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import VirtualImage
 from diskferry.control.runtime.client import EmbeddedClient

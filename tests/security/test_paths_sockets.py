@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "control"))
 from reconcile_support import Daemon
 from vm_support import ready_disk
 
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
 from diskferry.control.host.embedded.imagestore import LayoutImageStore
@@ -31,23 +32,22 @@ from diskferry.control.host.embedded.machines import QemuMachines
 from diskferry.control.host.embedded.proxy import ProxyKeeper
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.servers import free_port
-from diskferry.control.model import API_VERSION
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.datamover import Job
-from diskferry.control.reconcilers.dataupload import DataUploadReconciler
-from diskferry.control.reconcilers.location import Location
-from diskferry.control.reconcilers.scheduler import Scheduler
-from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
-from diskferry.control.reconcilers.vmbackuppull import PullBackup
-from diskferry.control.reconcilers.vmbackupstate import Source
-from diskferry.control.resources import REGISTRY
+from diskferry.control.reconcilers.datamover.admission import Scheduler
+from diskferry.control.reconcilers.datamover.dataupload import DataUploadReconciler
+from diskferry.control.reconcilers.datamover.moverlife import Job
+from diskferry.control.reconcilers.kvbackup.vmbackuppull import PullBackup
+from diskferry.control.reconcilers.kvbackup.vmbackupstate import Source
+from diskferry.control.reconcilers.velero.repoaccess import Location
+from diskferry.control.reconcilers.vms.virtualmachine import VirtualMachineReconciler
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.dataupload import VM_NAME, DataUpload
+from diskferry.control.resources.model import API_VERSION
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import VirtualMachine
 from diskferry.control.resources.vmbackup import VirtualMachineBackup
-from diskferry.control.runner.base import JobFile
-from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import EmbeddedClient
+from diskferry.control.runtime.runner.base import JobFile
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.qemu import cbt
 from diskferry.worker import WorkerJob
 

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from diskferry.control.api.tables import human_duration
+from diskferry.control.apiserver.http.tables import human_duration
 
 NONE = "<none>"
 ACRONYMS = {"uid": "UID", "url": "URL", "urls": "URLs", "http": "HTTP", "api": "API", "ttl": "TTL"}

@@ -84,7 +84,7 @@ def serve(
         return
     from diskferry.control.controllers import Controllers
     from diskferry.control.daemon import Daemon
-    from diskferry.control.runner.stop import serving
+    from diskferry.control.runtime.runner.stop import serving
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
@@ -103,7 +103,7 @@ def serve(
 
 def _stop(data_dir: Path) -> None:
     """Stop the daemon of `data_dir` and its workers, and say what was stopped."""
-    from diskferry.control.runner.stop import stop_data_dir
+    from diskferry.control.runtime.runner.stop import stop_data_dir
 
     stopped = stop_data_dir(data_dir, STOP_SECONDS)
     count = len(stopped.workers)

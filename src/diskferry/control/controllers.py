@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.embedded.certs import PKI_DIR, DaemonCa
@@ -29,36 +31,36 @@ from diskferry.control.host.points import BackupPoints
 from diskferry.control.host.proxy import KeptProxy
 from diskferry.control.host.servers import ExportServers
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.kinds import KindInfo
-from diskferry.control.objects import ObjectService
-from diskferry.control.reconcilers.backup import BackupReconciler
-from diskferry.control.reconcilers.bsl import BackupStorageLocationReconciler
-from diskferry.control.reconcilers.claimed import ClaimedKind
-from diskferry.control.reconcilers.clustervirtualimage import ClusterVirtualImageReconciler
-from diskferry.control.reconcilers.datadownload import DataDownloadReconciler
-from diskferry.control.reconcilers.dataupload import DataUploadReconciler
-from diskferry.control.reconcilers.inuse import devices_named
-from diskferry.control.reconcilers.restore import RestoreReconciler
-from diskferry.control.reconcilers.schedule import ScheduleReconciler
-from diskferry.control.reconcilers.scheduler import Scheduler
-from diskferry.control.reconcilers.storage import ensure_default_classes
-from diskferry.control.reconcilers.vdexport import VirtualDataExportReconciler
-from diskferry.control.reconcilers.vdsnapshot import VirtualDiskSnapshotReconciler
-from diskferry.control.reconcilers.virtualdisk import VirtualDiskReconciler
-from diskferry.control.reconcilers.virtualimage import VirtualImageReconciler
-from diskferry.control.reconcilers.virtualmachine import VirtualMachineReconciler
-from diskferry.control.reconcilers.vmbackup import VirtualMachineBackupReconciler
-from diskferry.control.reconcilers.vmclass import (
+from diskferry.control.reconcilers.datamover.admission import Scheduler
+from diskferry.control.reconcilers.datamover.datadownload import DataDownloadReconciler
+from diskferry.control.reconcilers.datamover.dataupload import DataUploadReconciler
+from diskferry.control.reconcilers.disks.claimlife import ClaimedKind
+from diskferry.control.reconcilers.disks.inuse import devices_named
+from diskferry.control.reconcilers.disks.storageclasses import ensure_default_classes
+from diskferry.control.reconcilers.disks.vdsnapshot import VirtualDiskSnapshotReconciler
+from diskferry.control.reconcilers.disks.virtualdisk import VirtualDiskReconciler
+from diskferry.control.reconcilers.exports.vdexport import VirtualDataExportReconciler
+from diskferry.control.reconcilers.exports.vmexport import VirtualMachineExportReconciler
+from diskferry.control.reconcilers.images.clustervirtualimage import ClusterVirtualImageReconciler
+from diskferry.control.reconcilers.images.virtualimage import VirtualImageReconciler
+from diskferry.control.reconcilers.kvbackup.vmbackup import VirtualMachineBackupReconciler
+from diskferry.control.reconcilers.velero.backup import BackupReconciler
+from diskferry.control.reconcilers.velero.backupstoragelocation import (
+    BackupStorageLocationReconciler,
+)
+from diskferry.control.reconcilers.velero.restore import RestoreReconciler
+from diskferry.control.reconcilers.velero.schedule import ScheduleReconciler
+from diskferry.control.reconcilers.vms.virtualmachine import VirtualMachineReconciler
+from diskferry.control.reconcilers.vms.vmclass import (
     VirtualMachineClassReconciler,
     ensure_generic_class,
 )
-from diskferry.control.reconcilers.vmexport import VirtualMachineExportReconciler
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
-from diskferry.control.runner.base import LOG_LINES, Runner
-from diskferry.control.runner.local import LocalRunner
 from diskferry.control.runtime.client import Client, EmbeddedClient
 from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager
 from diskferry.control.runtime.reconciler import Reconciler
+from diskferry.control.runtime.runner.base import LOG_LINES, Runner
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.control.runtime.source import Source, StoreSource
 
 

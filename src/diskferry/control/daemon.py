@@ -19,15 +19,15 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.api import logs
-from diskferry.control.api.app import ApiServer
-from diskferry.control.api.connections import guarded
-from diskferry.control.api.limits import DEFAULT_LIMITS, Limits
-from diskferry.control.kinds import KindInfo, Registry
-from diskferry.control.kubeconfig import write_kubeconfig
-from diskferry.control.objects import KEEP_CHANGES, ObjectService
-from diskferry.control.pki import ensure_pki, ensure_token
-from diskferry.control.resources import REGISTRY
+from diskferry.control.apiserver.http import logs
+from diskferry.control.apiserver.http.app import ApiServer
+from diskferry.control.apiserver.http.connections import guarded
+from diskferry.control.apiserver.http.limits import DEFAULT_LIMITS, Limits
+from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.apiserver.kubeconfig import write_kubeconfig
+from diskferry.control.apiserver.objects import KEEP_CHANGES, ObjectService
+from diskferry.control.apiserver.pki import ensure_pki, ensure_token
+from diskferry.control.resources.registry import REGISTRY
 from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ namespace. Which PVC is mounted for a claim is the cluster's volumes' to say (th
 while the claim is populated, its own once it holds its disk).
 
 A claim is named by its object's kind, name and uid (`vd-<disk>-<uid>`, see
-`control.reconcilers.sources.claim_name`), so the object that owns it, and owns the Pods that
-write it, is known from its name alone.
+`control.reconcilers.disks.datasources.claim_name`), so the object that owns it, and owns
+the Pods that write it, is known from its name alone.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from diskferry.control.model import GROUP, NAME_PATTERN
-from diskferry.control.reconcilers.sources import CLAIM_PREFIXES
-from diskferry.control.resources import REGISTRY
+from diskferry.control.reconcilers.disks.datasources import CLAIM_PREFIXES
+from diskferry.control.resources.model import GROUP, NAME_PATTERN
+from diskferry.control.resources.registry import REGISTRY
 
 ROOT = "/claims"
 DISK_FILE = "disk.img"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from diskferry.control.host.images import REPOSITORIES, ImageNotStoredError, StoredDisk
 from diskferry.control.host.volumes import VolumeClass
-from diskferry.control.model import Resource
+from diskferry.control.resources.model import Resource
 
 UNAVAILABLE = (
     "this cluster has no image store (the DVCR role) for diskferry yet: keep the image in a "

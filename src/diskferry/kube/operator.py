@@ -28,9 +28,9 @@ from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
 from diskferry.control.host.images import ImageStore
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.resources import REGISTRY
-from diskferry.control.runner.base import Runner
-from diskferry.control.runner.stop import serving
+from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.runtime.runner.base import Runner
+from diskferry.control.runtime.runner.stop import serving
 from diskferry.kube.api import KubeApi
 from diskferry.kube.client import KubeClient
 from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster

@@ -26,11 +26,11 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from diskferry.control.duration import format_duration
-from diskferry.control.errors import AlreadyExistsError
+from diskferry.control.apiserver.errors import AlreadyExistsError
 from diskferry.control.host.points import PointError, ServedDisk, ServedPoint
-from diskferry.control.names import short_name
-from diskferry.control.quantity import format_bytes, parse_quantity
+from diskferry.control.resources.duration import format_duration
+from diskferry.control.resources.names import short_name
+from diskferry.control.resources.quantity import format_bytes, parse_quantity
 from diskferry.kube.api import KubeApi
 from diskferry.kube.volumes import MANAGED
 

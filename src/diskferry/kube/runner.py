@@ -39,10 +39,10 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from diskferry.control.errors import AlreadyExistsError, NotFoundError
-from diskferry.control.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
-from diskferry.control.runner.local import JobStartError
-from diskferry.control.runner.tail import LINE_CHARS, TAIL_BYTES
+from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
+from diskferry.control.runtime.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
+from diskferry.control.runtime.runner.local import JobStartError
+from diskferry.control.runtime.runner.tail import LINE_CHARS, TAIL_BYTES
 from diskferry.kube.api import KubeApi
 from diskferry.kube.claims import named_claims, owner
 from diskferry.kube.pods import (

@@ -11,9 +11,9 @@ through a prime PVC as CDI's volume populators populate theirs.
   the target's, which the cluster binds it to. The prime, now bound to nothing, is removed
   once the target is bound.
 - A claim is of its class's volume mode and access mode (see
-  `control.reconcilers.claimmodes`: Block and ReadWriteMany for a Ceph RBD class, as Deckhouse
-  asks for them); a class bound WaitForFirstConsumer gets its volume where the worker Pod that
-  first mounts the prime is scheduled.
+  `control.reconcilers.disks.claimmodes`: Block and ReadWriteMany for a Ceph RBD class, as
+  Deckhouse asks for them); a class bound WaitForFirstConsumer gets its volume where the
+  worker Pod that first mounts the prime is scheduled.
 - A Filesystem claim asks for its disk's size and the filesystem's room besides
   (FILESYSTEM_OVERHEAD, CDI's default); a Block claim for its disk's size. The disk's size is
   kept in an annotation, since the claim's capacity is the storage's to round.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.errors import AlreadyExistsError, ConflictError
+from diskferry.control.apiserver.errors import AlreadyExistsError, ConflictError
 from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError
 from diskferry.kube.api import KubeApi
 from diskferry.kube.claims import claim_path, owner

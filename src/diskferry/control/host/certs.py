@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from diskferry.control.runner.base import JobFile, Runner
+from diskferry.control.runtime.runner.base import JobFile, Runner
 
 
 class ServerCerts(Protocol):

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from diskferry.base.errors import DiskferryError
 from diskferry.control.host.volumes import VolumeClass
-from diskferry.control.model import Resource
+from diskferry.control.resources.model import Resource
 
 REPOSITORIES = {"VirtualImage": "vi", "ClusterVirtualImage": "cvi"}
 """The kinds kept in the store, and the repository each one's images are under."""

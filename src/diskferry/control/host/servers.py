@@ -12,7 +12,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from diskferry.control.model import Resource
+from diskferry.control.resources.model import Resource
 from diskferry.control.runtime.client import Client
 from diskferry.export import ExportJob
 

@@ -1,1 +1,2 @@
-"""One reconciler per kind, and the pieces they share: claims, imports, phases, progress."""
+"""The reconcilers, one folder per family of kinds, each kind's reconciler with its helpers beside
+it: disks, images, vms, exports, velero, datamover, kvbackup."""

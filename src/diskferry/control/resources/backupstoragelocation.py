@@ -17,8 +17,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.common import ApiVersion, Base64, Duration, invalid
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
@@ -28,7 +29,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.common import ApiVersion, Base64, Duration, invalid
 from diskferry.control.resources.noeffect import no_effect
 
 

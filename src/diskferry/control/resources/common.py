@@ -19,8 +19,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control import duration, quantity
-from diskferry.control.model import API_VERSION, ApiModel
+from diskferry.control.resources import duration, quantity
+from diskferry.control.resources.model import API_VERSION, ApiModel
 from diskferry.disk.schemes import is_reference
 from diskferry.registry.reference import parse_reference
 

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import ApiModel, Resource
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.model import ApiModel, Resource
 
 
 class NamespaceStatus(ApiModel):

@@ -8,8 +8,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.kinds import KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
@@ -18,8 +20,6 @@ from diskferry.control.model import (
     ApiModel,
     Resource,
 )
-from diskferry.control.resources.common import ApiVersion
-from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
 from diskferry.control.resources.noeffect import no_effect
 
 BACKUP_PVC_SIZE = "diskferry.io/backup-pvc-size"

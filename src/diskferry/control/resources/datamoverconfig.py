@@ -14,11 +14,18 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
-from diskferry.control.quantity import parse_quantity
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Duration, Quantity, invalid
 from diskferry.control.resources.labelselector import LabelSelector
+from diskferry.control.resources.model import (
+    API_VERSION,
+    GROUP,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
+from diskferry.control.resources.quantity import parse_quantity
 from diskferry.control.runtime.client import Client
 
 DEFAULT_NAME = "default"

@@ -7,8 +7,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.kinds import Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import Column, KindInfo
+from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     RECONCILED_CONDITION,
@@ -16,8 +18,6 @@ from diskferry.control.model import (
     ApiModel,
     Resource,
 )
-from diskferry.control.resources.common import ApiVersion
-from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
 from diskferry.control.resources.noeffect import no_effect
 
 VM_NAME = "diskferry.io/vm-name"

@@ -19,8 +19,8 @@ import kubernetes_validate
 from pydantic import ConfigDict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from diskferry.control.kinds import AGE, KUBE_MINOR, Column, KindInfo, Registry
-from diskferry.control.model import Resource
+from diskferry.control.apiserver.kinds import AGE, KUBE_MINOR, Column, KindInfo, Registry
+from diskferry.control.resources.model import Resource
 
 SCHEMA_VERSION = f"1.{KUBE_MINOR}"
 UNKNOWN = "extra_forbidden"  # what validation.validate drops on fieldValidation Warn or Ignore

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import Field
 
-from diskferry.control.model import ApiModel
 from diskferry.control.resources.common import Duration
 from diskferry.control.resources.labelselector import LabelSelector
+from diskferry.control.resources.model import ApiModel
 from diskferry.control.resources.noeffect import no_effect
 from diskferry.control.resources.selection import RESOURCES, Names
 

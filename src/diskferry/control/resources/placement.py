@@ -9,9 +9,9 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from diskferry.control.model import ApiModel
 from diskferry.control.resources.common import invalid
 from diskferry.control.resources.labelselector import LabelSelector
+from diskferry.control.resources.model import ApiModel
 from diskferry.control.resources.noeffect import no_effect
 
 ONE_NODE = "this host is the one node, so there is nowhere else to place the VM"

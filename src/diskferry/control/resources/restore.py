@@ -11,8 +11,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.backup import TypedLocalObjectReference
+from diskferry.control.resources.common import ApiVersion, Duration
+from diskferry.control.resources.hooks import HookStatus, RestoreHooks
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
@@ -22,9 +25,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.backup import TypedLocalObjectReference
-from diskferry.control.resources.common import ApiVersion, Duration
-from diskferry.control.resources.hooks import HookStatus, RestoreHooks
 from diskferry.control.resources.noeffect import no_effect
 from diskferry.control.resources.selection import Names, Selection
 

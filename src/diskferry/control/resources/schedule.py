@@ -11,8 +11,10 @@ from typing import Literal
 from pydantic import Field
 
 from diskferry.backup.policy import KeepPolicy
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.backup import BackupSpec
+from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     RECONCILED_CONDITION,
@@ -21,8 +23,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.backup import BackupSpec
-from diskferry.control.resources.common import ApiVersion
 
 SCHEDULE_NAME = "diskferry.io/schedule-name"
 """The label of the Backups a Schedule made."""

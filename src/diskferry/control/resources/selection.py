@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from diskferry.control.model import ApiModel
 from diskferry.control.resources.labelselector import LabelSelector
+from diskferry.control.resources.model import ApiModel
 
 
 def _empty_object_as_list(value: Any) -> Any:

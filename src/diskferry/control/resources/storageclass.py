@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import ApiModel, Resource
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import invalid
+from diskferry.control.resources.model import ApiModel, Resource
 from diskferry.control.resources.noeffect import no_effect
 
 PROVISIONER = "diskferry.io/local"

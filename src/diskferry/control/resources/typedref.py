@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from diskferry.control.model import GROUP, ApiModel
 from diskferry.control.resources.common import invalid
+from diskferry.control.resources.model import GROUP, ApiModel
 
 KUBEVIRT = "kubevirt.io"
 SNAPSHOT = "snapshot.kubevirt.io"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from diskferry.control.errors import InvalidError
-from diskferry.control.kinds import KindInfo
-from diskferry.control.model import Resource
-from diskferry.control.quantity import parse_quantity
+from diskferry.control.apiserver.errors import InvalidError
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.model import Resource
+from diskferry.control.resources.quantity import parse_quantity
 from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.vdexport import VirtualDataExport
 from diskferry.control.resources.vdsnapshot import VirtualDiskSnapshot

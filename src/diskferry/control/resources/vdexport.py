@@ -9,9 +9,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.duration import parse_duration
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.common import ApiVersion, Duration
+from diskferry.control.resources.duration import parse_duration
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
@@ -21,7 +22,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.common import ApiVersion, Duration
 
 DEFAULT_IDLE_TIMEOUT = "30m"
 COMPLETED = "Completed"

@@ -7,19 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
-    API_VERSION,
-    GROUP,
-    IN_USE,
-    READY,
-    RECONCILED_CONDITION,
-    VERSION,
-    ApiModel,
-    Resource,
-    Status,
-)
-from diskferry.control.quantity import parse_quantity
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import (
     ApiVersion,
     DataSource,
@@ -31,6 +19,18 @@ from diskferry.control.resources.common import (
     StatusSpeed,
     invalid,
 )
+from diskferry.control.resources.model import (
+    API_VERSION,
+    GROUP,
+    IN_USE,
+    READY,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
+from diskferry.control.resources.quantity import parse_quantity
 
 
 class DiskPhase(StrEnum):

@@ -7,18 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
-    API_VERSION,
-    GROUP,
-    IN_USE,
-    READY,
-    RECONCILED_CONDITION,
-    VERSION,
-    ApiModel,
-    Resource,
-    Status,
-)
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import (
     ApiVersion,
     ContainerImage,
@@ -30,6 +19,17 @@ from diskferry.control.resources.common import (
     Progress,
     StatusSpeed,
     invalid,
+)
+from diskferry.control.resources.model import (
+    API_VERSION,
+    GROUP,
+    IN_USE,
+    READY,
+    RECONCILED_CONDITION,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
 )
 
 

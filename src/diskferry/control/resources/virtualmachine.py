@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.common import ApiVersion, Quantity, invalid
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     READY,
@@ -32,8 +33,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.quantity import parse_quantity
-from diskferry.control.resources.common import ApiVersion, Quantity, invalid
 from diskferry.control.resources.noeffect import no_effect
 from diskferry.control.resources.placement import (
     NO_TAINTS,
@@ -42,6 +41,7 @@ from diskferry.control.resources.placement import (
     TopologySpreadConstraint,
     VmAffinity,
 )
+from diskferry.control.resources.quantity import parse_quantity
 
 CBT_LABEL = "diskferry.io/changed-block-tracking"
 """A VM labelled with this key and "true" gets CBT whatever the DataMoverConfig selects."""

@@ -19,8 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, WithJsonSchema, model_validator
 
-from diskferry.control.kinds import AGE, Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.common import ApiVersion, Quantity, invalid
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     READY,
@@ -30,7 +31,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.common import ApiVersion, Quantity, invalid
 from diskferry.control.resources.noeffect import no_effect
 from diskferry.control.resources.placement import (
     NO_TAINTS,

@@ -17,9 +17,10 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from diskferry.control.duration import parse_duration
-from diskferry.control.kinds import Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import Column, KindInfo
+from diskferry.control.resources.common import ApiVersion, Duration
+from diskferry.control.resources.duration import parse_duration
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
@@ -30,7 +31,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.common import ApiVersion, Duration
 from diskferry.control.resources.typedref import BACKUP, Groups, TypedReference
 from diskferry.control.resources.vmbackuptracker import (
     MACHINE_GROUPS,

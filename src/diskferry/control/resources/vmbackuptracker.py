@@ -10,9 +10,16 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from diskferry.control.kinds import Column, KindInfo
-from diskferry.control.model import API_VERSION, GROUP, VERSION, ApiModel, Resource, Status
+from diskferry.control.apiserver.kinds import Column, KindInfo
 from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.model import (
+    API_VERSION,
+    GROUP,
+    VERSION,
+    ApiModel,
+    Resource,
+    Status,
+)
 from diskferry.control.resources.noeffect import no_effect
 from diskferry.control.resources.typedref import KUBEVIRT, Groups, TypedReference
 

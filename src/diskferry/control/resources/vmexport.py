@@ -8,9 +8,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from diskferry.control.duration import parse_duration
-from diskferry.control.kinds import Column, KindInfo
-from diskferry.control.model import (
+from diskferry.control.apiserver.kinds import Column, KindInfo
+from diskferry.control.resources.common import ApiVersion, Duration
+from diskferry.control.resources.duration import parse_duration
+from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,
     NAME_PATTERN,
@@ -22,7 +23,6 @@ from diskferry.control.model import (
     Resource,
     Status,
 )
-from diskferry.control.resources.common import ApiVersion, Duration
 from diskferry.control.resources.typedref import (
     BACKUP,
     CORE,

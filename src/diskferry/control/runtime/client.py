@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from diskferry.control.errors import NotFoundError
-from diskferry.control.kinds import KindInfo, Registry
-from diskferry.control.model import Resource
+from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.resources.model import Resource
 
 if TYPE_CHECKING:
-    from diskferry.control.objects import ObjectService
+    from diskferry.control.apiserver.objects import ObjectService
 
 M = TypeVar("M", bound=Resource)
 COMPONENT = "diskferry-controller"

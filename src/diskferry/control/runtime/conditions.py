@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from diskferry.control.model import Resource
+from diskferry.control.resources.model import Resource
 
 
 def now() -> str:

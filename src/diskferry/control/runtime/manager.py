@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.errors import ConflictError, GoneError
-from diskferry.control.kinds import KindInfo
-from diskferry.control.model import RECONCILED, Resource
+from diskferry.control.apiserver.errors import ConflictError, GoneError
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.model import RECONCILED, Resource
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import declared, find, set_condition
 from diskferry.control.runtime.queue import WorkQueue

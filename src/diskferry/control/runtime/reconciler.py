@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from diskferry.control.kinds import KindInfo
-from diskferry.control.model import Resource
+from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.model import Resource
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diskferry.control.kinds import KindInfo, Registry
+from diskferry.control.apiserver.kinds import KindInfo, Registry
 
 if TYPE_CHECKING:
-    from diskferry.control.objects import ObjectService
+    from diskferry.control.apiserver.objects import ObjectService
 
 
 class Change(Protocol):

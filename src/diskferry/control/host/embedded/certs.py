@@ -15,7 +15,7 @@ from pathlib import Path
 from cryptography import x509
 
 from diskferry.control.clock import Clock
-from diskferry.control.runner.base import JobFile, Runner
+from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.serving.certs import CA_CERT, CA_KEY, create_ca, issue_pair, issue_server_cert
 from diskferry.serving.tls import TLS_CERT, TLS_KEY
 

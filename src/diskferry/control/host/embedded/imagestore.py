@@ -15,7 +15,7 @@ from pathlib import Path
 from diskferry.control.host.embedded.volumes import checked_name
 from diskferry.control.host.images import REPOSITORIES, ImageNotStoredError, StoredDisk
 from diskferry.control.host.volumes import VolumeClass
-from diskferry.control.model import Resource
+from diskferry.control.resources.model import Resource
 from diskferry.registry.disk_in_layer import disk_in_layout
 from diskferry.registry.errors import RegistryError
 from diskferry.registry.layout import REF_NAME, parse_layout_reference

@@ -54,8 +54,8 @@ from diskferry.control.host.machines import (
     Sockets,
 )
 from diskferry.control.resources.virtualmachine import VirtualMachine
-from diskferry.control.runner.local import write_atomically
-from diskferry.control.runner.tail import tail_lines
+from diskferry.control.runtime.runner.local import write_atomically
+from diskferry.control.runtime.runner.tail import tail_lines
 from diskferry.qemu import cbt
 from diskferry.qemu.qmp import Qmp, QmpError
 from diskferry.qemu.system import command

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import Outside
-from diskferry.control.runner.base import JobFile, Runner
+from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.export import ProxyJob
 from diskferry.export.routes import Route, RoutesDocument
 from diskferry.qemu.storage_daemon import runtime_dir

@@ -12,7 +12,7 @@ from diskferry.control.host.servers import (
     loopback,
     recorded_port,
 )
-from diskferry.control.model import Resource
+from diskferry.control.resources.model import Resource
 from diskferry.control.runtime.client import Client
 from diskferry.export import service_name
 

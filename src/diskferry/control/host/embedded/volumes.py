@@ -38,7 +38,7 @@ from diskferry.control.host.volumes import (
     VolumeClass,
     VolumeError,
 )
-from diskferry.control.model import NAME_PATTERN
+from diskferry.control.resources.model import NAME_PATTERN
 from diskferry.control.resources.storageclass import PROVISIONER
 from diskferry.disk.prime import Target
 from diskferry.qemu import cbt

@@ -1,0 +1,2 @@
+"""Images: VirtualImage and ClusterVirtualImage, and the keeping of an image in the image store
+(`registryimage`)."""

@@ -1,5 +1,0 @@
-"""Runners: where the control plane starts engine workers and reads how they are doing."""
-
-from diskferry.control.runner.base import JobState, Runner
-
-__all__ = ["JobState", "Runner"]
