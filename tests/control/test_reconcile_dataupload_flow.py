@@ -5,6 +5,8 @@ prune holds it) keeps workers waiting."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -95,6 +97,25 @@ def test_operation_timeout_fails_and_keeps_the_scratch(daemon, tmp_path):
     assert not workers_under(tmp_path / "data")
     kept = list((tmp_path / "data" / "jobs" / "failed").glob("du-*"))
     assert len(kept) == 1 and (kept[0] / "stderr").exists()
+
+
+def test_a_worker_that_could_not_stop_at_its_deadline_fails_for_the_timeout(daemon, tmp_path):
+    """A worker stopped before it can take its SIGTERM (held here with SIGSTOP, then killed)
+    ends without a result; past the deadline that is still the timeout, not a lost worker."""
+    vms(daemon, 1)
+    with repository_held(tmp_path / "backups"):
+        daemon.upload("up", "vm-0", operationTimeout="2s")
+        daemon.wait_phase("DataUpload", "up", "InProgress")
+        wait_until(lambda: workers_under(tmp_path / "data"))
+        held = workers_under(tmp_path / "data")
+        for pid in held:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(3)  # past the deadline, the daemon's SIGTERM pending
+        for pid in held:
+            os.kill(pid, signal.SIGKILL)
+        status = daemon.wait_phase("DataUpload", "up", *ENDED)["status"]
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith("the operation did not end within 2s of being accepted")
 
 
 def test_an_upload_that_ended_while_the_daemon_was_down_is_judged_by_its_result(daemon, tmp_path):

@@ -251,7 +251,8 @@ class MoverReconciler(ABC):
             return Result.requeue(POLL_SECONDS)
         if isinstance(polled, Failed):
             reason, message = polled.reason, polled.message
-            if polled.cancelled and self._timed_out(obj, config):
+            # stopped at its deadline: by its own SIGTERM handler, or before it had one
+            if (polled.cancelled or polled.lost) and self._timed_out(obj, config):
                 reason, message = self._timeout_failure(obj, config)
             return self._fail(obj, reason, message, config)
         if not self.cleanup(obj, succeeded=True):
