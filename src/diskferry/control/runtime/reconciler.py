@@ -1,4 +1,5 @@
-"""The reconciler interface: one step towards the wanted state, and what should happen next."""
+"""The reconciler interface: one step towards the wanted state, what should happen next, and how
+the log names the object reconciled."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ from typing import Protocol
 
 from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.resources.model import Resource
+
+
+def tag(obj: Resource) -> str:
+    """How the daemon's log names the object: `Kind namespace/name`."""
+    where = f"{obj.metadata.namespace}/" if obj.metadata.namespace else ""
+    return f"{obj.kind} {where}{obj.metadata.name}"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.datamover.admission import EPOCH, Scheduler
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.repoaccess import Location, location_of
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
@@ -45,7 +44,7 @@ from diskferry.control.resources.duration import format_duration, parse_duration
 from diskferry.control.resources.model import Reason
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.finalizer import deleting, held, release
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.control.runtime.runner.jobs import WORKER_LOST, Failed, Jobs, Running
 from diskferry.worker.job import validation_message

@@ -73,7 +73,7 @@ from diskferry.control.runtime.phases import (
     update_fields,
 )
 from diskferry.control.runtime.progress import ProgressWrites
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs, Running
 from diskferry.disk.urls import http_url_for_message
@@ -103,12 +103,6 @@ class Filling:
     reason: str
     message: str
     failed: bool = False
-
-
-def tag(obj: Resource) -> str:
-    """How the daemon's log names the object: `Kind namespace/name`."""
-    where = f"{obj.metadata.namespace}/" if obj.metadata.namespace else ""
-    return f"{obj.kind} {where}{obj.metadata.name}"
 
 
 def age(obj: Resource) -> str:

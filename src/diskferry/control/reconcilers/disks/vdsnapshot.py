@@ -18,7 +18,7 @@ from typing import Any
 
 from diskferry.control.host.machines import MachineError, Machines
 from diskferry.control.host.volumes import Claim, VolumeError, Volumes
-from diskferry.control.reconcilers.disks.claimlife import POLL_SECONDS, WAIT_SECONDS, tag
+from diskferry.control.reconcilers.disks.claimlife import POLL_SECONDS, WAIT_SECONDS
 from diskferry.control.reconcilers.disks.datasources import DISK_CLAIM_LOST, claim_name, claim_of
 from diskferry.control.reconcilers.disks.importjob import Imports, Source
 from diskferry.control.reconcilers.disks.inuse import disk_holders, names
@@ -39,7 +39,7 @@ from diskferry.control.runtime.phases import (
     transition,
     update_fields,
 )
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs, Running
 from diskferry.importer import ReflinkResult

@@ -39,7 +39,7 @@ from diskferry.control.host.servers import (
     answers,
 )
 from diskferry.control.host.volumes import Volumes
-from diskferry.control.reconcilers.disks.claimlife import POLL_SECONDS, WAIT_SECONDS, tag
+from diskferry.control.reconcilers.disks.claimlife import POLL_SECONDS, WAIT_SECONDS
 from diskferry.control.reconcilers.disks.datasources import Waiting
 from diskferry.control.reconcilers.disks.importjob import Imports
 from diskferry.control.reconcilers.disks.teardown import STOP_POLL
@@ -66,7 +66,7 @@ from diskferry.control.runtime.phases import (
     transition,
 )
 from diskferry.control.runtime.progress import job_details
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.export import ExportJob, ExportVolumeSpec, LinkSettings
 

@@ -32,7 +32,6 @@ from diskferry.control.reconcilers.disks.claimlife import (
     WAIT_SECONDS,
     WAITING_FOR_SOURCE,
     show_upload_wait,
-    tag,
 )
 from diskferry.control.reconcilers.disks.datasources import Waiting, resolve_source
 from diskferry.control.reconcilers.disks.importjob import (
@@ -61,7 +60,7 @@ from diskferry.control.runtime.phases import (
     transition,
 )
 from diskferry.control.runtime.progress import ProgressWrites, progress_fields
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Running, Succeeded
 from diskferry.importer import ImagePushJob, ImagePushResult

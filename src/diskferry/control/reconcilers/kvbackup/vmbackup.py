@@ -22,7 +22,6 @@ from diskferry.control.host.proxy import ExportProxy
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.datamover.dataupload import VM_NOT_FOUND
 from diskferry.control.reconcilers.datamover.moverlife import MoverFailure
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.kvbackup.vmbackuppull import PullBackup
 from diskferry.control.reconcilers.kvbackup.vmbackuppush import PushBackup
 from diskferry.control.reconcilers.kvbackup.vmbackupstate import BackupFailure, Source, move
@@ -41,7 +40,7 @@ from diskferry.control.resources.vmbackuptracker import (
 )
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.finalizer import deleting, held, release
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 
 log = logging.getLogger("diskferry.control")

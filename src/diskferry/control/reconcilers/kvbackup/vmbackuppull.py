@@ -27,7 +27,6 @@ from diskferry.control.host.servers import loopback, recorded_port
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.datamover.dataupload import CBT_OFF, vm_claims
 from diskferry.control.reconcilers.datamover.moverlife import Waiting
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.disks.importjob import Imports
 from diskferry.control.reconcilers.exports.exportbackup import POINT_FILE, point_job_id
 from diskferry.control.reconcilers.exports.exporttoken import Token, export_token
@@ -55,7 +54,7 @@ from diskferry.control.resources.virtualmachine import MachinePhase
 from diskferry.control.resources.vmbackup import BackupPhase, VirtualMachineBackup
 from diskferry.control.resources.vmexport import ExportPhase
 from diskferry.control.runtime.client import Client
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.export import BackupPointJob
 

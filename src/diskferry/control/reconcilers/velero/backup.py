@@ -33,7 +33,6 @@ from typing import Any
 from diskferry.backup import Chores, ChoresJob, ChoresResult, StoredMetadata
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.forgetting import backup_snapshots, freed_text, let_go
 from diskferry.control.reconcilers.velero.hookspecs import backup_hooks
@@ -68,7 +67,7 @@ from diskferry.control.resources.virtualimage import ClusterVirtualImage, Virtua
 from diskferry.control.resources.virtualmachine import BlockDeviceKind, VirtualMachine
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.finalizer import FINALIZER, deleting, held, release
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs, Succeeded
 

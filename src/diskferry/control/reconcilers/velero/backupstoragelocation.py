@@ -22,7 +22,6 @@ from typing import Any
 from diskferry.backup import Chores, ChoresJob, ChoresResult, MetadataRead
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.velero.backupsync import listing, sync_backups
 from diskferry.control.reconcilers.velero.manifests import READ_FILE, metadata_read
 from diskferry.control.reconcilers.velero.repoaccess import Location, location_of
@@ -36,7 +35,7 @@ from diskferry.control.resources.duration import parse_duration
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.phases import status_of
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs
 

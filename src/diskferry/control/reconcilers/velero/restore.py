@@ -26,7 +26,6 @@ from diskferry.backup import Chores, ChoresJob, ChoresResult
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.machines import Machines
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.velero.backup import positive
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.manifests import READ_FILE, metadata_name, metadata_read
@@ -53,7 +52,7 @@ from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.resources.virtualimage import ClusterVirtualImage, VirtualImage
 from diskferry.control.resources.virtualmachine import MachinePhase, RunPolicy, VirtualMachine
 from diskferry.control.runtime.client import Client
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs
 

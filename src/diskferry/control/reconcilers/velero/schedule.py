@@ -25,7 +25,6 @@ from croniter import CroniterError, croniter
 from diskferry.backup import Chores, ChoresJob, ChoresResult
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.velero.backup import ENDED_PHASES
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.forgetting import backup_snapshots, freed_text, let_go
@@ -47,7 +46,7 @@ from diskferry.control.resources.schedule import (
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.finalizer import deleting
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs
 

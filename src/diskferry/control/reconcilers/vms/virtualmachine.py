@@ -40,7 +40,6 @@ from diskferry.control.host.machines import (
 )
 from diskferry.control.host.node import node_name
 from diskferry.control.host.volumes import Claim, Volumes
-from diskferry.control.reconcilers.disks.claimlife import tag
 from diskferry.control.reconcilers.disks.datasources import claim_of, kept_in_store
 from diskferry.control.reconcilers.disks.volumejobs import step
 from diskferry.control.reconcilers.vms import vmcbt
@@ -85,7 +84,7 @@ from diskferry.control.runtime.phases import (
     status_of,
     transition,
 )
-from diskferry.control.runtime.reconciler import Result
+from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs, Running
 
