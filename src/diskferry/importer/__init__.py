@@ -16,7 +16,7 @@ __all__, __getattr__, __dir__ = lazy_face(
         "job": ("ImportJob", "ImportPhase", "ImportResult"),
         "probe": ("probe_image",),
         "probe_job": ("ProbeJob", "ProbeResult", "SizeUnknownError"),
-        "serve_job": ("EXPORT", "ServeJob", "ServePhase", "ServeResult"),
+        "serve_job": ("ServeJob", "ServePhase", "ServeResult"),
         "source": ("SourceError",),
         "upload_client": ("UploadClientError", "upload_file"),
         "upload_job": ("UploadJob", "UploadPhase", "UploadResult"),

@@ -4,13 +4,11 @@ a worker elsewhere reads (another node's, in a cluster), until it is stopped."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from diskferry.worker.job import WorkerJob
-
-EXPORT = "disk"
 
 
 class ServePhase(StrEnum):
@@ -30,6 +28,7 @@ class ServeJob(WorkerJob):
 
     WORKER = "diskferry.importer.worker"
     READS = ("source",)
+    EXPORT: ClassVar[str] = "disk"
     kind: Literal["serve"] = "serve"
     source: str
     export: str = Field(default=EXPORT, description="the NBD export's name")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.control.runtime.runner.jobs import Failed, Jobs, Running, Succeeded
-from diskferry.importer import EXPORT, ServeJob, ServeResult
+from diskferry.importer import ServeJob, ServeResult
 
 SERVER_NAME = "diskferry-clone-source"
 """The name the source's certificate carries, which the import checks."""
@@ -88,7 +88,7 @@ class CloneSources:
         if not address or not isinstance(port, int) or any(data is None for _, data in files):
             return None
         url = (
-            f"nbds://{_host(str(address))}:{port}/{EXPORT}"
+            f"nbds://{_host(str(address))}:{port}/{ServeJob.EXPORT}"
             f"?tls-certificates=.&tls-hostname={SERVER_NAME}"
         )
         client = [JobFile(name, data or b"", credential=name == KEY) for name, data in files]
