@@ -1,7 +1,8 @@
 """A disk cloned from another where claims may sit on different hosts (a cluster's nodes), run
 here with the embedded host's claims told apart: a worker serves the source's claim over NBD
 with TLS, the import reads it from there, and the serving worker is gone however the clone
-ends, done, failed or stopped."""
+ends, done, failed or stopped; a disk a running VirtualMachine holds is cloned once it is
+stopped."""
 
 from __future__ import annotations
 
@@ -14,11 +15,20 @@ from control_support import wait_until
 from reconcile_support import Daemon, ready_condition
 from reconcile_support import http_source as _http
 
+from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.host.embedded.certs import DaemonCa
+from diskferry.control.host.embedded.imagestore import LayoutImageStore
 from diskferry.control.host.embedded.volumes import DirectoryVolumes
 from diskferry.control.host.volumes import VolumeClass
 from diskferry.control.reconcilers.disks.clonesources import serve_job_id
+from diskferry.control.reconcilers.disks.datasources import Waiting, claim_name, resolve_source
 from diskferry.control.reconcilers.disks.importjob import Imports, Source
+from diskferry.control.reconcilers.disks.storageclasses import volume_class
+from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.resources.storageclass import StorageClass
+from diskferry.control.resources.virtualdisk import VirtualDisk, VirtualDiskDataSource
+from diskferry.control.resources.virtualmachine import VirtualMachine
+from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.runner.local import LocalRunner
 
 MiB = 1 << 20
@@ -101,3 +111,42 @@ def test_a_clone_stopped_while_its_source_is_served_stops_that_worker(tmp_path: 
     wait_until(lambda: imports.stop("vd-2"), 60, step=0.2)
     assert runner.state(serve_job_id("vd-2")) is None
     assert runner.state("vd-2") is None
+
+
+def test_a_disk_a_running_vm_holds_is_cloned_once_it_stops(tmp_path: Path) -> None:
+    objects = ObjectService(tmp_path / "state.db", REGISTRY)
+    client = EmbeddedClient(objects, REGISTRY)
+    volumes = DirectoryVolumes(tmp_path)
+    client.create(StorageClass.model_validate({"metadata": {"name": "local"}}))
+    disk = client.create(
+        VirtualDisk.model_validate(
+            {
+                "metadata": {"name": "held", "namespace": "default"},
+                "spec": {"persistentVolumeClaim": {"size": "1Mi"}},
+            }
+        )
+    )
+    local = volume_class(StorageClass.model_validate({"metadata": {"name": "local"}}))
+    claim = volumes.claim(local, "default", claim_name(disk), 0)
+    Path(claim.path).write_bytes(bytes(MiB))
+    client.patch_status(disk, {"phase": "Ready"})
+    vm = client.create(
+        VirtualMachine.model_validate(
+            {
+                "metadata": {"name": "vm", "namespace": "default"},
+                "spec": {"blockDeviceRefs": [{"kind": "VirtualDisk", "name": "held"}]},
+            }
+        )
+    )
+    ref = {"type": "ObjectRef", "objectRef": {"kind": "VirtualDisk", "name": "held"}}
+    source = VirtualDiskDataSource.model_validate(ref)
+    store = LayoutImageStore(tmp_path)
+    client.patch_status(vm, {"phase": "Running"})
+    waiting = resolve_source(client, volumes, store, "default", source)
+    assert isinstance(waiting, Waiting) and waiting.reason == "SourceInUse"
+    assert "the VirtualMachines vm hold it" in waiting.message
+    client.patch_status(vm, {"phase": "Stopped"})
+    found = resolve_source(client, volumes, store, "default", source)
+    assert isinstance(found, Source) and found.location == claim.path
+    assert (found.uid, found.namespace, found.size) == (disk.metadata.uid, "default", MiB)
+    objects.close()
