@@ -115,7 +115,7 @@ def test_a_point_is_made_read_and_released(standin: StandIn, api: KubeApi, tmp_p
     assert scratch["spec"]["resources"]["requests"]["storage"] == "1Gi"
     assert _owner(api.get(*SECRET, "default", "du-1")) == "du-1"
     [served] = first.disks
-    assert (served.name, served.since) == ("rootdisk", None) and first.checkpoint
+    assert (served.name, served.since) == ("root", None) and first.checkpoint
     assert _read(first, tmp_path, 0, 8 * MiB) == disk.read_bytes()
 
     wait_until(lambda: points.release("du-1", "default"), 60, step=0.3)

@@ -4,6 +4,8 @@ driven with kubectl: a DataUpload of the VM makes its tracker and a Pull backup,
 worker reads the point's data and map endpoints into the repository, full, then after a write
 incremental of exactly that run; each backup is deleted once read, its checkpoint in the
 tracker; a DataDownload restores the snapshot byte for byte into a disk of another namespace.
+A Backup (Velero's) of the VM, full then incremental, is restored into another namespace: the
+VM made again held Halted until its claim is back, byte for byte, then its runStrategy put back.
 
 The workers run on the operator's host (`--runner local`): a worker Pod cannot yet hand back
 the file a repository's chores write, which a location needs to be Available."""
@@ -173,7 +175,7 @@ def test_a_kubevirt_vm_is_backed_up_through_its_backup_point_and_restored(
     first = _phase(cluster, "dataupload", "up1", *ENDED)["status"]
     assert first["phase"] == "Completed", first
     [full] = first["disks"]
-    assert (full["name"], full["type"]) == ("rootdisk", "full")
+    assert (full["name"], full["type"]) == ("root", "full")
     assert full["bytesRead"] == 512 * KiB + MiB
     assert _get(cluster, BACKUPS, f"du-{_uid(cluster, 'up1')}") is None  # deleted once read
     tracker = _get(cluster, TRACKERS, "vm1-repo") or {}
@@ -200,3 +202,77 @@ def test_a_kubevirt_vm_is_backed_up_through_its_backup_point_and_restored(
 
 def _uid(cluster: Cluster, upload: str) -> str:
     return str((_get(cluster, "dataupload", upload) or {})["metadata"]["uid"])
+
+
+def _velero(kind: str, name: str, spec: dict[str, Any]) -> str:
+    body = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+    return json.dumps(body)
+
+
+def _held_while_restoring(cluster: Cluster) -> dict[str, Any]:
+    """The restored VM once it is made: Halted for as long as its claim's download runs."""
+    vm = wait_until(
+        lambda: _get(cluster, "virtualmachines.kubevirt.io", "vm1", "-n", "restored"), 120, STEP
+    )
+    downloads = json.loads(kubectl(cluster.standin, "get", "datadownloads", "-o", "json"))["items"]
+    running = [d for d in downloads if (d.get("status") or {}).get("phase") != "Completed"]
+    assert vm["spec"]["runStrategy"] == "Halted" or not running, vm["spec"]
+    return vm
+
+
+def test_a_backup_of_a_kubevirt_vm_restores_it_held_until_its_claim_is_back(
+    cluster: Cluster, s3_endpoint: str
+) -> None:
+    standin = cluster.standin
+    cluster.start("local", "--runner", "local")
+    wait_holder(standin, "local")
+    keys = f"[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"
+    for body in (_secret("repo-pass", password="kubevirt"), _secret("s3-keys", cloud=keys)):
+        kubectl(standin, "apply", "-f", "-", stdin=body)
+    kubectl(standin, "apply", "-f", "-", stdin=_location(s3_endpoint))
+    kubectl(standin, "apply", "-f", "-", stdin=VM)
+    disk = _volume_file(cluster, "root")
+    with open(disk, "wb") as f:
+        f.truncate(16 * MiB)
+        f.seek(2 * MiB)
+        f.write(b"\x55" * MiB)
+    _phase(cluster, "backupstoragelocation", "repo", "Available")
+    selection = {"includedNamespaces": ["default"], "storageLocation": "repo"}
+
+    kubectl(standin, "apply", "-f", "-", stdin=_velero("Backup", "first", selection))
+    first = _phase(cluster, "backup", "first", "Completed", "PartiallyFailed", "Failed")["status"]
+    assert first["phase"] == "Completed", first
+    [volume] = first["volumes"]
+    assert (volume["kind"], volume["name"], volume["phase"]) == (
+        "PersistentVolumeClaim",
+        "root",
+        "Completed",
+    )
+    write = f"write -P 0x66 {8 * MiB} {64 * KiB}"
+    subprocess.run(["qemu-io", "-f", "qcow2", "-c", write, f"{disk}.cbt.qcow2"], check=True)
+    kubectl(standin, "apply", "-f", "-", stdin=_velero("Backup", "second", selection))
+    second = _phase(cluster, "backup", "second", "Completed", "PartiallyFailed", "Failed")["status"]
+    assert second["phase"] == "Completed", second
+    upload = _get(cluster, "dataupload", second["volumes"][0]["dataUpload"]) or {}
+    assert [d["type"] for d in upload["status"]["disks"]] == ["incremental"]
+
+    restore = {"backupName": "second", "namespaceMapping": {"default": "restored"}}
+    kubectl(standin, "apply", "-f", "-", stdin=_velero("Restore", "back", restore))
+    held = _held_while_restoring(cluster)
+    assert held["metadata"]["annotations"]["diskferry.io/restore-run-strategy"] == "Always"
+    done = _phase(cluster, "restore", "back", "Completed", "PartiallyFailed", "Failed")["status"]
+    assert done["phase"] == "Completed", done
+    [machine] = done["virtualMachines"]
+    assert (machine["runStrategy"], machine["phase"]) == ("Always", "Completed")
+    vm = _get(cluster, "virtualmachines.kubevirt.io", "vm1", "-n", "restored") or {}
+    assert vm["spec"]["runStrategy"] == "Always"
+    assert "diskferry.io/restore-run-strategy" not in vm["metadata"].get("annotations", {})
+    original = _get(cluster, "virtualmachines.kubevirt.io", "vm1") or {}
+    assert vm["spec"]["template"] == original["spec"]["template"]
+    [file] = cluster.data_dir.glob("volumes/*/restored/root*")
+    assert file.read_bytes() == disk.read_bytes()

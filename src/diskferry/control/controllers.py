@@ -85,8 +85,9 @@ class Controllers:
     `volumes`, their images kept in `store`, their servers' certificates come from `certs`, the
     export proxy is `proxy`'s and export servers are placed by `servers` (this host's, under the
     data directory, unless others are given: a cluster's Pods, PVCs, image store, Secrets, proxy
-    Deployment and Services); DataUploads read the backup points of `points` when given (a
-    cluster's KubeVirt), their VMs' disks themselves otherwise."""
+    Deployment and Services); with `points` (a cluster's KubeVirt) Backups take its VMs too,
+    DataUploads read the backup points it serves, and Restores hold its VMs Halted until their
+    claims are back."""
 
     def __init__(
         self,
@@ -150,8 +151,8 @@ class Controllers:
             VirtualDataExportReconciler(self.client, self.runner, exports.job_id, clock),
             *movers,
             BackupStorageLocationReconciler(self.client, self.runner),
-            BackupReconciler(self.client, self.runner, clock),
-            RestoreReconciler(self.client, clock, self.machines, self.runner),
+            BackupReconciler(self.client, self.runner, clock, points),
+            RestoreReconciler(self.client, clock, self.machines, self.runner, points),
             ScheduleReconciler(self.client, self.runner, clock),
             *extra,
         ]

@@ -16,6 +16,11 @@ tracking on).
   tracker's latest checkpoint, which KubeVirt moves on only once the backup ended.
 - Released, the backup is deleted: KubeVirt ends the point and puts its checkpoint into the
   tracker before its finalizer lets it go.
+
+A disk of a VM is named by its volume's claim (`persistentVolumeClaim.claimName`, or a
+`dataVolume`'s claim, named as it), the name a restore makes it again under. A restored VM is
+held with `runStrategy: Halted`, its own strategy (`running: true` is Always) kept in the
+annotation `diskferry.io/restore-run-strategy` until it is given back, as OADP holds it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from diskferry.control.apiserver.errors import AlreadyExistsError
-from diskferry.control.host.points import PointError, ServedDisk, ServedPoint
+from diskferry.control.host.points import HostedMachine, PointError, ServedDisk, ServedPoint
 from diskferry.control.resources.duration import format_duration
 from diskferry.control.resources.names import short_name
 from diskferry.control.resources.quantity import format_bytes, parse_quantity
@@ -43,6 +48,8 @@ BACKUP = (BACKUP_API, "VirtualMachineBackup")
 SECRET = ("v1", "Secret")
 PVC = ("v1", "PersistentVolumeClaim")
 READY = "ExportReady"
+HALTED = "Halted"
+HELD = "diskferry.io/restore-run-strategy"
 FROZEN = "QuiesceSucceeded"
 MIN_SCRATCH = 1 << 30
 Obj = dict[str, Any]
@@ -55,17 +62,22 @@ def _condition(obj: Obj, kind: str) -> Obj:
     return {}
 
 
-def _claims(vm: Obj) -> list[str]:
-    """The claims the VM's volumes name (a DataVolume's claim is named as it)."""
+def _claims(vm: Obj) -> dict[str, str]:
+    """The claim of each of the VM's volumes that has one (a DataVolume's is named as it)."""
     spec = ((vm.get("spec") or {}).get("template") or {}).get("spec") or {}
-    found = []
+    found = {}
     for volume in spec.get("volumes") or []:
         claim = (volume.get("persistentVolumeClaim") or {}).get("claimName") or (
             volume.get("dataVolume") or {}
         ).get("name")
         if claim:
-            found.append(claim)
+            found[volume["name"]] = claim
     return found
+
+
+def _run_strategy(spec: Obj) -> str:
+    """The VM's run strategy: `runStrategy`, else Always for `running: true`, else Halted."""
+    return str(spec.get("runStrategy") or ("Always" if spec.get("running") else "Halted"))
 
 
 def _endpoints(backup: Obj) -> tuple[list[Obj], str]:
@@ -82,6 +94,53 @@ class KubeVirtPoints:
 
     def __init__(self, api: KubeApi) -> None:
         self.api = api
+
+    def machines(self) -> list[HostedMachine]:
+        """Every KubeVirt VM of the cluster."""
+        found, _ = self.api.list(*VM)
+        return [
+            HostedMachine(
+                namespace=vm["metadata"].get("namespace") or "default",
+                name=vm["metadata"]["name"],
+                labels=vm["metadata"].get("labels") or {},
+                claims=_claims(vm),
+                manifest=vm,
+            )
+            for vm in found
+        ]
+
+    def hold(self, namespace: str, manifest: Obj) -> str | None:
+        """Make the VM of `manifest` in `namespace`, Halted, its own run strategy in the
+        annotation HELD; that strategy, None when a VM of its name is there already."""
+        meta = manifest.get("metadata") or {}
+        if self.api.get(*VM, namespace, meta["name"]) is not None:
+            return None
+        spec = {k: v for k, v in (manifest.get("spec") or {}).items() if k != "running"}
+        strategy = _run_strategy(manifest.get("spec") or {})
+        annotations = {**(meta.get("annotations") or {}), HELD: strategy}
+        body = {
+            "apiVersion": VM[0],
+            "kind": VM[1],
+            "metadata": {
+                "name": meta["name"],
+                "namespace": namespace,
+                "labels": meta.get("labels") or {},
+                "annotations": annotations,
+            },
+            "spec": {**spec, "runStrategy": HALTED},
+        }
+        self._create(VM, namespace, body)
+        return strategy
+
+    def give_back(self, namespace: str, name: str) -> str | None:
+        """Put the run strategy HELD keeps back on the VM; it, None when there is none."""
+        vm = self.api.get(*VM, namespace, name)
+        held = ((vm or {}).get("metadata") or {}).get("annotations", {}).get(HELD)
+        if held is None:
+            return None
+        patch = {"metadata": {"annotations": {HELD: None}}, "spec": {"runStrategy": held}}
+        self.api.patch(*VM, namespace, name, patch)
+        return str(held)
 
     def point(
         self,
@@ -122,7 +181,7 @@ class KubeVirtPoints:
             return f"waiting for the VirtualMachineBackup {name} to be served" + (
                 f" ({said})" if said else ""
             )
-        return self._served(backup, volumes, ca, tracker)
+        return self._served(backup, volumes, ca, tracker, _claims(machine))
 
     def _tracker(self, namespace: str, vm: str, chain: str) -> Obj:
         """The VM's tracker for `chain`, made when missing."""
@@ -198,7 +257,7 @@ class KubeVirtPoints:
         if self.api.get(*PVC, meta["namespace"], meta["name"]) is not None:
             return
         size = 0
-        for claim in _claims(machine):
+        for claim in _claims(machine).values():
             pvc = self.api.get(*PVC, meta["namespace"], claim) or {}
             asked = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
             size += parse_quantity(str(asked.get("storage") or 0))
@@ -209,17 +268,21 @@ class KubeVirtPoints:
         }
         self._create(PVC, meta["namespace"], {**self._owned(backup, *PVC), "spec": spec})
 
-    def _served(self, backup: Obj, volumes: list[Obj], ca: str, tracker: Obj) -> ServedPoint:
+    def _served(
+        self, backup: Obj, volumes: list[Obj], ca: str, tracker: Obj, claims: dict[str, str]
+    ) -> ServedPoint:
+        """The point of `backup`, each volume named by its claim."""
         meta, status = backup["metadata"], backup.get("status") or {}
         latest = ((tracker.get("status") or {}).get("latestCheckpoint") or {}).get("name")
         disks = [
             ServedDisk(
-                name=volume["volumeName"],
+                name=claims[volume["volumeName"]],
                 data=volume["dataEndpoint"],
                 map=volume["mapEndpoint"],
                 since=latest if self._incremental(status, volume) else None,
             )
             for volume in volumes
+            if volume["volumeName"] in claims
         ]
         frozen = _condition(backup, "Quiesced").get("reason") == FROZEN
         return ServedPoint(

@@ -10,6 +10,9 @@ through a prime PVC as CDI's volume populators populate theirs.
 - Sealed once written (`seal`), the prime's volume is handed to the target: its claimRef made
   the target's, which the cluster binds it to. The prime, now bound to nothing, is removed
   once the target is bound.
+- A claim of no disk, image or snapshot (a KubeVirt VM's, restored under its own name) is a
+  PVC the storage provisions at once, owned by nothing and with no prime: a worker writes it
+  once it is bound (`writable`).
 - A claim is of its class's volume mode and access mode (see
   `control.reconcilers.disks.claimmodes`: Block and ReadWriteMany for a Ceph RBD class, as
   Deckhouse asks for them); a class bound WaitForFirstConsumer gets its volume where the
@@ -135,15 +138,10 @@ class ClusterVolumes:
         }
 
     def _make_target(self, volume_class: VolumeClass, namespace: str, name: str, size: int) -> Obj:
-        ref = owner(name)
-        if ref is None:
-            raise VolumeError(f"{name} is not the claim of a disk, an image or a snapshot")
-        source = {
-            "apiGroup": ref["apiVersion"].split("/")[0],
-            "kind": ref["kind"],
-            "name": ref["name"],
-        }
-        body = {
+        """The target PVC: populated through its prime when it is the claim of a disk, an image
+        or a snapshot (which owns it), provisioned as any claim otherwise (a KubeVirt VM's,
+        restored)."""
+        body: Obj = {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
             "metadata": {
@@ -151,10 +149,17 @@ class ClusterVolumes:
                 "namespace": namespace,
                 "labels": MANAGED,
                 "annotations": {SIZE_ANNOTATION: str(size)},
-                "ownerReferences": [ref],
             },
-            "spec": {**self._spec(volume_class, size), "dataSourceRef": source},
+            "spec": self._spec(volume_class, size),
         }
+        ref = owner(name)
+        if ref is not None:
+            body["metadata"]["ownerReferences"] = [ref]
+            body["spec"]["dataSourceRef"] = {
+                "apiGroup": ref["apiVersion"].split("/")[0],
+                "kind": ref["kind"],
+                "name": ref["name"],
+            }
         try:
             return self.api.create(*PVC, namespace, body)
         except AlreadyExistsError:
@@ -197,7 +202,7 @@ class ClusterVolumes:
                 )
             target = self._make_target(volume_class, namespace, name, size)
         claim = self._claim(volume_class, target)
-        if not claim.ready:
+        if not claim.ready and owner(name) is not None:
             self._make_prime(volume_class, target)
         return claim
 
@@ -271,6 +276,10 @@ class ClusterVolumes:
             return
         self.api.delete(*PVC, namespace, prime_name(target))
         self.api.delete(*PVC, namespace, name)
+
+    def writable(self, claim: Claim) -> bool:
+        """Whether a volume backs the claim's PVC, or its prime's, for a worker Pod to mount."""
+        return self.mount(claim.namespace, claim.name) is not None
 
     def instant_copies(self, claim: Claim) -> bool:
         """False: a claim is copied by a worker, never cloned at an instant here."""

@@ -1,12 +1,14 @@
-"""Backup points that a VM's hypervisor serves, as reconcilers see them: in a cluster, KubeVirt's
-Pull VirtualMachineBackup through a VirtualMachineBackupTracker, each disk's `map` and `data`
-endpoints behind a token, which a DataUpload's backup worker reads into the repository. The
-embedded host serves none: its DataUploads read their VMs' disks themselves."""
+"""The VMs a cluster's hypervisor runs (KubeVirt's), as backups and restores see them: the VMs a
+Backup picks from, each disk named by its claim; backup points, a Pull VirtualMachineBackup
+through a VirtualMachineBackupTracker whose disks' `map` and `data` endpoints behind a token a
+DataUpload's backup worker reads into the repository; and a restored VM held halted until its
+disks are back, as OADP holds it. The embedded host has none of them: it runs its VMs itself
+(`machines`), and its DataUploads read their disks themselves."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from diskferry.base.errors import DiskferryError
 
@@ -18,8 +20,20 @@ class PointError(DiskferryError):
 
 
 @dataclass(frozen=True)
+class HostedMachine:
+    """A VM of the hypervisor: where, its labels, each of its volumes' claims (by volume), and
+    its manifest."""
+
+    namespace: str
+    name: str
+    labels: dict[str, str]
+    claims: dict[str, str]
+    manifest: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
 class ServedDisk:
-    """One disk of a point: its volume's name, its endpoints, and the checkpoint its map shows
+    """One disk of a point: its claim's name, its endpoints, and the checkpoint its map shows
     the changes since (None: served full)."""
 
     name: str
@@ -42,7 +56,20 @@ class ServedPoint:
 
 
 class BackupPoints(Protocol):
-    """Makes, follows and ends the backup points of VMs that the host's hypervisor backs up."""
+    """Lists the hypervisor's VMs, makes, follows and ends their backup points, and holds a
+    restored one halted."""
+
+    def machines(self) -> list[HostedMachine]:
+        """Every VM the hypervisor runs."""
+
+    def hold(self, namespace: str, manifest: dict[str, Any]) -> str | None:
+        """Make the VM of `manifest` in `namespace` halted, its own run strategy kept to be
+        given back; that strategy, None when a VM of that name is there already (it is left as
+        it is)."""
+
+    def give_back(self, namespace: str, name: str) -> str | None:
+        """Give the VM held by `hold` its own run strategy again; the strategy, None when the
+        VM is gone or was not held."""
 
     def point(
         self,

@@ -112,6 +112,10 @@ class Volumes(Protocol):
     def seal(self, claim: Claim) -> None:
         """Make the claim a worker wrote the host's alone (its writer had its own umask)."""
 
+    def writable(self, claim: Claim) -> bool:
+        """Whether a worker can write the claim now: a file or device of this host at once, a
+        claim of a cluster once a volume backs it (its own, or its prime's)."""
+
     def instant_copies(self, claim: Claim) -> bool:
         """Whether the claim can be copied at an instant (reflink) into another of its class."""
 

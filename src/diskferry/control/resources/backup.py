@@ -306,8 +306,11 @@ class BackupVolume(ApiModel):
 
     virtual_machine: str = Field(alias="virtualMachine", description="The VirtualMachine.")
     namespace: str = Field(description="The VM's namespace.")
-    kind: str = Field(description="VirtualDisk, VirtualImage or ClusterVirtualImage.")
-    name: str = Field(description="The disk's or image's name.")
+    kind: str = Field(
+        description="VirtualDisk, VirtualImage or ClusterVirtualImage; PersistentVolumeClaim "
+        "for a KubeVirt VM's (kubevirt.io) disk, in a cluster."
+    )
+    name: str = Field(description="The disk's, image's or claim's name.")
     action: Literal["backup", "skip"] = Field(
         description="backup (its data moved by the VM's DataUpload) or skip, as the volume "
         "policy, snapshotVolumes and the resource filters decide."

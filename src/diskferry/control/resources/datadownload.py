@@ -23,6 +23,11 @@ from diskferry.control.resources.model import (
 from diskferry.control.resources.noeffect import no_effect
 
 BACKUP_PVC_SIZE = "diskferry.io/backup-pvc-size"
+INTO_CLAIM = "diskferry.io/restore-into-claim"
+"""On a DataDownload: "true" when `targetVolume.pvc` is a claim to make (of the default
+StorageClass, the snapshot's size) and restore into, as Velero's DataDownload fills the PVC it
+names (a KubeVirt VM's disk, which a Restore makes again under its own name), rather than a new
+VirtualDisk. The claim is written over, and kept when the download fails."""
 MADE_BY = "diskferry.io/data-download-uid"
 """On a VirtualDisk a DataDownload made to restore into: the download's uid. The disk is not
 Ready before the download has Completed."""

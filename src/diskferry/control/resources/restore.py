@@ -172,7 +172,7 @@ class RestoredDisk(ApiModel):
     """One disk of a restored VM: its snapshot and its DataDownload's phase, or how it was
     made without one."""
 
-    name: str = Field(description="The VirtualDisk.")
+    name: str = Field(description="The VirtualDisk, or a KubeVirt VM's claim.")
     snapshot_id: str | None = Field(
         default=None, alias="snapshotID", description="The snapshot its data comes from."
     )
@@ -204,15 +204,25 @@ class RestoreHookRun(ApiModel):
 
 
 class RestoredMachine(ApiModel):
-    """One VM restored: where, the runPolicy it gets back, its disks, its hooks."""
+    """One VM restored: where, the runPolicy (or a KubeVirt VM's runStrategy) it gets back, its
+    disks, its hooks."""
 
     namespace: str = Field(description="The namespace it is restored into.")
     name: str = Field(description="The VirtualMachine.")
-    run_policy: str = Field(
-        alias="runPolicy", description="The runPolicy it gets back once its disks are."
+    run_policy: str | None = Field(
+        default=None,
+        alias="runPolicy",
+        description="The runPolicy it gets back once its disks are; unset for a KubeVirt VM.",
+    )
+    run_strategy: str | None = Field(
+        default=None,
+        alias="runStrategy",
+        description="A KubeVirt VM's (kubevirt.io): the runStrategy it gets back once its disks "
+        "are, held Halted until then, as OADP holds it; unset for a diskferry VM.",
     )
     phase: Literal["Restoring", "Completed", "Failed"] = Field(
-        default="Restoring", description="Restoring, Completed, or Failed (left AlwaysOff)."
+        default="Restoring",
+        description="Restoring, Completed, or Failed (left AlwaysOff, or a KubeVirt VM Halted).",
     )
     updated: bool | None = Field(
         default=None,

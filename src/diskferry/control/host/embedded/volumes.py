@@ -319,6 +319,10 @@ class DirectoryVolumes:
         """Make the claim's file 0600 (its writer had its own umask)."""
         private_file(claim.file)
 
+    def writable(self, claim: Claim) -> bool:
+        """True: a worker writes the claim's file, or its device, as soon as it is made."""
+        return True
+
     def instant_copies(self, claim: Claim) -> bool:
         """Whether the file system of the claim's folder shares extents (reflink), tried on two
         files of its own there; never for a block claim."""

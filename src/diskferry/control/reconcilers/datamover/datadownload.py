@@ -1,4 +1,5 @@
-"""DataDownload: one disk snapshot restored into a new VirtualDisk (`spec.targetVolume`).
+"""DataDownload: one disk snapshot restored into a new VirtualDisk (`spec.targetVolume`), or
+into the claim it names (`diskferry.io/restore-into-claim`, a KubeVirt VM's disk).
 
 The disk is made blank of the snapshot's size (a backup worker reads it, `dd-<uid>-size`), or
 of the annotation
@@ -23,10 +24,12 @@ from diskferry.control.reconcilers.datamover.moverlife import (
 )
 from diskferry.control.reconcilers.disks.datasources import DISK_CLAIM_LOST, claim_of
 from diskferry.control.reconcilers.disks.importjob import SIZE_TOO_SMALL
+from diskferry.control.reconcilers.disks.storageclasses import resolve
 from diskferry.control.reconcilers.velero.repoaccess import Location
 from diskferry.control.resources.datadownload import (
     BACKUP_PVC_SIZE,
     DATA_DOWNLOADS,
+    INTO_CLAIM,
     MADE_BY,
     DataDownload,
 )
@@ -104,8 +107,11 @@ class DataDownloadReconciler(MoverReconciler):
     def prepare(
         self, obj: DataDownload, location: Location, config: DataMoverConfigSpec
     ) -> Job | Waiting:
-        """The restore job, once the disk it made is Ready."""
+        """The restore job, once the disk it made is Ready (or the claim it made can be
+        written, with INTO_CLAIM)."""
         namespace, name = self._target(obj)
+        if obj.metadata.annotations.get(INTO_CLAIM) == "true":
+            return self._into_claim(obj, location, config, namespace, name)
         disk = self.client.get(VirtualDisk, namespace, name)
         if disk is None:
             size = self.size(obj, location)
@@ -148,6 +154,38 @@ class DataDownloadReconciler(MoverReconciler):
             bandwidth_limit=config.bandwidth_bytes,
         )
         return Job(job, files, f"the VirtualDisk {name} is ready to be written")
+
+    def _into_claim(
+        self,
+        obj: DataDownload,
+        location: Location,
+        config: DataMoverConfigSpec,
+        namespace: str,
+        name: str,
+    ) -> Job | Waiting:
+        """The restore job into the claim `name`, made of the snapshot's size in the default
+        StorageClass, once a worker can write it."""
+        size = self.size(obj, location)
+        if size is None:
+            message = f"reading the size of the snapshot {obj.spec.snapshot_id}"
+            return Waiting(message, SIZE_POLL_SECONDS)
+        try:
+            claim = self.volumes.claim(resolve(self.client, None), namespace, name, size)
+        except DiskferryError as e:
+            raise MoverFailure(e.message, reason=e.reason) from e
+        if not self.volumes.writable(claim):
+            return Waiting(f"waiting for the claim {namespace}/{name} to be bound")
+        job, files = location.job(
+            RestoreJob,
+            snapshot=obj.spec.snapshot_id,
+            target=claim.path,
+            format="raw",
+            size=size,
+            force=True,
+            wait=True,
+            bandwidth_limit=config.bandwidth_bytes,
+        )
+        return Job(job, files, f"the claim {name} is ready to be written")
 
     def completed(self, obj: DataDownload, result: RestoreResult) -> dict[str, Any]:
         """The bytes written."""

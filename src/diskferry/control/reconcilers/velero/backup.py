@@ -7,7 +7,10 @@ VirtualMachine backs up nothing, and says so. Once every upload ended, the manif
 VMs backed up, of their VirtualDisks (with the snapshot of each whose data moved), of the
 images the filters take, and the repository's tracker of each VM go into the repository as
 the Backup's metadata; then Completed, PartiallyFailed (some VMs failed) or Failed (all did).
-A stopped VM is backed up as a running one is (the engine opens its disks itself).
+A stopped VM is backed up as a running one is (the engine opens its disks itself). In a cluster
+the filters take KubeVirt's VMs too (`host.points`): each of their volumes' claims is a
+`PersistentVolumeClaim` entry of `status.volumes`, moved by the VM's DataUpload through
+KubeVirt's backup API, and the metadata keeps the VM's manifest and each claim's snapshot.
 The hooks that apply to a VM go to its DataUpload (`diskferry.io/hooks`), which runs them in a
 running VM's guest; `status.hookStatus` counts them.
 
@@ -33,6 +36,7 @@ from typing import Any
 from diskferry.backup import Chores, ChoresJob, ChoresResult, StoredMetadata
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.host.points import BackupPoints, HostedMachine
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.forgetting import backup_snapshots, freed_text, let_go
 from diskferry.control.reconcilers.velero.hookspecs import backup_hooks
@@ -91,6 +95,7 @@ DEVICE_MODELS: dict[BlockDeviceKind, type[Resource]] = {
 NO_VMS = "the resource filters take no VirtualMachine: nothing is backed up"
 DISKS_LEFT_OUT = "the resource filters leave VirtualDisks out: neither its manifest nor its data"
 NO_DATA = "spec.snapshotVolumes is false: its manifest is kept, not its data"
+CLAIM_KIND = "PersistentVolumeClaim"
 
 
 def upload_name(backup: Backup, namespace: str, vm: str) -> str:
@@ -119,10 +124,17 @@ class BackupReconciler:
 
     info = BACKUPS
 
-    def __init__(self, client: Client, runner: Runner, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        runner: Runner,
+        clock: Clock | None = None,
+        points: BackupPoints | None = None,
+    ) -> None:
         self.client = client
         self.jobs = Jobs(runner)
         self.clock = clock or Clock()
+        self.points = points
 
     def job_id(self, obj: Backup, chore: str) -> str:
         """The id of the job that runs the Backup's `chore`: `store` its metadata, `read` it
@@ -198,6 +210,18 @@ class BackupReconciler:
         ]
         return sorted(chosen, key=lambda v: (v.metadata.namespace or "", v.metadata.name or ""))
 
+    def _hosted(self, obj: Backup, taken: Taken) -> list[HostedMachine]:
+        """The hypervisor's VMs (a cluster's KubeVirt) the filters take."""
+        if not taken.vms or self.points is None:
+            return []
+        spec = obj.spec
+        chosen = [
+            vm
+            for vm in self.points.machines()
+            if spec.namespace_taken(vm.namespace) and spec.labels_match(vm.labels)
+        ]
+        return sorted(chosen, key=lambda v: (v.namespace, v.name))
+
     def _location(self, obj: Backup) -> tuple[Backup, BackupStorageLocation] | list[str]:
         """The Backup (the namespace's default location written into its spec when it names
         none) and its location, or why there is none to use."""
@@ -258,20 +282,22 @@ class BackupReconciler:
         vms = self._selected(obj, taken)
         for vm in vms:
             volumes += self._plan(obj, vm, taken)
+        hosted = self._hosted(obj, taken)
+        for machine in hosted:
+            volumes += self._plan_hosted(obj, machine)
+        picked = [(v.metadata.namespace or "default", v.metadata.name or "") for v in vms]
+        picked += [(m.namespace, m.name) for m in hosted]
         now = self.clock.now()
         expires = now + timedelta(seconds=ttl_seconds(obj))
-        message = f"backing up {len(vms)} VirtualMachines" if taken.vms else NO_VMS
+        message = f"backing up {len(picked)} VirtualMachines" if taken.vms else NO_VMS
         status: dict[str, Any] = {
             "phase": BackupPhase.IN_PROGRESS.value,
             "message": message,
             "startTimestamp": rfc3339(now),
             "expiration": rfc3339(expires),
-            "virtualMachines": [
-                {"namespace": v.metadata.namespace or "default", "name": v.metadata.name or ""}
-                for v in vms
-            ],
+            "virtualMachines": [{"namespace": ns, "name": name} for ns, name in picked],
             "volumes": volumes,
-            "progress": {"totalItems": len(vms), "itemsBackedUp": 0, "itemsFailed": 0},
+            "progress": {"totalItems": len(picked), "itemsBackedUp": 0, "itemsFailed": 0},
             "observedGeneration": obj.metadata.generation,
         }
         obj = held(self.client, obj)
@@ -333,7 +359,33 @@ class BackupReconciler:
                     entry["reason"] = f"not backed up: the VM misses {', '.join(missing)}"
                     entry.pop("dataUpload", None)
         elif moved:
-            self._upload(obj, vm, moved)
+            self._upload(obj, namespace, name, vm.metadata.labels, moved)
+        return volumes
+
+    def _plan_hosted(self, obj: Backup, machine: HostedMachine) -> list[dict[str, Any]]:
+        """Each claim of the hypervisor's VM and what becomes of it: its data moved by the VM's
+        DataUpload, unless snapshotVolumes is false."""
+        moved = obj.spec.snapshot_volumes is not False
+        upload = upload_name(obj, machine.namespace, machine.name)
+        volumes = []
+        for volume, claim in machine.claims.items():
+            entry = {
+                "virtualMachine": machine.name,
+                "namespace": machine.namespace,
+                "kind": CLAIM_KIND,
+                "name": claim,
+                "action": "backup",
+                "phase": "Pending",
+                "reason": f"the claim of the KubeVirt VM's volume {volume}",
+                "dataUpload": upload,
+            }
+            if not moved:
+                entry.update(action="skip", phase="Skipped", reason=NO_DATA)
+                del entry["dataUpload"]
+            volumes.append(entry)
+        if moved and volumes:
+            claims = list(machine.claims.values())
+            self._upload(obj, machine.namespace, machine.name, machine.labels, claims)
         return volumes
 
     def _adopt(self, obj: Backup) -> Result:
@@ -420,8 +472,9 @@ class BackupReconciler:
         release(self.client, obj)
         return Result.done()
 
-    def _upload(self, obj: Backup, machine: VirtualMachine, disks: list[str]) -> None:
-        namespace, vm = machine.metadata.namespace or "default", machine.metadata.name or ""
+    def _upload(
+        self, obj: Backup, namespace: str, vm: str, labels: dict[str, str], disks: list[str]
+    ) -> None:
         name = upload_name(obj, namespace, vm)
         if self.client.get(DataUpload, obj.metadata.namespace, name) is not None:
             return
@@ -439,7 +492,7 @@ class BackupReconciler:
             annotations={VM_NAME: vm, DISKS: ",".join(disks)},
             ownerReferences=[owner],
         )
-        hooks = backup_hooks(obj, namespace, machine.metadata.labels)
+        hooks = backup_hooks(obj, namespace, labels)
         if hooks:
             meta.annotations[HOOKS] = json.dumps(hooks)
         spec: dict[str, Any] = {
@@ -556,7 +609,8 @@ class BackupReconciler:
         fields["errors"] = len(vms) - ok
         status = {**obj.status.to_json(), **fields, "phase": phase.value, "message": message}
         status["completionTimestamp"] = rfc3339(self.clock.now())
-        document = backup_document(self.client, obj, taken, volumes, vms, status)
+        hosted = self.points.machines() if self.points is not None else []
+        document = backup_document(self.client, obj, taken, volumes, vms, status, hosted)
         stored = self._store(obj, document)
         if stored is None:
             return Result.requeue(JOB_POLL_SECONDS)

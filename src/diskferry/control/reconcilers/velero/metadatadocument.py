@@ -1,13 +1,16 @@
 """The metadata a Backup keeps in its repository once its uploads ended: the manifests of the
-VMs backed up, of their VirtualDisks (with the snapshot of each whose data moved), of the
-images the filters take, the Backup's own manifest and final status, and each VM's tracker
-(`trackers`, by the VM's name in the repository, put in by the worker that stores it)."""
+VMs backed up, of their VirtualDisks (with the snapshot of each whose data moved; a KubeVirt
+VM's claims, by name, with theirs), of the images the filters take, the Backup's own manifest
+and final status, and each VM's tracker (`trackers`, by the VM's name in the repository, put in
+by the worker that stores it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from diskferry.backup import StoredMetadata
+from diskferry.control.host.points import HostedMachine
 from diskferry.control.reconcilers.datamover.dataupload import repository_vm
 from diskferry.control.reconcilers.velero.manifests import clean_manifest, metadata_name
 from diskferry.control.reconcilers.velero.selection import ClusterImages, Taken
@@ -71,6 +74,21 @@ def _disks(
     return disks
 
 
+def _claims(volumes: Volumes, namespace: str, vm: str) -> list[dict[str, Any]]:
+    """The claims of a KubeVirt VM, each with the snapshot of its data when it moved."""
+    claims = []
+    for entry in volumes:
+        if (entry["namespace"], entry["virtualMachine"]) != (namespace, vm):
+            continue
+        if entry["kind"] == VirtualDisk.__name__ or entry["phase"] not in ("Completed", "Skipped"):
+            continue
+        kept = {"name": entry["name"]}
+        if entry.get("snapshotID"):
+            kept["snapshotID"] = entry["snapshotID"]
+        claims.append(kept)
+    return claims
+
+
 def backup_document(
     client: Client,
     backup: Backup,
@@ -78,21 +96,27 @@ def backup_document(
     volumes: Volumes,
     vms: Machines,
     status: dict[str, Any],
+    hosted: Sequence[HostedMachine] = (),
 ) -> StoredMetadata:
     """The Backup's metadata, with `status` as its final status, as a worker stores it in the
-    repository with the trackers of the VMs backed up."""
+    repository with the trackers of the VMs backed up: diskferry's, with their VirtualDisks,
+    and those of `hosted` (a cluster's KubeVirt), with their claims."""
     machines = []
     trackers = []
+    by_name = {(m.namespace, m.name): m for m in hosted}
     for (namespace, name), good in vms.items():
         vm = client.get(VirtualMachine, namespace, name)
-        if not good or vm is None:
+        machine = by_name.get((namespace, name))
+        if not good or (vm is None and machine is None):
             continue
-        machines.append(
-            {
-                "manifest": clean_manifest(vm.to_json()),
-                "disks": _disks(client, taken, volumes, namespace, name),
-            }
-        )
+        if vm is not None:
+            manifest = clean_manifest(vm.to_json())
+            disks = _disks(client, taken, volumes, namespace, name)
+        else:
+            assert machine is not None
+            manifest = clean_manifest(machine.manifest)
+            disks = _claims(volumes, namespace, name)
+        machines.append({"manifest": manifest, "disks": disks})
         trackers.append(repository_vm(namespace, name))
     kept = {k: v for k, v in status.items() if k not in ("conditions", "observedGeneration")}
     document = {

@@ -16,7 +16,13 @@ stopped VM gets the backup's spec, labels and annotations and its missing disks 
 existing disks get the backup's labels and annotations, and no disk's data is ever
 overwritten; a running VM is left, saying so. The exec hooks that take a restored VM run in
 its guest once it runs (see restorehooks); the Restore ends after them. The manifests are read
-from each location by a backup worker, `rs-<uid>-<the location's uid>`."""
+from each location by a backup worker, `rs-<uid>-<the location's uid>`.
+
+A KubeVirt VM of the backup (in a cluster, `host.points`) is made again held with `runStrategy:
+Halted` (one of its name that exists is left, with a Warning Event), each of its claims with
+data restored by a DataDownload into a claim of the same name (`diskferry.io/restore-into-claim`),
+and its own runStrategy given back once every one of them is, as OADP does; it stays Halted
+when one is not."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from diskferry.backup import Chores, ChoresJob, ChoresResult
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.machines import Machines
+from diskferry.control.host.points import BackupPoints
 from diskferry.control.reconcilers.velero.backup import positive
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.manifests import READ_FILE, metadata_name, metadata_read
@@ -35,7 +42,7 @@ from diskferry.control.reconcilers.velero.selection import ClusterImages, Taken,
 from diskferry.control.resources.backup import Backup, BackupPhase
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.core import Namespace
-from diskferry.control.resources.datadownload import BACKUP_PVC_SIZE, DataDownload
+from diskferry.control.resources.datadownload import BACKUP_PVC_SIZE, INTO_CLAIM, DataDownload
 from diskferry.control.resources.datamover import ENDED
 from diskferry.control.resources.model import API_VERSION, ObjectMeta, OwnerReference, Resource
 from diskferry.control.resources.names import short_name
@@ -68,6 +75,8 @@ FINISHED = (
 )
 RESTORABLE = (BackupPhase.COMPLETED, BackupPhase.PARTIALLY_FAILED)
 NO_VMS = "the resource filters take no VirtualMachine: nothing is restored"
+KUBEVIRT = "kubevirt.io/"
+"""The apiVersion prefix of a KubeVirt VM's manifest, which a cluster's hypervisor holds."""
 IMAGE_MODELS: dict[str, type[Resource]] = {
     "VirtualImage": VirtualImage,
     "ClusterVirtualImage": ClusterVirtualImage,
@@ -89,11 +98,13 @@ class RestoreReconciler:
         clock: Clock | None,
         machines: Machines | None,
         runner: Runner,
+        points: BackupPoints | None = None,
     ) -> None:
         self.client = client
         self.jobs = Jobs(runner)
         self.clock = clock or Clock()
         self.hooks = None if machines is None else RestoreHooks(client, runner, machines)
+        self.points = points
 
     def reconcile(self, obj: Restore) -> Result:
         """One step of the restore."""
@@ -317,6 +328,8 @@ class RestoreReconciler:
         """Create (or update) the VM, AlwaysOff, and restore its disks; None when it is left
         as it is."""
         manifest = entry["manifest"]
+        if self.points is not None and str(manifest.get("apiVersion")).startswith(KUBEVIRT):
+            return self._hosted(obj, location, namespace, entry)
         name = _meta_of(manifest)["name"]
         run_policy = manifest["spec"].get("runPolicy", "AlwaysOff")
         self._namespace(namespace)
@@ -360,6 +373,37 @@ class RestoreReconciler:
         if updated:
             machine["updated"] = True
         return machine
+
+    def _hosted(
+        self, obj: Restore, location: str, namespace: str, entry: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Make the KubeVirt VM again, held Halted, and restore each claim with data into a
+        claim of its name; None when a VM of its name is there (it is left as it is)."""
+        assert self.points is not None
+        name = _meta_of(entry["manifest"])["name"]
+        self._namespace(namespace)
+        strategy = self.points.hold(namespace, entry["manifest"])
+        if strategy is None:
+            left = f"the VirtualMachine {namespace}/{name} exists already: it is not restored"
+            self.client.event(obj, "Warning", "AlreadyExists", left)
+            return None
+        disks = []
+        for disk in entry.get("disks") or []:
+            if not disk.get("snapshotID") or obj.spec.restore_pvs is False:
+                why = (
+                    "spec.restorePVs is false"
+                    if obj.spec.restore_pvs is False
+                    else "the backup holds no data of it"
+                )
+                message = f"not made, no data restored: {why}"
+                disks.append({"name": disk["name"], "phase": "Completed", "message": message})
+                continue
+            download = short_name(obj.metadata.name or "", name, disk["name"])
+            self._download(obj, location, namespace, name, disk, download, into_claim=True)
+            disks.append(
+                {"name": disk["name"], "snapshotID": disk["snapshotID"], "dataDownload": download}
+            )
+        return {"namespace": namespace, "name": name, "runStrategy": strategy, "disks": disks}
 
     def _left(self, obj: Restore, vm: VirtualMachine) -> str | None:
         """Why the existing VM is left as it is, None when the restore updates it."""
@@ -436,6 +480,7 @@ class RestoreReconciler:
         vm: str,
         disk: dict[str, Any],
         name: str,
+        into_claim: bool = False,
     ) -> None:
         if self.client.get(DataDownload, obj.metadata.namespace, name) is not None:
             return
@@ -454,6 +499,8 @@ class RestoreReconciler:
         )
         if size:
             annotations[BACKUP_PVC_SIZE] = str(size)
+        if into_claim:
+            annotations[INTO_CLAIM] = "true"
         meta = ObjectMeta(
             name=name,
             namespace=obj.metadata.namespace,
@@ -491,16 +538,18 @@ class RestoreReconciler:
             phases = [disk.get("phase") for disk in machine["disks"]]
             if any(p not in (*ENDED, "Skipped") for p in phases):
                 continue
+            hosted = machine.get("runStrategy") is not None
             if all(p in ("Completed", "Skipped") for p in phases):
                 self._give_back(obj, machine)
                 machine["phase"] = "Completed"
-                if self.hooks is not None:
+                if self.hooks is not None and not hosted:
                     self.hooks.begin(obj, machine, now)
             else:
                 machine["phase"] = "Failed"
                 why = "; ".join(d["message"] for d in machine["disks"] if d.get("message"))
+                held = "Halted" if hosted else "AlwaysOff"
                 message = (
-                    f"VirtualMachine {machine['namespace']}/{machine['name']} left AlwaysOff: {why}"
+                    f"VirtualMachine {machine['namespace']}/{machine['name']} left {held}: {why}"
                 )
                 self.client.event(obj, "Warning", "VirtualMachineLeftOff", message)
         downloads = [d for m in machines for d in m["disks"] if d.get("dataDownload")]
@@ -557,7 +606,18 @@ class RestoreReconciler:
             disk["message"] = f"DataDownload {name} {disk['phase']}: {download.status.message}"
 
     def _give_back(self, obj: Restore, machine: dict[str, Any]) -> None:
-        """The VM's own runPolicy again, now that every disk of it is back."""
+        """The VM's own runPolicy (a KubeVirt VM's runStrategy) again, now that every disk of
+        it is back."""
+        where = f"{machine['namespace']}/{machine['name']}"
+        if machine.get("runStrategy") is not None:
+            if self.points is not None:
+                self.points.give_back(machine["namespace"], machine["name"])
+            message = (
+                f"VirtualMachine {where}: all disks restored, runStrategy "
+                f"{machine['runStrategy']} again"
+            )
+            self.client.event(obj, "Normal", "VirtualMachineRestored", message)
+            return
         vm = self.client.get(VirtualMachine, machine["namespace"], machine["name"])
         if vm is None:
             return
