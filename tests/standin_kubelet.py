@@ -10,7 +10,9 @@ the image the Pod names, and writes the Pod's status back, as a kubelet does on 
   must be in podman's store (`make image`).
 - Host networking, the Pod's IP a loopback address of its own from 127.0.0.0/8 (not 127.0.0.x),
   which the container learns as `status.podIP` through the downward API: nothing a Pod serves
-  leaves loopback, and two Pods may listen on the same port.
+  leaves loopback, and two Pods may listen on the same port. Its /etc/hosts and
+  /etc/resolv.conf are the cluster's DNS (standin_dns): a headless Service's name leads to the
+  Pods it selects, and no name is looked up beyond loopback.
 - The Pod's security context as podman flags: runAsUser and runAsGroup (--user), fsGroup and
   supplementalGroups (--group-add), readOnlyRootFilesystem (--read-only), capabilities dropped,
   allowPrivilegeEscalation false (no-new-privileges).
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from standin_dns import ClusterDns
 from standin_loop import Loop, kind
 from standin_scheduler import DEFAULT_NODE, node_labels, volume_allows
 from standin_storage import MERGE, backing
@@ -372,7 +375,8 @@ class PodWorker:
         container = self.container
         command = ["podman", "run", "--rm", "--name", self.container_name]
         command += ["--label", f"{LABEL}={self.kubelet.tag}", "--pull", "never"]
-        command += ["--network", "host", *self._security(), *self._env(), *prepared.flags]
+        command += ["--network", "host", *self.kubelet.dns.flags()]
+        command += [*self._security(), *self._env(), *prepared.flags]
         command += ["-v", f"{message[0]}:{message[1]}:rw"]
         if container.get("workingDir"):
             command += ["--workdir", container["workingDir"]]
@@ -469,7 +473,9 @@ class Kubelet:
         self.claims = kind(service, "PersistentVolumeClaim")
         self.volumes = kind(service, "PersistentVolume")
         self.secrets = kind(service, "Secret")
+        self.services = kind(service, "Service")
         self.node_kind = kind(service, "Node")
+        self.dns = ClusterDns(self.root)
         self.workers: dict[str, PodWorker] = {}
         self._lock = threading.Lock()
         self.loop = Loop(service, "standin-kubelet", self.sync, period=0.5)
@@ -515,8 +521,10 @@ class Kubelet:
             podman("rm", "--force", container)
 
     def sync(self) -> None:
-        """Start the Pods not started, stop the deleted ones, and refresh Secret volumes."""
+        """Start the Pods not started, stop the deleted ones, refresh Secret volumes and the
+        cluster's names."""
         pods = {pod["metadata"]["uid"]: pod for pod in self.service.list(self.pods, None).items}
+        self.dns.sync(self.service.list(self.services, None).items, list(pods.values()))
         with self._lock:
             workers = dict(self.workers)
         for uid, worker in workers.items():

@@ -162,9 +162,9 @@ def test_the_export_proxy_serves_in_the_image_as_deploy_runs_it(built, tls, tmp_
         folder = tmp_path / mount["name"]
         folder.mkdir()
         mounts += ["--volume", f"{folder}:{mount['mountPath']}:ro"]
-    (tmp_path / "routes" / "routes.yaml").write_text("exports: []\n")
     shutil.copyfile(tls.cert, tmp_path / "tls" / "tls.crt")
     shutil.copyfile(tls.key, tmp_path / "tls" / "tls.key")
+    shutil.copyfile(tls.ca, tmp_path / "tls" / "ca.crt")
     for path in tmp_path.rglob("*"):
         os.chown(path, uid, gid)
     # its own port on the host's network instead of 8443
@@ -177,7 +177,8 @@ def test_the_export_proxy_serves_in_the_image_as_deploy_runs_it(built, tls, tmp_
     try:
         port = _port_printed(name)
         context = ssl.create_default_context(cafile=str(tls.ca))
-        path = "/api/export.kubevirt.io/v1/namespaces/ns/virtualmachineexports/none/volumes/v"
+        # a name no export has, which no Service's name is looked up for
+        path = "/api/export.kubevirt.io/v1/namespaces/ns/virtualmachineexports/No_One/volumes/v"
         with pytest.raises(urllib.error.HTTPError) as answer:
             urllib.request.urlopen(f"https://127.0.0.1:{port}{path}/disk.img", context=context)
         assert answer.value.code == 404

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from diskferry.base import DiskferryError
+from diskferry.kube.routetimeout import DEFAULT_ROUTE_TIMEOUT, RouteTimeoutError, route_timeout
 from diskferry.serving import OPERATOR_HEALTH_PORT, PROXY_PORT, default_data_dir
 
 NAMESPACE = "diskferry-system"
@@ -98,6 +99,15 @@ def operator(
             "Pod, which POD_NAME and POD_NAMESPACE name).",
         ),
     ] = None,
+    export_route_timeout: Annotated[
+        str,
+        typer.Option(
+            "--export-route-timeout",
+            help="With workers as Pods, where the cluster serves OpenShift's Routes: the "
+            "haproxy.router.openshift.io/timeout the export proxy's Route keeps (a number and "
+            "a unit, as HAProxy reads it), so that long downloads are not cut.",
+        ),
+    ] = DEFAULT_ROUTE_TIMEOUT,
 ) -> None:
     """Run the reconcilers of `diskferry serve` against a cluster's API, until SIGTERM.
 
@@ -110,7 +120,17 @@ def operator(
     writes, each claim a PVC populated through a prime PVC; a new leader finds the Pods the last
     one started. With --runner local the leader runs its workers on its own host as child
     processes instead, their volumes and state under --data-dir, as `diskferry serve` does:
-    every instance that may lead needs that same directory then."""
+    every instance that may lead needs that same directory then.
+
+    With workers as Pods, an export's server runs in a Pod behind a headless Service
+    (virt-export-NAME, port 8443) and deploy/'s export proxy finds it there; the servers'
+    certificates come from a CA kept in the Secret diskferry-export-ca of --namespace. The
+    leader keeps the proxy's certificate (Secret diskferry-export-proxy-tls) and, where the
+    cluster serves route.openshift.io, its Route diskferry-export-proxy (re-encrypt, the
+    export CA as destination CA, the timeout annotation): created when absent, patched only
+    where it differs, so that what a user added to it stays. An export's external links take
+    the host of that Route, else of an Ingress to the proxy's Service; with neither they are
+    absent, and the export's condition ExternalLinks says why."""
     from diskferry.cli.cancel import signals_set
     from diskferry.control.daemon import prepare_data_dir
     from diskferry.kube.api import KubeApi
@@ -130,6 +150,10 @@ def operator(
         chosen = choose_runner(runner)
     except BadRunnerError as e:
         raise typer.BadParameter(e.message, param_hint="--runner") from None
+    try:
+        route_timeout(export_route_timeout)
+    except RouteTimeoutError as e:
+        raise typer.BadParameter(e.message, param_hint="--export-route-timeout") from None
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
@@ -145,6 +169,7 @@ def operator(
         health_port=health_port,
         proxy_port=proxy_port,
         watch_seconds=watch_seconds,
+        route_timeout=export_route_timeout,
     )
     api = KubeApi(api_client(kubeconfig), discovery_cache=directory / "discovery.json")
     if chosen == PODS:

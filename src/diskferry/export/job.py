@@ -84,6 +84,7 @@ class ExportJob(WorkerJob, Listening):
     # the path the server answers readiness on, without a token
     READY_PATH: ClassVar[str] = "/exportready"
     WORKER = "diskferry.export.worker"
+    READS = ("volumes",)
     kind: Literal["export"] = "export"
     name: str
     volumes: list[ExportVolumeSpec] = Field(min_length=1)

@@ -6,10 +6,12 @@ Every instance answers the probes and tries for the Lease; the one that takes it
 releases the Lease, or until it loses it, when it stops reconciling before another may take
 over. The controllers' workers run as Pods of the operator's own image, their claims PVCs
 (`runner`, `volumes`), with no image store (`images`): a new leader finds the worker Pods the
-last one started. With the local runner they run on the leader's host as its child processes
-instead, their volumes, images and state under its data directory, which instances that may
-lead then share. The VMs are KubeVirt's: a DataUpload reads the backup point of a Pull
-VirtualMachineBackup (`points`).
+last one started. Their servers' certificates come from the CA in a Secret (`certs`), an
+export's server is reached through its Service (`servers`), and the export proxy is deploy/'s
+Deployment, whose certificate and Route the leader keeps (`proxy`). With the local runner they
+run on the leader's host as its child processes instead, their volumes, images and state under
+its data directory, which instances that may lead then share. The VMs are KubeVirt's: a
+DataUpload reads the backup point of a Pull VirtualMachineBackup (`points`).
 """
 
 from __future__ import annotations
@@ -22,23 +24,26 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
-from diskferry.control.host.images import ImageStore
-from diskferry.control.host.volumes import Volumes
+from diskferry.control.host.embedded.certs import PKI_DIR
 from diskferry.control.resources.registry import REGISTRY
-from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.stop import serving
 from diskferry.kube.api import KubeApi
+from diskferry.kube.certs import SecretCa
 from diskferry.kube.client import KubeClient
 from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster
 from diskferry.kube.health import Health
 from diskferry.kube.images import NoImageStore
 from diskferry.kube.lease import LeaderElector, LeaseTimes
 from diskferry.kube.points import KubeVirtPoints
+from diskferry.kube.proxy import ClusterProxy
+from diskferry.kube.routetimeout import DEFAULT_ROUTE_TIMEOUT
 from diskferry.kube.runner import PodRunner
+from diskferry.kube.servers import ServiceServers
 from diskferry.kube.source import WATCH_SECONDS, ClusterSource
 from diskferry.kube.volumes import ClusterVolumes
 from diskferry.serving.defaults import OPERATOR_HEALTH_PORT, PROXY_PORT
@@ -95,8 +100,9 @@ def default_identity() -> str:
 @dataclass(frozen=True)
 class OperatorSettings:
     """What an operator instance is told: where its workers keep their state, its Lease, its
-    name in it, its probes' address, the export proxy's port, its watches' length, and where
-    its workers run: as Pods of `worker_image` (PODS), or on its host (LOCAL)."""
+    name in it, its probes' address, the export proxy's port, its watches' length, where its
+    workers run: as Pods of `worker_image` (PODS), or on its host (LOCAL), and, with Pods, the
+    timeout of the export proxy's Route."""
 
     data_dir: Path
     namespace: str = NAMESPACE
@@ -110,6 +116,7 @@ class OperatorSettings:
     watch_seconds: int = WATCH_SECONDS
     runner: str = LOCAL
     worker_image: str = ""
+    route_timeout: str = DEFAULT_ROUTE_TIMEOUT
 
 
 class Operator:
@@ -152,14 +159,23 @@ class Operator:
         finally:
             self.health.stop()
 
-    def _workers(self) -> tuple[Runner | None, Volumes | None, ImageStore | None]:
-        """Where the workers run, the claims are and the images are kept: Pods, PVCs and no
-        image store, or (None) this host."""
-        if self.settings.runner != PODS:
-            return None, None, None
+    def _host(self) -> dict[str, Any]:
+        """The host's services the controllers take: with workers as Pods, the cluster's (Pods,
+        PVCs, no image store, the CA in a Secret, the proxy's Deployment, Services); none
+        otherwise (this host's)."""
+        settings = self.settings
+        if settings.runner != PODS:
+            return {}
         volumes = ClusterVolumes(self.api)
-        runner = PodRunner(self.api, self.settings.worker_image, volumes, self.settings.namespace)
-        return runner, volumes, NoImageStore()
+        certs = SecretCa(self.api, settings.namespace, settings.data_dir / PKI_DIR)
+        return {
+            "runner": PodRunner(self.api, settings.worker_image, volumes, settings.namespace),
+            "volumes": volumes,
+            "store": NoImageStore(),
+            "certs": certs,
+            "proxy": ClusterProxy(self.api, certs, settings.namespace, settings.route_timeout),
+            "servers": ServiceServers(self.api),
+        }
 
     def _lead(self, stop: threading.Event) -> bool:
         settings = self.settings
@@ -171,16 +187,13 @@ class Operator:
         )
         with serving(settings.data_dir):
             access = Access(self.client, self.source, Clock())
-            runner, volumes, store = self._workers()
             controllers = Controllers(
                 settings.data_dir,
                 access,
                 workers=settings.workers,
                 proxy_port=settings.proxy_port,
-                runner=runner,
-                volumes=volumes,
-                store=store,
                 points=KubeVirtPoints(self.api),
+                **self._host(),
             )
             held = False
             try:

@@ -13,10 +13,13 @@ those it only reads. Its worker answers /progress on WORKER_STATUS_PORT of the P
 the Pod passes down, and writes its result to the Pod's termination message; a finalizer keeps
 a Pod deleted while it ran (a cancelled job) until the runner has read how it ended.
 
-A job that serves (an upload server) listens on a port of its Pod's address, which a headless
-Service of the Pod's name selects (its job's label), as Deckhouse's uploader and KubeVirt's
-export server are reached: by `<service>.<namespace>.svc` and the port, names its certificate is
-issued for (`service_names`).
+A job that serves (an upload or export server) listens on a port of its Pod's address, which a
+headless Service selects (its job's label), as Deckhouse's uploader and KubeVirt's export
+server are reached: by `<service>.<namespace>.svc` and the port, names its certificate is issued
+for (`service_names`). The Service is named by the first of them (the Pod's name for an upload
+server, KubeVirt's `virt-export-<name>` for an export's), kept in the Pod's annotation
+SERVICE; the Pod opens that port on an OVN primary user-defined network too (OPEN_PORTS), and
+is ready once it accepts there.
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ WORKERS = {"app.kubernetes.io/name": "diskferry", "app.kubernetes.io/component":
 """The labels every worker Pod and its Secret carry (and the selector that finds them)."""
 SERVER_PORT_NAME = "server"
 """The name of the port of a job's server, in its Pod and its Service."""
+SERVICE = "diskferry.io/service"
+"""The annotation of a serving job's Pod naming its Service."""
+OPEN_PORTS = "k8s.ovn.org/open-default-ports"
+"""The annotation by which a Pod on an OVN primary user-defined network opens ports of its
+default network, where the export proxy and other namespaces reach it."""
 CLUSTER_DOMAIN = "cluster.local"
+READY_PERIOD_SECONDS = 2
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 
 
@@ -82,9 +91,9 @@ def pod_name(job_id: str) -> str:
     return f"diskferry-{job_key(job_id)}"
 
 
-def service_names(job_id: str, namespace: str) -> tuple[str, ...]:
-    """The names the job's Service is reached by in the cluster, the shortest first."""
-    name = pod_name(job_id)
+def service_names(name: str, namespace: str) -> tuple[str, ...]:
+    """The names the Service `name` of `namespace` is reached by in the cluster, the shortest
+    (its own) first."""
     return (
         name,
         f"{name}.{namespace}",
@@ -130,13 +139,13 @@ def job_secret(
 
 
 def job_service(
-    job_id: str, namespace: str, port: int, owner: Mapping[str, Any] | None
+    job_id: str, namespace: str, name: str, port: int, owner: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """The headless Service of the job's server: its Pod's name, on `port` of its Pod."""
+    """The headless Service `name` of the job's server, on `port` of its Pod."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job_id, namespace, owner),
+        "metadata": {**_metadata(job_id, namespace, owner), "name": name},
         "spec": {
             "clusterIP": "None",
             "selector": {JOB_LABEL: job_key(job_id)},
@@ -164,6 +173,19 @@ def _claims(mounts: Sequence[Mount]) -> tuple[list[Any], list[Any], list[Any]]:
     return volumes, mounted, mapped
 
 
+@dataclass(frozen=True)
+class Served:
+    """A job's server: its port, and the name of the Service in front of it."""
+
+    port: int
+    service: str
+
+
+def open_ports(port: int) -> str:
+    """The value of OPEN_PORTS that opens the TCP `port`."""
+    return f"- protocol: tcp\n  port: {port}\n"
+
+
 def worker_pod(
     job_id: str,
     namespace: str,
@@ -171,13 +193,17 @@ def worker_pod(
     image: str,
     mounts: Sequence[Mount],
     owner: Mapping[str, Any] | None,
-    serves: int | None = None,
+    serves: Served | None = None,
 ) -> dict[str, Any]:
-    """The Pod that runs the job's worker `module` from `image`, with `mounts`, its server on
-    the port `serves` when it runs one."""
+    """The Pod that runs the job's worker `module` from `image`, with `mounts`, its server as
+    `serves` says when it runs one."""
     meta = _metadata(job_id, namespace, owner)
     meta["finalizers"] = [FINALIZER]
     volumes, mounted, mapped = _claims(mounts)
+    server_ports = []
+    if serves is not None:
+        meta["annotations"].update({SERVICE: serves.service, OPEN_PORTS: open_ports(serves.port)})
+        server_ports.append({"name": SERVER_PORT_NAME, "containerPort": serves.port})
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -193,7 +219,7 @@ def worker_pod(
         ],
         "ports": [
             {"name": "progress", "containerPort": WORKER_STATUS_PORT},
-            *([{"name": SERVER_PORT_NAME, "containerPort": serves}] if serves else []),
+            *server_ports,
         ],
         "terminationMessagePath": MESSAGE_PATH,
         "terminationMessagePolicy": "File",
@@ -210,6 +236,11 @@ def worker_pod(
     }
     if mapped:
         container["volumeDevices"] = mapped
+    if serves is not None:
+        container["readinessProbe"] = {
+            "tcpSocket": {"port": SERVER_PORT_NAME},
+            "periodSeconds": READY_PERIOD_SECONDS,
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",

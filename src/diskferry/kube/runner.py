@@ -21,7 +21,9 @@ never created never ran, and one whose Pod exists is found again by a runner mad
   into the running Pod's folder (within its sync period) where the worker reads it anew.
 - A job whose server listens on every address of its Pod (its worker takes the Pod's), on
   SERVER_PORT as `server_address` gives them, is behind a headless Service made with its Pod
-  and removed when it is purged, and reached at `https://<service>.<namespace>.svc:SERVER_PORT`.
+  and removed when it is purged, named by the first of the names its certificate is for (the
+  Pod's, as `server_address` gives them, or the one its reconciler chose), and reached at
+  `https://<service>.<namespace>.svc:SERVER_PORT`.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from diskferry.kube.pods import (
     JOB_FILE,
     JOB_ID,
     KEPT,
-    SERVER_PORT_NAME,
     Mount,
+    Served,
     job_secret,
     job_service,
     pod_name,
@@ -61,6 +63,7 @@ from diskferry.kube.pods import (
     service_names,
     worker_pod,
 )
+from diskferry.kube.pods import SERVICE as SERVICE_ANNOTATION
 from diskferry.serving.defaults import EXPORT_PORT, WORKER_STATUS_PORT
 from diskferry.serving.listening import Listening
 from diskferry.worker.job import (
@@ -80,6 +83,7 @@ SERVER_PORT = EXPORT_PORT
 """The port a job's server listens on in its Pod, and its Service's: CDI's upload server's."""
 PROGRESS_TIMEOUT = 1.0
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SERVICE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1035 label
 ENDED = ("Succeeded", "Failed")
 Obj = dict[str, Any]
 
@@ -127,19 +131,23 @@ def _result(terminated: Obj) -> Obj | None:
     return result if isinstance(result, dict) and "ok" in result else None
 
 
-def _served_port(job: WorkerJob) -> int | None:
-    """The port of the job's server when it listens on every address of its Pod (as
-    `PodRunner.server_address` has it), behind a Service of its own; None for another job."""
-    if isinstance(job, Listening) and job.listen_address in EVERY_ADDRESS and job.listen_port:
-        return job.listen_port
-    return None
+def _served(job: WorkerJob, job_id: str) -> Served | None:
+    """The job's server when it listens on every address of its Pod (as
+    `PodRunner.server_address` has it), behind a Service of its own, named by the first of the
+    names its certificate is for (the Pod's when that is no Service's name); None for another
+    job."""
+    if not (isinstance(job, Listening) and job.listen_address in EVERY_ADDRESS):
+        return None
+    if not job.listen_port:
+        return None
+    first = job.sans[0] if job.sans else ""
+    return Served(job.listen_port, first if _SERVICE.match(first) else pod_name(job_id))
 
 
-def _serves(pod: Obj) -> bool:
-    """Whether the Pod runs a server behind a Service of its own."""
-    containers = pod.get("spec", {}).get("containers") or []
-    ports = [port for c in containers for port in c.get("ports") or []]
-    return any(port.get("name") == SERVER_PORT_NAME for port in ports)
+def _service_of(pod: Obj) -> str | None:
+    """The name of the Service of the Pod's server, None when it runs none."""
+    service = (pod["metadata"].get("annotations") or {}).get(SERVICE_ANNOTATION)
+    return str(service) if service else None
 
 
 def _progress(address: str) -> Obj | None:
@@ -240,12 +248,12 @@ class PodRunner:
             self.api.replace(*SECRET, namespace, name, secret)
             with self._lock:
                 self._where[job_id] = namespace
-        serves = _served_port(job)
-        if serves:
-            service = job_service(job_id, namespace, serves, ref)
+        served = _served(job, job_id)
+        if served is not None:
+            service = job_service(job_id, namespace, served.service, served.port, ref)
             with contextlib.suppress(AlreadyExistsError):  # made by a start that stopped since
                 self.api.create(*SERVICE, namespace, service)
-        pod = worker_pod(job_id, namespace, job.WORKER, self.image, mounts, ref, serves)
+        pod = worker_pod(job_id, namespace, job.WORKER, self.image, mounts, ref, served)
         with contextlib.suppress(AlreadyExistsError):  # started meanwhile, by a start of the job
             self.api.create(*POD, namespace, pod)
         log.info("job %s: Pod %s/%s created", job_id, namespace, name)
@@ -344,8 +352,9 @@ class PodRunner:
             self.cancel(job_id)
             return False
         namespace, pod = found
-        if _serves(pod):
-            self.api.delete(*SERVICE, namespace, pod_name(job_id))
+        service = _service_of(pod)
+        if service is not None:
+            self.api.delete(*SERVICE, namespace, service)
         if keep_scratch and not pod["metadata"].get("deletionTimestamp"):
             self._unhold(namespace, pod, {KEPT: "true"})
             return True
@@ -364,12 +373,15 @@ class PodRunner:
 
     def server_address(self, job_id: str, namespace: str) -> ServerAddress:
         """Every address of the job's Pod (its worker listens on the Pod's), SERVER_PORT, and
-        the names of its Service in `namespace`."""
-        return ServerAddress(EVERY_ADDRESS[0], SERVER_PORT, service_names(job_id, namespace))
+        the names of its Service in `namespace`, of its Pod's name."""
+        names = service_names(pod_name(job_id), namespace)
+        return ServerAddress(EVERY_ADDRESS[0], SERVER_PORT, names)
 
     def server_url(self, job_id: str, port: int) -> str | None:
-        """`https://<service>.<namespace>.svc:port` of the job's Service."""
-        namespace = self._namespace(job_id)
-        return (
-            None if namespace is None else f"https://{service_names(job_id, namespace)[2]}:{port}"
-        )
+        """`https://<service>.<namespace>.svc:port` of the job's Service, None when the job or
+        its Service is not known."""
+        found = self._pod(job_id)
+        service = None if found is None else _service_of(found[1])
+        if found is None or service is None:
+            return None
+        return f"https://{service_names(service, found[0])[2]}:{port}"

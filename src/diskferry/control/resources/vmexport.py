@@ -299,6 +299,13 @@ class VirtualMachineExport(Resource):
     export, under /api/export.kubevirt.io/v1/namespaces/NAMESPACE/virtualmachineexports/NAME/
     (KubeVirt's current version; v1beta1 is routed too).
 
+    In a cluster (`diskferry operator`) the server is a Pod, its claims read-only, behind the
+    headless Service `serviceName` on 8443 (the internal links), its certificate from the CA in
+    the Secret diskferry-export-ca; the Pod, its Secret and the Service are owned by the
+    export. The external links go through deploy/'s export proxy, on the host of its Route or
+    of an Ingress to its Service; with neither they are absent, and the condition
+    ExternalLinks says why.
+
     The export is Ready once its server answers; an export of a source that is not there or not
     Ready is Pending without links, its condition saying why. An export of a VirtualMachine serves
     all its VirtualDisks (one volume each) while the VM is stopped; while it runs the export is

@@ -7,9 +7,10 @@ on this machine, on 127.0.0.1 with a port of its own, kept in an annotation so t
 started again keeps its links, and also on a Unix socket of its own that the proxy's route
 names, so that the proxy reaches it without TLS; in a cluster, on 8443 of its Pod behind a
 headless Service that the proxy finds by the export's name. The worker gets its certificate
-(from the servers' CA, short-lived, renewed at half its life), its token and its links as
-files; `status.links` are the reconciler's, the external ones only while clients elsewhere can
-reach the proxy (otherwise the condition ExternalLinks says why).
+(from the servers' CA, short-lived, renewed at half its life) and its token as files, and the
+base URLs its manifests point at in its job; `status.links` are the reconciler's, from where
+the server is placed, the external ones only while clients elsewhere can reach the proxy
+(otherwise the condition ExternalLinks says why).
 Phases: Pending (the source or the token is not there yet, or the server is starting), Ready
 (the server answers), Terminated (the TTL is reached or the export is being deleted: its
 server stopped, its links removed), Skipped (a KubeVirt kind with no counterpart here, until

@@ -1,0 +1,226 @@
+"""Exports in the cluster shape (`diskferry operator --runner pods` against the stand-in, driven
+with kubectl and curl as a user would): a VirtualMachineExport of a disk gets an export-server
+Pod (its claim read-only, the OVN annotation opening 8443) behind a headless Service
+virt-export-NAME on 8443, all owned by the export; its internal links name the Service, its
+external ones appear with the host of the proxy's Route (absent before, a condition saying
+why); the export proxy, run as deploy/ runs it in a Pod of the stand-in, finds the server by
+its Service's name, and a download through it equals the disk. The proxy's Route carries the
+timeout annotation, and a user's annotation, label and host on it, and the timeout, survive an
+operator started again; the timeout is put back when a user removes it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from control_support import wait_until
+from daemon_support import kubectl
+from image_support import BUILD_SECONDS
+from operator_support import NAMESPACE, Cluster, wait_ready
+from pods_support import STEP, get_object, pods_operator, volume_file
+
+pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 1200)]
+DEPLOY = Path(__file__).parents[2] / "deploy"
+PROXY = "diskferry-export-proxy"
+TIMEOUT = "haproxy.router.openshift.io/timeout"
+HOST = "exports.apps.example.com"
+EXPORTS = "/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports"
+KEEPING = "export proxy: keeping its certificate and Route"
+
+
+def _http_disk(name: str, url: str) -> str:
+    return (
+        "apiVersion: diskferry.io/v1alpha1\n"
+        "kind: VirtualDisk\n"
+        f"metadata: {{name: {name}, namespace: default}}\n"
+        "spec:\n"
+        "  persistentVolumeClaim: {size: 64Mi}\n"
+        f"  dataSource: {{type: HTTP, http: {{url: '{url}'}}}}\n"
+    )
+
+
+def _export(name: str, disk: str) -> str:
+    return (
+        "apiVersion: diskferry.io/v1alpha1\n"
+        "kind: VirtualMachineExport\n"
+        f"metadata: {{name: {name}, namespace: default}}\n"
+        f"spec: {{source: {{apiGroup: diskferry.io, kind: VirtualDisk, name: {disk}}}}}\n"
+    )
+
+
+def _route(cluster: Cluster) -> dict[str, Any] | None:
+    return get_object(cluster, "route", PROXY, "-n", NAMESPACE)
+
+
+def _when(cluster: Cluster, what: Any, timeout: float = 120) -> Any:
+    return wait_until(what, timeout, STEP)
+
+
+def _proxy_pod(cluster: Cluster, image: str) -> dict[str, Any]:
+    """A Pod of the export proxy's Deployment as deploy/ has it (the stand-in runs no
+    Deployment), of the image tested; once it runs."""
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True
+    ).stdout
+    [deployment] = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == PROXY
+    ]
+    template = deployment["spec"]["template"]
+    template["spec"]["containers"][0]["image"] = image
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": f"{PROXY}-0", "namespace": NAMESPACE},
+        "spec": template["spec"],
+    }
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=json.dumps(pod))
+    return _when(
+        cluster,
+        lambda: (
+            (found := get_object(cluster, "pod", f"{PROXY}-0", "-n", NAMESPACE))
+            and (found.get("status") or {}).get("phase") == "Running"
+            and _listens(cluster, found)
+            and found
+        ),
+        300,
+    )
+
+
+def _listens(cluster: Cluster, pod: dict[str, Any]) -> bool:
+    """Whether the proxy Pod's log says it listens."""
+    out = kubectl(cluster.standin, "logs", pod["metadata"]["name"], "-n", NAMESPACE)
+    return "listening on" in out
+
+
+def _curl(ca: Path, address: str, path: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """curl of `path` on the export proxy's Service name, resolved to `address`."""
+    name = f"{PROXY}.{NAMESPACE}.svc"
+    command = [
+        "curl", "--silent", "--show-error", "--max-time", "120", "--cacert", str(ca),
+        "--resolve", f"{name}:8443:{address}", *args, f"https://{name}:8443{path}",
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy(
+    pods_cluster: Cluster, pinned: str, nginx, images, tmp_path: Path
+) -> None:
+    cluster = pods_cluster
+    first = pods_operator(cluster, pinned)
+    route = _when(cluster, lambda: _route(cluster))
+    ca_secret = get_object(cluster, "secret", "diskferry-export-ca", "-n", NAMESPACE)
+    assert ca_secret is not None
+    ca = base64.b64decode(ca_secret["data"]["tls.crt"]).decode()
+    assert route["metadata"]["annotations"][TIMEOUT] == "10m"
+    assert route["spec"]["tls"]["termination"] == "reencrypt"
+    assert route["spec"]["tls"]["destinationCACertificate"] == ca
+    url = nginx.publish(images.reference, "operator-exports.raw")
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=_http_disk("src", url))
+    wait_ready(cluster.standin, "src", "300s")
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=_export("exp", "src"))
+    ready = _when(
+        cluster,
+        lambda: (
+            (found := get_object(cluster, "vmexport", "exp"))
+            and (found.get("status") or {}).get("phase") == "Ready"
+            and found
+        ),
+        300,
+    )
+    uid = ready["metadata"]["uid"]
+    status = ready["status"]
+    assert status["serviceName"] == "virt-export-exp"
+    internal = status["links"]["internal"]
+    base = "https://virt-export-exp.default.svc:8443"
+    assert internal["cert"] == ca
+    assert {f["url"] for f in internal["volumes"][0]["formats"]} >= {f"{base}/volumes/src/disk.img"}
+    assert "external" not in status["links"]
+    [external] = [c for c in status["conditions"] if c["type"] == "ExternalLinks"]
+    assert (external["status"], external["reason"]) == ("False", "NoExternalHost")
+    # the server's Pod and its Service, owned by the export
+    pod = get_object(cluster, "pod", f"diskferry-vmexport-{uid}")
+    service = get_object(cluster, "service", "virt-export-exp")
+    assert pod is not None and service is not None
+    assert "port: 8443" in pod["metadata"]["annotations"]["k8s.ovn.org/open-default-ports"]
+    claims = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims and all(v["persistentVolumeClaim"]["readOnly"] for v in claims)
+    assert service["spec"]["clusterIP"] == "None"
+    assert [p["port"] for p in service["spec"]["ports"]] == [8443]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    for owned in (pod, service):
+        assert uid in {r["uid"] for r in owned["metadata"]["ownerReferences"]}
+    # a user gives the Route its host (as the router would), a label and an annotation
+    patch = {
+        "metadata": {"labels": {"team": "storage"}, "annotations": {"example.com/owner": "me"}},
+        "spec": {"host": HOST},
+    }
+    kubectl(cluster.standin, "patch", "route", PROXY, "-n", NAMESPACE, "--type", "merge",
+            "-p", json.dumps(patch))  # fmt: skip
+    linked = _when(
+        cluster,
+        lambda: (
+            (found := get_object(cluster, "vmexport", "exp"))
+            and "external" in found["status"].get("links", {})
+            and found
+        ),
+    )
+    outside = f"https://{HOST}{EXPORTS}/exp"
+    formats = linked["status"]["links"]["external"]["volumes"][0]["formats"]
+    assert f"{outside}/volumes/src/disk.img" in {f["url"] for f in formats}
+    assert "ExternalLinks" not in {c["type"] for c in linked["status"]["conditions"]}
+    # the proxy as deploy/ runs it finds the server by its Service's name
+    proxy = _proxy_pod(cluster, pinned)
+    address = proxy["status"]["podIP"]
+    token_secret = get_object(cluster, "secret", linked["status"]["tokenSecretRef"]) or {}
+    token = base64.b64decode(token_secret["data"]["token"]).decode()
+    (tmp_path / "ca.crt").write_text(ca)
+    out = tmp_path / "downloaded.img"
+    header = f"x-kubevirt-export-token: {token}"
+    done = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/exp/volumes/src/disk.img",
+                 "--fail", "-H", header, "-o", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    disk = get_object(cluster, "vd", "src")
+    assert disk is not None
+    source = volume_file(cluster, disk)
+    compared = subprocess.run(
+        ["qemu-img", "compare", "-f", "raw", "-F", "raw", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    unknown = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/none/volumes/src/disk.img",
+                    "-H", header, "-o", "/dev/null", "-w", "%{http_code}")  # fmt: skip
+    assert unknown.stdout == "404"
+    # an operator started again keeps what the user added to the Route, and the timeout
+    version = (_route(cluster) or {})["metadata"]["resourceVersion"]
+    assert first.stop() == 0
+    again = pods_operator(cluster, pinned, "pods-again")
+    _when(cluster, lambda: KEEPING in again.log.read_text())
+    kept = _route(cluster) or {}
+    assert kept["metadata"]["resourceVersion"] == version
+    assert kept["metadata"]["annotations"] == {"example.com/owner": "me", TIMEOUT: "10m"}
+    assert kept["metadata"]["labels"]["team"] == "storage"
+    assert kept["spec"]["host"] == HOST
+    kubectl(cluster.standin, "annotate", "route", PROXY, "-n", NAMESPACE, f"{TIMEOUT}-")
+    mended = _when(
+        cluster,
+        lambda: (
+            (found := _route(cluster))
+            and found["metadata"]["annotations"].get(TIMEOUT) == "10m"
+            and found
+        ),
+        60,
+    )
+    assert mended["metadata"]["annotations"]["example.com/owner"] == "me"
+    # deleted, the export takes its Pod and its Service with it
+    kubectl(cluster.standin, "delete", "vmexport", "exp", "--wait=false")
+    _when(cluster, lambda: get_object(cluster, "service", "virt-export-exp") is None, 120)
+    _when(cluster, lambda: get_object(cluster, "pod", f"diskferry-vmexport-{uid}") is None, 120)
