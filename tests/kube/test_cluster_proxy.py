@@ -1,14 +1,16 @@
 """What the operator keeps for the export proxy in a cluster, against the stand-in's API (which
 serves OpenShift's Routes): the servers' CA in a Secret that every instance issues from, the
-proxy's certificate of that CA for its Service's names, and its Route (re-encrypt to its
-Service, the CA as destination CA, the timeout annotation), created when absent and patched
-only where it differs, keeping what a user added; and how clients elsewhere reach the proxy:
-its Route's host, else an Ingress's to its Service with that Ingress's CA, else nowhere."""
+proxy's certificate of that CA for its Service's names, renewed at half its life, and its Route
+(re-encrypt to its Service, the CA as destination CA, the timeout annotation), created when
+absent and patched only where it differs, keeping what a user added; and how clients elsewhere
+reach the proxy: its Route's host, else an Ingress's to its Service with that Ingress's CA, else
+nowhere."""
 
 from __future__ import annotations
 
 import base64
 import itertools
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from cryptography import x509
 from daemon_support import kubectl
 
+from diskferry.control.clock import ManualClock
 from diskferry.control.host.proxy import Outside
 from diskferry.kube.api import KubeApi
 from diskferry.kube.certs import CA_SECRET, SecretCa
@@ -68,6 +71,24 @@ def test_the_proxy_gets_a_certificate_of_the_servers_ca_and_a_route(
         f"https://{PROXY}.{namespace}.svc/api/export.kubevirt.io/v1/namespaces/ns/"
         "virtualmachineexports/vm1"
     )
+
+
+def test_the_proxy_s_certificate_is_renewed_at_half_its_life(
+    api: KubeApi, namespace: str, tmp_path: Path
+) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    certs = SecretCa(api, namespace, tmp_path / "pki", clock=clock)
+    proxy = ClusterProxy(api, certs, namespace)
+    proxy.ensure()
+    first = _decoded(api.get("v1", "Secret", namespace, PROXY_TLS) or {}, "tls.crt")
+    clock.advance((certs.lifetime / 2).total_seconds() - 60)
+    proxy.ensure()
+    assert _decoded(api.get("v1", "Secret", namespace, PROXY_TLS) or {}, "tls.crt") == first
+    clock.advance(120)
+    proxy.ensure()
+    renewed = api.get("v1", "Secret", namespace, PROXY_TLS) or {}
+    assert _decoded(renewed, "tls.crt") != first
+    assert _decoded(renewed, "ca.crt") == certs.ca_pem()
 
 
 def test_every_instance_issues_from_the_ca_in_the_secret(

@@ -15,6 +15,7 @@ from pathlib import Path
 from diskferry.base.errors import DiskferryError
 from diskferry.control.apiserver.errors import AlreadyExistsError
 from diskferry.control.apiserver.pki import write_private
+from diskferry.control.clock import Clock
 from diskferry.control.host.embedded.certs import CERT_LIFETIME, DaemonCa
 from diskferry.kube.api import KubeApi
 from diskferry.serving.certs import CA_CERT, CA_KEY
@@ -40,8 +41,9 @@ class SecretCa(DaemonCa):
         pki_dir: Path,
         name: str = CA_SECRET,
         lifetime: timedelta = CERT_LIFETIME,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(pki_dir, lifetime)
+        super().__init__(pki_dir, lifetime, clock)
         self.api = api
         self.namespace = namespace
         self.name = name
