@@ -15,6 +15,7 @@ from control_support import wait_until
 from daemon_support import kubectl
 from standin_support import StandIn
 
+from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.host.points import PointError, ServedPoint
 from diskferry.disk.point_volume import PointVolume
 from diskferry.kube.api import KubeApi
@@ -135,3 +136,20 @@ def test_a_point_is_made_read_and_released(standin: StandIn, api: KubeApi, tmp_p
 def test_a_point_of_a_vm_that_does_not_exist_is_refused(api: KubeApi) -> None:
     with pytest.raises(PointError, match="VirtualMachine default/gone"):
         KubeVirtPoints(api).point("du-3", "default", "gone", chain="loc", full=False, ttl=60)
+
+
+class NoKubeVirt:
+    """A cluster's API that serves no kubevirt.io kinds."""
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        raise NotFoundError(f"the cluster serves no {kind} in {api_version}")
+
+    def list(self, api_version: str, kind: str, *args: Any, **kwargs: Any) -> None:
+        raise NotFoundError(f"the cluster serves no {kind} in {api_version}")
+
+
+def test_a_cluster_without_kubevirt_has_no_vm_to_back_up() -> None:
+    points = KubeVirtPoints(NoKubeVirt())  # type: ignore[arg-type]
+    assert points.machines() == []
+    with pytest.raises(PointError, match="serves no VirtualMachine in kubevirt"):
+        points.point("du-4", "default", "vm1", chain="loc", full=False, ttl=60)

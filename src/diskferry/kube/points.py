@@ -31,7 +31,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from diskferry.control.apiserver.errors import AlreadyExistsError
+from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.host.points import HostedMachine, PointError, ServedDisk, ServedPoint
 from diskferry.control.resources.duration import format_duration
 from diskferry.control.resources.names import short_name
@@ -96,8 +96,11 @@ class KubeVirtPoints:
         self.api = api
 
     def machines(self) -> list[HostedMachine]:
-        """Every KubeVirt VM of the cluster."""
-        found, _ = self.api.list(*VM)
+        """Every KubeVirt VM of the cluster; none where the cluster serves no KubeVirt."""
+        try:
+            found, _ = self.api.list(*VM)
+        except NotFoundError:
+            return []
         return [
             HostedMachine(
                 namespace=vm["metadata"].get("namespace") or "default",
@@ -153,7 +156,14 @@ class KubeVirtPoints:
         ttl: float,
     ) -> ServedPoint | str:
         """The backup `name` of `namespace/vm` (see the module), once it answers."""
-        machine = self.api.get(*VM, namespace, vm)
+        try:
+            machine = self.api.get(*VM, namespace, vm)
+        except NotFoundError as e:  # no kubevirt.io in the cluster
+            raise PointError(
+                f"{e.message}: a KubeVirt VM is backed up through KubeVirt's backup API "
+                "(KubeVirt 1.8 or later)",
+                reason="VirtualMachineNotFound",
+            ) from e
         if machine is None:
             raise PointError(
                 f"the VirtualMachine {namespace}/{vm} (kubevirt.io) does not exist",
