@@ -27,6 +27,7 @@ from typing import Any
 
 from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
+from diskferry.control.host.keeping import Keeper
 from diskferry.control.host.proxy import Outside
 from diskferry.kube.api import KubeApi
 from diskferry.kube.pods import service_names
@@ -65,7 +66,7 @@ def _backend_is(backend: Obj | None, service: str) -> bool:
     return ((backend or {}).get("service") or {}).get("name") == service
 
 
-class ClusterProxy:
+class ClusterProxy(Keeper):
     """Keeps the proxy's certificate and Route in `namespace` through `api`, with `certs`'s
     CA, its Route's timeout `timeout`."""
 
@@ -81,12 +82,10 @@ class ClusterProxy:
         self.certs = certs
         self.namespace = namespace
         self.timeout = route_timeout(timeout)
-        self.interval = interval
+        super().__init__("export proxy", interval)
         self.names = service_names(PROXY, namespace)
         self._outside: Outside | str | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -126,25 +125,8 @@ class ClusterProxy:
 
     def start(self) -> None:
         """Keep the proxy's certificate, Route and way in, now and every `interval`."""
-        self.ensure()
+        super().start()
         log.info("export proxy: keeping its certificate and Route in %s", self.namespace)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._keep, name="export-proxy", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop keeping them."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _keep(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.ensure()
-            except Exception as e:  # a failure here must not end the keeping
-                log.error("export proxy: %s", e)
 
     def ensure(self) -> None:
         """The proxy's certificate issued or renewed, its Route made or mended, and how clients

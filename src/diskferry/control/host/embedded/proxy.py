@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from diskferry.control.host.certs import ServerCerts
+from diskferry.control.host.keeping import Keeper
 from diskferry.control.host.proxy import Outside
 from diskferry.control.runtime.runner.base import JobFile, Runner
 from diskferry.export import ProxyJob
@@ -43,7 +44,7 @@ def routes_text(routes: dict[tuple[str, str], Route]) -> bytes:
     return yaml.safe_dump(document.model_dump(by_alias=True, exclude_none=True)).encode()
 
 
-class ProxyKeeper:
+class ProxyKeeper(Keeper):
     """Keeps the export proxy running on `address`:`port` through `runner`, with the routes
     the export reconciler gives it; `start` begins keeping it, `stop` ends that (the worker
     stays, as every worker does when the daemon stops)."""
@@ -61,11 +62,9 @@ class ProxyKeeper:
         self.certs = certs
         self.address = address
         self.port = port
-        self.interval = interval
+        super().__init__("export proxy", interval)
         self._lock = threading.RLock()
         self._routes: dict[tuple[str, str], Route] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -85,27 +84,6 @@ class ProxyKeeper:
         state = self.runner.state(PROXY_JOB)
         details = ((state.progress or {}).get("details") or {}) if state else {}
         return bool(state and state.running and details.get("listenPort"))
-
-    def start(self) -> None:
-        """Read back the routes a previous daemon left, and keep the proxy running."""
-        self.ensure()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._keep, name="export-proxy", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop keeping the proxy (it keeps serving)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _keep(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.ensure()
-            except Exception as e:  # a failure here must not end the keeping
-                log.error("export proxy: %s", e)
 
     def _loaded(self) -> dict[tuple[str, str], Route]:
         if self._routes is None:
