@@ -21,7 +21,9 @@ repository), the whole process timed, and the seconds the engine reports for the
 Per VM, the fixed cost of the control plane is its time less the engine's own disk time
 (scheduling, reconciling, starting and following a worker that opens the repository and the
 disk, status and Events), and, less the engine alone as a process, what the control plane
-adds to one `diskferry backup`. Nothing is asserted but that every upload was incremental.
+adds to one `diskferry backup`. The CPU seconds per VM (the controllers' and every worker's,
+user and system, against the engine alone's) say the same with less of the machine's load in
+them. Nothing is asserted but that every upload was incremental.
 
 `python -m benchmarks.bench_control [--vms 1,10,50] [--rounds 1]` (`--vms ''` for the import
 alone)
@@ -45,6 +47,7 @@ from benchmarks.bench_import import DISKFERRY
 from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison, Run, run_process
 from benchmarks.nginx import nginx
+from benchmarks.options import as_installed
 from benchmarks.run import print_table
 from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.apiserver.objects import ObjectService
@@ -107,10 +110,16 @@ class Plane:
         return self.data_dir / "volumes" / status["storageClassName"] / "default" / f"{claim}.img"
 
 
-def _cpu_seconds() -> float:
-    """User and system CPU seconds of this process (the controllers' threads) so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+def _cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    """User and system CPU seconds of this process (the controllers' threads) so far; of its
+    children that ended (the workers) with RUSAGE_CHILDREN."""
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_with_workers() -> float:
+    """CPU seconds of the controllers and of the workers that ended, so far."""
+    return _cpu_seconds() + _cpu_seconds(resource.RUSAGE_CHILDREN)
 
 
 def _state_bytes(data_dir: Path) -> int:
@@ -231,20 +240,21 @@ def _write(claim: Path) -> None:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
-def _backup(plane: Plane, name: str) -> float:
-    """Seconds from creating a Backup of every VM to its Completed."""
+def _backup(plane: Plane, name: str) -> tuple[float, float]:
+    """Seconds from creating a Backup of every VM to its Completed, and the CPU seconds the
+    controllers and the workers spent meanwhile."""
     spec = {
         "includedNamespaces": ["default"],
         "labelSelector": {"matchLabels": {"app": "bench"}},
         "storageLocation": "repo",
     }
-    start = time.monotonic()
+    cpu, start = _cpu_with_workers(), time.monotonic()
     plane.create("Backup", name, spec)
     done = plane.wait("Backup", name, "Completed", "PartiallyFailed", "Failed")
-    seconds = time.monotonic() - start
+    seconds, cpu = time.monotonic() - start, _cpu_with_workers() - cpu
     if done["status"]["phase"] != "Completed":
         raise RuntimeError(f"Backup {name} {done['status']['phase']}: {done['status']}")
-    return seconds
+    return seconds, cpu
 
 
 def _types(plane: Plane, backup: str, count: int) -> set[str]:
@@ -288,21 +298,25 @@ def measure(workdir: Path, count: int, rounds: int) -> tuple[Comparison, str]:
             _backup(plane, "full")
             for claim in disks:
                 _write(claim)
-            seconds = _backup(plane, "incremental")
+            seconds, cpu = _backup(plane, "incremental")
             if _types(plane, "incremental", count) != {"incremental"}:
                 raise RuntimeError("the control plane's second Backup was not incremental")
         finally:
             plane.stop()
         totals.append(seconds)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        cmp.ours.append(Run(seconds / count, rss))
+        cmp.ours.append(Run(seconds / count, rss, cpu / count))
         for _ in range(3 if r == 0 else 1):
             alone, seconds = _engine_alone(root, root / "repo", disks[0])
             cmp.peer.append(alone)
             on_disk.append(seconds)
         shutil.rmtree(root, ignore_errors=True)
     disk_time = statistics.median(on_disk)
+    cpu_ours = statistics.median(r.cpu_seconds for r in cmp.ours)
+    cpu_peer = statistics.median(r.cpu_seconds for r in cmp.peer)
     note = (
+        f"CPU per VM {cpu_ours:.2f} s (the controllers and the workers), the engine alone "
+        f"{cpu_peer:.2f} s; "
         f"fixed cost per VM {cmp.ours_median - disk_time:.2f} s over the engine's own disk time "
         f"({disk_time:.2f} s), {cmp.ours_median - cmp.peer_median:.2f} s over the engine alone "
         f"as a process (`diskferry backup` on the same disk, the peer); Backup created to "
@@ -326,6 +340,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--vms", default=",".join(map(str, COUNTS)))
     args = parser.parse_args()
+    as_installed()
     counts = tuple(int(n) for n in args.vms.split(",") if n)
     with LoadWatch() as load:
         rows = run(args.workdir, args.rounds, counts)

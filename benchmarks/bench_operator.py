@@ -45,6 +45,7 @@ from benchmarks.bench_store import labels
 from benchmarks.load import LoadWatch
 from benchmarks.measure import Comparison, proc_status
 from benchmarks.nginx import free_port
+from benchmarks.options import as_installed
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.reconcilers.vms.vmclass import (
     VirtualMachineClassReconciler,
@@ -337,6 +338,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/work"))
     parser.add_argument("--objects", default=",".join(map(str, COUNTS)))
     args = parser.parse_args()
+    as_installed()
     run(args.workdir, 1, tuple(int(n) for n in args.objects.split(",") if n))
 
 

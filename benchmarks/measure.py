@@ -13,10 +13,12 @@ from pathlib import Path
 
 @dataclass
 class Run:
-    """One process run: wall seconds and peak resident memory in bytes."""
+    """One process run: wall seconds, peak resident memory in bytes, and CPU seconds (user and
+    system, its children's included) where they were counted."""
 
     seconds: float
     peak_rss: int
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -58,7 +60,7 @@ def run_process(args: list[str] | str, **kwargs) -> Run:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark command failed ({proc.returncode}): {args}")
-    return Run(seconds, usage.ru_maxrss * 1024)
+    return Run(seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime)
 
 
 def proc_status(pid: int, field: str) -> int:

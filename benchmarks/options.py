@@ -25,13 +25,19 @@ def parser_for(description: str | None, names: Iterable[str]) -> argparse.Argume
     return parser
 
 
+def as_installed() -> None:
+    """Have the processes started from now on cache diskferry's bytecode, as an installed
+    wheel has it, so that no worker compiles the sources at its start."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 def chosen(
     parser: argparse.ArgumentParser, args: argparse.Namespace, names: Iterable[str]
 ) -> list[str]:
     """The names `--only` chose (an unknown one is a usage error), once the disk's sizes are
     set in the environment and diskferry's bytecode is cached as an installed package's is."""
     names = list(names)
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    as_installed()
     if args.virtual_mib:
         os.environ[VIRTUAL_ENV] = str(args.virtual_mib)
     if args.data_mib:
