@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import json
 import logging
 import re
@@ -44,6 +43,7 @@ from pydantic import ValidationError
 from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.runtime.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
 from diskferry.control.runtime.runner.local import JobStartError
+from diskferry.control.runtime.runner.progress import worker_progress
 from diskferry.control.runtime.runner.tail import LINE_CHARS, TAIL_BYTES
 from diskferry.kube.api import KubeApi
 from diskferry.kube.claims import named_claims, owner
@@ -81,7 +81,6 @@ SECRET = ("v1", "Secret")
 SERVICE = ("v1", "Service")
 SERVER_PORT = EXPORT_PORT
 """The port a job's server listens on in its Pod, and its Service's: CDI's upload server's."""
-PROGRESS_TIMEOUT = 1.0
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SERVICE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1035 label
 ENDED = ("Succeeded", "Failed")
@@ -148,22 +147,6 @@ def _service_of(pod: Obj) -> str | None:
     """The name of the Service of the Pod's server, None when it runs none."""
     service = (pod["metadata"].get("annotations") or {}).get(SERVICE_ANNOTATION)
     return str(service) if service else None
-
-
-def _progress(address: str) -> Obj | None:
-    """GET /progress of the worker at `address`, None when it does not answer in time."""
-    conn = http.client.HTTPConnection(address, WORKER_STATUS_PORT, timeout=PROGRESS_TIMEOUT)
-    try:
-        conn.request("GET", "/progress")
-        response = conn.getresponse()
-        if response.status != 200:
-            return None
-        data = json.loads(response.read())
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
-    return data if isinstance(data, dict) else None
 
 
 class PodRunner:
@@ -268,7 +251,7 @@ class PodRunner:
         terminated = _terminated(pod)
         if terminated is None and status.get("phase") not in ENDED:
             address = status.get("podIP") if status.get("phase") == "Running" else None
-            progress = _progress(address) if address else None
+            progress = worker_progress(address, WORKER_STATUS_PORT) if address else None
             return JobState(job_id, True, progress=progress, port=WORKER_STATUS_PORT)
         self._strip_credentials(job_id, namespace)
         kept = (pod["metadata"].get("labels") or {}).get(KEPT) == "true"

@@ -26,7 +26,6 @@ and is reached there, or as `localhost`, on this host.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import re
@@ -47,6 +46,7 @@ from pydantic import ValidationError
 from diskferry.base import procstat
 from diskferry.base.errors import DiskferryError
 from diskferry.control.runtime.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
+from diskferry.control.runtime.runner.progress import worker_progress
 from diskferry.control.runtime.runner.tail import first_line, tail_lines
 from diskferry.worker.gate import NEVER_RAN, RELEASE
 from diskferry.worker.job import (
@@ -57,7 +57,6 @@ from diskferry.worker.job import (
     validation_message,
 )
 
-PROGRESS_TIMEOUT = 1.0
 STOP_POLL_SECONDS = 0.1
 # how long a worker sent SIGKILL may take to be gone
 KILL_SECONDS = 10.0
@@ -273,7 +272,7 @@ class LocalRunner:
             return None
         port = look.record["port"]
         if look.running:
-            progress = _progress(port) if port else None
+            progress = worker_progress("127.0.0.1", port) if port else None
             return JobState(job_id, True, progress=progress, port=port)
         result = self._result(look.directory)
         kept = look.directory.parent == self.failed_root
@@ -413,19 +412,3 @@ def _remove_credentials(directory: Path, record: dict[str, Any]) -> None:
     for name in record.get("credentials") or ():
         if isinstance(name, str) and _FILE_NAME.match(name) and name not in _RESERVED:
             (directory / name).unlink(missing_ok=True)
-
-
-def _progress(port: int) -> dict[str, Any] | None:
-    """GET /progress of the worker on 127.0.0.1:`port`, None when it does not answer in time."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PROGRESS_TIMEOUT)
-    try:
-        conn.request("GET", "/progress")
-        response = conn.getresponse()
-        if response.status != 200:
-            return None
-        data = json.loads(response.read())
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
-    return data if isinstance(data, dict) else None
