@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from control_support import wait_until
 from daemon_support import kubectl
+from kubevirt_vm import vm_manifests
 from standin_support import StandIn
 
 from diskferry.control.apiserver.errors import NotFoundError
@@ -23,29 +24,7 @@ from diskferry.kube.points import BACKUP, PVC, SECRET, TRACKER, KubeVirtPoints
 
 MiB = 1 << 20
 KiB = 1 << 10
-SETUP = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: fast}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: root, namespace: default}
-spec:
-  storageClassName: fast
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 8Mi}}
----
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: vm1, namespace: default}
-spec:
-  runStrategy: Always
-  template:
-    spec:
-      domain: {devices: {disks: [{name: rootdisk, disk: {bus: virtio}}]}}
-      volumes: [{name: rootdisk, persistentVolumeClaim: {claimName: root}}]
-"""
+SETUP = vm_manifests("8Mi")
 
 
 def _disk(api: KubeApi) -> Path:

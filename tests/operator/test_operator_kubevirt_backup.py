@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from control_support import wait_until
 from daemon_support import kubectl
+from kubevirt_vm import vm_manifests
 from operator_support import Cluster, wait_holder
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "objstore"))
@@ -38,29 +39,7 @@ BUCKET = "kubevirt-backups"
 ENDED = ("Completed", "Failed", "Canceled")
 BACKUPS = "virtualmachinebackups.backup.kubevirt.io"
 TRACKERS = "virtualmachinebackuptrackers.backup.kubevirt.io"
-VM = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: fast, annotations: {storageclass.kubernetes.io/is-default-class: "true"}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: root, namespace: default}
-spec:
-  storageClassName: fast
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 16Mi}}
----
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: vm1, namespace: default}
-spec:
-  runStrategy: Always
-  template:
-    spec:
-      domain: {devices: {disks: [{name: rootdisk, disk: {bus: virtio}}]}}
-      volumes: [{name: rootdisk, persistentVolumeClaim: {claimName: root}}]
-"""
+VM = vm_manifests("16Mi", default_class=True)
 
 
 @pytest.fixture(scope="module")

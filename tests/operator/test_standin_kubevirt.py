@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from control_support import wait_until
 from daemon_support import kubectl
+from kubevirt_vm import vm_manifests
 from standin_support import StandIn, start_standin
 
 MiB = 1 << 20
@@ -25,28 +26,7 @@ KiB = 1 << 10
 TOKEN = "pull-token"
 BACKUPS = "virtualmachinebackups.backup.kubevirt.io"
 TRACKERS = "virtualmachinebackuptrackers.backup.kubevirt.io"
-SETUP = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: fast}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: root, namespace: default}
-spec:
-  storageClassName: fast
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 16Mi}}
----
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: vm1, namespace: default}
-spec:
-  runStrategy: Always
-  template:
-    spec:
-      domain: {devices: {disks: [{name: rootdisk, disk: {bus: virtio}}]}}
-      volumes: [{name: rootdisk, persistentVolumeClaim: {claimName: root}}]
+TRACKER = """\
 ---
 apiVersion: backup.kubevirt.io/v1alpha1
 kind: VirtualMachineBackupTracker
@@ -54,6 +34,7 @@ metadata: {name: tracker1, namespace: default}
 spec:
   source: {apiGroup: kubevirt.io, kind: VirtualMachine, name: vm1}
 """
+SETUP = vm_manifests("16Mi") + TRACKER
 
 
 def _backup(name: str, ttl: str = "2h") -> str:
