@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from diskferry.cli.server_options import parse_duration
+from diskferry.cli.server_options import positive_duration
 
 Retries = Annotated[
     int,
@@ -30,10 +30,7 @@ Timeout = Annotated[
 
 def timeout_seconds(value: str) -> float:
     """A --timeout value in seconds, or a usage error."""
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise typer.BadParameter("give a duration above zero", param_hint="--timeout")
-    return seconds
+    return positive_duration(value, "--timeout")
 
 
 def say_retries() -> None:

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from diskferry.base import DiskferryError
+from diskferry.cli.server_options import positive_duration
 from diskferry.kube.routetimeout import DEFAULT_ROUTE_TIMEOUT, RouteTimeoutError, route_timeout
 from diskferry.serving import OPERATOR_HEALTH_PORT, PROXY_PORT, default_data_dir
 
@@ -82,6 +83,16 @@ def operator(
         int,
         typer.Option("--watch-seconds", help="Seconds each watch request lasts before another."),
     ] = 300,
+    resync_period: Annotated[
+        str,
+        typer.Option(
+            "--resync-period",
+            metavar="DURATION",
+            help="How often every object is reconciled again though nothing of it changed "
+            "(1h, 30m): a change no watch tells (of a worker Pod, a claim, a Service) reaches "
+            "the object it bears on by then.",
+        ),
+    ] = "1h",
     runner: Annotated[
         str | None,
         typer.Option(
@@ -146,6 +157,7 @@ def operator(
         own_image,
     )
 
+    resync = positive_duration(resync_period, "--resync-period")
     try:
         chosen = choose_runner(runner)
     except BadRunnerError as e:
@@ -169,6 +181,7 @@ def operator(
         health_port=health_port,
         proxy_port=proxy_port,
         watch_seconds=watch_seconds,
+        resync=resync,
         route_timeout=export_route_timeout,
     )
     api = KubeApi(api_client(kubeconfig), discovery_cache=directory / "discovery.json")

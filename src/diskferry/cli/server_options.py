@@ -24,6 +24,17 @@ def parse_duration(text: str) -> float:
     return h * 3600 + m * 60 + s
 
 
+def positive_duration(text: str, option: str) -> float:
+    """Seconds in a duration (see parse_duration) above zero; a usage error of `option` else."""
+    try:
+        seconds = parse_duration(text)
+    except typer.BadParameter as error:
+        raise typer.BadParameter(error.message, param_hint=option) from None
+    if seconds <= 0:
+        raise typer.BadParameter("give a duration above zero", param_hint=option)
+    return seconds
+
+
 def serve_logging() -> None:
     """Log to stderr with times, as servers do."""
     logging.basicConfig(

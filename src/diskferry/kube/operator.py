@@ -56,6 +56,11 @@ LOCAL = "local"
 PODS = "pods"
 RUNNERS = (PODS, LOCAL)
 CONTAINER = "operator"
+RESYNC_SECONDS = 3600.0
+"""How often every object is queued again. Longer than a pass over 10,000 objects (some two
+minutes), so that the resyncs of a large cluster do not follow each other without a pause, and
+short enough that what a watch cannot tell (a change of a kind the operator does not watch: a
+worker Pod, a claim, a Service, a KubeVirt object) reaches an object at rest within the hour."""
 
 
 class BadRunnerError(DiskferryError):
@@ -100,9 +105,10 @@ def default_identity() -> str:
 @dataclass(frozen=True)
 class OperatorSettings:
     """What an operator instance is told: where its workers keep their state, its Lease, its
-    name in it, its probes' address, the export proxy's port, its watches' length, where its
-    workers run: as Pods of `worker_image` (PODS), or on its host (LOCAL), and, with Pods, the
-    timeout of the export proxy's Route."""
+    name in it, its probes' address, the export proxy's port, its watches' length, how often
+    every object is queued again (`resync`, seconds), where its workers run: as Pods of
+    `worker_image` (PODS), or on its host (LOCAL), and, with Pods, the timeout of the export
+    proxy's Route."""
 
     data_dir: Path
     namespace: str = NAMESPACE
@@ -114,6 +120,7 @@ class OperatorSettings:
     proxy_port: int = PROXY_PORT
     workers: int = 4
     watch_seconds: int = WATCH_SECONDS
+    resync: float = RESYNC_SECONDS
     runner: str = LOCAL
     worker_image: str = ""
     route_timeout: str = DEFAULT_ROUTE_TIMEOUT
@@ -191,6 +198,7 @@ class Operator:
                 settings.data_dir,
                 access,
                 workers=settings.workers,
+                resync=settings.resync,
                 proxy_port=settings.proxy_port,
                 points=KubeVirtPoints(self.api),
                 **self._host(),
