@@ -1,7 +1,7 @@
 """ClusterSource, the manager's Source over a cluster's API, against the stand-in cluster: the
 listing (read a page at a time as its objects are taken), each kind's changes after it, and a
-watch that fell behind the changes the API keeps (410 Gone) ending the changes so that the
-manager lists again."""
+watch that fell behind the changes the API keeps (410 Gone), or a reader that fell behind its
+watches (a bounded buffer full), ending the changes so that the manager lists again."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from control_support import wait_until
 from standin_support import StandIn, start_standin
 
 from diskferry.control.apiserver.errors import GoneError
@@ -20,7 +21,7 @@ from diskferry.control.runtime.source import Changes
 from diskferry.kube import api as kube_api
 from diskferry.kube.api import KubeApi
 from diskferry.kube.config import api_client
-from diskferry.kube.source import ClusterSource
+from diskferry.kube.source import ClusterSource, KindWatches
 
 WAIT_SECONDS = 30
 KEEP_CHANGES = 64  # the fewest the stand-in may keep: a watch 64 changes behind is gone
@@ -149,5 +150,37 @@ def test_a_watch_too_far_behind_ends_with_gone_and_a_new_listing_goes_on(
         assert [o["metadata"]["name"] for o in again.objects] == ["before"]
         api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("after"))
         assert changes_until(again.changes, "after") == ["ADDED"]
+    finally:
+        again.changes.close()
+
+
+def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_again(
+    api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="diskferry.kube")
+    source = ClusterSource(api, REGISTRY, buffer=4)
+    listing = source.follow([VIRTUAL_DISKS])
+    watches = listing.changes
+    assert isinstance(watches, KindWatches)
+    listed = {o["metadata"]["name"] for o in listing.objects}
+    outran = {f"outran-{n}" for n in range(12)}
+    for name in sorted(outran):
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk(name))
+    held: list[int] = []
+
+    def dropped() -> bool:
+        held.append(watches.held())
+        return "outran their reader" in caplog.text
+
+    wait_until(dropped, WAIT_SECONDS, step=0.1)
+    assert max(held) <= 4 and watches.held() == 4
+    with pytest.raises(GoneError, match="changes of virtualdisks outran their reader"):
+        watches.next(0)
+    watches.close()
+    again = source.follow([VIRTUAL_DISKS])
+    try:
+        assert {o["metadata"]["name"] for o in again.objects} == listed | outran
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("after-outran"))
+        assert changes_until(again.changes, "after-outran") == ["ADDED"]
     finally:
         again.changes.close()

@@ -9,6 +9,12 @@ nothing is missed and nothing is read twice. A watch the API answers 410 Gone (t
 would resume from is no longer kept) ends the changes with GoneError, and the manager lists
 again; one whose connection keeps failing through the backoff's attempts ends them with that
 error, and the manager lists again a moment later.
+
+The changes wait for the manager in one buffer of at most `buffer` changes (BUFFER), so that a
+reader slower than the changes holds a bounded number of objects: a watch that finds the buffer
+full drops its change and stops, and the changes end with GoneError, as when the API no longer
+keeps what a watch would resume from (a reflector's answer to 410): the manager lists again, and
+the changes held until then, which that listing supersedes, are let go.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from diskferry.kube.api import KubeApi
 log = logging.getLogger("diskferry.kube")
 WATCH_SECONDS = 300  # each watch request's length; client-go's reflector asks for 5 to 10 min
 BATCH = 500  # changes handed to the manager at once
+BUFFER = 10_000  # changes held for the manager at the most, each a whole object
 
 
 @dataclass(frozen=True)
@@ -41,12 +48,14 @@ class KubeChange:
 
 
 class KindWatches:
-    """The changes of each kind from its own resourceVersion, merged as they come."""
+    """The changes of each kind from its own resourceVersion, merged as they come, at most
+    `buffer` of them held until they are taken."""
 
-    def __init__(self, api: KubeApi, seconds: int) -> None:
+    def __init__(self, api: KubeApi, seconds: int, buffer: int = BUFFER) -> None:
         self.api = api
         self.seconds = seconds
-        self._changes: queue.Queue[KubeChange | DiskferryError] = queue.Queue()
+        self._changes: queue.Queue[KubeChange] = queue.Queue(maxsize=buffer)
+        self._ended: DiskferryError | None = None  # the first error that ended a kind's watch
         self._stop = threading.Event()
 
     def watch(self, info: KindInfo, version: str) -> None:
@@ -57,7 +66,7 @@ class KindWatches:
 
     def _follow(self, info: KindInfo, version: str) -> None:
         """Watch the kind from `version` until closed, each request resumed where the last one
-        ended; the error that ends it goes into the queue."""
+        ended, or until an error ends it (see `_end`)."""
         failures = 0
         while not self._stop.is_set():
             try:
@@ -67,16 +76,24 @@ class KindWatches:
                     failures = 0
                     obj = event["object"]
                     version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                    if event["type"] != "BOOKMARK":
-                        self._changes.put(KubeChange(event["type"], obj))
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    try:
+                        self._changes.put_nowait(KubeChange(event["type"], obj))
+                    except queue.Full:
+                        held = self._changes.maxsize
+                        message = f"the changes of {info.plural} outran their reader ({held} held)"
+                        log.warning("%s: listing again", message)
+                        self._end(GoneError(message))
+                        return
             except GoneError as error:
                 log.info("the watch of %s expired (%s): listing again", info.plural, error.message)
-                self._changes.put(error)
+                self._end(error)
                 return
             except DiskferryError as error:
                 failures += 1
                 if failures >= self.api.backoff.attempts:
-                    self._changes.put(error)
+                    self._end(error)
                     return
                 delay = self.api.backoff.delay(failures)
                 log.warning(
@@ -84,25 +101,35 @@ class KindWatches:
                 )
                 self._stop.wait(delay)
 
+    def _end(self, error: DiskferryError) -> None:
+        """Say `error` at the next `next`: the changes are no longer whole (the first error
+        stands; the others' watches end too)."""
+        self._ended = self._ended or error
+        self._stop.set()
+
+    def held(self) -> int:
+        """How many changes wait to be taken."""
+        return self._changes.qsize()
+
     def next(self, timeout: float) -> list[KubeChange]:
         """The changes that came within `timeout` seconds; the error that ended a kind's watch
-        (GoneError when its changes were lost)."""
+        (GoneError when changes were lost: the API no longer kept them, or the buffer was
+        full), before any change still held."""
         try:
-            first = self._changes.get(timeout=timeout)
+            first = None if self._ended else self._changes.get(timeout=timeout)
         except queue.Empty:
+            first = None
+        if self._ended is not None:
+            raise self._ended
+        if first is None:
             return []
-        taken: list[KubeChange] = []
-        item: KubeChange | DiskferryError = first
-        while True:
-            if isinstance(item, DiskferryError):
-                raise item
-            taken.append(item)
-            if len(taken) >= BATCH:
-                return taken
+        taken = [first]
+        while len(taken) < BATCH:
             try:
-                item = self._changes.get_nowait()
+                taken.append(self._changes.get_nowait())
             except queue.Empty:
-                return taken
+                break
+        return taken
 
     def close(self) -> None:
         """Stop every watch (each ends at its next event, or when its request ends)."""
@@ -115,11 +142,17 @@ class ClusterSource:
     object of another kind reaches its owner at the next resync."""
 
     def __init__(
-        self, api: KubeApi, registry: Registry, *, watch_seconds: int = WATCH_SECONDS
+        self,
+        api: KubeApi,
+        registry: Registry,
+        *,
+        watch_seconds: int = WATCH_SECONDS,
+        buffer: int = BUFFER,
     ) -> None:
         self.api = api
         self.registry = registry
         self.watch_seconds = watch_seconds
+        self.buffer = buffer
 
     def list(self, info: KindInfo) -> Iterator[dict[str, Any]]:
         """Every object of the kind, in every namespace, a page read as the last is taken."""
@@ -130,7 +163,7 @@ class ClusterSource:
         """Every object of `kinds` now, and their changes from then on: each kind's first page
         is read here and its watch starts from that page's resourceVersion (every page of a
         listing is of that one); its other pages are read as the objects before are taken."""
-        watches = KindWatches(self.api, self.watch_seconds)
+        watches = KindWatches(self.api, self.watch_seconds, self.buffer)
         listed: list[Iterator[dict[str, Any]]] = []
         try:
             for info in kinds:
