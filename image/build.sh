@@ -7,7 +7,8 @@
 # usage: image/build.sh [BUILD_DIR]        (default: build/ in the repository)
 # It prints the archive's path and the image's name, localhost/diskferry:VERSION, last.
 # PYTHON builds the wheels (default .venv/bin/python); IMAGE_SOURCE sets the source label
-# (default: the origin remote's URL); CONTAINERS_CONF defaults to image/containers.conf.
+# (default: pyproject.toml's project.urls.Source, wherever this checkout was cloned from);
+# CONTAINERS_CONF defaults to image/containers.conf.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,12 +21,17 @@ uid=65532 # the image's user, diskferry, as Kubernetes' runAsNonRoot can check i
 home=/var/lib/diskferry
 venv=/opt/diskferry
 
-version=$("$python" -c 'import sys, tomllib
-print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$repo/pyproject.toml")
+project() { # a value of pyproject.toml's [project] table, by its path of keys
+	"$python" -c 'import sys, tomllib
+value = tomllib.load(open(sys.argv[1], "rb"))["project"]
+for key in sys.argv[2:]: value = value[key]
+print(value)' "$repo/pyproject.toml" "$@"
+}
+version=$(project version)
 # the tracked files as they are now: HEAD, or a commit of the uncommitted changes on top of it
 snapshot=$(git -C "$repo" -c user.name=diskferry -c user.email=diskferry@localhost stash create)
 revision=$(git -C "$repo" rev-parse HEAD)${snapshot:+-dirty}
-source=${IMAGE_SOURCE:-$(git -C "$repo" remote get-url origin 2>/dev/null || echo "https://github.com/diskferry/diskferry")}
+source=${IMAGE_SOURCE:-$(project urls Source)}
 created=$(git -C "$repo" log -1 --format=%cI HEAD)
 name=localhost/diskferry:$version
 archive=$build/diskferry-$version.oci.tar

@@ -10,6 +10,7 @@ import shutil
 import ssl
 import subprocess
 import time
+import tomllib
 import urllib.error
 import urllib.request
 
@@ -45,7 +46,8 @@ def test_the_archive_names_its_source_version_revision_and_entrypoint(built):
     labels = config["Labels"]
     assert labels["org.opencontainers.image.version"] == diskferry.__version__
     assert labels["org.opencontainers.image.revision"].removesuffix("-dirty") == head
-    assert labels["org.opencontainers.image.source"].startswith("https://")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert labels["org.opencontainers.image.source"] == project["urls"]["Source"]
     assert config["Entrypoint"] == ["diskferry"]
     user, group = config["User"].split(":")
     assert int(user) != 0 and int(group) != 0
