@@ -6,6 +6,8 @@ Run from the repository's root: `.venv/bin/python tools/gen_docs.py` (what `make
 from __future__ import annotations
 
 import argparse
+import difflib
+import itertools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,12 +36,25 @@ def stale() -> list[str]:
     return out
 
 
+DIFF_LINES = 40
+"""How much of each stale file's difference the message shows."""
+
+
+def _difference(path: str) -> str:
+    """The start of the unified diff from the file `path` as it is to what the code makes."""
+    target = ROOT / path
+    was = target.read_text().splitlines() if target.exists() else []
+    diff = difflib.unified_diff(was, GENERATED[path]().splitlines(), path, "made now", lineterm="")
+    return "\n".join(itertools.islice(diff, DIFF_LINES))
+
+
 def stale_message(paths: list[str]) -> str:
-    """What to tell someone whose change left `paths` stale."""
+    """What to tell someone whose change left `paths` stale, with how each differs."""
     return (
         f"stale: {', '.join(paths)}. These files are made from the commands' help texts and "
         f"the resource models' descriptions, which have changed since: run `{REFRESH}` (or "
-        "`.venv/bin/python tools/gen_docs.py`) and commit what it changes."
+        "`.venv/bin/python tools/gen_docs.py`) and commit what it changes.\n"
+        + "\n".join(_difference(path) for path in paths)
     )
 
 

@@ -22,3 +22,4 @@ def test_a_stale_file_is_named_with_the_command_that_refreshes_it(
     assert found == ["docs/cli.md"]
     assert "docs/cli.md" in gen_docs.stale_message(found)
     assert "`make docs`" in gen_docs.stale_message(found)
+    assert "\n+changed" in gen_docs.stale_message(found)
