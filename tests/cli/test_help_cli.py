@@ -45,3 +45,16 @@ def test_each_module_registers_the_commands_the_root_lists_for_it() -> None:
     for module in set(COMMAND_MODULES.values()):
         listed = sorted(name for name, owner in COMMAND_MODULES.items() if owner == module)
         assert sorted(module_commands(module)) == listed, module
+
+
+def test_every_command_takes_h_however_its_context_is_made() -> None:
+    """A command reached without the root's context (its module's own group, as a test or an
+    embedding program reaches it) still takes -h: the help option is each command's own."""
+    without_h = []
+    for module in sorted(set(COMMAND_MODULES.values())):
+        for name, command in module_commands(module).items():
+            for path, found in _commands(command, (name,)):
+                ctx = found.make_context(path[-1], [], resilient_parsing=True)
+                if "-h" not in found.get_help_option_names(ctx):
+                    without_h.append(" ".join(path))
+    assert not without_h

@@ -50,12 +50,36 @@ class PlainHelpCommand(TyperCommand):
                     formatter.write_dl(rows)
 
 
+HELP_OPTIONS = ["-h", "--help"]
+"""What prints a command's help: every command and group takes both, however it is reached (a
+group's commands are imported lazily, so a command's context is not always made under the
+root's)."""
+
+
+def _with_help_options(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """Context settings with HELP_OPTIONS, unless `settings` names others."""
+    return {"help_option_names": HELP_OPTIONS, **(settings or {})}
+
+
 class PlainTyper(typer.Typer):
     """A typer app whose commands are PlainHelpCommands, through the `cls` that typer's
-    `command` takes."""
+    `command` takes, and whose groups and commands all take HELP_OPTIONS."""
+
+    def __init__(self, *args: Any, context_settings: dict[str, Any] | None = None, **kw: Any):
+        super().__init__(*args, context_settings=_with_help_options(context_settings), **kw)
 
     def command(
-        self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **settings: Any
+        self,
+        name: str | None = None,
+        *,
+        cls: type[TyperCommand] | None = None,
+        context_settings: dict[str, Any] | None = None,
+        **settings: Any,
     ) -> Callable[[F], F]:
         """typer's `command`, its class PlainHelpCommand unless `cls` names another."""
-        return super().command(name, cls=cls or PlainHelpCommand, **settings)
+        return super().command(
+            name,
+            cls=cls or PlainHelpCommand,
+            context_settings=_with_help_options(context_settings),
+            **settings,
+        )

@@ -12,6 +12,7 @@ from diskferry.base import BAD_USAGE, DiskferryError, freeze_at_exit, limit_aren
 from diskferry.cli.cancel import Interrupted, stop_on_signals
 from diskferry.cli.common import fail_line
 from diskferry.cli.early_key import begin_key_derivation
+from diskferry.cli.help_text import HELP_OPTIONS
 from diskferry.cli.lazy_group import LazyGroup
 from diskferry.cli.network_options import say_retries
 
@@ -65,7 +66,7 @@ app = typer.Typer(
     cls=LazyGroup,
     help=USAGE,
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": HELP_OPTIONS},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
