@@ -45,7 +45,8 @@ def transition(
     """Set `phase` and `fields` in the status, the `Ready` condition after them (True when
     `ready`, which is by default whether the phase is Ready) and the other `conditions` (each
     type set, or removed when None; each a type the kind declares), and record an Event when
-    the phase changes (a Warning for Failed and Degraded); nothing when all is so already."""
+    the phase changes (a Warning for Failed and Degraded), before the status that shows it;
+    nothing when all is so already."""
     status = status_of(obj)
     wanted = {"phase": phase, **(fields or {}), "observedGeneration": obj.metadata.generation}
     ready = phase == READY if ready is None else ready
@@ -65,10 +66,10 @@ def transition(
     conditions_now = set_condition(
         obj, others, READY, ready, reason, message, obj.metadata.generation
     )
-    updated = client.patch_status(obj, {**wanted, "conditions": conditions_now})
     if status.get("phase") != phase:
+        # before the status: whoever sees the new phase finds its Event too
         client.event(obj, "Warning" if phase in (FAILED, DEGRADED) else "Normal", reason, message)
-    return updated
+    return client.patch_status(obj, {**wanted, "conditions": conditions_now})
 
 
 def _shown(conditions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -367,8 +367,7 @@ class MoverReconciler(ABC):
             "message": message,
             "observedGeneration": obj.metadata.generation,
         }
-        updated = self.client.patch_status(obj, status)
         if obj.status.phase != phase:
             kind = "Warning" if phase == MoverPhase.FAILED else "Normal"
             self.client.event(obj, kind, reason, message)
-        return updated
+        return self.client.patch_status(obj, status)

@@ -226,10 +226,10 @@ class VirtualDataExportReconciler:
         after_condition = find(conditions, COMPLETED) or {}
         same = all(before.get(k) == after_condition.get(k) for k in shown)
         if not same or any(status.get(k) != v for k, v in wanted.items()):
-            obj = self.client.patch_status(obj, {**wanted, "conditions": conditions})
             if status.get("phase") != phase.value:
                 warning = phase in (DataExportPhase.FAILED, DataExportPhase.EXPIRED)
                 self.client.event(obj, "Warning" if warning else "Normal", phase.value, message)
+            obj = self.client.patch_status(obj, {**wanted, "conditions": conditions})
         if after == 0:
             return self._end(obj)
         return Result.requeue(after)

@@ -115,11 +115,10 @@ def move(
     same = all(status.get(k) == v for k, v in wanted.items())
     if same and _same_conditions(status.get("conditions") or [], conditions):
         return obj
-    updated = client.patch_status(obj, {**wanted, "conditions": conditions})
     if status.get("phase") != phase.value:
         kind = "Warning" if phase == BackupPhase.FAILED else "Normal"
         client.event(obj, kind, reason, message)
-    return updated
+    return client.patch_status(obj, {**wanted, "conditions": conditions})
 
 
 def _same_conditions(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> bool:

@@ -261,8 +261,8 @@ class BackupReconciler:
             "completionTimestamp": rfc3339(self.clock.now()),
             "observedGeneration": obj.metadata.generation,
         }
-        obj = self.client.patch_status(obj, status)
         self.client.event(obj, "Warning", BackupPhase.FAILED_VALIDATION.value, message)
+        self.client.patch_status(obj, status)
         return Result.done()
 
     def _start(self, obj: Backup) -> Result:
@@ -301,8 +301,6 @@ class BackupReconciler:
             "observedGeneration": obj.metadata.generation,
         }
         obj = held(self.client, obj)
-        obj = self.client.patch_status(obj, status)
-        self._ready_store(obj)
         for entry in volumes:
             if entry["action"] == "skip":
                 vm = f"{entry['namespace']}/{entry['virtualMachine']}"
@@ -312,6 +310,8 @@ class BackupReconciler:
             self.client.event(obj, "Normal", "InProgress", message)
         else:
             self.client.event(obj, "Warning", "NothingSelected", message)
+        obj = self.client.patch_status(obj, status)
+        self._ready_store(obj)
         return Result.requeue(POLL_SECONDS)
 
     def _plan(self, obj: Backup, vm: VirtualMachine, taken: Taken) -> list[dict[str, Any]]:
@@ -628,8 +628,8 @@ class BackupReconciler:
         }
         if phase == BackupPhase.FAILED:
             status["failureReason"] = message
-        obj = self.client.patch_status(obj, status)
         self.client.event(
             obj, "Normal" if phase == BackupPhase.COMPLETED else "Warning", phase.value, message
         )
+        self.client.patch_status(obj, status)
         return Result.done()

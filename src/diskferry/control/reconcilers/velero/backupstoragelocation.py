@@ -236,8 +236,14 @@ class BackupStorageLocationReconciler:
         """The location's validation written (`fields`, the phase, its time and generation),
         and an Event when its phase changed or its repository was made (a Warning too when
         it is `unencrypted`)."""
-        before = obj.status.phase
-        obj = self.client.patch_status(
+        if obj.status.phase != phase or reason == "RepositoryCreated":
+            warning = phase == BSLPhase.UNAVAILABLE
+            self.client.event(obj, "Warning" if warning else "Normal", reason, fields["message"])
+            if warning:
+                log.warning("%s is Unavailable: %s", tag(obj), fields["message"])
+            elif unencrypted:
+                self.client.event(obj, "Warning", "Unencrypted", UNENCRYPTED_MESSAGE)
+        return self.client.patch_status(
             obj,
             {
                 **fields,
@@ -246,14 +252,6 @@ class BackupStorageLocationReconciler:
                 "observedGeneration": obj.metadata.generation,
             },
         )
-        if before != phase or reason == "RepositoryCreated":
-            warning = phase == BSLPhase.UNAVAILABLE
-            self.client.event(obj, "Warning" if warning else "Normal", reason, fields["message"])
-            if warning:
-                log.warning("%s is Unavailable: %s", tag(obj), fields["message"])
-            elif unencrypted:
-                self.client.event(obj, "Warning", "Unencrypted", UNENCRYPTED_MESSAGE)
-        return obj
 
     @staticmethod
     def _encrypted(obj: BackupStorageLocation, encrypted: bool) -> list[dict[str, Any]]:

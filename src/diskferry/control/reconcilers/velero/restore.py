@@ -212,9 +212,9 @@ class RestoreReconciler:
         }
         if phase == RestorePhase.FAILED:
             status["failureReason"] = message
-        obj = self.client.patch_status(obj, status)
         kind = "Normal" if phase == RestorePhase.COMPLETED else "Warning"
         self.client.event(obj, kind, phase.value, message)
+        self.client.patch_status(obj, status)
         return Result.done()
 
     def _start(self, obj: Restore) -> Result:
@@ -266,9 +266,9 @@ class RestoreReconciler:
             "warnings": kept + (0 if taken.vms else 1),
             "observedGeneration": obj.metadata.generation,
         }
-        obj = self.client.patch_status(obj, status)
         kind, reason = ("Normal", "InProgress") if taken.vms else ("Warning", "NothingSelected")
         self.client.event(obj, kind, reason, message)
+        self.client.patch_status(obj, status)
         return Result.requeue(POLL_SECONDS)
 
     def _chosen(self, obj: Restore, manifest: dict[str, Any]) -> bool:
