@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,9 +26,12 @@ def test_version(diskferry) -> None:
 
 
 def test_completion_installs_and_completes(diskferry, tmp_path: Path) -> None:
+    """Typed in bash, as a user does: the shell is found among the command's parents, which
+    the test process may not have (a background job's parent shell can be gone)."""
     diskferry.env.update(HOME=str(tmp_path), SHELL="/bin/bash")
-    installed = diskferry("--install-completion", "bash")
-    assert installed.code == 0, installed.stderr
+    command = f"'{Path(sys.executable).with_name('diskferry')}' --install-completion; exit $?"
+    installed = subprocess.run(["bash", "-c", command], env=diskferry.env, capture_output=True)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     script = tmp_path / ".bash_completions" / "diskferry.sh"
     assert "_DISKFERRY_COMPLETE=complete_bash" in script.read_text()
     assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
