@@ -36,7 +36,7 @@ from diskferry.control.resources.model import RECONCILED, Resource
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import declared, find, set_condition
 from diskferry.control.runtime.queue import WorkQueue
-from diskferry.control.runtime.reconciler import Reconciler, Result
+from diskferry.control.runtime.reconciler import Reconciler, Result, named
 from diskferry.control.runtime.source import Source
 
 log = logging.getLogger("diskferry.control")
@@ -59,8 +59,7 @@ class ObjectKey:
     name: str
 
     def __str__(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.kind} {where}{self.name}"
+        return named(self.kind, self.namespace, self.name)
 
 
 def fingerprint(obj: dict[str, Any]) -> bytes:

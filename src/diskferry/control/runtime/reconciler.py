@@ -10,10 +10,16 @@ from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.resources.model import Resource
 
 
+def named(kind: str, namespace: str | None, name: str | None) -> str:
+    """How the daemon's log names an object: `Kind namespace/name`, or `Kind name` when it is
+    cluster-scoped."""
+    where = f"{namespace}/" if namespace else ""
+    return f"{kind} {where}{name}"
+
+
 def tag(obj: Resource) -> str:
-    """How the daemon's log names the object: `Kind namespace/name`."""
-    where = f"{obj.metadata.namespace}/" if obj.metadata.namespace else ""
-    return f"{obj.kind} {where}{obj.metadata.name}"
+    """How the daemon's log names the object (see `named`)."""
+    return named(obj.kind, obj.metadata.namespace, obj.metadata.name)
 
 
 @dataclass(frozen=True)
