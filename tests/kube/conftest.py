@@ -3,6 +3,7 @@ kubelet runs Pods from the image built once for the whole run (image_support).""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +14,15 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "image"))
 
+from daemon_support import kubectl
 from image_support import built as built
 from image_support import pinned as pinned
 from standin_support import StandIn, start_standin
 
 from diskferry.kube.api import KubeApi
 from diskferry.kube.config import api_client
+
+NAMESPACES = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +38,11 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
 def api(standin: StandIn, tmp_path: Path) -> KubeApi:
     """The stand-in's API through the kubernetes client, as the operator reaches it."""
     return KubeApi(api_client(standin.kubeconfig), discovery_cache=tmp_path / "discovery.json")
+
+
+@pytest.fixture
+def namespace(standin: StandIn) -> str:
+    """A namespace of the test's own, where the operator runs."""
+    name = f"operator-{next(NAMESPACES)}"
+    kubectl(standin, "create", "namespace", name)
+    return name

@@ -9,14 +9,12 @@ nowhere."""
 from __future__ import annotations
 
 import base64
-import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
-from daemon_support import kubectl
 
 from diskferry.control.clock import ManualClock
 from diskferry.control.host.proxy import Outside
@@ -26,15 +24,6 @@ from diskferry.kube.proxy import PROXY, PROXY_TLS, TIMEOUT_ANNOTATION, ClusterPr
 from diskferry.kube.routetimeout import RouteTimeoutError, route_timeout
 
 ROUTE = ("route.openshift.io/v1", "Route")
-NUMBERS = itertools.count()
-
-
-@pytest.fixture
-def namespace(standin) -> str:
-    """A namespace of the test's own, where the operator runs."""
-    name = f"operator-{next(NUMBERS)}"
-    kubectl(standin, "create", "namespace", name)
-    return name
 
 
 def _proxy(api: KubeApi, namespace: str, pki: Path, timeout: str = "10m") -> ClusterProxy:
@@ -89,14 +78,6 @@ def test_the_proxy_s_certificate_is_renewed_at_half_its_life(
     renewed = api.get("v1", "Secret", namespace, PROXY_TLS) or {}
     assert _decoded(renewed, "tls.crt") != first
     assert _decoded(renewed, "ca.crt") == certs.ca_pem()
-
-
-def test_every_instance_issues_from_the_ca_in_the_secret(
-    api: KubeApi, namespace: str, tmp_path: Path
-) -> None:
-    first = SecretCa(api, namespace, tmp_path / "first").ca_pem()
-    assert SecretCa(api, namespace, tmp_path / "second").ca_pem() == first
-    assert (tmp_path / "second" / "ca.key").stat().st_mode & 0o777 == 0o600
 
 
 def test_the_route_is_patched_only_where_it_differs_and_keeps_what_a_user_added(

@@ -6,12 +6,14 @@ external ones appear with the host of the proxy's Route (absent before, a condit
 why); the export proxy, run as deploy/ runs it in a Pod of the stand-in, finds the server by
 its Service's name, and a download through it equals the disk. The proxy's Route carries the
 timeout annotation, and a user's annotation, label and host on it, and the timeout, survive an
-operator started again; the timeout is put back when a user removes it."""
+operator started again without the data directory of the last (the CA is the one in its
+Secret); the timeout is put back when a user removes it."""
 
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 from operator_support import NAMESPACE, Cluster, wait_ready
 from pods_support import STEP, get_object, pods_operator, volume_file
+
+from diskferry.control.host.embedded.certs import PKI_DIR
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 1200)]
 DEPLOY = Path(__file__).parents[2] / "deploy"
@@ -199,9 +203,12 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     unknown = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/none/volumes/src/disk.img",
                     "-H", header, "-o", "/dev/null", "-w", "%{http_code}")  # fmt: skip
     assert unknown.stdout == "404"
-    # an operator started again keeps what the user added to the Route, and the timeout
+    # an operator started again keeps what the user added to the Route, and the timeout; its
+    # Pod's data directory (an emptyDir) is new: the CA comes back from its Secret, and the
+    # Route's destination CA stays as it was
     version = (_route(cluster) or {})["metadata"]["resourceVersion"]
     assert first.stop() == 0
+    shutil.rmtree(cluster.data_dir / PKI_DIR)
     again = pods_operator(cluster, pinned, "pods-again")
     _when(cluster, lambda: KEEPING in again.log.read_text())
     kept = _route(cluster) or {}
