@@ -1,8 +1,9 @@
 """A control plane's chores in a repository, on one opening of it (one key derivation): the
 repository made when absent and asked, then snapshot sizes and metadata read, the metadata
 listed, a document stored with the trackers it asks for, snapshots forgotten with the
-metadata that describes them, and a prune. What they read goes to the job's `output` file
-(0600), not into the result line.
+metadata that describes them, and a prune. What they read goes to the job's `output` (see
+`diskferry.worker.output`: a file here, the Pod's log in a cluster), not into the result line;
+a job that names one always writes it, so that its absence tells of an output lost.
 
 The chores may come after the job started (`choresFile`): the repository is opened while the
 control plane still waits for what to do, so that the opening is not on its path. No lock is
@@ -12,7 +13,6 @@ taken before the chores come.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +37,7 @@ from diskferry.backup.repository import Repository
 from diskferry.base.errors import CancelledError, DiskferryError
 from diskferry.disk.progress import Progress
 from diskferry.worker.job import JOB_FILE, validation_message
+from diskferry.worker.output import write_output
 from diskferry.worker.reporter import QUIET, Reporter
 
 AWAIT_SECONDS = 0.05
@@ -70,8 +71,8 @@ def run_chores(
             read.documents[name] = load_metadata(repo, name)
         if chores.listing is not None:
             read.names = _listed(repo, chores.listing, read)
-        if job.output is not None and chores.reads:
-            _write(Path(job.output), read.model_dump_json(by_alias=True).encode())
+        if job.output is not None:
+            write_output(job.output, read.model_dump_json(by_alias=True).encode())
             done.read = True
         if chores.store is not None:
             _store(repo, chores.store)
@@ -119,13 +120,6 @@ def _listed(repo: Repository, listing: MetadataListing, read: MetadataRead) -> l
         if name.startswith(listing.prefix) and name not in known:
             read.documents[name] = load_metadata(repo, name)
     return names
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Write `data` to the file `path` (0600, made or replaced; never through a symlink)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
 
 
 def _store(repo: Repository, stored: StoredMetadata) -> None:

@@ -375,8 +375,8 @@ class ChoresJob(RepoAccess):
     output: str | None = Field(
         default=None,
         description="a file beside the job file that what the chores read (metadata and their "
-        "names) is written to, as a MetadataRead: a result line holds 4 KiB at most; chores that "
-        "read need it",
+        "names) is written to, as a MetadataRead (empty when they read none): a result line "
+        "holds 4 KiB at most; chores that read need it",
     )
     chores_file: str | None = Field(
         default=None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -35,6 +34,7 @@ from diskferry.serving.listening import Listening
 from diskferry.serving.run import run
 from diskferry.serving.tcp_socket import bind_tcp
 from diskferry.serving.tls import ServerTls
+from diskferry.worker.output import write_output
 from diskferry.worker.reporter import QUIET, EventType, Reporter
 
 
@@ -46,14 +46,9 @@ def _read_pem(path: str) -> str:
 
 
 def write_json(path: str, obj: object) -> None:
-    """Write `obj` as JSON to `path`, replacing it whole."""
-    tmp = f"{path}.tmp"
-    try:
-        Path(tmp).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise ExportError(f"cannot write {path}: {e.strerror}") from e
+    """Write `obj` as JSON to the output file `path`, replacing it whole (see
+    `diskferry.worker.output`)."""
+    write_output(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
 class _Announcer:
