@@ -31,6 +31,10 @@ BAD_RESULT = "BadResult"
 JOB_FAILED = "JobFailed"
 CANCELLED = "Cancelled"
 """The reason of a job's result once it was stopped."""
+OUTPUT_LOST = "OutputLost"
+"""The reason of a job that succeeded but whose output cannot be read (in a cluster, its Pod's
+log was rotated or cut): it runs again, OUTPUT_TRIES times in all, before it fails so."""
+OUTPUT_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,22 @@ def failure(state: JobState, tail: list[str]) -> Failed:
     return Failed(WORKER_LOST, message, lost=True, kept=state.kept)
 
 
+def _output_lost(names: Sequence[str]) -> Failed:
+    """The failure of a job that succeeded but whose outputs `names` cannot be read."""
+    what = " ".join(["its output", *names])
+    message = (
+        f"the worker succeeded but {what} cannot be read (a worker in a Pod writes it into "
+        "its log, which may have been rotated or cut)"
+    )
+    return Failed(OUTPUT_LOST, message)
+
+
 class Jobs:
     """Starts, polls and settles jobs through `runner`."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
+        self._lost: dict[str, int] = {}
 
     def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
         """Start `job` as `job_id`, unless a job of that id was started."""
@@ -112,6 +127,8 @@ class Jobs:
             return Running(state.progress)
         if not state.succeeded:
             return failure(state, self.runner.log_tail(job_id, 1))
+        if state.kept:  # settled as a failure: its output was lost
+            return replace(_output_lost(()), kept=True)
         try:
             return Succeeded(result.model_validate(state.result))
         except ValidationError as e:
@@ -155,8 +172,8 @@ class Jobs:
         """Run the jobs of `runs` (id, job, files) to their ends, one call at a time: each is
         started when no job of its id is there (a failure of it settled earlier is forgotten
         and started afresh); None while any runs; once all ended, each is settled (see
-        `settle`, the `outputs` of one that succeeded read first) and their outcomes given in
-        the order of `runs`."""
+        `settle`, the `outputs` of one that succeeded read first: one whose output is lost
+        runs again, see `_again`) and their outcomes given in the order of `runs`."""
         ended: list[Succeeded[R] | Failed] = []
         for job_id, job, files in runs:
             polled = self.poll(job_id, result)
@@ -166,22 +183,41 @@ class Jobs:
                 ended.append(polled)
         if len(ended) < len(runs):
             return None
-        return [
-            self._settled(job_id, o, tag, outputs)
-            for (job_id, _, _), o in zip(runs, ended, strict=True)
+        read = [
+            self._read(job_id, o, outputs) for (job_id, _, _), o in zip(runs, ended, strict=True)
         ]
+        again = [self._again(job_id, o, tag) for (job_id, _, _), o in zip(runs, read, strict=True)]
+        if any(again):
+            return None
+        for (job_id, _, _), outcome in zip(runs, read, strict=True):
+            self.settle(job_id, tag, keep=isinstance(outcome, Failed))
+        return read
 
-    def _settled(
-        self, job_id: str, outcome: Succeeded[R] | Failed, tag: str, outputs: Sequence[str]
+    def _read(
+        self, job_id: str, outcome: Succeeded[R] | Failed, outputs: Sequence[str]
     ) -> Succeeded[R] | Failed:
-        """The ended job's outcome, with the `outputs` it wrote when it succeeded, once the job
-        is settled."""
-        if isinstance(outcome, Succeeded):
-            written = {name: self.runner.read_file(job_id, name) for name in outputs}
-            found = {name: data for name, data in written.items() if data is not None}
-            outcome = replace(outcome, outputs=found)
-        self.settle(job_id, tag, keep=isinstance(outcome, Failed))
-        return outcome
+        """The ended job's outcome, with the `outputs` it wrote when it succeeded (a job that
+        succeeded without writing one of them failed: OUTPUT_LOST)."""
+        if not isinstance(outcome, Succeeded):
+            return outcome
+        written = {name: self.runner.read_file(job_id, name) for name in outputs}
+        lost = sorted(name for name, data in written.items() if data is None)
+        found = {name: data for name, data in written.items() if data is not None}
+        return replace(outcome, outputs=found) if not lost else _output_lost(lost)
+
+    def _again(self, job_id: str, outcome: Succeeded[R] | Failed, tag: str) -> bool:
+        """Whether the ended job is to run again: its output was lost (OUTPUT_LOST) fewer than
+        OUTPUT_TRIES times in a row. It is settled as a failure then (kept), which the next
+        call starts again."""
+        tries = self._lost.pop(job_id, 0) + 1
+        if not isinstance(outcome, Failed) or outcome.reason != OUTPUT_LOST:
+            return False
+        if tries >= OUTPUT_TRIES:
+            return False
+        log.warning("%s: %s; it runs again", tag, outcome.message)
+        self.settle(job_id, tag, keep=True)
+        self._lost[job_id] = tries
+        return True
 
     def handed(
         self,
@@ -207,7 +243,11 @@ class Jobs:
         if polled is None or (isinstance(polled, Failed) and polled.kept):
             self.restart(job_id, job, files)
         elif not isinstance(polled, Running):
-            return self._settled(job_id, polled, tag, outputs)
+            outcome = self._read(job_id, polled, outputs)
+            if self._again(job_id, outcome, tag):
+                return None
+            self.settle(job_id, tag, keep=isinstance(outcome, Failed))
+            return outcome
         if not handed or not isinstance(polled, Running):
             self.hand(job_id, name, given)
         return None
