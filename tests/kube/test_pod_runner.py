@@ -18,6 +18,7 @@ from control_support import wait_until
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 
+from diskferry.backup import Chores, ChoresJob, MetadataListing, MetadataRead
 from diskferry.control.runtime.runner.base import JobFile, JobState
 from diskferry.control.runtime.runner.jobs import CANCELLED
 from diskferry.importer import ImportJob
@@ -26,6 +27,7 @@ from diskferry.kube.pods import FINALIZER, KEPT, pod_name
 from diskferry.kube.runner import PodRunner
 from diskferry.kube.volumes import ClusterVolumes
 from diskferry.serving.defaults import WORKER_STATUS_PORT
+from diskferry.worker.output import is_frame
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 600)]
 NAMESPACE = "diskferry-system"
@@ -191,3 +193,25 @@ def test_a_secret_left_by_a_start_that_made_no_pod_is_made_anew(
     assert secret is not None
     assert json.loads(base64.b64decode(secret["data"]["job.json"]))["jobId"] == "imp-6"
     assert _ended(runner, "imp-6").succeeded and runner.forget("imp-6")
+
+
+def test_an_output_the_worker_wrote_is_read_from_its_pod_s_log(
+    runner: PodRunner, api: KubeApi, made: str
+) -> None:
+    chores = Chores(read=["absent"], listing=MetadataListing(prefix=""))
+    job = ChoresJob(repo="/tmp/repo", create=True, chores=chores, output="read.json")
+    runner.start("out-1", job)
+    assert _ended(runner, "out-1").succeeded
+    read = MetadataRead.model_validate_json(runner.read_file("out-1", "read.json") or b"")
+    assert (read.documents, read.names) == ({"absent": None}, [])
+    assert "read.json" not in (_secret(api, "out-1") or {})["data"]
+    fresh = PodRunner(api, made, ClusterVolumes(api), NAMESPACE)
+    assert fresh.read_file("out-1", "read.json") == runner.read_file("out-1", "read.json")
+    assert fresh.read_file("out-1", "other.json") is None
+    assert fresh.read_file("out-1", "output.key") is None
+    logged = api.pod_log(NAMESPACE, pod_name("out-1"), tail_lines=100, limit_bytes=MiB)
+    assert any(is_frame(line) for line in logged.splitlines())
+    tail = runner.log_tail("out-1")
+    assert tail and not any(is_frame(line) for line in tail)
+    assert runner.forget("out-1")
+    assert runner.read_file("out-1", "read.json") is None

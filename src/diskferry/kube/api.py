@@ -44,6 +44,7 @@ RETRIED = frozenset({429, 500, 502, 503, 504})
 REQUEST_TIMEOUT = (10.0, 60.0)  # seconds to connect, and to wait for an answer
 WATCH_SILENCE = 90.0  # beyond a watch's length, the seconds without a byte that break it
 PAGE = 500  # objects a list asks for at once, as client-go's reflector does
+LOG_BLOCK = 64 << 10  # bytes of a Pod's log read at once
 ERRORS: dict[int, type[ApiError]] = {
     400: BadRequestError,
     403: ForbiddenError,
@@ -341,6 +342,33 @@ class KubeApi:
             ),
         )
         return answer.data.decode(errors="replace")
+
+    def pod_log_lines(self, namespace: str, name: str, *, limit_bytes: int) -> Iterator[str]:
+        """The lines of the log of the Pod's container from its start, within its first
+        `limit_bytes` (a line cut there left out), read as they come; NotFoundError when there
+        is no such Pod, BadRequestError when its container has not started."""
+        core = CoreV1Api(self.dynamic.client)
+        answer = self._call(
+            f"log of Pod {name}",
+            lambda: core.read_namespaced_pod_log(
+                name,
+                namespace,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+        )
+        try:
+            rest, left = b"", limit_bytes
+            for block in answer.stream(LOG_BLOCK):
+                block = block[:left]
+                left -= len(block)
+                *lines, rest = (rest + block).split(b"\n")
+                yield from (line.decode(errors="replace") for line in lines)
+                if not left:
+                    break
+        finally:
+            answer.release_conn()
 
     def watch(
         self, api_version: str, kind: str, resource_version: str, seconds: int

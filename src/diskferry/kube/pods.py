@@ -5,13 +5,15 @@ One Pod a job, `diskferry-<job>` (the job's id when it is a DNS label short enou
 digest of it), restartPolicy Never, owned by the object whose job it is; it runs the operator's
 own image as `python -m <engine>.worker job.json`, in the folder where the Secret of the same
 name is mounted read-only: `job.json` and the files given to the job, credentials among them,
-never in the Pod's spec or environment. It runs as the image's user under the restricted Pod
-Security Standard, with no service account token, a scratch emptyDir as its TMPDIR and its
-cache's home (a repository's index cache lives as long as the Pod), and the claims the job
-names mounted (Filesystem) or mapped (Block) where the job finds them (`claims`), read-only
-those it only reads. Its worker answers /progress on WORKER_STATUS_PORT of the Pod's IP, which
-the Pod passes down, and writes its result to the Pod's termination message; a finalizer keeps
-a Pod deleted while it ran (a cancelled job) until the runner has read how it ended.
+never in the Pod's spec or environment, and OUTPUT_KEY, the key its worker tags the output
+files it writes into its log with (`diskferry.worker.output`), named in its environment. It
+runs as the image's user under the restricted Pod Security Standard, with no service account
+token, a scratch emptyDir as its TMPDIR and its cache's home (a repository's index cache lives
+as long as the Pod), and the claims the job names mounted (Filesystem) or mapped (Block) where
+the job finds them (`claims`), read-only those it only reads. Its worker answers /progress on
+WORKER_STATUS_PORT of the Pod's IP, which the Pod passes down, and writes its result to the
+Pod's termination message; a finalizer keeps a Pod deleted while it ran (a cancelled job)
+until the runner has read how it ended.
 
 A job that serves (an upload or export server) listens on a port of its Pod's address, which a
 headless Service selects (its job's label), as Deckhouse's uploader and KubeVirt's export
@@ -33,11 +35,14 @@ from typing import Any
 
 from diskferry.kube.claims import DEVICE, folder
 from diskferry.serving.defaults import WORKER_STATUS_PORT
+from diskferry.worker.output import OUTPUT_KEY_ENV
 from diskferry.worker.pod import ADDRESS_ENV, RESULT_FILE_ENV
 
 CONTAINER = "worker"
 JOB_FOLDER = "/var/run/diskferry/job"
 JOB_FILE = "job.json"
+OUTPUT_KEY = "output.key"
+"""The key of the job's Secret its worker tags its outputs with: never a job's file's name."""
 SCRATCH = "/tmp"
 MESSAGE_PATH = "/dev/termination-log"
 USER = 65532
@@ -215,6 +220,7 @@ def worker_pod(
             {"name": "XDG_RUNTIME_DIR", "value": SCRATCH},
             {"name": "XDG_CACHE_HOME", "value": SCRATCH},
             {"name": RESULT_FILE_ENV, "value": MESSAGE_PATH},
+            {"name": OUTPUT_KEY_ENV, "value": f"{JOB_FOLDER}/{OUTPUT_KEY}"},
             {"name": ADDRESS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
         "ports": [

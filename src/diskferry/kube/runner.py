@@ -10,7 +10,8 @@ never created never ran, and one whose Pod exists is found again by a runner mad
   worker's /progress on the Pod's IP), then its exit code and its result, read from the
   container's termination message; a job's credential files are removed from its Secret as
   soon as it is seen ended.
-- The log tail comes from `pods/log`, bounded in lines and bytes.
+- The log tail comes from `pods/log`, bounded in lines and bytes, the lines that carry output
+  files left out.
 - Cancel deletes the Pod: its worker gets SIGTERM and the Pod's grace period to stop; the Pod's
   finalizer keeps it, with its final status, until it is purged.
 - Purge removes a succeeded or cancelled job's Pod and Secret; a failed job's Pod is kept
@@ -18,7 +19,12 @@ never created never ran, and one whose Pod exists is found again by a runner mad
   job is forgotten. Once its Pod is gone a job's log tail is gone too: the reconcilers put it in
   the operator's log before they purge.
 - read_file and write_file read and replace a key of the job's Secret, which the kubelet brings
-  into the running Pod's folder (within its sync period) where the worker reads it anew.
+  into the running Pod's folder (within its sync period) where the worker reads it anew. A file
+  the worker writes (an output: its folder is read-only, and it has no API access) it writes
+  into its log, framed and tagged with a key made for the job and kept in its Secret
+  (`diskferry.worker.output`): read_file reads it from `pods/log`, from the log's start and
+  within OUTPUT_LOG_BYTES, the lines it can check only; an output not whole there (the log
+  rotated) is None.
 - A job whose server listens on every address of its Pod (its worker takes the Pod's), on
   SERVER_PORT as `server_address` gives them, is behind a headless Service made with its Pod
   and removed when it is purged, named by the first of the names its certificate is for (the
@@ -33,6 +39,7 @@ import contextlib
 import json
 import logging
 import re
+import secrets
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -40,7 +47,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
+from diskferry.control.apiserver.errors import AlreadyExistsError, BadRequestError, NotFoundError
 from diskferry.control.runtime.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
 from diskferry.control.runtime.runner.local import JobStartError
 from diskferry.control.runtime.runner.progress import worker_progress
@@ -54,6 +61,7 @@ from diskferry.kube.pods import (
     JOB_FILE,
     JOB_ID,
     KEPT,
+    OUTPUT_KEY,
     Mount,
     Served,
     job_secret,
@@ -73,6 +81,7 @@ from diskferry.worker.job import (
     validate_job,
     validation_message,
 )
+from diskferry.worker.output import framed_output, is_frame
 from diskferry.worker.pod import EVERY_ADDRESS
 
 log = logging.getLogger("diskferry.kube")
@@ -84,6 +93,11 @@ SERVER_PORT = EXPORT_PORT
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SERVICE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1035 label
 ENDED = ("Succeeded", "Failed")
+OUTPUT_LOG_BYTES = 16 << 20
+"""The bytes of a Pod's log read for an output: more than the kubelet keeps of a log before it
+rotates it (10 MiB by default), so that a log not rotated is read whole, and a bound on what one
+read costs the operator (it keeps only the output's lines)."""
+_RESERVED = {JOB_FILE, OUTPUT_KEY}
 Obj = dict[str, Any]
 
 
@@ -203,7 +217,7 @@ class PodRunner:
         if not re.match(JOB_ID_PATTERN, job_id):
             raise JobStartError(f"{job_id!r} is not a usable job id")
         data = _job_data(job, job_id)
-        given = {JOB_FILE: json.dumps(data).encode()}
+        given = {JOB_FILE: json.dumps(data).encode(), OUTPUT_KEY: secrets.token_bytes(32)}
         for file in files:
             if not _FILE_NAME.match(file.name) or file.name in given:
                 raise JobStartError(f"{file.name!r} is not a usable name for a job's file")
@@ -291,7 +305,8 @@ class PodRunner:
             )
         except NotFoundError:
             return []
-        return [line[:LINE_CHARS] for line in text.splitlines()[-lines:]]
+        logged = [line[:LINE_CHARS] for line in text.splitlines() if not is_frame(line)]
+        return logged[-lines:]
 
     def cancel(self, job_id: str) -> None:
         """Delete the job's Pod while it runs: SIGTERM, and its grace period to stop."""
@@ -301,16 +316,30 @@ class PodRunner:
             self.api.delete(*POD, namespace, pod_name(job_id))
 
     def read_file(self, job_id: str, name: str) -> bytes | None:
-        """A file of the job's Secret, None when the job or the file is not there."""
+        """A file of the job's Secret, else the output of that name its worker wrote into its
+        Pod's log; None when the job or the file is not there."""
         namespace = self._namespace(job_id)
-        secret = None if namespace is None else self.api.get(*SECRET, namespace, pod_name(job_id))
-        value = ((secret or {}).get("data") or {}).get(name)
-        return None if value is None else base64.b64decode(value)
+        if namespace is None or name == OUTPUT_KEY:
+            return None
+        secret = self.api.get(*SECRET, namespace, pod_name(job_id))
+        data = (secret or {}).get("data") or {}
+        if name in data:
+            return base64.b64decode(data[name])
+        if OUTPUT_KEY not in data:
+            return None
+        key = base64.b64decode(data[OUTPUT_KEY])
+        try:
+            lines = self.api.pod_log_lines(
+                namespace, pod_name(job_id), limit_bytes=OUTPUT_LOG_BYTES
+            )
+            return framed_output(lines, key, name)
+        except (NotFoundError, BadRequestError):  # gone, or not started
+            return None
 
     def write_file(self, job_id: str, name: str, data: bytes) -> None:
         """Replace a file of the job's Secret (the running worker reads it anew)."""
         namespace = self._namespace(job_id)
-        if namespace is None or not _FILE_NAME.match(name):
+        if namespace is None or not _FILE_NAME.match(name) or name in _RESERVED:
             raise JobStartError(f"no job {job_id} to write {name} for")
         patch = {"data": {name: base64.b64encode(data).decode()}}
         self.api.patch(*SECRET, namespace, pod_name(job_id), patch)
