@@ -275,6 +275,7 @@ class ClaimedKind(ABC):
                 return blanking
             filling = self.filled_elsewhere(obj)
             if filling is not None and filling.failed:
+                self.jobs.settle(self.volume_job_id(obj, BLANK), tag(obj), keep=False)
                 return self._fail(obj, filling.reason, filling.message)
             if filling is not None:
                 transition(self.client, obj, PROVISIONING, filling.reason, filling.message, where)
@@ -330,7 +331,10 @@ class ClaimedKind(ABC):
 
     def _blank(self, obj: Any, claim: Claim, size: int) -> Result | None:
         """A blank disk: a sparse file of `size` a worker makes and commits whole (a block claim
-        is one already); a Result while it is made or once it failed, None when it is made."""
+        is one already); a Result while it is made or once it failed, None when it is made.
+        The job that made it is its record until the claim is ready (a file claim once it
+        holds its file; a PVC only once sealed, which waits for whatever else fills it), so it
+        is settled then, or once the object is Ready, never run again."""
         job_id = self.volume_job_id(obj, BLANK)
         if claim.block or claim.ready:
             self.jobs.settle(job_id, tag(obj), keep=False)
@@ -342,7 +346,6 @@ class ClaimedKind(ABC):
             self._fail(obj, outcome.reason, outcome.message)
             self.jobs.settle(job_id, tag(obj), keep=True)
             return Result.done()
-        self.jobs.settle(job_id, tag(obj), keep=False)
         return None
 
     def _source_size(self, obj: Any, volume_class: VolumeClass, source: Source) -> int | Result:
@@ -431,6 +434,7 @@ class ClaimedKind(ABC):
     def _settled(self, obj: Any, phase: str) -> Result:
         settled = self.imports.settle(self.job_id(obj), keep=phase == FAILED)
         if phase == READY:
+            self.jobs.settle(self.volume_job_id(obj, BLANK), tag(obj), keep=False)
             claim = claim_of(self.client, self.volumes, obj)
             if claim is None or not claim.ready:
                 transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
