@@ -25,6 +25,7 @@ from diskferry.control.reconcilers.datamover.moverlife import (
 from diskferry.control.reconcilers.disks.datasources import DISK_CLAIM_LOST, claim_of
 from diskferry.control.reconcilers.disks.importjob import SIZE_TOO_SMALL
 from diskferry.control.reconcilers.disks.storageclasses import resolve
+from diskferry.control.reconcilers.disks.virtualdisk import awaits_restore
 from diskferry.control.reconcilers.velero.repoaccess import Location
 from diskferry.control.resources.datadownload import (
     BACKUP_PVC_SIZE,
@@ -107,8 +108,9 @@ class DataDownloadReconciler(MoverReconciler):
     def prepare(
         self, obj: DataDownload, location: Location, config: DataMoverConfigSpec
     ) -> Job | Waiting:
-        """The restore job, once the disk it made is Ready (or the claim it made can be
-        written, with INTO_CLAIM)."""
+        """The restore job, once the claim of the disk it made is made blank (ready, or the disk
+        says it waits for this download), or the claim it made can be written, with
+        INTO_CLAIM."""
         namespace, name = self._target(obj)
         if obj.metadata.annotations.get(INTO_CLAIM) == "true":
             return self._into_claim(obj, location, config, namespace, name)
@@ -141,7 +143,7 @@ class DataDownloadReconciler(MoverReconciler):
             raise MoverFailure(
                 f"the claim of the VirtualDisk {name} is gone", reason=DISK_CLAIM_LOST
             )
-        if claim is None or not claim.ready:
+        if claim is None or not (claim.ready or awaits_restore(disk)):
             return Waiting(f"waiting for the claim of the VirtualDisk {name} to be made")
         job, files = location.job(
             RestoreJob,

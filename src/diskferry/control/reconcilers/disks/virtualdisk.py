@@ -1,7 +1,8 @@
 """VirtualDisk: a claim filled from HTTP, an image or a snapshot, or left blank; Deckhouse's
 phases Pending, Provisioning, Ready, Failed, PVCLost and Terminating. A blank disk that a
 DataDownload made to restore into (labelled with its uid) stays Provisioning until that
-download Completed, and fails when it failed or is gone."""
+download Completed, saying WaitingForDataDownload once its claim is made blank, and fails when
+the download failed or is gone."""
 
 from __future__ import annotations
 
@@ -15,9 +16,21 @@ from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.model import Reason
 from diskferry.control.resources.quantity import format_bytes
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS, VirtualDisk
+from diskferry.control.runtime.phases import PROVISIONING, READY
 
 WAITING_FOR_RESTORE = Reason("WaitingForDataDownload")
 RESTORE_LOST = Reason("DataDownloadNotCompleted")
+
+
+def awaits_restore(disk: VirtualDisk) -> bool:
+    """Whether the disk's claim is made blank and waits for the DataDownload that restores into
+    it (a claim in a cluster is ready only once that download Completed)."""
+    ready = next((c for c in disk.status.conditions if c.type == READY), None)
+    return (
+        disk.status.phase == PROVISIONING
+        and ready is not None
+        and ready.reason == WAITING_FOR_RESTORE
+    )
 
 
 class VirtualDiskReconciler(ClaimedKind):
