@@ -7,11 +7,10 @@ tracker; a DataDownload restores the snapshot byte for byte into a disk of anoth
 A Backup (Velero's) of the VM, full then incremental, is restored into another namespace: the
 VM made again held Halted until its claim is back, byte for byte, then its runStrategy put back.
 
-The Backup and its Restore run their workers as Pods of the built image (`--runner pods`): what
-a repository's chores read (a location's listing, the Backup's manifests for its Restore) comes
-back through their logs. The DataUpload and DataDownload run theirs on the operator's host
-(`--runner local`): a DataDownload into a VirtualDisk of its own does not end in a cluster yet
-(its claim's blank worker runs again on the volume it made, and fails TargetExists)."""
+Every worker runs as a Pod of the built image (`--runner pods`): what a repository's chores read
+(a location's listing, the Backup's manifests for its Restore) comes back through their logs;
+the blank worker of the disk a DataDownload restores into runs once, its Pod kept as the record
+of it until the download Completed and the disk's claim was handed its volume."""
 
 from __future__ import annotations
 
@@ -29,8 +28,10 @@ from control_support import wait_until
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 from kubevirt_vm import vm_manifests
-from operator_support import Cluster, wait_holder
-from pods_support import pods_operator
+from operator_support import Cluster
+from pods_support import pods_operator, pods_started, volume_file
+
+from diskferry.kube.pods import pod_name
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "objstore"))
 
@@ -136,11 +137,10 @@ def _volume_file(cluster: Cluster, claim: str, namespace: str = "default") -> Pa
 
 
 def test_a_kubevirt_vm_is_backed_up_through_its_backup_point_and_restored(
-    cluster: Cluster, s3_endpoint: str
+    cluster: Cluster, pinned: str, s3_endpoint: str
 ) -> None:
     standin = cluster.standin
-    cluster.start("local", "--runner", "local")
-    wait_holder(standin, "local")
+    pods_operator(cluster, pinned)
     keys = f"[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"
     for body in (_secret("repo-pass", password="kubevirt"), _secret("s3-keys", cloud=keys)):
         kubectl(standin, "apply", "-f", "-", stdin=body)
@@ -178,10 +178,19 @@ def test_a_kubevirt_vm_is_backed_up_through_its_backup_point_and_restored(
     kubectl(standin, "apply", "-f", "-", stdin=_download(incremental["snapshotID"]))
     restored = _phase(cluster, "datadownload", "down", *ENDED)["status"]
     assert restored["phase"] == "Completed", restored
-    target = _get(cluster, "vd", "root", "-n", "restored") or {}
-    claim = target["status"]["target"]["persistentVolumeClaimName"]
-    [file] = cluster.data_dir.glob(f"volumes/*/restored/{claim}.img")
-    assert file.read_bytes() == disk.read_bytes()
+    target = wait_until(
+        lambda: (
+            (found := _get(cluster, "vd", "root", "-n", "restored"))
+            and found["status"].get("phase") in ("Ready", "Failed")
+            and found
+        ),
+        120,
+        STEP,
+    )
+    assert target["status"]["phase"] == "Ready", target["status"]
+    assert volume_file(cluster, target).read_bytes() == disk.read_bytes()
+    blank = pod_name(f"vd-blank-{target['metadata']['uid']}")
+    assert pods_started(cluster, blank, "restored") == 1
 
 
 def _uid(cluster: Cluster, upload: str) -> str:
