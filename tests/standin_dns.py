@@ -1,8 +1,10 @@
 """The stand-in cluster's DNS, as its kubelet gives it to every Pod's container: a hosts file
-(its /etc/hosts) naming each headless Service's ready Pods, `<service>.<namespace>.svc` and
-`<service>.<namespace>.svc.cluster.local` to each Pod IP, as CoreDNS answers for a headless
-Service; and a resolv.conf that names no server but 127.0.0.1, where none answers, so that a
-name the cluster does not know fails at once and no lookup leaves loopback.
+(its /etc/hosts) naming each headless Service's ready Pods (running ones: the stand-in probes
+no readiness), or with `publishNotReadyAddresses` every Pod it selects that has an IP and has
+not ended, `<service>.<namespace>.svc` and `<service>.<namespace>.svc.cluster.local` to each
+Pod IP, as CoreDNS answers for a headless Service; and a resolv.conf that names no server but
+127.0.0.1, where none answers, so that a name the cluster does not know fails at once and no
+lookup leaves loopback.
 
 The hosts file is written again in place (the containers have it bind-mounted) whenever the
 Services or the Pods they select change.
@@ -20,16 +22,20 @@ DOMAIN = "cluster.local"
 Obj = dict[str, Any]
 
 
-def _ready(pod: Obj) -> str | None:
-    """The Pod's IP while it runs and is not being deleted."""
+def _address(pod: Obj, not_ready: bool) -> str | None:
+    """The Pod's IP while it runs and is not being deleted; with `not_ready`, while it has one
+    and has not ended."""
     status = pod.get("status") or {}
+    if not_ready:
+        return None if status.get("phase") in ("Succeeded", "Failed") else status.get("podIP")
     if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
         return None
     return status.get("podIP")
 
 
 def service_lines(services: list[Obj], pods: list[Obj]) -> list[str]:
-    """The hosts lines of every headless Service with a selector: one per ready Pod it selects."""
+    """The hosts lines of every headless Service with a selector: one per Pod it selects and
+    names."""
     lines = []
     for service in services:
         spec, meta = service.get("spec") or {}, service["metadata"]
@@ -39,7 +45,7 @@ def service_lines(services: list[Obj], pods: list[Obj]) -> list[str]:
         fqdn = f"{meta['name']}.{meta['namespace']}.svc"
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
-            address = _ready(pod)
+            address = _address(pod, bool(spec.get("publishNotReadyAddresses")))
             same = pod["metadata"]["namespace"] == meta["namespace"]
             if same and address and selector.items() <= labels.items():
                 lines.append(f"{address}\t{fqdn} {fqdn}.{DOMAIN}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -48,7 +49,11 @@ def test_routes_refusals_and_forwarding(
         == 400
     )
     assert _code(proxy, f"{PREFIX}/nope/volumes/disk/disk.img", "-H", AUTH) == 404
-    assert _code(proxy, f"{PREFIX}/pending/volumes/disk/disk.img", "-H", AUTH) == 503
+    pending = curl("-D", "-", "-o", "/dev/null", "-H", AUTH,
+                   proxy.url + f"{PREFIX}/pending/volumes/disk/disk.img", ca=proxy.ca)  # fmt: skip
+    assert (
+        pending.stdout.startswith(b"HTTP/1.1 503") and b"retry-after: 5" in pending.stdout.lower()
+    )
     out = tmp_path / "out.img"
     p = curl(
         "-H", AUTH, "-o", str(out), proxy.url + f"{PREFIX}/vm1/volumes/disk/disk.img", ca=proxy.ca
@@ -75,6 +80,30 @@ def test_routes_refusals_and_forwarding(
     write_routes(routes, [{**route, "ready": False}])
     assert _code(proxy, f"{PREFIX}/vm1/volumes/disk/extents", "-H", AUTH) == 503
     assert TOKEN not in proxy.log.read_text()
+
+
+def _answer(r: Running, path: str) -> tuple[int, str, str | None]:
+    """The status, the reason and Retry-After of GET `path`."""
+    p = curl("-D", "-", "-H", AUTH, r.url + path, ca=r.ca)
+    head, _, body = p.stdout.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    fields = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), json.loads(body)["reason"], fields.get("retry-after")
+
+
+def test_a_server_that_refuses_where_it_is_named_before_it_listens_is_not_ready_yet(
+    proxy_factory, tmp_path: Path
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    with socket.socket() as bound:  # a port that refuses: bound, not listening
+        bound.bind(("127.0.0.1", 0))
+        nothing = f"https://127.0.0.1:{bound.getsockname()[1]}"
+        route = {"namespace": "default", "name": "starting", "url": nothing, "ready": True}
+        write_routes(routes, [{**route, "refusedWhileStarting": True}, {**route, "name": "gone"}])
+        proxy = proxy_factory(routes)
+        path = "/volumes/disk/disk.img"
+        assert _answer(proxy, f"{PREFIX}/starting{path}") == (503, "ExportNotReady", "5")
+        assert _answer(proxy, f"{PREFIX}/gone{path}") == (502, "BackendUnavailable", None)
 
 
 def test_backend_from_another_ca_or_name_is_refused(

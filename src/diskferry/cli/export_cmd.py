@@ -290,9 +290,10 @@ def proxy_serve(
     `/api/export.kubevirt.io/{v1,v1beta1}/namespaces/NS/virtualmachineexports/NAME/...` go
     to the export servers listed in the routes file (re-read when it changes): 400 where the
     path does not match (its message names the versions served), 404 for an unknown export,
-    503 for one not ready. A routes file that is missing, or not as below, stops the proxy
-    at start with one line naming each field at fault and its line (`exports[0].url: Field
-    required (line 2)`); a bad edit later is logged and the previous routes kept.
+    503 with Retry-After for one not ready. A routes file that is missing, or not as below,
+    stops the proxy at start with one line naming each field at fault and its line
+    (`exports[0].url: Field required (line 2)`); a bad edit later is logged and the previous
+    routes kept.
 
     \b
     exports:
@@ -302,6 +303,7 @@ def proxy_serve(
         caFile: /path/to/ca.crt
         ready: true
         unixSocket: /run/diskferry/vm1.sock   # optional: the same server on this host
+        refusedWhileStarting: false           # true: a refused connection is 503, not 502
 
     One shared, bounded connection pool (20 per backend, 100 in all; a request that finds
     its backend's share or the pool taken for 60 s gets 503 with Retry-After); responses
@@ -318,8 +320,10 @@ def proxy_serve(
     of namespace NS is served by `https://virt-export-NAME.NS.svc:8443`, the headless Service
     the operator makes for its server (a name too long for a DNS label is cut and given a
     digest), verified against the export CA that `--services-ca` names: the cluster's DNS says
-    which exports are there and ready, so a name that resolves to no ready server gets 404
-    UnknownExport, and the proxy needs no access to the cluster's API.
+    which exports are there, and their servers which are ready, so the proxy needs no access
+    to the cluster's API. The operator's Services publish their Pods before they are ready: a
+    name that resolves to nothing gets 404 UnknownExport, and one whose server refuses the
+    connection (it is starting) 503 ExportNotReady with Retry-After, as on one host.
 
     The proxy runs in `--processes` processes, each with its own socket on the port
     (SO_REUSEPORT: the kernel spreads the connections) and its own event loop, so that its

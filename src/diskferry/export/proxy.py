@@ -58,6 +58,24 @@ _PIECE = 64 << 10
 RETRY_AFTER_SECONDS = 5
 
 
+def _retry_later(reason: str, message: str) -> web.Response:
+    """503 `reason`, telling the client to ask again in RETRY_AFTER_SECONDS."""
+    response = problem_response(503, reason, f"{message}; ask again in {RETRY_AFTER_SECONDS} s")
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _not_ready(export: str) -> web.Response:
+    """The answer for the export `export` (namespace/name) whose server is not ready yet."""
+    return _retry_later("ExportNotReady", f"{export} is not ready")
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether `error` is a backend that refused the connection: nothing listens there."""
+    cause = error.os_error if isinstance(error, aiohttp.ClientConnectorError) else error
+    return isinstance(cause, ConnectionRefusedError)
+
+
 def _forwardable(headers: object, length: bool = False) -> dict[str, str]:
     """The end-to-end headers; Content-Length only with `length`."""
     return {
@@ -117,7 +135,7 @@ class ExportProxy:
         # an export routed: its names are no secret, what follows them may be
         request[SHOWN_PATH] = f"{_EXPORTS}/namespaces/{namespace}/virtualmachineexports/{name}/-"
         if not route.ready:
-            return problem_response(503, "ExportNotReady", f"{namespace}/{name} is not ready")
+            return _not_ready(f"{namespace}/{name}")
         try:
             url, how = self._target(route, rest, request.query_string)
         except (OSError, ssl.SSLError) as e:
@@ -130,13 +148,9 @@ class ExportProxy:
                 self.backends.slot(route.unix_socket or str(url.origin())),
                 self.backends.session(route.unix_socket, self.routes.unix_sockets) as session,
             ):
-                return await self._exchange(request, session, url, how, f"{namespace}/{name}")
+                return await self._exchange(request, session, url, how, route)
         except BusyError as e:
-            response = problem_response(
-                503, e.reason, f"{namespace}/{name}: {e}; ask again in {RETRY_AFTER_SECONDS} s"
-            )
-            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-            return response
+            return _retry_later(e.reason, f"{namespace}/{name}: {e}")
 
     async def _exchange(
         self,
@@ -144,9 +158,10 @@ class ExportProxy:
         session: aiohttp.ClientSession,
         url: URL,
         how: dict[str, Any],
-        export: str,
+        route: Route,
     ) -> web.StreamResponse:
-        """Send the request to the export `export`'s server and relay its answer."""
+        """Send the request to the server of the route's export and relay its answer."""
+        export = f"{route.namespace}/{route.name}"
         try:
             upstream = await session.request(
                 request.method,
@@ -169,6 +184,8 @@ class ExportProxy:
             # a server found by its Service's name: no such Service, or none of its Pods ready
             return problem_response(404, "UnknownExport", f"no export {export} is served")
         except (aiohttp.ClientError, OSError) as e:
+            if route.refused_while_starting and _refused(e):
+                return _not_ready(export)
             log.warning("export %s: backend failed: %s", export, e)
             return problem_response(502, "BackendUnavailable", f"cannot reach {export}")
         return await self._relay(request, upstream)

@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 class Route(BaseModel):
     """One export: where its server is, the CA that verifies it, and whether it is ready; with
     `unixSocket`, the proxy reaches the server in plain HTTP on that socket of this host
-    instead of over TLS at `url`."""
+    instead of over TLS at `url`. With `refusedWhileStarting`, a server that refuses the
+    connection is one not ready yet (503), not one gone wrong (502): where `url` names a server
+    before it listens, as a Service names its Pod."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -32,6 +34,7 @@ class Route(BaseModel):
     ca_file: str | None = Field(None, alias="caFile")
     ready: bool = True
     unix_socket: str | None = Field(None, alias="unixSocket")
+    refused_while_starting: bool = Field(False, alias="refusedWhileStarting")
 
 
 class RoutesDocument(BaseModel):

@@ -3,8 +3,10 @@
 operator names the Service (`service_name`); each verified against the export CA.
 
 Nothing is read but the CA file: which exports exist, and which are ready, the cluster's DNS
-says (a headless Service's name resolves to its ready Pods only). A name that cannot be a
-Service's is no export.
+and the servers say. The operator's Services publish their Pods before they are ready, so a
+name that resolves to nothing is no export (404), and one whose server refuses the connection
+is an export not ready yet (503), as a route that is not ready is on this host. A name that
+cannot be a Service's is no export.
 """
 
 from __future__ import annotations
@@ -62,7 +64,13 @@ class ServiceRoutes:
         if len(name) > 253 or not _EXPORT.match(name):
             return None
         url = service_url(namespace, name)
-        return Route(namespace=namespace, name=name, url=url, caFile=self.ca_file)
+        return Route(
+            namespace=namespace,
+            name=name,
+            url=url,
+            caFile=self.ca_file,
+            refusedWhileStarting=True,
+        )
 
     def unix_sockets(self) -> set[str]:
         """None: every server is reached over TLS."""

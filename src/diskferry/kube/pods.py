@@ -146,13 +146,16 @@ def job_secret(
 def job_service(
     job_id: str, namespace: str, name: str, port: int, owner: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """The headless Service `name` of the job's server, on `port` of its Pod."""
+    """The headless Service `name` of the job's server, on `port` of its Pod, which it names
+    before the Pod is ready, so that the export proxy tells a server that is starting (it
+    refuses) from no server at all (the name resolves to nothing)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {**_metadata(job_id, namespace, owner), "name": name},
         "spec": {
             "clusterIP": "None",
+            "publishNotReadyAddresses": True,
             "selector": {JOB_LABEL: job_key(job_id)},
             "ports": [
                 {"name": SERVER_PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"}
