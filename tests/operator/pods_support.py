@@ -26,9 +26,12 @@ def pods_cluster(tmp_path: Path, pinned: str) -> Iterator[Cluster]:
     made.close()
 
 
-def pods_operator(cluster: Cluster, pinned: str, identity: str = "pods") -> RunningOperator:
-    """An operator whose workers are Pods of `pinned`, once it holds the Lease."""
-    running = cluster.start(identity, "--runner", "pods", "--worker-image", pinned)
+def pods_operator(
+    cluster: Cluster, pinned: str, identity: str = "pods", *options: str
+) -> RunningOperator:
+    """An operator whose workers are Pods of `pinned` (and its `options`), once it holds the
+    Lease."""
+    running = cluster.start(identity, "--runner", "pods", "--worker-image", pinned, *options)
     wait_holder(cluster.standin, identity)
     return running
 

@@ -4,7 +4,9 @@ Pod (its claim read-only, the OVN annotation opening 8443) behind a headless Ser
 virt-export-NAME on 8443, all owned by the export; its internal links name the Service, its
 external ones appear with the host of the proxy's Route (absent before, a condition saying
 why); the export proxy, run as deploy/ runs it in a Pod of the stand-in, finds the server by
-its Service's name, and a download through it equals the disk. The proxy's Route carries the
+its Service's name, and a download through it equals the disk; an export unknown gets 404, one
+whose Service names a Pod that does not listen yet 503. A slow download through the proxy
+outlives the renewal of the server's and the proxy's certificates. The proxy's Route carries the
 timeout annotation, and a user's annotation, label and host on it, and the timeout, survive an
 operator started again without the data directory of the last (the CA is the one in its
 Secret); the timeout is put back when a user removes it."""
@@ -14,13 +16,17 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import socket
+import ssl
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from control_support import wait_until
+from cryptography import x509
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 from operator_support import NAMESPACE, Cluster, wait_ready
@@ -35,6 +41,9 @@ TIMEOUT = "haproxy.router.openshift.io/timeout"
 HOST = "exports.apps.example.com"
 EXPORTS = "/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports"
 KEEPING = "export proxy: keeping its certificate and Route"
+# certificates renewed every 20 s, and a download of the 64 MiB disk that lasts about a minute
+LIFETIME = "40s"
+RATE = "1M"
 
 
 def _http_disk(name: str, url: str) -> str:
@@ -55,6 +64,72 @@ def _export(name: str, disk: str) -> str:
         f"metadata: {{name: {name}, namespace: default}}\n"
         f"spec: {{source: {{apiGroup: diskferry.io, kind: VirtualDisk, name: {disk}}}}}\n"
     )
+
+
+def _exported(cluster: Cluster, url: str) -> dict[str, Any]:
+    """The export `exp` of a disk `src` imported from `url`, once it is Ready."""
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=_http_disk("src", url))
+    wait_ready(cluster.standin, "src", "300s")
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=_export("exp", "src"))
+    return _when(
+        cluster,
+        lambda: (
+            (found := get_object(cluster, "vmexport", "exp"))
+            and (found.get("status") or {}).get("phase") == "Ready"
+            and found
+        ),
+        300,
+    )
+
+
+def _export_ca(cluster: Cluster) -> str:
+    """The export CA, as its Secret holds it."""
+    secret = get_object(cluster, "secret", "diskferry-export-ca", "-n", NAMESPACE)
+    assert secret is not None
+    return base64.b64decode(secret["data"]["tls.crt"]).decode()
+
+
+def _token_header(cluster: Cluster, export: dict[str, Any]) -> str:
+    """The header that carries the export's token."""
+    secret = get_object(cluster, "secret", export["status"]["tokenSecretRef"]) or {}
+    return f"x-kubevirt-export-token: {base64.b64decode(secret['data']['token']).decode()}"
+
+
+def _same(cluster: Cluster, downloaded: Path) -> None:
+    """Assert that `downloaded` holds the disk `src`."""
+    disk = get_object(cluster, "vd", "src")
+    assert disk is not None
+    compared = subprocess.run(
+        ["qemu-img", "compare", "-f", "raw", "-F", "raw", str(downloaded),
+         str(volume_file(cluster, disk))],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+
+
+def _starting(name: str, image: str) -> str:
+    """The Service the operator makes for the export `name`'s server, and a Pod of it that runs
+    but does not listen (as a server that is starting), as manifests."""
+    labels = {"example.com/server": name}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"virt-export-{name}", "namespace": "default"},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels,
+            "ports": [{"name": "https", "port": 8443}],
+        },
+    }
+    sleep = ["python", "-c", "import time; time.sleep(600)"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{name}-server", "namespace": "default", "labels": labels},
+        "spec": {"containers": [{"name": "server", "image": image, "command": sleep}]},
+    }
+    return yaml.safe_dump_all([service, pod])
 
 
 def _route(cluster: Cluster) -> dict[str, Any] | None:
@@ -119,25 +194,11 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     cluster = pods_cluster
     first = pods_operator(cluster, pinned)
     route = _when(cluster, lambda: _route(cluster))
-    ca_secret = get_object(cluster, "secret", "diskferry-export-ca", "-n", NAMESPACE)
-    assert ca_secret is not None
-    ca = base64.b64decode(ca_secret["data"]["tls.crt"]).decode()
+    ca = _export_ca(cluster)
     assert route["metadata"]["annotations"][TIMEOUT] == "10m"
     assert route["spec"]["tls"]["termination"] == "reencrypt"
     assert route["spec"]["tls"]["destinationCACertificate"] == ca
-    url = nginx.publish(images.reference, "operator-exports.raw")
-    kubectl(cluster.standin, "apply", "-f", "-", stdin=_http_disk("src", url))
-    wait_ready(cluster.standin, "src", "300s")
-    kubectl(cluster.standin, "apply", "-f", "-", stdin=_export("exp", "src"))
-    ready = _when(
-        cluster,
-        lambda: (
-            (found := get_object(cluster, "vmexport", "exp"))
-            and (found.get("status") or {}).get("phase") == "Ready"
-            and found
-        ),
-        300,
-    )
+    ready = _exported(cluster, nginx.publish(images.reference, "operator-exports.raw"))
     uid = ready["metadata"]["uid"]
     status = ready["status"]
     assert status["serviceName"] == "virt-export-exp"
@@ -156,6 +217,7 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     claims = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
     assert claims and all(v["persistentVolumeClaim"]["readOnly"] for v in claims)
     assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
     assert [p["port"] for p in service["spec"]["ports"]] == [8443]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     for owned in (pod, service):
@@ -182,27 +244,30 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     # the proxy as deploy/ runs it finds the server by its Service's name
     proxy = _proxy_pod(cluster, pinned)
     address = proxy["status"]["podIP"]
-    token_secret = get_object(cluster, "secret", linked["status"]["tokenSecretRef"]) or {}
-    token = base64.b64decode(token_secret["data"]["token"]).decode()
+    header = _token_header(cluster, linked)
     (tmp_path / "ca.crt").write_text(ca)
     out = tmp_path / "downloaded.img"
-    header = f"x-kubevirt-export-token: {token}"
     done = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/exp/volumes/src/disk.img",
                  "--fail", "-H", header, "-o", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
-    disk = get_object(cluster, "vd", "src")
-    assert disk is not None
-    source = volume_file(cluster, disk)
-    compared = subprocess.run(
-        ["qemu-img", "compare", "-f", "raw", "-F", "raw", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert compared.returncode == 0, compared.stdout + compared.stderr
+    _same(cluster, out)
     unknown = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/none/volumes/src/disk.img",
                     "-H", header, "-o", "/dev/null", "-w", "%{http_code}")  # fmt: skip
     assert unknown.stdout == "404"
+    # an export whose Service names a Pod that does not listen yet is not ready: 503, as here
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=_starting("starting", pinned))
+    starting_path = f"{EXPORTS}/starting/volumes/src/disk.img"
+    starting = _when(
+        cluster,
+        lambda: (
+            (answer := _curl(tmp_path / "ca.crt", address, starting_path, "-H", header, "-i"))
+            and answer.stdout.startswith("HTTP/1.1 503")
+            and answer
+        ),
+        120,
+    )
+    assert "retry-after: 5" in starting.stdout.lower()
+    assert json.loads(starting.stdout.partition("\n\n")[2])["reason"] == "ExportNotReady"
     # an operator started again keeps what the user added to the Route, and the timeout; its
     # Pod's data directory (an emptyDir) is new: the CA comes back from its Secret, and the
     # Route's destination CA stays as it was
@@ -231,3 +296,66 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     kubectl(cluster.standin, "delete", "vmexport", "exp", "--wait=false")
     _when(cluster, lambda: get_object(cluster, "service", "virt-export-exp") is None, 120)
     _when(cluster, lambda: get_object(cluster, "pod", f"diskferry-vmexport-{uid}") is None, 120)
+
+
+def _presented(address: str, name: str, ca: str) -> bytes:
+    """The certificate (DER) the server at `address`:8443 presents to a new connection for
+    `name`, verified against `ca`."""
+    context = ssl.create_default_context(cadata=ca)
+    with (
+        socket.create_connection((address, 8443), timeout=30) as raw,
+        context.wrap_socket(raw, server_hostname=name) as tls,
+    ):
+        return tls.getpeercert(binary_form=True) or b""
+
+
+def _expiry(der: bytes) -> datetime:
+    return x509.load_der_x509_certificate(der).not_valid_after_utc
+
+
+def test_a_download_through_the_proxy_outlives_the_rotation_of_every_certificate_on_its_way(
+    pods_cluster: Cluster, pinned: str, nginx, images, tmp_path: Path
+) -> None:
+    cluster = pods_cluster
+    pods_operator(cluster, pinned, "pods", "--server-cert-lifetime", LIFETIME)
+    ready = _exported(cluster, nginx.publish(images.reference, "operator-exports.raw"))
+    ca = _export_ca(cluster)
+    (tmp_path / "ca.crt").write_text(ca)
+    server = get_object(cluster, "pod", f"diskferry-vmexport-{ready['metadata']['uid']}") or {}
+    server_address = server["status"]["podIP"]
+    proxy_address = _proxy_pod(cluster, pinned)["status"]["podIP"]
+    service, proxy_name = "virt-export-exp.default.svc", f"{PROXY}.{NAMESPACE}.svc"
+    header = _token_header(cluster, ready)
+    out = tmp_path / "downloaded.img"
+    server_before = _presented(server_address, service, ca)
+    proxy_before = _presented(proxy_address, proxy_name, ca)
+    slow = subprocess.Popen(
+        ["curl", "--silent", "--show-error", "--fail", "--limit-rate", RATE,
+         "--cacert", str(tmp_path / "ca.crt"), "--resolve", f"{proxy_name}:8443:{proxy_address}",
+         "-H", header, "-o", str(out),
+         f"https://{proxy_name}:8443{EXPORTS}/exp/volumes/src/disk.img"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # both certificates on its way are renewed while the download goes on
+        server_after = _when(
+            cluster, lambda: (c := _presented(server_address, service, ca)) != server_before and c
+        )
+        proxy_after = _when(
+            cluster, lambda: (c := _presented(proxy_address, proxy_name, ca)) != proxy_before and c
+        )
+        assert slow.poll() is None, "the download ended before the certificates were renewed"
+        assert _expiry(server_after) > _expiry(server_before)
+        assert _expiry(proxy_after) > _expiry(proxy_before)
+        assert slow.wait(timeout=300) == 0, slow.stderr.read() if slow.stderr else ""
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+            slow.wait()
+    _same(cluster, out)
+    # a new download, through new connections, verifies against the new certificates
+    again = tmp_path / "again.img"
+    done = _curl(tmp_path / "ca.crt", proxy_address, f"{EXPORTS}/exp/volumes/src/disk.img",
+                 "--fail", "-H", header, "-o", str(again))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    _same(cluster, again)

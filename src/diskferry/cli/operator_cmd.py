@@ -7,6 +7,7 @@ import logging
 import sys
 import threading
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -119,6 +120,15 @@ def operator(
             "a unit, as HAProxy reads it), so that long downloads are not cut.",
         ),
     ] = DEFAULT_ROUTE_TIMEOUT,
+    server_cert_lifetime: Annotated[
+        str,
+        typer.Option(
+            "--server-cert-lifetime",
+            help="With workers as Pods: how long the certificates of export servers and of the "
+            "export proxy last (e.g. 24h, 90m); each is renewed at half its life, without "
+            "cutting a download.",
+        ),
+    ] = "24h",
 ) -> None:
     """Run the reconcilers of `diskferry serve` against a cluster's API, until SIGTERM.
 
@@ -158,6 +168,7 @@ def operator(
     )
 
     resync = positive_duration(resync_period, "--resync-period")
+    lifetime = positive_duration(server_cert_lifetime, "--server-cert-lifetime")
     try:
         chosen = choose_runner(runner)
     except BadRunnerError as e:
@@ -183,6 +194,7 @@ def operator(
         watch_seconds=watch_seconds,
         resync=resync,
         route_timeout=export_route_timeout,
+        cert_lifetime=timedelta(seconds=lifetime),
     )
     api = KubeApi(api_client(kubeconfig), discovery_cache=directory / "discovery.json")
     if chosen == PODS:

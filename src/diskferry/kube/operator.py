@@ -23,13 +23,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Access, Controllers
-from diskferry.control.host.embedded.certs import PKI_DIR
+from diskferry.control.host.embedded.certs import CERT_LIFETIME, PKI_DIR
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.runtime.runner.stop import serving
 from diskferry.kube.api import KubeApi
@@ -108,7 +109,7 @@ class OperatorSettings:
     name in it, its probes' address, the export proxy's port, its watches' length, how often
     every object is queued again (`resync`, seconds), where its workers run: as Pods of
     `worker_image` (PODS), or on its host (LOCAL), and, with Pods, the timeout of the export
-    proxy's Route."""
+    proxy's Route and how long the certificates of the servers and of the proxy last."""
 
     data_dir: Path
     namespace: str = NAMESPACE
@@ -124,6 +125,7 @@ class OperatorSettings:
     runner: str = LOCAL
     worker_image: str = ""
     route_timeout: str = DEFAULT_ROUTE_TIMEOUT
+    cert_lifetime: timedelta = CERT_LIFETIME
 
 
 class Operator:
@@ -174,7 +176,12 @@ class Operator:
         if settings.runner != PODS:
             return {}
         volumes = ClusterVolumes(self.api)
-        certs = SecretCa(self.api, settings.namespace, settings.data_dir / PKI_DIR)
+        certs = SecretCa(
+            self.api,
+            settings.namespace,
+            settings.data_dir / PKI_DIR,
+            lifetime=settings.cert_lifetime,
+        )
         return {
             "runner": PodRunner(self.api, settings.worker_image, volumes, settings.namespace),
             "volumes": volumes,
