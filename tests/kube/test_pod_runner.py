@@ -215,3 +215,32 @@ def test_an_output_the_worker_wrote_is_read_from_its_pod_s_log(
     assert tail and not any(is_frame(line) for line in tail)
     assert runner.forget("out-1")
     assert runner.read_file("out-1", "read.json") is None
+
+
+def test_a_job_for_a_claim_it_does_not_mount_goes_with_that_claim_s_object(
+    runner: PodRunner, api: KubeApi, nginx, images
+) -> None:
+    disk = {
+        "apiVersion": "diskferry.io/v1alpha1",
+        "kind": "VirtualDisk",
+        "metadata": {"name": "copy", "namespace": NAMESPACE},
+        "spec": {"persistentVolumeClaim": {"size": "64Mi"}},
+    }
+    uid = api.create("diskferry.io/v1alpha1", "VirtualDisk", NAMESPACE, disk)["metadata"]["uid"]
+    job = ImportJob(source=nginx.publish(images.reference, "owned.raw"), target="/tmp/disk.img")
+    # a claim of another namespace names no owner: none can be there
+    runner.start(f"elsewhere-vd-{uid}", job, for_claim=("default", f"vd-copy-{uid}"))
+    assert "ownerReferences" not in (_pod(api, f"elsewhere-vd-{uid}") or {})["metadata"]
+    serve_id = f"serve-vd-{uid}"
+    runner.start(serve_id, job, for_claim=(NAMESPACE, f"vd-copy-{uid}"))
+    for owned in _pod(api, serve_id), _secret(api, serve_id):
+        [ref] = (owned or {})["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"]) == ("VirtualDisk", "copy", uid)
+    api.delete("diskferry.io/v1alpha1", "VirtualDisk", NAMESPACE, "copy")
+    # deleting the disk deletes them (the Pod once the runner has read its end)
+    wait_until(lambda: _secret(api, serve_id) is None, 30, 0.3)
+    wait_until(lambda: (_pod(api, serve_id) or {}).get("metadata", {}).get("deletionTimestamp"), 30)
+    for job_id in serve_id, f"elsewhere-vd-{uid}":
+        _ended(runner, job_id)
+        runner.purge(job_id, keep_scratch=False)
+        wait_until(lambda job_id=job_id: _pod(api, job_id) is None, 30, 0.3)

@@ -3,8 +3,8 @@ a disk of a StorageClass as a real cluster has it (Ceph RBD, WaitForFirstConsume
 ReadWriteMany claim whose volume is made on the node of the worker Pod that first mounts it; a
 disk cloned from another across nodes (each class pinned to a node by its allowedTopologies)
 is read over NBD from a Pod serving the source's claim on its node by the Pod writing the clone
-on the other, its bytes the source's, and the serving Pod is gone once the clone is done or
-has failed."""
+on the other, its bytes the source's, the serving Pod owned by the clone as the writing one is,
+and gone once the clone is done or has failed."""
 
 from __future__ import annotations
 
@@ -152,13 +152,17 @@ def test_a_clone_across_nodes_reads_its_source_over_nbd_from_a_pod_beside_it(
         "-",
         stdin=_disk("copy", "on-b", "64Mi", _clone_of("source")),
     )
+    uid = (_get(cluster, "vd", "copy") or {})["metadata"]["uid"]
+    # the serving Pod is the copy's, as the Pod writing it is: it goes with the copy
+    serving = wait_until(lambda: _get(cluster, "pod", f"diskferry-serve-vd-{uid}"), 300, STEP)
+    [owner] = serving["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("VirtualDisk", "copy", uid)
     wait_ready(cluster.standin, "copy", "300s")
     _, source = _volume(cluster, "source")
     _, copy = _volume(cluster, "copy")
     assert (_node(source), _node(copy)) == ("node-a", "node-b")
     assert _same(_disk_file(source), _disk_file(copy))
     assert _disk_file(copy).stat().st_size == 64 * MiB
-    uid = (_get(cluster, "vd", "copy") or {})["metadata"]["uid"]
     assert _bound_to(cluster, f"diskferry-serve-vd-{uid}") == "node-a"
     assert _bound_to(cluster, f"diskferry-vd-{uid}") == "node-b"
     wait_until(lambda: not _items(cluster, "pods"), 120, STEP)  # the serving Pod is gone too

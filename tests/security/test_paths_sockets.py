@@ -86,7 +86,13 @@ class RecordingRunner(LocalRunner):
         super().__init__(data_dir)
         self.started: dict[str, WorkerJob] = {}
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
         self.started[job_id] = job
 
 

@@ -163,6 +163,18 @@ def _service_of(pod: Obj) -> str | None:
     return str(service) if service else None
 
 
+def _owner(
+    job_id: str, namespace: str, mounted: Sequence[str], for_claim: tuple[str, str] | None
+) -> Obj | None:
+    """The owner of a job's Pod and Secret in `namespace`: a job's id ends with the uid of the
+    object it works for, so the object of the claim of that uid, among the claims it mounts and
+    the one it is `for_claim`; None when none is (or that one is in another namespace, where no
+    owner can be)."""
+    claims = [*mounted, *([for_claim[1]] if for_claim and for_claim[0] == namespace else [])]
+    owners = [owner(claim) for claim in claims]
+    return next((o for o in owners if o and job_id.endswith(o["uid"])), None)
+
+
 class PodRunner:
     """Runs jobs as Pods of `image`, each claim a job names mounted as `claims` says, jobs that
     name none in `namespace`; safe to use from several threads."""
@@ -212,8 +224,15 @@ class PodRunner:
             mounts.append(replace(mount, read_only=claim.read_only))
         return (namespaces.pop() if namespaces else self.namespace), mounts
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
-        """Create the job's Secret and Pod, unless its Pod exists."""
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
+        """Create the job's Secret and Pod, unless its Pod exists; both owned by the object of
+        the claim the job works for (see `_owner`)."""
         if not re.match(JOB_ID_PATTERN, job_id):
             raise JobStartError(f"{job_id!r} is not a usable job id")
         data = _job_data(job, job_id)
@@ -228,10 +247,7 @@ class PodRunner:
         name = pod_name(job_id)
         with self._lock:
             self._where[job_id] = namespace
-        # a job's id ends with the uid of the object it works for: the owner of the claim
-        # of that uid owns the Pod
-        owners = [owner(m.claim) for m in mounts]
-        ref = next((o for o in owners if o and job_id.endswith(o["uid"])), None)
+        ref = _owner(job_id, namespace, [m.claim for m in mounts], for_claim)
         credentials = [file.name for file in files if file.credential]
         secret = job_secret(job_id, namespace, given, credentials, ref)
         try:

@@ -8,8 +8,9 @@ through a CA made for this one clone whose key is forgotten once it issued the s
 client's certificates (see `host.certs.ServerCerts.connection_files`). The client's files are
 kept among the serve job's own (its key a credential, removed once the job ends) until the
 import is started with them, once the server listens: its address and port are in its /progress.
-The serve job is stopped and removed however the clone ends (a failed one's log tail emitted
-first).
+The serve job works for the clone's target, as its import does (in a cluster, the target owns
+its Pod, which goes with it), and is stopped and removed however the clone ends (a failed one's
+log tail emitted first).
 """
 
 from __future__ import annotations
@@ -56,11 +57,14 @@ class CloneSources:
         self.certs = certs
         self.jobs = Jobs(runner)
 
-    def reach(self, job_id: str, location: str, namespace: str) -> Served | Failed | None:
+    def reach(
+        self, job_id: str, location: str, namespace: str, target: tuple[str, str]
+    ) -> Served | Failed | None:
         """The source of the import `job_id`, the disk at `location` in a worker that mounts
         its claim (of `namespace`), as the import reads it once its server listens (where the
         runner says); None while the server is started or starts; Failed when it could not
-        serve it."""
+        serve it. The server works for the object of the claim `target` (namespace, name) that
+        the import writes, as the import does."""
         serve_id = serve_job_id(job_id)
         polled = self.jobs.poll(serve_id, ServeResult)
         if polled is None:
@@ -73,7 +77,8 @@ class CloneSources:
                 listen_address=where.address,
                 listen_port=where.port,
             )
-            self.jobs.start(serve_id, job, [*server, *(f for f in client if f.name not in given)])
+            files = [*server, *(f for f in client if f.name not in given)]
+            self.jobs.start(serve_id, job, files, for_claim=target)
             return None
         if isinstance(polled, Succeeded):
             return Failed(

@@ -212,7 +212,12 @@ class Imports:
         why it cannot be read."""
         if self.sources is None:
             raise SourceUnavailableError("this daemon has no CA to serve a clone's source with")
-        served = self.sources.reach(job_id, source.location, source.namespace or claim.namespace)
+        served = self.sources.reach(
+            job_id,
+            source.location,
+            source.namespace or claim.namespace,
+            (claim.namespace, claim.name),
+        )
         if isinstance(served, Failed):
             message = f"the source could not be served: {served.message}"
             return Outcome(False, reason=served.reason, message=message)

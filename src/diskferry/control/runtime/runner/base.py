@@ -60,11 +60,19 @@ class Runner(Protocol):
     """Starts worker jobs by id, tells their state and where the servers they run are reached;
     every method is idempotent."""
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
         """Run `job` (its `jobId` set to `job_id`) in its engine's worker, with `files`
         written beside the job file, where relative paths in the job find them; a job id
         already started is not started again. A job its worker would refuse to read (a
-        secret inline) is refused here, and nothing runs."""
+        secret inline) is refused here, and nothing runs. `for_claim` (namespace, name) is the
+        claim whose object the job works for where the job does not name it (a clone's source
+        server works for its target), so that what runs the job goes with that object."""
 
     def state(self, job_id: str) -> JobState | None:
         """The job's state, None when no job of that id was started (or it was purged)."""

@@ -101,9 +101,16 @@ class Jobs:
         self.runner = runner
         self._lost: dict[str, int] = {}
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
-        """Start `job` as `job_id`, unless a job of that id was started."""
-        self.runner.start(job_id, job, files)
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
+        """Start `job` as `job_id` (for the object of the claim `for_claim`, see
+        `Runner.start`), unless a job of that id was started."""
+        self.runner.start(job_id, job, files, for_claim)
 
     def restart(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> bool:
         """Start `job` as `job_id` afresh, a settled job of that id forgotten first; False while

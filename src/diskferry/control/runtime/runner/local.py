@@ -157,8 +157,15 @@ class LocalRunner:
         """The ids of the jobs not purged, kept failed ones apart."""
         return sorted(p.parent.name for p in self.root.glob("*/state.json"))
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
-        """Start `python -m WORKER job.json` in the job's directory, unless it was started."""
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
+        """Start `python -m WORKER job.json` in the job's directory, unless it was started (a
+        worker on this host goes with the daemon, whatever claim it is for)."""
         if not re.match(JOB_ID_PATTERN, job_id) or job_id in (FAILED, LOGS):
             raise JobStartError(f"{job_id!r} is not a usable job id")
         data = _job_file(job, job_id)
