@@ -1,9 +1,11 @@
 """`diskferry operator`'s options as its instance is told them: the resync period, a duration
-above zero, an hour when none is given."""
+above zero, an hour when none is given; the servers' certificates' lifetime, a day unless
+given."""
 
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,12 @@ def test_a_resync_period_that_is_no_duration_above_zero_is_refused(
     assert refused.code == 2
     assert refused.error.startswith(f"Invalid value for --resync-period: {why}")
     assert not (tmp_path / "data").exists()
+
+
+def test_the_servers_certificates_last_a_day_unless_given(told, tmp_path: Path, diskferry) -> None:
+    assert _operator(tmp_path) == 0
+    assert _operator(tmp_path, "--server-cert-lifetime", "90s") == 0
+    assert [s.cert_lifetime for s in told] == [timedelta(hours=24), timedelta(seconds=90)]
+    refused = diskferry("operator", "--data-dir", tmp_path / "no", "--server-cert-lifetime", "0")
+    assert refused.code == 2
+    assert refused.error.startswith("Invalid value for --server-cert-lifetime: give a duration")
