@@ -317,17 +317,19 @@ class ClaimedKind(ABC):
         return f"importing {http_url_for_message(source.location)}"
 
     def _ended(self, obj: Any, claim: Claim, outcome: Outcome, source: Source) -> Result:
+        """Ready or Failed as the import ended; again soon while what served its source still
+        runs (it was asked to stop), so that it is removed then and not at a resync."""
         job_id = self.job_id(obj)
         if outcome.failed:
             self._fail(obj, outcome.reason or IMPORT_FAILED, outcome.message or "")
-            self.imports.finish(job_id, tag(obj), keep=True)
-            return Result.done()
-        result = dict(outcome.result or {})
-        if source.uid is not None:
-            result["sourceUID"] = source.uid
-        self._ready(obj, claim, result)
-        self.imports.finish(job_id, tag(obj), keep=False)
-        return Result.done()
+            finished = self.imports.finish(job_id, tag(obj), keep=True)
+        else:
+            result = dict(outcome.result or {})
+            if source.uid is not None:
+                result["sourceUID"] = source.uid
+            self._ready(obj, claim, result)
+            finished = self.imports.finish(job_id, tag(obj), keep=False)
+        return Result.done() if finished else Result.requeue(POLL_SECONDS)
 
     def _blank(self, obj: Any, claim: Claim, size: int) -> Result | None:
         """A blank disk: a sparse file of `size` a worker makes and commits whole (a block claim
