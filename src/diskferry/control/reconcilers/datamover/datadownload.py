@@ -1,8 +1,8 @@
 """DataDownload: one disk snapshot restored into a new VirtualDisk (`spec.targetVolume`), or
 into the claim it names (`diskferry.io/restore-into-claim`, a KubeVirt VM's disk).
 
-The disk is made blank of the snapshot's size (a backup worker reads it, `dd-<uid>-size`), or
-of the annotation
+The disk is made blank of the snapshot's size (a backup worker reads it, `dd-<uid>-size`, once:
+its job kept until the download ended), or of the annotation
 `diskferry.io/backup-pvc-size` when that is larger (a smaller one is refused), labelled with
 the download's uid; once its claim is made the restore worker writes the snapshot into it
 (replaced whole only on success). The disk stays Provisioning until the download Completed,
@@ -26,6 +26,7 @@ from diskferry.control.reconcilers.disks.datasources import DISK_CLAIM_LOST, cla
 from diskferry.control.reconcilers.disks.importjob import SIZE_TOO_SMALL
 from diskferry.control.reconcilers.disks.storageclasses import resolve
 from diskferry.control.reconcilers.disks.virtualdisk import awaits_restore
+from diskferry.control.reconcilers.disks.volumejobs import step
 from diskferry.control.reconcilers.velero.repoaccess import Location
 from diskferry.control.resources.datadownload import (
     BACKUP_PVC_SIZE,
@@ -39,7 +40,7 @@ from diskferry.control.resources.model import API_VERSION, ObjectMeta, Reason
 from diskferry.control.resources.quantity import format_bytes, parse_quantity
 from diskferry.control.resources.virtualdisk import VirtualDisk
 from diskferry.control.runtime.phases import READY
-from diskferry.control.runtime.runner.jobs import Failed
+from diskferry.control.runtime.runner.jobs import Failed, Running
 
 SIZE_POLL_SECONDS = 0.25
 BAD_SIZE = Reason("BadSize")
@@ -79,14 +80,18 @@ class DataDownloadReconciler(MoverReconciler):
 
     def size(self, obj: DataDownload, location: Location) -> int | None:
         """The disk's size: the snapshot's (or `spec.snapshotSize` when larger), or the
-        annotation's when larger still; None while a worker reads the snapshot's."""
+        annotation's when larger still; None while a worker reads the snapshot's. The worker's
+        job, once it succeeded, is the record of that size until the download ended (see
+        `cleanup`): each pass until the restore starts (the claim bound, a mover's slot free)
+        reads it there, never again from the repository."""
         snapshot = obj.spec.snapshot_id
         job, files = location.job(ChoresJob, chores=Chores(sizes=[snapshot]))
-        tag = self._log_tag(obj)
-        read = self.jobs.chore(self.size_job_id(obj), job, files, ChoresResult, tag)
-        if read is None:
+        job_id = self.size_job_id(obj)
+        read = step(self.jobs, job_id, job, ChoresResult, files)
+        if isinstance(read, Running):
             return None
         if isinstance(read, Failed):
+            self.jobs.settle(job_id, self._log_tag(obj), keep=True)
             raise MoverFailure(read.message, reason=read.reason)
         size = read.result.sizes[snapshot]
         size = max(size, obj.spec.snapshot_size or 0)
@@ -198,7 +203,13 @@ class DataDownloadReconciler(MoverReconciler):
         }
 
     def cleanup(self, obj: DataDownload, succeeded: bool) -> bool:
-        """Delete the disk the download made, unless it succeeded; whether it is gone."""
+        """Settle the job that read the snapshot's size, then delete the disk the download
+        made, unless it succeeded; whether both are gone."""
+        job_id = self.size_job_id(obj)
+        read = self.jobs.poll(job_id, ChoresResult)
+        settling = read is not None and not (isinstance(read, Failed) and read.kept)
+        if settling and not self.jobs.settle(job_id, self._log_tag(obj), keep=False):
+            return False
         if succeeded:
             return True
         namespace, name = self._target(obj)

@@ -12,6 +12,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from diskferry.control.host.volumes import Claim
+from diskferry.control.runtime.runner.base import JobFile
 from diskferry.control.runtime.runner.jobs import Failed, Jobs, Outcome, Running
 from diskferry.importer import BlankJob, GrowJob, ReflinkJob
 from diskferry.worker.job import WorkerJob
@@ -29,12 +30,16 @@ def volume_job_id(prefix: str, what: str, uid: str | None) -> str:
     return f"{prefix}-{what}-{uid}"
 
 
-def step(jobs: Jobs, job_id: str, job: WorkerJob, result: type[R]) -> Outcome[R]:
-    """Start `job` as `job_id` unless it was, else its outcome; one that failed and was settled
-    is started afresh, the reconcile that comes back to it wanting it again."""
+def step(
+    jobs: Jobs, job_id: str, job: WorkerJob, result: type[R], files: Sequence[JobFile] = ()
+) -> Outcome[R]:
+    """Start `job` as `job_id` (with `files`) unless it was, else its outcome; one that failed
+    and was settled is started afresh, the reconcile that comes back to it wanting it again.
+    One that succeeded gives its outcome until it is settled: it is the record of what it did
+    for as long as nothing else records it."""
     polled = jobs.poll(job_id, result)
     if polled is None or (isinstance(polled, Failed) and polled.kept):
-        jobs.restart(job_id, job)
+        jobs.restart(job_id, job, files)
         return Running(None)
     return polled
 
