@@ -21,6 +21,8 @@ from diskferry.control.runtime.source import Changes
 from diskferry.kube import api as kube_api
 from diskferry.kube.api import KubeApi
 from diskferry.kube.config import api_client
+from diskferry.kube.owned import OWNED, SELECTORS
+from diskferry.kube.pods import WORKERS
 from diskferry.kube.source import ClusterSource, KindWatches
 
 WAIT_SECONDS = 30
@@ -184,3 +186,35 @@ def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_agai
         assert changes_until(again.changes, "after-outran") == ["ADDED"]
     finally:
         again.changes.close()
+
+
+def _pod(name: str, labels: dict[str, str]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "localhost/none"}]},
+    }
+
+
+def test_an_owned_kind_is_listed_and_watched_through_its_selector_alone(api: KubeApi) -> None:
+    """The operator follows the worker Pods for their owners, never the cluster's other Pods."""
+    api.create("v1", "Pod", "default", _pod("worker-1", WORKERS))
+    api.create("v1", "Pod", "default", _pod("someone-elses-1", {"app": "web"}))
+    pods = next(info for info in OWNED if info.kind == "Pod")
+    listing = ClusterSource(api, REGISTRY, selectors=SELECTORS).follow([pods])
+    try:
+        assert [o["metadata"]["name"] for o in listing.objects] == ["worker-1"]
+        api.create("v1", "Pod", "default", _pod("someone-elses-2", {"app": "web"}))
+        api.create("v1", "Pod", "default", _pod("worker-2", WORKERS))
+        seen: list[str] = []
+        wait_until(
+            lambda: (
+                seen.extend(c.object["metadata"]["name"] for c in listing.changes.next(0.2))
+                or "worker-2" in seen
+            ),
+            WAIT_SECONDS,
+        )
+        assert set(seen) == {"worker-2"}  # added, then scheduled: never the other Pod
+    finally:
+        listing.changes.close()

@@ -105,6 +105,7 @@ class Controllers:
         servers: ExportServers | None = None,
         store: ImageStore | None = None,
         points: BackupPoints | None = None,
+        owned: Sequence[KindInfo] = (),
     ) -> None:
         access = objects if isinstance(objects, Access) else embedded(objects)
         clock = access.clock
@@ -163,6 +164,7 @@ class Controllers:
             workers=workers,
             resync=resync,
             related={VIRTUAL_MACHINES.kind: devices_named},
+            owned=owned,
         )
 
     def log_text(self, info: KindInfo, obj: dict[str, Any]) -> str | None:

@@ -371,11 +371,17 @@ class KubeApi:
             answer.release_conn()
 
     def watch(
-        self, api_version: str, kind: str, resource_version: str, seconds: int
+        self,
+        api_version: str,
+        kind: str,
+        resource_version: str,
+        seconds: int,
+        label_selector: str | None = None,
     ) -> Iterator[Obj]:
         """The kind's events (`type` and `object`) after `resource_version`, in every namespace,
-        for `seconds` (the server ends the request then; a connection silent for longer than
-        that and a bookmark's interval is taken for broken).
+        of the objects matching `label_selector` (all when None), for `seconds` (the server ends
+        the request then; a connection silent for longer than that and a bookmark's interval is
+        taken for broken).
 
         GoneError when that resourceVersion is no longer kept (410): list again. A broken
         connection is ClusterUnreachableError; the caller watches again from the last
@@ -386,6 +392,7 @@ class KubeApi:
             for event in watch.Watch().stream(
                 resource.get,
                 namespace=None,
+                label_selector=label_selector,
                 resource_version=resource_version,
                 timeout_seconds=seconds,
                 allow_watch_bookmarks=True,

@@ -40,6 +40,7 @@ from diskferry.kube.config import POD_NAME, POD_NAMESPACE, in_cluster
 from diskferry.kube.health import Health
 from diskferry.kube.images import NoImageStore
 from diskferry.kube.lease import LeaderElector, LeaseTimes
+from diskferry.kube.owned import OWNED, SELECTORS
 from diskferry.kube.points import KubeVirtPoints
 from diskferry.kube.proxy import ClusterProxy
 from diskferry.kube.routetimeout import DEFAULT_ROUTE_TIMEOUT
@@ -135,7 +136,9 @@ class Operator:
         self.api = api
         self.settings = settings
         self.client = KubeClient(api, REGISTRY, instance=settings.identity)
-        self.source = ClusterSource(api, REGISTRY, watch_seconds=settings.watch_seconds)
+        self.source = ClusterSource(
+            api, REGISTRY, watch_seconds=settings.watch_seconds, selectors=SELECTORS
+        )
         self.elector = LeaderElector(
             api, settings.namespace, settings.lease_name, settings.identity, settings.times
         )
@@ -170,7 +173,8 @@ class Operator:
 
     def _host(self) -> dict[str, Any]:
         """The host's services the controllers take: with workers as Pods, the cluster's (Pods,
-        PVCs, no image store, the CA in a Secret, the proxy's Deployment, Services); none
+        PVCs, no image store, the CA in a Secret, the proxy's Deployment, Services), and the
+        Pods and PVCs followed for their owners; none
         otherwise (this host's)."""
         settings = self.settings
         if settings.runner != PODS:
@@ -189,6 +193,7 @@ class Operator:
             "certs": certs,
             "proxy": ClusterProxy(self.api, certs, settings.namespace, settings.route_timeout),
             "servers": ServiceServers(self.api),
+            "owned": OWNED,
         }
 
     def _lead(self, stop: threading.Event) -> bool:

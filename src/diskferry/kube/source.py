@@ -23,7 +23,7 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +51,16 @@ class KindWatches:
     """The changes of each kind from its own resourceVersion, merged as they come, at most
     `buffer` of them held until they are taken."""
 
-    def __init__(self, api: KubeApi, seconds: int, buffer: int = BUFFER) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        seconds: int,
+        buffer: int = BUFFER,
+        selectors: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.api = api
         self.seconds = seconds
+        self.selectors = dict(selectors or {})
         self._changes: queue.Queue[KubeChange] = queue.Queue(maxsize=buffer)
         self._ended: DiskferryError | None = None  # the first error that ended a kind's watch
         self._stop = threading.Event()
@@ -70,7 +77,11 @@ class KindWatches:
         failures = 0
         while not self._stop.is_set():
             try:
-                for event in self.api.watch(info.api_version, info.kind, version, self.seconds):
+                selector = self.selectors.get(info.kind)
+                events = self.api.watch(
+                    info.api_version, info.kind, version, self.seconds, selector
+                )
+                for event in events:
                     if self._stop.is_set():
                         return
                     failures = 0
@@ -139,7 +150,8 @@ class KindWatches:
 class ClusterSource:
     """Lists and watches the registry's kinds in a cluster. Only the kinds it is asked to follow
     are watched (the operator may read others, such as Secrets, by name alone): a change of an
-    object of another kind reaches its owner at the next resync."""
+    object of another kind reaches its owner at the next resync. Of a kind `selectors` names
+    (by kind), only the objects its label selector matches are listed and watched."""
 
     def __init__(
         self,
@@ -148,26 +160,32 @@ class ClusterSource:
         *,
         watch_seconds: int = WATCH_SECONDS,
         buffer: int = BUFFER,
+        selectors: Mapping[str, str | None] | None = None,
     ) -> None:
         self.api = api
         self.registry = registry
         self.watch_seconds = watch_seconds
         self.buffer = buffer
+        self.selectors = dict(selectors or {})
+
+    def _pages(self, info: KindInfo) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        selector = self.selectors.get(info.kind)
+        return self.api.pages(info.api_version, info.kind, label_selector=selector)
 
     def list(self, info: KindInfo) -> Iterator[dict[str, Any]]:
         """Every object of the kind, in every namespace, a page read as the last is taken."""
-        for items, _ in self.api.pages(info.api_version, info.kind):
+        for items, _ in self._pages(info):
             yield from items
 
     def follow(self, kinds: Sequence[KindInfo]) -> Listing:
         """Every object of `kinds` now, and their changes from then on: each kind's first page
         is read here and its watch starts from that page's resourceVersion (every page of a
         listing is of that one); its other pages are read as the objects before are taken."""
-        watches = KindWatches(self.api, self.watch_seconds, self.buffer)
+        watches = KindWatches(self.api, self.watch_seconds, self.buffer, self.selectors)
         listed: list[Iterator[dict[str, Any]]] = []
         try:
             for info in kinds:
-                pages = self.api.pages(info.api_version, info.kind)
+                pages = self._pages(info)
                 first, version = next(pages)
                 watches.watch(info, version)
                 listed.append(self._rest(first, pages))

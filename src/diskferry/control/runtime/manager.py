@@ -8,7 +8,10 @@ write of its status alone does not (as controller-runtime's GenerationChangedPre
 it), so a reconcile that writes status does not call itself again. Any change of an object
 queues each owner its ownerReferences name (when theirs has a reconciler), so that a parent
 hears of its children, and each object `related` maps it to, before and after the change (a
-VM queues the disks it named and those it names now). Every `resync` seconds every object of a
+VM queues the disks it named and those it names now). The `owned` kinds (in a cluster, the
+worker Pods and claims the runner and the volumes make) are followed for that alone, as
+controller-runtime's Owns has it: a worker Pod that ends, a claim that is bound, queues the
+object that owns it at once, not at the next resync. Every `resync` seconds every object of a
 reconciled kind is queued again, and Events older than an hour are deleted where the source
 keeps them. Worker threads take keys from one WorkQueue, so no key is reconciled twice at
 once; an error is retried with backoff and shown on the object as the condition `Reconciled`
@@ -92,6 +95,7 @@ class Manager:
         workers: int = 4,
         resync: float = RESYNC_SECONDS,
         related: Mapping[str, Related] | None = None,
+        owned: Sequence[KindInfo] = (),
     ) -> None:
         self.source = source
         self.client = client
@@ -99,6 +103,7 @@ class Manager:
             declared(reconciler.info.model, RECONCILED)
         self.reconcilers = {r.info.kind: r for r in reconcilers}
         self.related = dict(related or {})
+        self.owned = list(owned)
         self.queue: WorkQueue[ObjectKey] = WorkQueue()
         self.workers = workers
         self.resync = resync
@@ -165,10 +170,12 @@ class Manager:
         return None if reconciler is None else reconciler.info
 
     def _kinds(self) -> list[KindInfo]:
-        """The reconciled kinds and the related ones."""
+        """The reconciled kinds, the related ones and the owned ones."""
         kinds = {kind: reconciler.info for kind, reconciler in self.reconcilers.items()}
         for kind in self.related.keys() - kinds.keys():
             kinds[kind] = self.source.registry.by_kind(kind)
+        for info in self.owned:
+            kinds.setdefault(info.kind, info)
         return list(kinds.values())
 
     def _queue_all(self, objects: Iterable[dict[str, Any]]) -> None:
