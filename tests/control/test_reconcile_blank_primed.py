@@ -34,10 +34,16 @@ class CountingRunner(LocalRunner):
         super().__init__(data_dir)
         self.runs: dict[str, int] = {}
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
         if self.state(job_id) is None:
             self.runs[job_id] = self.runs.get(job_id, 0) + 1
-        super().start(job_id, job, files)
+        super().start(job_id, job, files, for_claim)
 
 
 @dataclass

@@ -37,7 +37,13 @@ class EndingRunner:
         self.runs: dict[str, int] = {}
         self.jobs: set[str] = set()
 
-    def start(self, job_id: str, job: WorkerJob, files: Sequence[JobFile] = ()) -> None:
+    def start(
+        self,
+        job_id: str,
+        job: WorkerJob,
+        files: Sequence[JobFile] = (),
+        for_claim: tuple[str, str] | None = None,
+    ) -> None:
         if job_id not in self.jobs:
             self.jobs.add(job_id)
             self.runs[job_id] = self.runs.get(job_id, 0) + 1

@@ -113,9 +113,9 @@ class DataDownloadReconciler(MoverReconciler):
     def prepare(
         self, obj: DataDownload, location: Location, config: DataMoverConfigSpec
     ) -> Job | Waiting:
-        """The restore job, once the claim of the disk it made is made blank (ready, or the disk
-        says it waits for this download), or the claim it made can be written, with
-        INTO_CLAIM."""
+        """The restore job, once the disk it made says its claim is made blank and waits for
+        this download (a claim in a cluster is ready only after it), or the claim it made can
+        be written, with INTO_CLAIM."""
         namespace, name = self._target(obj)
         if obj.metadata.annotations.get(INTO_CLAIM) == "true":
             return self._into_claim(obj, location, config, namespace, name)
@@ -148,7 +148,7 @@ class DataDownloadReconciler(MoverReconciler):
             raise MoverFailure(
                 f"the claim of the VirtualDisk {name} is gone", reason=DISK_CLAIM_LOST
             )
-        if claim is None or not (claim.ready or awaits_restore(disk)):
+        if claim is None or not awaits_restore(disk):
             return Waiting(f"waiting for the claim of the VirtualDisk {name} to be made")
         job, files = location.job(
             RestoreJob,
