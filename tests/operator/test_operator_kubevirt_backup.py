@@ -14,11 +14,9 @@ of it until the download Completed and the disk's claim was handed its volume.""
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from control_support import wait_until
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 from kubevirt_vm import vm_manifests
+from location_support import apply_s3_location
 from operator_support import Cluster
 from pods_support import pods_operator, pods_started, volume_file
 
@@ -35,7 +34,7 @@ from diskferry.kube.pods import pod_name
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "objstore"))
 
-from s3server import ACCESS_KEY, SECRET_KEY, make_bucket, running_moto
+from s3server import make_bucket, running_moto
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 1200)]
 MiB = 1 << 20
@@ -60,29 +59,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     made = Cluster(tmp_path)
     yield made
     made.close()
-
-
-def _secret(name: str, **data: str) -> str:
-    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": encoded}
-    return json.dumps(body)
-
-
-def _location(endpoint: str) -> str:
-    spec = {
-        "provider": "aws",
-        "objectStorage": {"bucket": BUCKET, "prefix": uuid.uuid4().hex},
-        "config": {"region": "us-east-1", "s3Url": endpoint},
-        "credential": {"name": "s3-keys", "key": "cloud"},
-        "encryptionSecretRef": {"name": "repo-pass", "key": "password"},
-    }
-    body = {
-        "apiVersion": "diskferry.io/v1alpha1",
-        "kind": "BackupStorageLocation",
-        "metadata": {"name": "repo", "namespace": "default"},
-        "spec": spec,
-    }
-    return json.dumps(body)
 
 
 def _upload(name: str) -> str:
@@ -141,10 +117,7 @@ def test_a_kubevirt_vm_is_backed_up_through_its_backup_point_and_restored(
 ) -> None:
     standin = cluster.standin
     pods_operator(cluster, pinned)
-    keys = f"[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"
-    for body in (_secret("repo-pass", password="kubevirt"), _secret("s3-keys", cloud=keys)):
-        kubectl(standin, "apply", "-f", "-", stdin=body)
-    kubectl(standin, "apply", "-f", "-", stdin=_location(s3_endpoint))
+    apply_s3_location(standin, s3_endpoint, BUCKET, "kubevirt")
     kubectl(standin, "apply", "-f", "-", stdin=VM)
     disk = _volume_file(cluster, "root")
     with open(disk, "wb") as f:
@@ -223,10 +196,7 @@ def test_a_backup_of_a_kubevirt_vm_restores_it_held_until_its_claim_is_back(
 ) -> None:
     standin = cluster.standin
     pods_operator(cluster, pinned)
-    keys = f"[default]\naws_access_key_id={ACCESS_KEY}\naws_secret_access_key={SECRET_KEY}\n"
-    for body in (_secret("repo-pass", password="kubevirt"), _secret("s3-keys", cloud=keys)):
-        kubectl(standin, "apply", "-f", "-", stdin=body)
-    kubectl(standin, "apply", "-f", "-", stdin=_location(s3_endpoint))
+    apply_s3_location(standin, s3_endpoint, BUCKET, "kubevirt")
     kubectl(standin, "apply", "-f", "-", stdin=VM)
     disk = _volume_file(cluster, "root")
     with open(disk, "wb") as f:
