@@ -15,6 +15,23 @@ from daemon_support import STARTUP_SECONDS
 TESTS = Path(__file__).parents[1]
 SRC = TESTS.parent / "src"
 STOP_SECONDS = 30
+NODE_CLASSES = """\
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: on-a}
+provisioner: diskferry.io/standin
+allowedTopologies:
+- matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-a]}]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: on-b}
+provisioner: diskferry.io/standin
+allowedTopologies:
+- matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-b]}]
+"""
+"""StorageClasses `on-a` and `on-b`, whose volumes only node-a or node-b reaches (a stand-in
+started with `--nodes node-a,node-b`)."""
 
 
 def environment() -> dict[str, str]:

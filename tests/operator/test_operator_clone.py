@@ -20,26 +20,12 @@ from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 from operator_support import Cluster, wait_holder, wait_ready
 from reconcile_support import ready_condition
+from standin_support import NODE_CLASSES
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 900)]
 MiB = 1 << 20
 STEP = 0.3
 EXAMPLES = Path(__file__).parents[2] / "examples"
-PINNED = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: on-a}
-provisioner: diskferry.io/standin
-allowedTopologies:
-- matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-a]}]
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: on-b}
-provisioner: diskferry.io/standin
-allowedTopologies:
-- matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-b]}]
-"""
 
 
 @pytest.fixture
@@ -140,7 +126,7 @@ def test_a_disk_of_a_ceph_rbd_class_is_a_block_claim_made_where_its_pod_runs(
 def test_a_clone_across_nodes_reads_its_source_over_nbd_from_a_pod_beside_it(
     cluster: Cluster, pinned: str, nginx, images
 ) -> None:
-    kubectl(cluster.standin, "apply", "-f", "-", stdin=PINNED)
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=NODE_CLASSES)
     _operator(cluster, pinned)
     url = nginx.publish(images.reference, "operator-clone.raw")
     kubectl(cluster.standin, "apply", "-f", "-", stdin=_disk("source", "on-a", "48Mi", _http(url)))

@@ -112,14 +112,20 @@ def _volume_file(cluster: Cluster, claim: str, namespace: str = "default") -> Pa
     return Path(pv["spec"]["hostPath"]["path"]) / "disk.img"
 
 
+def _vm_on_its_claim(cluster: Cluster, pinned: str, s3_endpoint: str) -> Path:
+    """The operator started with its workers as Pods, the location and the VM applied: the file
+    of the VM's root claim."""
+    pods_operator(cluster, pinned)
+    apply_s3_location(cluster.standin, s3_endpoint, BUCKET, "kubevirt")
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=VM)
+    return _volume_file(cluster, "root")
+
+
 def test_a_kubevirt_vm_is_backed_up_through_its_backup_point_and_restored(
     cluster: Cluster, pinned: str, s3_endpoint: str
 ) -> None:
     standin = cluster.standin
-    pods_operator(cluster, pinned)
-    apply_s3_location(standin, s3_endpoint, BUCKET, "kubevirt")
-    kubectl(standin, "apply", "-f", "-", stdin=VM)
-    disk = _volume_file(cluster, "root")
+    disk = _vm_on_its_claim(cluster, pinned, s3_endpoint)
     with open(disk, "wb") as f:
         f.truncate(16 * MiB)
         f.seek(MiB)
@@ -195,10 +201,7 @@ def test_a_backup_of_a_kubevirt_vm_restores_it_held_until_its_claim_is_back(
     cluster: Cluster, pinned: str, s3_endpoint: str
 ) -> None:
     standin = cluster.standin
-    pods_operator(cluster, pinned)
-    apply_s3_location(standin, s3_endpoint, BUCKET, "kubevirt")
-    kubectl(standin, "apply", "-f", "-", stdin=VM)
-    disk = _volume_file(cluster, "root")
+    disk = _vm_on_its_claim(cluster, pinned, s3_endpoint)
     with open(disk, "wb") as f:
         f.truncate(16 * MiB)
         f.seek(2 * MiB)

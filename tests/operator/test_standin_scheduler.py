@@ -14,24 +14,13 @@ from typing import Any
 import pytest
 from control_support import wait_until
 from daemon_support import kubectl
-from standin_support import StandIn, start_standin
+from standin_support import NODE_CLASSES, StandIn, start_standin
 
 STEP = 0.3
 NO_IMAGE = "localhost/diskferry-absent:0"
-CLASSES = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: on-a}
-provisioner: diskferry.io/standin
-allowedTopologies:
-- matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-a]}]
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: on-b}
-provisioner: diskferry.io/standin
-allowedTopologies:
-- matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-b]}]
+CLASSES = (
+    NODE_CLASSES
+    + """\
 ---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -41,6 +30,7 @@ volumeBindingMode: WaitForFirstConsumer
 allowedTopologies:
 - matchLabelExpressions: [{key: kubernetes.io/hostname, values: [node-b]}]
 """
+)
 
 
 @pytest.fixture(scope="module")
