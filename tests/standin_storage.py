@@ -15,6 +15,11 @@ provisioner and kube-controller-manager's persistent volume controller do in a c
   `spec.volumeName` set, Bound with the volume's capacity. That is how a populator hands the
   volume it filled (its prime claim's) to the claim it populates: it moves the volume's claimRef.
 - A claim bound to a volume whose claimRef names another claim is Lost.
+- A bound claim whose request grows past its volume's capacity is expanded, as a CSI driver's
+  resizer and the kubelet expand one, where its class sets `allowVolumeExpansion: true`: the
+  backing file of a Block volume grown (and any loop device over it told), the volume's
+  capacity and then the claim's `status.capacity` set to the request. Another class's claim
+  keeps its capacity.
 - A volume whose claim is gone (read again, never off a listing) is Released; with the Delete
   reclaim policy its backing and the volume are removed.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +91,18 @@ def _populated_elsewhere(pvc: Obj) -> bool:
     return bool(ref) and (ref.get("apiGroup") or "", ref.get("kind")) not in CORE_SOURCES
 
 
+def _loops_told(path: Path) -> None:
+    """Tell each loop device over `path` its file's new size."""
+    found = subprocess.run(
+        ["losetup", "--associated", str(path), "--noheadings", "-O", "NAME"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for loop in found.stdout.split():
+        subprocess.run(["losetup", "--set-capacity", loop], capture_output=True, check=False)
+
+
 class Storage:
     """Provisions volumes for claims and binds them, in DATA_DIR/storage."""
 
@@ -137,6 +155,8 @@ class Storage:
                 self._phase(self.claims, pvc, "Lost")
             elif (pvc.get("status") or {}).get("phase") != "Bound":
                 self._bind(pvc, pv)
+            else:
+                self._expand(pvc, pv)
             return
         pv = by_claim.get(meta["uid"])
         if pv is not None:
@@ -212,6 +232,35 @@ class Storage:
         )
         self._phase(self.volumes, pv, "Bound")
         log.info("bound %s/%s to %s", meta["namespace"], meta["name"], pv["metadata"]["name"])
+
+    def _expand(self, pvc: Obj, pv: Obj) -> None:
+        """Grow the claim's volume to its request, where its class allows it."""
+        asked = pvc["spec"]["resources"]["requests"]["storage"]
+        if parse_quantity(str(asked)) <= parse_quantity(str(pv["spec"]["capacity"]["storage"])):
+            return
+        try:
+            storage_class = self.service.get(self.classes, None, pvc["spec"]["storageClassName"])
+        except NotFoundError:
+            return
+        if storage_class.get("allowVolumeExpansion") is not True:
+            return
+        path = backing(pv)
+        if block(pv) and path is not None and path.is_relative_to(self.root):
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                os.ftruncate(fd, max(os.fstat(fd).st_size, parse_quantity(str(asked))))
+            finally:
+                os.close(fd)
+            _loops_told(path)
+        name = pv["metadata"]["name"]
+        grown = {"spec": {"capacity": {"storage": asked}}}
+        self.service.patch(self.volumes, None, name, grown, MERGE)
+        meta = pvc["metadata"]
+        status = {"status": {"capacity": {"storage": asked}}}
+        self.service.patch(
+            self.claims, meta["namespace"], meta["name"], status, MERGE, subresource="status"
+        )
+        log.info("expanded %s/%s (%s) to %s", meta["namespace"], meta["name"], name, asked)
 
     def _phase(self, info: Any, obj: Obj, phase: str) -> None:
         if (obj.get("status") or {}).get("phase") == phase:

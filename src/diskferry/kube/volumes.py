@@ -20,6 +20,12 @@ through a prime PVC as CDI's volume populators populate theirs.
 - A Filesystem claim asks for its disk's size and the filesystem's room besides
   (FILESYSTEM_OVERHEAD, CDI's default); a Block claim for its disk's size. The disk's size is
   kept in an annotation, since the claim's capacity is the storage's to round.
+- A claim grows (`expand`) as Deckhouse's disks do: its target's request is raised, where its
+  StorageClass sets `allowVolumeExpansion: true` (ExpansionRefusedError otherwise), and the
+  storage has expanded it once its `status.capacity` reaches the request; a worker then grows
+  the disk file of a Filesystem claim (a Block claim's volume is its disk). The annotation
+  takes the disk's new size once it was grown (`resized`), so a claim whose annotation says
+  less is grown again: the request and a file already as large are left as they are.
 
 Nothing here reads or writes a claim's bytes: the worker Pods do.
 """
@@ -34,13 +40,21 @@ from pathlib import Path
 from typing import Any
 
 from diskferry.control.apiserver.errors import AlreadyExistsError, ConflictError
-from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError
+from diskferry.control.host.volumes import (
+    Claim,
+    Expansion,
+    ExpansionRefusedError,
+    VolumeClass,
+    VolumeError,
+)
+from diskferry.control.resources.quantity import format_bytes, parse_quantity
 from diskferry.kube.api import KubeApi
 from diskferry.kube.claims import claim_path, owner
 from diskferry.kube.pods import Mount
 
 PVC = ("v1", "PersistentVolumeClaim")
 PV = ("v1", "PersistentVolume")
+STORAGE_CLASS = ("storage.k8s.io/v1", "StorageClass")
 SIZE_ANNOTATION = "diskferry.io/disk-size"
 FILESYSTEM_OVERHEAD = 0.055
 """The share of a Filesystem claim its filesystem takes for itself (CDI's default)."""
@@ -60,6 +74,22 @@ def requested(size: int, block: bool) -> int:
     if block:
         return size
     return math.ceil(size * (1 + FILESYSTEM_OVERHEAD) / ROUNDING) * ROUNDING
+
+
+def _storage(quantities: Obj | None) -> int:
+    """The bytes of the `storage` quantity of a PVC's requests or capacity, 0 without one."""
+    return parse_quantity(str((quantities or {}).get("storage") or 0))
+
+
+def _resize_conditions(pvc: Obj) -> str:
+    """What the PVC's conditions say of its resize (Resizing, FileSystemResizePending, a
+    resize error), as `; TYPE: message` each."""
+    said = [
+        f"; {c.get('type')}: {c.get('message') or c.get('reason') or c.get('status')}"
+        for c in (pvc.get("status") or {}).get("conditions") or []
+        if "Resiz" in str(c.get("type"))
+    ]
+    return "".join(said)
 
 
 def _bound(pvc: Obj | None) -> bool:
@@ -268,6 +298,45 @@ class ClusterVolumes:
             self.api.replace(*PV, None, volume, pv)
         except ConflictError as e:
             raise VolumeError(f"the volume {volume} changed while handed over: {e}") from None
+
+    def expand(self, claim: Claim, size: int) -> Expansion:
+        """Raise the request of the claim's target to hold a disk of `size` bytes, refused
+        (ExpansionRefusedError) where its class does not allow volume expansion; done once its
+        capacity holds it."""
+        target = self._get(claim.namespace, claim.name)
+        if target is None:
+            raise VolumeError(f"the claim {claim.namespace}/{claim.name} is gone")
+        block = target["spec"].get("volumeMode") == "Block"
+        wanted = requested(size, block)
+        capacity = _storage((target.get("status") or {}).get("capacity"))
+        if capacity >= wanted:
+            return Expansion(done=True, grows_disk=not block)
+        if _storage(target["spec"].get("resources", {}).get("requests")) < wanted:
+            self._expandable(target)
+            patch = {"spec": {"resources": {"requests": {"storage": str(wanted)}}}}
+            target = self.api.patch(*PVC, claim.namespace, claim.name, patch)
+        message = (
+            f"waiting for the storage to expand the claim {claim.name} to "
+            f"{format_bytes(wanted)} (it has {format_bytes(capacity)}"
+            f"{_resize_conditions(target)})"
+        )
+        return Expansion(done=False, grows_disk=not block, message=message)
+
+    def _expandable(self, target: Obj) -> None:
+        """ExpansionRefusedError unless the target's StorageClass sets allowVolumeExpansion."""
+        name = target["spec"].get("storageClassName") or ""
+        found = self.api.get(*STORAGE_CLASS, None, name) if name else None
+        if (found or {}).get("allowVolumeExpansion") is not True:
+            raise ExpansionRefusedError(
+                f"the StorageClass {name or '(none)'} of the claim {target['metadata']['name']} "
+                "does not allow volume expansion: a class with allowVolumeExpansion: true can "
+                "grow its claims"
+            )
+
+    def resized(self, claim: Claim, size: int) -> None:
+        """Record the disk's new size in its target's annotation."""
+        patch = {"metadata": {"annotations": {SIZE_ANNOTATION: str(size)}}}
+        self.api.patch(*PVC, claim.namespace, claim.name, patch)
 
     def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
         """Remove the claim's target and prime (the storage then reclaims their volume)."""

@@ -23,6 +23,12 @@ class VolumeError(DiskferryError):
     reason = "VolumeFailed"
 
 
+class ExpansionRefusedError(VolumeError):
+    """The claim's storage may not grow: its StorageClass does not allow volume expansion."""
+
+    reason = "VolumeExpansionNotAllowed"
+
+
 class ProvisionerUnavailableError(VolumeError):
     """This host cannot make claims of the class: its provisioner is another's (a cluster's)."""
 
@@ -46,6 +52,18 @@ class VolumeClass:
     def block(self) -> bool:
         """Whether claims are block devices."""
         return self.type == BLOCK
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """Where the growth of a claim's storage stands: `done` once the storage has room for the
+    disk, else what it waits for (`message`); and whether a worker then grows the disk itself
+    (`grows_disk`: a file, and its loop device on this host; not a cluster's Block volume,
+    which is the disk)."""
+
+    done: bool
+    grows_disk: bool
+    message: str = ""
 
 
 class Claim(Protocol):
@@ -108,6 +126,13 @@ class Volumes(Protocol):
 
     def remove(self, volume_class: VolumeClass, namespace: str, name: str) -> None:
         """Remove the claim and whatever was made beside it (its CBT overlay)."""
+
+    def expand(self, claim: Claim, size: int) -> Expansion:
+        """Ask the claim's storage for room for a disk of `size` bytes (never less than it
+        has), and say where that stands; ExpansionRefusedError when its class may not grow."""
+
+    def resized(self, claim: Claim, size: int) -> None:
+        """Record that the claim's disk now holds `size` bytes, once it was grown."""
 
     def seal(self, claim: Claim) -> None:
         """Make the claim a worker wrote the host's alone (its writer had its own umask)."""

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from diskferry.control.host.volumes import (
     Claim,
+    Expansion,
     ProvisionerUnavailableError,
     VolumeClass,
     VolumeError,
@@ -314,6 +315,14 @@ class DirectoryVolumes:
         loops = _loops_of(file)
         device = loops[0] if loops else _losetup("--find", "--show", str(file)).strip()
         return FileClaim(volume_class, namespace, name, file, device)
+
+    def expand(self, claim: Claim, size: int) -> Expansion:
+        """Done at once: a claim's room is its folder's; a worker grows its file (and loop
+        device)."""
+        return Expansion(done=True, grows_disk=True)
+
+    def resized(self, claim: Claim, size: int) -> None:
+        """Nothing: the claim's file says its size."""
 
     def seal(self, claim: Claim) -> None:
         """Make the claim's file 0600 (its writer had its own umask)."""
