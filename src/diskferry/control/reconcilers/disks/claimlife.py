@@ -7,7 +7,10 @@ and where the claims may be on different nodes (a cluster's) the other claim is 
 from a worker serving it beside its claim, removed however the copy ends;
 an Upload source waits in WaitForUserUpload, its upload server's URLs in `imageUploadURLs`,
 until an upload begins) -> Ready, or Failed with the worker's reason and message; a larger
-size asked of a Ready claim is Resizing, then Ready again; each change an Event. A finalizer
+size asked of a Ready claim is Resizing (its storage expanded where the host must, a PVC's,
+then its disk grown by a worker where the disk is a file), then Ready again; a smaller one,
+or one its class may not grow to, leaves it Ready, its Ready condition and a Warning Event
+saying why; each change an Event. A finalizer
 holds the object while it is Terminating, until its worker is stopped, its claim and its
 worker's files removed; one more while a VirtualMachine holds it (see `protection`), whose
 deletion waits for the VM to stop. A kind gives the few parts that differ (`ClaimedKind`'s
@@ -27,7 +30,13 @@ from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
 from diskferry.control.host.proxy import ExportProxy
-from diskferry.control.host.volumes import Claim, VolumeClass, VolumeError, Volumes
+from diskferry.control.host.volumes import (
+    Claim,
+    ExpansionRefusedError,
+    VolumeClass,
+    VolumeError,
+    Volumes,
+)
 from diskferry.control.reconcilers.disks.datasources import (
     Waiting,
     claim_name,
@@ -61,6 +70,7 @@ from diskferry.control.resources.duration import DurationError, format_duration
 from diskferry.control.resources.model import Reason, Resource
 from diskferry.control.resources.quantity import format_bytes
 from diskferry.control.runtime.client import Client
+from diskferry.control.runtime.conditions import find, set_condition
 from diskferry.control.runtime.finalizer import deleting, held
 from diskferry.control.runtime.phases import (
     FAILED,
@@ -82,6 +92,13 @@ from diskferry.importer import ProbeJob, ProbeResult, ReflinkResult, VolumeResul
 log = logging.getLogger("diskferry.control")
 PVC_LOST = Reason("PVCLost")
 RESIZING = Reason("Resizing")
+SHRINK_REFUSED = Reason("ShrinkNotAllowed")
+EXPANSION_REFUSED = Reason(ExpansionRefusedError.reason)
+EXPANSION_TIMED_OUT = Reason("ExpansionTimedOut")
+REFUSALS = (SHRINK_REFUSED, EXPANSION_REFUSED, EXPANSION_TIMED_OUT)
+EXPANSION_SECONDS = 600.0
+"""How long a claim's storage may take to expand before its object says it is late."""
+REFUSED_SECONDS = 60.0
 WAIT_FOR_USER_UPLOAD = Reason("WaitForUserUpload")
 WAITING_FOR_SOURCE = Reason("WaitingForDataSource")
 SIZE_REQUIRED = Reason("SizeRequired")
@@ -103,6 +120,20 @@ class Filling:
     reason: str
     message: str
     failed: bool = False
+
+
+def ready_condition(obj: Resource) -> dict[str, Any]:
+    """The object's Ready condition as its status shows it, empty while it has none."""
+    return find(status_of(obj).get("conditions") or [], READY) or {}
+
+
+def resizing_for(obj: Resource) -> float:
+    """Seconds since the object's Ready condition last changed: how long a Resizing object has
+    been resizing."""
+    since = ready_condition(obj).get("lastTransitionTime")
+    if not since:
+        return 0.0
+    return (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds()
 
 
 def age(obj: Resource) -> str:
@@ -179,9 +210,8 @@ class ClaimedKind(ABC):
 
     def _waited(self, obj: Resource) -> bool:
         """Whether the object was waiting for its data source until now."""
-        status = status_of(obj)
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == READY), {})
-        return status.get("phase") == PENDING and ready.get("reason") == WAITING_FOR_SOURCE
+        reason = ready_condition(obj).get("reason")
+        return status_of(obj).get("phase") == PENDING and reason == WAITING_FOR_SOURCE
 
     def job_id(self, obj: Resource) -> str:
         """The id of the object's import job."""
@@ -219,7 +249,8 @@ class ClaimedKind(ABC):
         status = status_of(obj)
         phase = status.get("phase")
         settled = status.get("observedGeneration") == obj.metadata.generation
-        if settled and phase in (READY, FAILED, PVC_LOST):
+        refused = ready_condition(obj).get("reason") in REFUSALS
+        if settled and phase in (READY, FAILED, PVC_LOST) and not refused:
             return self._settled(obj, phase)
         if phase in (READY, RESIZING):
             return self._resize(obj)
@@ -413,20 +444,76 @@ class ClaimedKind(ABC):
             transition(self.client, obj, PVC_LOST, PVC_LOST, "the claim is gone")
             return Result.done()
         size = self.size(obj)
-        job_id = self.volume_job_id(obj, GROW)
+        if size is not None and size < claim.size():
+            message = (
+                f"the disk holds {format_bytes(claim.size())}: it may only grow, "
+                f"not to {format_bytes(size)}"
+            )
+            return self._refuse(obj, SHRINK_REFUSED, message)
         if size is not None and size > claim.size():
-            message = f"growing the claim to {format_bytes(size)}"
+            growing = self._grow(obj, claim, size)
+            if growing is not None:
+                return growing
+            claim = claim_of(self.client, self.volumes, obj) or claim
+        self.jobs.settle(self.volume_job_id(obj, GROW), tag(obj), keep=False)
+        message = "the claim holds its data"
+        transition(self.client, obj, READY, READY, message, self.resized_fields(obj, claim))
+        return Result.done()
+
+    def _grow(self, obj: Any, claim: Claim, size: int) -> Result | None:
+        """Grow the claim to `size`: its storage expanded, then its disk by a worker where the
+        disk is a file; a Result until it is, None once it is (and recorded, so that it is not
+        grown again)."""
+        try:
+            expansion = self.volumes.expand(claim, size)
+        except ExpansionRefusedError as e:
+            return self._refuse(obj, e.reason, e.message)
+        except VolumeError as e:
+            return Result.failed(ResizeError(f"{e.reason}: {e.message}"))
+        growing = f"growing the claim to {format_bytes(size)}"
+        if status_of(obj).get("phase") != RESIZING:
+            message = growing if expansion.done else expansion.message
             obj = transition(self.client, obj, RESIZING, RESIZING, message)
+        if not expansion.done:
+            if resizing_for(obj) > EXPANSION_SECONDS:
+                late = f"{expansion.message}, for more than {EXPANSION_SECONDS:.0f}s"
+                return self._refuse(obj, EXPANSION_TIMED_OUT, late, RESIZING)
+            self._say(obj, RESIZING, expansion.message)
+            return Result.requeue(WAIT_SECONDS)
+        self._say(obj, RESIZING, growing)
+        if expansion.grows_disk:
+            job_id = self.volume_job_id(obj, GROW)
             outcome = step(self.jobs, job_id, grow_job(claim, size), VolumeResult)
             if isinstance(outcome, Running):
                 return Result.requeue(POLL_SECONDS)
             if isinstance(outcome, Failed):
                 self.jobs.settle(job_id, tag(obj), keep=True)
                 return Result.failed(ResizeError(f"{outcome.reason}: {outcome.message}"))
-        self.jobs.settle(job_id, tag(obj), keep=False)
-        message = "the claim holds its data"
-        transition(self.client, obj, READY, READY, message, self.resized_fields(obj, claim))
-        return Result.done()
+        self.volumes.resized(claim, size)
+        return None
+
+    def _refuse(self, obj: Any, reason: str, message: str, phase: str = READY) -> Result:
+        """The claim does not grow as asked, for `reason`: said in the Ready condition (True
+        while its disk is Ready as it was) and a Warning Event once; looked at again a while
+        later, for a class that came to allow expansion, or a storage done at last."""
+        if ready_condition(obj).get("reason") != reason:
+            log.warning("%s: %s: %s", tag(obj), reason, message)
+            self.client.event(obj, "Warning", reason, message)
+        obj = transition(self.client, obj, phase, reason, message)
+        self._say(obj, reason, message)
+        return Result.requeue(REFUSED_SECONDS)
+
+    def _say(self, obj: Any, reason: str, message: str) -> None:
+        """The Ready condition's reason and message made these, its status kept, where what
+        the storage says changed them (a transition keeps the message of a reason it keeps)."""
+        ready = ready_condition(obj)
+        if (ready.get("reason"), ready.get("message")) == (reason, message):
+            return
+        found = status_of(obj).get("conditions") or []
+        holds = ready.get("status") == "True"
+        generation = obj.metadata.generation
+        conditions = set_condition(obj, found, READY, holds, reason, message, generation)
+        self.client.patch_status(obj, {"conditions": conditions})
 
     def _fail(self, obj: Any, reason: str, message: str) -> Result:
         log.warning("%s failed: %s: %s", tag(obj), reason, message)
