@@ -13,6 +13,7 @@ import pytest
 from control_support import wait_until
 from daemon_support import kubectl
 from image_support import BUILD_SECONDS
+from standin_support import EXPANSION_CLASSES
 
 from diskferry.control.host.volumes import Expansion, ExpansionRefusedError, VolumeClass
 from diskferry.control.reconcilers.disks.datasources import claim_name
@@ -27,19 +28,6 @@ from diskferry.kube.volumes import ClusterVolumes, PvcClaim, requested
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 600)]
 MiB = 1 << 20
-CLASSES = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: growing}
-provisioner: diskferry.io/standin
-allowVolumeExpansion: true
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: fixed}
-provisioner: diskferry.io/standin
-allowVolumeExpansion: false
-"""
 GROWING = VolumeClass("growing", provisioner="diskferry.io/standin")
 GROWING_BLOCKS = VolumeClass("growing", "block", provisioner="diskferry.io/standin")
 FIXED = VolumeClass("fixed", provisioner="diskferry.io/standin")
@@ -48,7 +36,7 @@ FIXED = VolumeClass("fixed", provisioner="diskferry.io/standin")
 @pytest.fixture(scope="module")
 def image(standin, pinned: str) -> str:
     """The stand-in with its StorageClasses; the image its Pods run."""
-    kubectl(standin, "apply", "-f", "-", stdin=CLASSES)
+    kubectl(standin, "apply", "-f", "-", stdin=EXPANSION_CLASSES)
     return pinned
 
 

@@ -32,6 +32,21 @@ allowedTopologies:
 """
 """StorageClasses `on-a` and `on-b`, whose volumes only node-a or node-b reaches (a stand-in
 started with `--nodes node-a,node-b`)."""
+EXPANSION_CLASSES = """\
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: growing}
+provisioner: diskferry.io/standin
+allowVolumeExpansion: true
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: fixed}
+provisioner: diskferry.io/standin
+allowVolumeExpansion: false
+"""
+"""StorageClasses `growing`, whose volumes the stand-in's storage expands, and `fixed`, whose
+volumes it does not."""
 
 
 def environment() -> dict[str, str]:

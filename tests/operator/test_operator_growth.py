@@ -16,24 +16,12 @@ from image_support import BUILD_SECONDS
 from operator_support import wait_ready
 from pods_support import STEP, get_object, items, pods_operator, pods_started, volume_file
 from reconcile_support import ready_condition
+from standin_support import EXPANSION_CLASSES
 
 from diskferry.kube.volumes import requested
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 900)]
 MiB = 1 << 20
-CLASSES = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: growing}
-provisioner: diskferry.io/standin
-allowVolumeExpansion: true
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: fixed}
-provisioner: diskferry.io/standin
-allowVolumeExpansion: false
-"""
 GROWN = '{"spec": {"persistentVolumeClaim": {"size": "128Mi"}}}'
 
 
@@ -51,7 +39,7 @@ def _disk(name: str, storage_class: str, url: str) -> str:
 def test_a_ready_disk_grows_its_pvc_and_shows_its_new_capacity(
     pods_cluster, pinned: str, nginx, tmp_path: Path
 ) -> None:
-    kubectl(pods_cluster.standin, "apply", "-f", "-", stdin=CLASSES)
+    kubectl(pods_cluster.standin, "apply", "-f", "-", stdin=EXPANSION_CLASSES)
     running = pods_operator(pods_cluster, pinned)
     data = os.urandom(MiB)
     (tmp_path / "head.raw").write_bytes(data)
