@@ -127,9 +127,14 @@ def test_a_required_snapshot_of_a_disk_in_use_is_an_instant_copy_of_a_frozen_gue
         snapshot(xfs_daemon, "s1", "vd1")
         ready = xfs_daemon.wait_phase(SNAPSHOT, "s1", "Ready", "Failed", timeout=60)
         assert ready["status"]["phase"] == "Ready" and ready["status"]["consistent"] is True
-        worker = [
-            r.getMessage() for r in caplog.records if r.getMessage().startswith(f"{SNAPSHOT} ")
-        ]
+
+        def worker_log() -> list[str]:
+            said = [r.getMessage() for r in caplog.records]
+            return [line for line in said if line.startswith(f"{SNAPSHOT} ")]
+
+        # the worker's log is logged once its job is settled, which may follow the status
+        wait_until(lambda: any("thawed 1 guest" in line for line in worker_log()), 30)
+        worker = worker_log()
         froze = next(i for i, line in enumerate(worker) if "froze the guest" in line)
         thawed = next(i for i, line in enumerate(worker) if "thawed 1 guest" in line)
         assert froze < thawed  # the worker froze the guest around its clone, and thawed it
