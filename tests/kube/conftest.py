@@ -21,6 +21,8 @@ from standin_support import StandIn, start_standin
 
 from diskferry.kube.api import KubeApi
 from diskferry.kube.config import api_client
+from diskferry.kube.runner import PodRunner
+from diskferry.kube.volumes import ClusterVolumes
 
 NAMESPACES = itertools.count()
 
@@ -46,3 +48,15 @@ def namespace(standin: StandIn) -> str:
     name = f"operator-{next(NAMESPACES)}"
     kubectl(standin, "create", "namespace", name)
     return name
+
+
+@pytest.fixture
+def volumes(api: KubeApi) -> ClusterVolumes:
+    """The claims as PVCs, through the stand-in's API."""
+    return ClusterVolumes(api)
+
+
+@pytest.fixture
+def runner(api: KubeApi, image: str, volumes: ClusterVolumes) -> PodRunner:
+    """Workers as Pods of `image` (a module's own fixture: its image, its classes applied)."""
+    return PodRunner(api, image, volumes, "default")

@@ -40,16 +40,6 @@ def image(standin, pinned: str) -> str:
     return pinned
 
 
-@pytest.fixture
-def volumes(api: KubeApi) -> ClusterVolumes:
-    return ClusterVolumes(api)
-
-
-@pytest.fixture
-def runner(api: KubeApi, image: str, volumes: ClusterVolumes) -> PodRunner:
-    return PodRunner(api, image, volumes, "default")
-
-
 def _filled(
     api: KubeApi,
     volumes: ClusterVolumes,

@@ -44,16 +44,6 @@ def image(standin, pinned: str) -> str:
     return pinned
 
 
-@pytest.fixture
-def volumes(api: KubeApi) -> ClusterVolumes:
-    return ClusterVolumes(api)
-
-
-@pytest.fixture
-def runner(api: KubeApi, image: str, volumes: ClusterVolumes) -> PodRunner:
-    return PodRunner(api, image, volumes, "default")
-
-
 def _disk(api: KubeApi, name: str) -> VirtualDisk:
     """A VirtualDisk stored in the stand-in (nothing reconciles it): the owner of its claim."""
     disk = VirtualDisk.model_validate(
