@@ -49,9 +49,9 @@ from benchmarks.measure import Comparison, Run, run_process
 from benchmarks.nginx import nginx
 from benchmarks.options import as_installed
 from benchmarks.run import print_table
-from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.controllers import Controllers
+from diskferry.control.errors import NotFoundError
 from diskferry.control.resources.model import API_VERSION
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS

@@ -39,11 +39,11 @@ from diskferry.backup.keys import Keys
 from diskferry.backup.packs import PackBuilder, pack_path, read_trailer
 from diskferry.backup.snapshots import Manifest, ManifestWriter, SnapshotInfo, snapshot_path
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.errors import ApiError, BadRequestError
 from diskferry.control.apiserver.http import bodies, protobuf
 from diskferry.control.apiserver.store import apply as applies
 from diskferry.control.apiserver.store import patch as patches
 from diskferry.control.apiserver.store.values import check
+from diskferry.control.errors import ApiError, BadRequestError
 from diskferry.disk.decompress import DecompressingReader, Readable
 from diskferry.disk.formats import (
     PROBE_BYTES,

@@ -39,9 +39,9 @@ from typing import Any
 from standin_loop import Loop, kind
 from standin_storage import MERGE, backing, block
 
-from diskferry.control.apiserver.errors import ApiError, NotFoundError
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import rfc3339
+from diskferry.control.errors import ApiError, NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.resources.duration import parse_duration
 from diskferry.control.runtime.progress import job_details

@@ -22,8 +22,8 @@ from typing import Any
 from standin_loop import Loop, kind
 from standin_storage import HOSTNAME, MERGE, SELECTED_NODE, wait_for_consumer
 
-from diskferry.control.apiserver.errors import ApiError, NotFoundError
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import ApiError, NotFoundError
 
 log = logging.getLogger("standin.scheduler")
 DEFAULT_NODE = "standin"

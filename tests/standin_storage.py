@@ -35,8 +35,8 @@ from typing import Any
 
 from standin_loop import Loop, kind
 
-from diskferry.control.apiserver.errors import ApiError, NotFoundError
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import ApiError, NotFoundError
 from diskferry.control.resources.quantity import parse_quantity
 
 log = logging.getLogger("standin.storage")

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from diskferry.control.apiserver.errors import ApiError
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import ApiError
 from diskferry.control.reconcilers.velero.schedule import cron_error
 from diskferry.control.resources.core import NAMESPACES
 from diskferry.control.resources.registry import REGISTRY

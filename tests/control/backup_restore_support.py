@@ -14,7 +14,7 @@ import yaml
 from control_support import wait_until
 from reconcile_support import Daemon
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.resources.registry import REGISTRY
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 
 from control_support import wait_until
 
-from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
+from diskferry.control.errors import NotFoundError
 from diskferry.control.host.servers import free_port
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.resources.core import EVENTS

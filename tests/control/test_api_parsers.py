@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from diskferry.control.apiserver.errors import ApiError, BadRequestError, RequestEntityTooLargeError
 from diskferry.control.apiserver.http import bodies
 from diskferry.control.apiserver.http.protobuf import MAGIC
 from diskferry.control.apiserver.store import patch as patches
 from diskferry.control.apiserver.store.values import MAX_DEPTH, check, depth
+from diskferry.control.errors import ApiError, BadRequestError, RequestEntityTooLargeError
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from diskferry.control.apiserver.errors import BadRequestError, UnsupportedMediaTypeError
 from diskferry.control.apiserver.http.protobuf import MAGIC, decode
+from diskferry.control.errors import BadRequestError, UnsupportedMediaTypeError
 
 
 def _varint(n: int) -> bytes:

@@ -10,11 +10,11 @@ import pytest
 from api_support import TOKEN, VD, client, disk, server
 from fastapi.testclient import TestClient
 
-from diskferry.control.apiserver.errors import TooManyRequestsError
 from diskferry.control.apiserver.http import watch
 from diskferry.control.apiserver.http.app import ApiServer
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.apiserver.store.db import TRIM_EVERY
+from diskferry.control.errors import TooManyRequestsError
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from store_support import WIDGETS, make_service, widget
 
-from diskferry.control.apiserver.errors import (
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
@@ -18,7 +19,6 @@ from diskferry.control.apiserver.errors import (
     InvalidError,
     NotFoundError,
 )
-from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.apiserver.errors import InvalidError, NotFoundError
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import InvalidError, NotFoundError
 from diskferry.control.resources.foreign import FOREIGN_KINDS, with_foreign_kinds
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES

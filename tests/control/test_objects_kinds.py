@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.apiserver.errors import InvalidError, UnsupportedMediaTypeError
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import ManualClock
+from diskferry.control.errors import InvalidError, UnsupportedMediaTypeError
 from diskferry.control.resources.registry import REGISTRY
 
 DISKS = REGISTRY.by_kind("VirtualDisk")

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 from store_support import WIDGETS, make_service, widget
 
-from diskferry.control.apiserver.errors import (
+from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import (
     ConflictError,
     ForbiddenError,
     InvalidError,
     NotFoundError,
     UnsupportedMediaTypeError,
 )
-from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.resources.core import NAMESPACES, SECRETS
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from store_support import WIDGETS, Widget, make_service, widget
 
-from diskferry.control.apiserver.errors import ConflictError
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import ConflictError
 from diskferry.control.resources.core import EVENTS
 from diskferry.control.runtime.client import EmbeddedClient, selector
 

@@ -11,7 +11,7 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from vm_support import QUICK_STOP, daemon, patch_vm, ready_disk
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.resources.registry import REGISTRY
 
 __all__ = ["daemon"]

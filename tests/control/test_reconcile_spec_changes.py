@@ -14,7 +14,7 @@ from control_support import wait_until
 from reconcile_support import Daemon
 from reconcile_support import http_source as _http
 
-from diskferry.control.apiserver.errors import InvalidError
+from diskferry.control.errors import InvalidError
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.resources.virtualimage import VIRTUAL_IMAGES
 

@@ -14,7 +14,7 @@ import pytest
 from reconcile_support import RESYNC_SECONDS, Daemon
 from reconcile_support import http_source as _http
 
-from diskferry.control.apiserver.errors import GoneError
+from diskferry.control.errors import GoneError
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 
 MiB = 1 << 20

@@ -18,7 +18,7 @@ import pytest
 from control_support import wait_until
 from vmexport_support import ExportDaemon, get, get_when_up, raw_url
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.embedded.proxy import PROXY_JOB, ProxyKeeper, export_socket
 from diskferry.control.host.servers import PORT_ANNOTATION, free_port

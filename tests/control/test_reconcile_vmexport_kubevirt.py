@@ -16,7 +16,7 @@ import yaml
 from control_support import wait_until
 from vmexport_support import ExportDaemon, connect, get, get_when_up, raw_url
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.host.servers import free_port
 from diskferry.control.resources.core import NAMESPACES
 from diskferry.export.token import TOKEN_HEADER

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.apiserver.errors import InvalidError
 from diskferry.control.apiserver.validation import validate
+from diskferry.control.errors import InvalidError
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.storageclass import StorageClass
 from diskferry.control.resources.updates import check_update

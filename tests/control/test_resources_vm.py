@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from diskferry.control.apiserver.errors import InvalidError
 from diskferry.control.apiserver.validation import validate
+from diskferry.control.errors import InvalidError
 from diskferry.control.resources.datamoverconfig import (
     ChangedBlockTrackingLabelSelectors,
     DataMoverConfig,

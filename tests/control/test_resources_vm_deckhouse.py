@@ -12,9 +12,9 @@ import pytest
 import yaml
 from store_support import make_service
 
-from diskferry.control.apiserver.errors import InvalidError
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.apiserver.validation import validate
+from diskferry.control.errors import InvalidError
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import RunPolicy, VirtualMachine
 from diskferry.control.resources.virtualmachineclass import VirtualMachineClass

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from diskferry.control.apiserver.errors import InvalidError
+from diskferry.control.errors import InvalidError
 from diskferry.control.resources.noeffect import reason_of
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.updates import check_update

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from store_support import WIDGETS, make_service, widget
 
-from diskferry.control.apiserver.errors import BadRequestError, GoneError
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.apiserver.store.db import TRIM_EVERY, Database, StoreError
+from diskferry.control.errors import BadRequestError, GoneError
 from diskferry.control.resources.core import SECRETS
 
 ROOT = Path(__file__).resolve().parents[2]

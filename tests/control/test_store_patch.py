@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from diskferry.control.apiserver.errors import (
-    BadRequestError,
-    InvalidError,
-    UnsupportedMediaTypeError,
-)
 from diskferry.control.apiserver.store.patch import (
     decode,
     json_patch,
     merge_patch,
     patch_kind,
     strategic_merge_patch,
+)
+from diskferry.control.errors import (
+    BadRequestError,
+    InvalidError,
+    UnsupportedMediaTypeError,
 )
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from store_support import WIDGETS, make_service, widget
 
-from diskferry.control.apiserver.errors import GoneError
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.apiserver.store import feed
+from diskferry.control.errors import GoneError
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from standin_support import StandIn
 
-from diskferry.control.apiserver.errors import ConflictError
+from diskferry.control.errors import ConflictError
 from diskferry.control.resources.core import Event
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VirtualDisk

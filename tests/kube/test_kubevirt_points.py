@@ -16,7 +16,7 @@ from daemon_support import kubectl
 from kubevirt_vm import vm_manifests
 from standin_support import StandIn
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.host.points import PointError, ServedPoint
 from diskferry.disk.point_volume import PointVolume
 from diskferry.kube.api import KubeApi

@@ -14,7 +14,7 @@ import pytest
 from control_support import wait_until
 from standin_support import StandIn, start_standin
 
-from diskferry.control.apiserver.errors import GoneError
+from diskferry.control.errors import GoneError
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 from diskferry.control.runtime.source import Changes

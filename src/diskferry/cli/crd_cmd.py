@@ -15,7 +15,7 @@ Kinds = Annotated[
 def crds_command(kinds: Kinds = None) -> None:
     """Print the CRDs (apiextensions.k8s.io/v1) for `kubectl apply -f -` on a cluster."""
     from diskferry.control.apiserver.crd import crd, crds, crds_yaml
-    from diskferry.control.apiserver.errors import NotFoundError
+    from diskferry.control.errors import NotFoundError
     from diskferry.control.resources.model import GROUP
     from diskferry.control.resources.registry import REGISTRY
 

@@ -21,7 +21,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from diskferry.control.apiserver.errors import (
+from diskferry.control.errors import (
     AlreadyExistsError,
     ApiError,
     BadRequestError,

@@ -13,9 +13,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.errors import AlreadyExistsError
 from diskferry.control.apiserver.pki import write_private
 from diskferry.control.clock import Clock
+from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.host.embedded.certs import CERT_LIFETIME, DaemonCa
 from diskferry.kube.api import KubeApi
 from diskferry.serving.certs import CA_CERT, CA_KEY

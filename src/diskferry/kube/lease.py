@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.base.errors import BAD_USAGE, DiskferryError
-from diskferry.control.apiserver.errors import AlreadyExistsError, ConflictError
 from diskferry.control.clock import Clock
+from diskferry.control.errors import AlreadyExistsError, ConflictError
 from diskferry.kube.api import KubeApi
 
 log = logging.getLogger("diskferry.kube")

@@ -31,7 +31,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
+from diskferry.control.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.host.points import HostedMachine, PointError, ServedDisk, ServedPoint
 from diskferry.control.resources.duration import format_duration
 from diskferry.control.resources.names import short_name

@@ -25,7 +25,7 @@ import logging
 import threading
 from typing import Any
 
-from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
+from diskferry.control.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.keeping import Keeper
 from diskferry.control.host.proxy import Outside

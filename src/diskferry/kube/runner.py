@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from diskferry.control.apiserver.errors import AlreadyExistsError, BadRequestError, NotFoundError
+from diskferry.control.errors import AlreadyExistsError, BadRequestError, NotFoundError
 from diskferry.control.runtime.runner.base import LOG_LINES, JobFile, JobState, ServerAddress
 from diskferry.control.runtime.runner.local import JobStartError
 from diskferry.control.runtime.runner.progress import worker_progress

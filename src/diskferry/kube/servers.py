@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, TypeVar
 
-from diskferry.control.apiserver.errors import AlreadyExistsError, NotFoundError
+from diskferry.control.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.host.servers import ServerPlace, answers
 from diskferry.control.resources.model import Resource
 from diskferry.export import service_name

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.apiserver.errors import AlreadyExistsError, ConflictError
+from diskferry.control.errors import AlreadyExistsError, ConflictError
 from diskferry.control.host.volumes import (
     Claim,
     Expansion,

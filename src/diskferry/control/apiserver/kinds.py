@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.resources.model import Resource
 
 KUBE_MINOR = "32"

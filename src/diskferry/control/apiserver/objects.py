@@ -15,15 +15,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.apiserver.errors import (
-    AlreadyExistsError,
-    BadRequestError,
-    ConflictError,
-    ForbiddenError,
-    GoneError,
-    InvalidError,
-    NotFoundError,
-)
 from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.store import apply as applies
 from diskferry.control.apiserver.store import patch as patches
@@ -32,6 +23,15 @@ from diskferry.control.apiserver.store.feed import Feed, Watch
 from diskferry.control.apiserver.store.selectors import matcher, parse_fields, parse_labels
 from diskferry.control.apiserver.validation import FieldValidation, validate
 from diskferry.control.clock import Clock, rfc3339
+from diskferry.control.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    InvalidError,
+    NotFoundError,
+)
 from diskferry.control.resources import noeffect
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret, new_event
 from diskferry.control.resources.model import GROUP, Resource

@@ -12,7 +12,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from diskferry.control.apiserver.errors import ApiError, MethodNotAllowedError, NotFoundError
 from diskferry.control.apiserver.http import (
     bodies,
     discovery,
@@ -28,6 +27,7 @@ from diskferry.control.apiserver.http.resources import ResourceApi
 from diskferry.control.apiserver.http.watch import Watcher
 from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import ApiError, MethodNotAllowedError, NotFoundError
 
 log = logging.getLogger(__name__)
 PUBLIC = ("/healthz", "/readyz", "/livez", "/version", "/version/")

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from diskferry.control.apiserver.errors import BadRequestError
 from diskferry.control.apiserver.http import media, protobuf
 from diskferry.control.apiserver.store.values import MAX_DEPTH, check, loads, too_deep
+from diskferry.control.errors import BadRequestError
 
 BODY = "the body of the request"
 APPLY = "the apply configuration"

@@ -6,8 +6,8 @@ import platform
 from typing import Any
 
 from diskferry import __version__
-from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.apiserver.kinds import KUBE_MINOR, KindInfo, Registry
+from diskferry.control.errors import NotFoundError
 
 STATUS_VERBS = ["get", "patch", "update"]
 

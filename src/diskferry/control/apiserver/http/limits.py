@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from diskferry.control.apiserver.errors import (
+from diskferry.control.errors import (
     ApiError,
     RequestEntityTooLargeError,
     RequestTimeoutError,

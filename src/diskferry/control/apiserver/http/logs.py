@@ -14,9 +14,9 @@ from fastapi import Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.apiserver.http.app import ApiServer
 from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.errors import NotFoundError
 
 LogReader = Callable[[KindInfo, dict[str, Any]], str | None]
 PATHS = (

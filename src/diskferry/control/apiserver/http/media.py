@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diskferry.control.apiserver.errors import UnsupportedMediaTypeError
+from diskferry.control.errors import UnsupportedMediaTypeError
 
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 APPLY_PATCH = "application/apply-patch+yaml"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diskferry.control.apiserver.errors import NotFoundError
 from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.errors import NotFoundError
 
 SUBRESOURCES = ("status",)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from diskferry.control.apiserver.errors import BadRequestError, UnsupportedMediaTypeError
+from diskferry.control.errors import BadRequestError, UnsupportedMediaTypeError
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"

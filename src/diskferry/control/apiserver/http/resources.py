@@ -9,13 +9,13 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from diskferry.control.apiserver.errors import BadRequestError, MethodNotAllowedError
 from diskferry.control.apiserver.http import bodies, media
 from diskferry.control.apiserver.http.paths import Target, resolve
 from diskferry.control.apiserver.http.tables import table
 from diskferry.control.apiserver.http.watch import Watcher
 from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
+from diskferry.control.errors import BadRequestError, MethodNotAllowedError
 
 FIELD_VALIDATIONS = ("Strict", "Warn", "Ignore")
 TRUE = ("true", "1")

@@ -19,8 +19,8 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from diskferry.control.apiserver.errors import ApiError, TooManyRequestsError
 from diskferry.control.apiserver.store.feed import Watch, WatchEvent
+from diskferry.control.errors import ApiError, TooManyRequestsError
 
 POLL_SECONDS = 1.0
 BOOKMARK_SECONDS = 30.0

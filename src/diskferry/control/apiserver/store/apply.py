@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from diskferry.control.apiserver.errors import ConflictError
+from diskferry.control.errors import ConflictError
 from diskferry.control.resources.model import is_fields_v1
 
 Obj = dict[str, Any]

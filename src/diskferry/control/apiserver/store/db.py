@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.errors import RequestEntityTooLargeError
 from diskferry.control.apiserver.store.document import Document
+from diskferry.control.errors import RequestEntityTooLargeError
 
 SCHEMA_VERSION = 1
 TRIM_EVERY = 64

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from diskferry.control.apiserver.errors import GoneError
 from diskferry.control.apiserver.store.db import Change, Database, Key
 from diskferry.control.apiserver.store.document import Document
 from diskferry.control.apiserver.store.selectors import Matcher
+from diskferry.control.errors import GoneError
 
 BATCH = 500
 # The encoded objects (as written, and as they were before) of the recent changes the window

@@ -7,13 +7,13 @@ import copy
 import json
 from typing import Any
 
-from diskferry.control.apiserver.errors import (
+from diskferry.control.apiserver.store.values import MAX_DEPTH, depth, loads, too_deep
+from diskferry.control.errors import (
     BadRequestError,
     InvalidError,
     RequestEntityTooLargeError,
     UnsupportedMediaTypeError,
 )
-from diskferry.control.apiserver.store.values import MAX_DEPTH, depth, loads, too_deep
 
 PATCH_TYPES = {
     "merge": "merge",

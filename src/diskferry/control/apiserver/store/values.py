@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from diskferry.control.apiserver.errors import BadRequestError
+from diskferry.control.errors import BadRequestError
 
 MAX_DEPTH = 100
 

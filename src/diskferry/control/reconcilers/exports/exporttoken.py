@@ -8,7 +8,7 @@ import base64
 import secrets
 from dataclasses import dataclass
 
-from diskferry.control.apiserver.errors import AlreadyExistsError
+from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.resources.core import Secret
 from diskferry.control.resources.model import ObjectMeta, OwnerReference, Reason
 from diskferry.control.resources.vmbackup import VirtualMachineBackup

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from diskferry.control.apiserver.errors import AlreadyExistsError
+from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.resources.duration import format_duration
 from diskferry.control.resources.model import ObjectMeta, OwnerReference
 from diskferry.control.resources.typedref import BACKUP

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from diskferry.control.apiserver.errors import NotFoundError
+from diskferry.control.errors import NotFoundError
 from diskferry.control.resources.backup import BackupSpec
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.selection import Selection

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from diskferry.control.apiserver.errors import AlreadyExistsError
+from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.host.node import node_labels, node_name
 from diskferry.control.resources.model import ObjectMeta
 from diskferry.control.resources.virtualmachine import VirtualMachine
