@@ -53,9 +53,9 @@ from standin_loop import Loop, kind
 from standin_scheduler import DEFAULT_NODE, node_labels, volume_allows
 from standin_storage import MERGE, backing
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.errors import AlreadyExistsError, ApiError, NotFoundError
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.runtime.runner.tail import tail_lines
 
 log = logging.getLogger("standin.kubelet")

@@ -9,10 +9,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.apiserver.store.feed import Watch
 from diskferry.control.errors import GoneError
+from diskferry.control.resources.kinds import KindInfo
 
 log = logging.getLogger("standin")
 PERIOD = 1.0

@@ -14,7 +14,7 @@ from anchor_fields import Anchor, anchors
 from markdown_text import escaped
 
 from diskferry.control.apiserver.crd import TOP_LEVEL, openapi_schema
-from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import GROUP
 from diskferry.control.resources.registry import REGISTRY
 

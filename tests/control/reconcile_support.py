@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 from control_support import wait_until
 
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.controllers import Controllers
@@ -19,6 +18,7 @@ from diskferry.control.errors import NotFoundError
 from diskferry.control.host.servers import free_port
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.resources.core import EVENTS
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.model import API_VERSION
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.runtime.runner.stop import stop_data_dir

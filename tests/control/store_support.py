@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import ManualClock
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.model import (
     API_VERSION,
     RECONCILED_CONDITION,

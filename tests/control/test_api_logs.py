@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from diskferry.control.apiserver.http import logs
 from diskferry.control.apiserver.http.app import ApiServer
-from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.kinds import KindInfo
 
 __all__ = ["client", "server"]
 

@@ -20,7 +20,7 @@ import yaml
 from crd_support import EXAMPLES, example_documents
 from daemon_support import Served, kubectl, start_daemon
 
-from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.registry import REGISTRY
 
 NAMESPACE = "default"

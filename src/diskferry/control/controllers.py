@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.clock import Clock
 from diskferry.control.host.certs import ServerCerts
@@ -55,6 +54,7 @@ from diskferry.control.reconcilers.vms.vmclass import (
     VirtualMachineClassReconciler,
     ensure_generic_class,
 )
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.virtualmachine import VIRTUAL_MACHINES
 from diskferry.control.runtime.client import Client, EmbeddedClient
 from diskferry.control.runtime.manager import RESYNC_SECONDS, Manager

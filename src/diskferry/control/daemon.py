@@ -23,10 +23,10 @@ from diskferry.control.apiserver.http import logs
 from diskferry.control.apiserver.http.app import ApiServer
 from diskferry.control.apiserver.http.connections import guarded
 from diskferry.control.apiserver.http.limits import DEFAULT_LIMITS, Limits
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.kubeconfig import write_kubeconfig
 from diskferry.control.apiserver.objects import KEEP_CHANGES, ObjectService
 from diskferry.control.apiserver.pki import ensure_pki, ensure_token
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.serving.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 

@@ -11,10 +11,10 @@ from collections import OrderedDict
 from typing import Any, TypeVar
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.clock import Clock
 from diskferry.control.errors import AlreadyExistsError
 from diskferry.control.resources.core import EVENTS, new_event
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.model import Resource
 from diskferry.control.runtime.client import COMPONENT, kind_of, selector
 from diskferry.kube.api import KubeApi

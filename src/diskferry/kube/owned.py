@@ -5,7 +5,7 @@ operator gives them, so that the cluster's other Pods and claims are never read.
 
 from __future__ import annotations
 
-from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Resource
 from diskferry.control.runtime.client import selector
 from diskferry.kube.pods import WORKERS

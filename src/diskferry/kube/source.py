@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.errors import GoneError
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.runtime.source import Listing
 from diskferry.kube.api import KubeApi
 

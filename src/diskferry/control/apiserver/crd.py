@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from diskferry.control.apiserver.kinds import Column, KindInfo, Registry
+from diskferry.control.resources.kinds import Column, KindInfo, Registry
 from diskferry.control.resources.model import GROUP
 from diskferry.control.resources.noeffect import NO_EFFECT
 

@@ -15,7 +15,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.store import apply as applies
 from diskferry.control.apiserver.store import patch as patches
 from diskferry.control.apiserver.store.db import Database, Key, Tx
@@ -34,6 +33,7 @@ from diskferry.control.errors import (
 )
 from diskferry.control.resources import noeffect
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret, new_event
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.model import GROUP, Resource
 from diskferry.control.resources.updates import check_update
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.errors import InvalidError
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Resource
 
 FieldValidation = Literal["Strict", "Warn", "Ignore"]

@@ -10,9 +10,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Duration
 from diskferry.control.resources.hooks import BackupHooks, HookStatus
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import ApiModel, Resource
 
 

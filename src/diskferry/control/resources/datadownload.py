@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.resources.common import ApiVersion
 from diskferry.control.resources.datamover import NODE_OS, MoverSpec, MoverStatus, mover_columns
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import AGE, Column
 from diskferry.control.resources.common import Duration
+from diskferry.control.resources.kinds import AGE, Column
 from diskferry.control.resources.model import NAME_PATTERN, ApiModel, Status
 from diskferry.control.resources.noeffect import no_effect
 

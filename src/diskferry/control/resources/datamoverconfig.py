@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Duration, Quantity, invalid
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.labelselector import LabelSelector
 from diskferry.control.resources.model import (
     API_VERSION,

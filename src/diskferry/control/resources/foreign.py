@@ -19,7 +19,7 @@ import kubernetes_validate
 from pydantic import ConfigDict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from diskferry.control.apiserver.kinds import AGE, KUBE_MINOR, Column, KindInfo, Registry
+from diskferry.control.resources.kinds import AGE, KUBE_MINOR, Column, KindInfo, Registry
 from diskferry.control.resources.model import Resource
 
 SCHEMA_VERSION = f"1.{KUBE_MINOR}"

@@ -1,12 +1,12 @@
 """Every kind the daemon serves, in one registry."""
 
-from diskferry.control.apiserver.kinds import Registry
 from diskferry.control.resources.backup import BACKUPS
 from diskferry.control.resources.backupstoragelocation import BACKUP_STORAGE_LOCATIONS
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
 from diskferry.control.resources.datadownload import DATA_DOWNLOADS
 from diskferry.control.resources.datamoverconfig import DATA_MOVER_CONFIGS
 from diskferry.control.resources.dataupload import DATA_UPLOADS
+from diskferry.control.resources.kinds import Registry
 from diskferry.control.resources.restore import RESTORES
 from diskferry.control.resources.schedule import SCHEDULES
 from diskferry.control.resources.storageclass import STORAGE_CLASSES

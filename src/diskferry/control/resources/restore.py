@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.backup import TypedLocalObjectReference
 from diskferry.control.resources.common import ApiVersion, Duration
 from diskferry.control.resources.hooks import HookStatus, RestoreHooks
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -11,9 +11,9 @@ from typing import Literal
 from pydantic import Field
 
 from diskferry.backup.policy import KeepPolicy
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.backup import BackupSpec
 from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import invalid
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import ApiModel, Resource
 from diskferry.control.resources.noeffect import no_effect
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.errors import InvalidError
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Resource
 from diskferry.control.resources.quantity import parse_quantity
 from diskferry.control.resources.storageclass import StorageClass

@@ -9,9 +9,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Duration
 from diskferry.control.resources.duration import parse_duration
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -7,7 +7,6 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import (
     ApiVersion,
     DataSource,
@@ -19,6 +18,7 @@ from diskferry.control.resources.common import (
     StatusSpeed,
     invalid,
 )
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

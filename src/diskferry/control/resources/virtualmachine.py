@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Quantity, invalid
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

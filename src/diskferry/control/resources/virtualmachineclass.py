@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, WithJsonSchema, model_validator
 
-from diskferry.control.apiserver.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Quantity, invalid
+from diskferry.control.resources.kinds import AGE, Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -10,8 +10,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import Column, KindInfo
 from diskferry.control.resources.common import ApiVersion
+from diskferry.control.resources.kinds import Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

@@ -8,9 +8,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from diskferry.control.apiserver.kinds import Column, KindInfo
 from diskferry.control.resources.common import ApiVersion, Duration
 from diskferry.control.resources.duration import parse_duration
+from diskferry.control.resources.kinds import Column, KindInfo
 from diskferry.control.resources.model import (
     API_VERSION,
     GROUP,

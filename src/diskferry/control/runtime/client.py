@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.errors import NotFoundError
+from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.model import Resource
 
 if TYPE_CHECKING:

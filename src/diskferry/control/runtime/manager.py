@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.errors import ConflictError, GoneError
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import RECONCILED, Resource
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import declared, find, set_condition

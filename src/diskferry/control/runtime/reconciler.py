@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from diskferry.control.apiserver.kinds import KindInfo
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Resource
 
 

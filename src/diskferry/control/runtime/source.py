@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.resources.kinds import KindInfo, Registry
 
 if TYPE_CHECKING:
     from diskferry.control.apiserver.objects import ObjectService

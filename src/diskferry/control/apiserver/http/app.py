@@ -25,9 +25,9 @@ from diskferry.control.apiserver.http.limits import DEFAULT_LIMITS, Limits, Requ
 from diskferry.control.apiserver.http.metrics import Metrics
 from diskferry.control.apiserver.http.resources import ResourceApi
 from diskferry.control.apiserver.http.watch import Watcher
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.errors import ApiError, MethodNotAllowedError, NotFoundError
+from diskferry.control.resources.kinds import KindInfo, Registry
 
 log = logging.getLogger(__name__)
 PUBLIC = ("/healthz", "/readyz", "/livez", "/version", "/version/")

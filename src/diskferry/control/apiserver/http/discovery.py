@@ -6,8 +6,8 @@ import platform
 from typing import Any
 
 from diskferry import __version__
-from diskferry.control.apiserver.kinds import KUBE_MINOR, KindInfo, Registry
 from diskferry.control.errors import NotFoundError
+from diskferry.control.resources.kinds import KUBE_MINOR, KindInfo, Registry
 
 STATUS_VERBS = ["get", "patch", "update"]
 

@@ -15,8 +15,8 @@ from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from diskferry.control.apiserver.http.app import ApiServer
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.errors import NotFoundError
+from diskferry.control.resources.kinds import KindInfo
 
 LogReader = Callable[[KindInfo, dict[str, Any]], str | None]
 PATHS = (

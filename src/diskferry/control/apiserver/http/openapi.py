@@ -9,7 +9,7 @@ from typing import Any
 
 from diskferry import __version__
 from diskferry.control.apiserver.crd import TOP_LEVEL, openapi_schema
-from diskferry.control.apiserver.kinds import KindInfo, Registry
+from diskferry.control.resources.kinds import KindInfo, Registry
 
 Doc = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.errors import NotFoundError
+from diskferry.control.resources.kinds import KindInfo, Registry
 
 SUBRESOURCES = ("status",)
 

@@ -13,9 +13,9 @@ from diskferry.control.apiserver.http import bodies, media
 from diskferry.control.apiserver.http.paths import Target, resolve
 from diskferry.control.apiserver.http.tables import table
 from diskferry.control.apiserver.http.watch import Watcher
-from diskferry.control.apiserver.kinds import KindInfo, Registry
 from diskferry.control.apiserver.objects import ObjectService
 from diskferry.control.errors import BadRequestError, MethodNotAllowedError
+from diskferry.control.resources.kinds import KindInfo, Registry
 
 FIELD_VALIDATIONS = ("Strict", "Warn", "Ignore")
 TRUE = ("true", "1")

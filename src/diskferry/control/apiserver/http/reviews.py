@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.apiserver.objects import typed_body
 from diskferry.control.apiserver.validation import validate
 from diskferry.control.resources.common import invalid
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import ApiModel, Resource
 
 AUTHORIZATION = "authorization.k8s.io"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from diskferry.control.apiserver.http.jsonpath import evaluate
-from diskferry.control.apiserver.kinds import Column, KindInfo
+from diskferry.control.resources.kinds import Column, KindInfo
 
 NAME_COLUMN = {
     "name": "Name",

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.datamover.admission import EPOCH, Scheduler
@@ -41,6 +40,7 @@ from diskferry.control.resources.backupstoragelocation import BackupStorageLocat
 from diskferry.control.resources.datamover import ENDED, MoverPhase
 from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, load_config
 from diskferry.control.resources.duration import format_duration, parse_duration
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Reason
 from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.finalizer import deleting, held, release

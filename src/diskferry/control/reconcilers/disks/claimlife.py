@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from diskferry.base.errors import DiskferryError
-from diskferry.control.apiserver.kinds import KindInfo
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.images import ImageStore
 from diskferry.control.host.proxy import ExportProxy
@@ -67,6 +66,7 @@ from diskferry.control.reconcilers.disks.volumejobs import (
 )
 from diskferry.control.resources.common import DataSource
 from diskferry.control.resources.duration import DurationError, format_duration
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Reason, Resource
 from diskferry.control.resources.quantity import format_bytes
 from diskferry.control.runtime.client import Client
