@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from store_support import WIDGETS
 
-from diskferry.control.apiserver.store.selectors import label_selector, parse_fields, parse_labels
+from diskferry.control.apiserver.store.selectors import parse_fields
 from diskferry.control.errors import BadRequestError
 from diskferry.control.resources.core import EVENTS, NAMESPACES, SECRETS
+from diskferry.control.resources.labels import label_selector, parse_labels
 from diskferry.control.resources.storageclass import STORAGE_CLASSES
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
 

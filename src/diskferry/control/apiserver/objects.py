@@ -19,7 +19,7 @@ from diskferry.control.apiserver.store import apply as applies
 from diskferry.control.apiserver.store import patch as patches
 from diskferry.control.apiserver.store.db import Database, Key, Tx
 from diskferry.control.apiserver.store.feed import Feed, Watch
-from diskferry.control.apiserver.store.selectors import matcher, parse_fields, parse_labels
+from diskferry.control.apiserver.store.selectors import matcher, parse_fields
 from diskferry.control.apiserver.validation import FieldValidation, validate
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.errors import (
@@ -34,6 +34,7 @@ from diskferry.control.errors import (
 from diskferry.control.resources import noeffect
 from diskferry.control.resources.core import EVENTS, NAMESPACES, Secret, new_event
 from diskferry.control.resources.kinds import KindInfo, Registry
+from diskferry.control.resources.labels import parse_labels
 from diskferry.control.resources.model import GROUP, Resource
 from diskferry.control.resources.updates import check_update
 

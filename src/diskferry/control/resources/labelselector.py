@@ -6,10 +6,10 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from diskferry.control.apiserver.store.selectors import LabelSelector as ParsedSelector
-from diskferry.control.apiserver.store.selectors import parse_labels
 from diskferry.control.errors import BadRequestError
 from diskferry.control.resources.common import invalid
+from diskferry.control.resources.labels import LabelSelector as ParsedSelector
+from diskferry.control.resources.labels import parse_labels
 from diskferry.control.resources.model import ApiModel
 
 
