@@ -9,11 +9,11 @@ import pytest
 
 from diskferry.control.apiserver.validation import validate
 from diskferry.control.errors import InvalidError
+from diskferry.control.reconcilers.datamover.moverconfig import load_config
 from diskferry.control.resources.datamoverconfig import (
     ChangedBlockTrackingLabelSelectors,
     DataMoverConfig,
     DataMoverConfigSpec,
-    load_config,
 )
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualmachine import VirtualMachine

@@ -26,7 +26,6 @@ from diskferry.control.resources.model import (
     Status,
 )
 from diskferry.control.resources.quantity import parse_quantity
-from diskferry.control.runtime.client import Client
 
 DEFAULT_NAME = "default"
 
@@ -144,12 +143,6 @@ class DataMoverConfig(Resource):
         if self.metadata.name not in (None, DEFAULT_NAME):
             raise invalid(f"a DataMoverConfig must be named {DEFAULT_NAME!r}")
         return self
-
-
-def load_config(client: Client) -> DataMoverConfigSpec:
-    """The spec of the `default` DataMoverConfig; every default when there is none."""
-    found = client.get(DataMoverConfig, None, DEFAULT_NAME)
-    return DataMoverConfigSpec() if found is None else found.spec
 
 
 DATA_MOVER_CONFIGS = KindInfo(

@@ -1,2 +1,3 @@
 """The data movers: the life DataUpload and DataDownload share (`moverlife`), each kind's
-reconciler, and the admission of Prepared movers to InProgress (`admission`)."""
+reconciler, the configuration they read (`moverconfig`), and the admission of Prepared movers
+to InProgress (`admission`)."""

@@ -34,11 +34,12 @@ from diskferry.base.errors import DiskferryError
 from diskferry.control.clock import Clock, rfc3339
 from diskferry.control.host.volumes import Volumes
 from diskferry.control.reconcilers.datamover.admission import EPOCH, Scheduler
+from diskferry.control.reconcilers.datamover.moverconfig import load_config
 from diskferry.control.reconcilers.velero.backupstoragelocation import available
 from diskferry.control.reconcilers.velero.repoaccess import Location, location_of
 from diskferry.control.resources.backupstoragelocation import BackupStorageLocation
 from diskferry.control.resources.datamover import ENDED, MoverPhase
-from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec, load_config
+from diskferry.control.resources.datamoverconfig import DataMoverConfigSpec
 from diskferry.control.resources.duration import format_duration, parse_duration
 from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.resources.model import Reason

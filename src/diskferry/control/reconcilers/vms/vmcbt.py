@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from diskferry.backup import CbtJob
 from diskferry.control.host.volumes import Claim
+from diskferry.control.reconcilers.datamover.moverconfig import load_config
 from diskferry.control.resources.core import Namespace
-from diskferry.control.resources.datamoverconfig import load_config
 from diskferry.control.resources.virtualmachine import CBT_LABEL, CbtState, VirtualMachine
 from diskferry.control.runtime.client import Client
 
