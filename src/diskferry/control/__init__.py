@@ -1,4 +1,5 @@
-"""The control plane, as four systems and their assembly: the API server (`apiserver`), the kinds'
-models (`resources`), the controller runtime (`runtime`), the host's services (`host`) and the
-reconcilers, one folder per family of kinds; `controllers` wires the reconcilers to a manager,
-`daemon` runs it all over one data directory."""
+"""The control plane, as systems layered one over the next: the reconcilers, one folder per
+family of kinds; the host's services (`host`); the controller runtime (`runtime`); the API
+server (`apiserver`); the kinds' models and descriptions (`resources`); and beneath them all the
+API's errors (`errors`) and the store's time (`clock`). `controllers` wires the reconcilers to a
+manager, `daemon` runs the API over one data directory."""

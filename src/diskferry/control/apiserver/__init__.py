@@ -1,4 +1,4 @@
 """The API server, shaped as Kubernetes': the object store (`store`), the ObjectService that
-creates, reads, changes, deletes and watches objects (`objects`), their validation, the kinds it
-serves and their CRDs, its Status errors, its HTTPS API (`http`), and its CA, token and
-kubeconfig (`pki`, `kubeconfig`)."""
+creates, reads, changes, deletes and watches objects (`objects`), their validation, the CRDs of
+the kinds it serves, its HTTPS API (`http`), and its CA, token and kubeconfig (`pki`,
+`kubeconfig`)."""

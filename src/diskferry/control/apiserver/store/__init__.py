@@ -1,1 +1,1 @@
-"""The object store: SQLite tables, the watch feed, selectors and patches."""
+"""The object store: SQLite tables, the watch feed, field selectors and patches."""
