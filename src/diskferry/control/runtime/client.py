@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from diskferry.control.errors import NotFoundError
 from diskferry.control.resources.kinds import KindInfo, Registry
+from diskferry.control.resources.labels import label_selector
 from diskferry.control.resources.model import Resource
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def kind_of(registry: Registry, model: type[Resource]) -> KindInfo:
 
 def selector(labels: dict[str, str] | None) -> str | None:
     """`labels` as an equality label selector, None when there are none."""
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) if labels else None
+    return label_selector(labels) if labels else None
 
 
 class EmbeddedClient:
