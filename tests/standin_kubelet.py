@@ -23,6 +23,10 @@ the image the Pod names, and writes the Pod's status back, as a kubelet does on 
   containerd's device_ownership_from_security_context does), read-only where the Pod's volume
   or mount says `readOnly`. A Pod waits Pending until each of its claims is bound; one whose
   claim's volume is not usable on its node (its nodeAffinity) fails to start, saying so.
+- Its ServiceAccount's token, the API's CA and its namespace under
+  /var/run/secrets/kubernetes.io/serviceaccount, and KUBERNETES_SERVICE_HOST and _PORT naming
+  the stand-in's API, unless `automountServiceAccountToken` (the Pod's, else its
+  ServiceAccount's) is false. The stand-in checks no RBAC: the token is the API's one token.
 - Status: Pending while its volumes are made, Running with its IP, then Succeeded or Failed
   with the container's exit code and its termination message (terminationMessagePath, 4096
   bytes at most); its output (stdout and stderr, one stream) is served as `pods/log`.
@@ -47,7 +51,9 @@ from base64 import b64decode
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import yaml
 from standin_dns import ClusterDns
 from standin_loop import Loop, kind
 from standin_scheduler import DEFAULT_NODE, node_labels, volume_allows
@@ -66,6 +72,7 @@ LOG_LINES = 10_000
 DEFAULT_GRACE = 30
 SHUTDOWN_GRACE = 10
 DEFAULT_MESSAGE_PATH = "/dev/termination-log"
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 START_FAILED = 128  # the exit code containerd reports for a container that could not start
 LOST = 137
 FIELDS = {
@@ -136,6 +143,16 @@ def container_status(container: Obj, state: Obj) -> Obj:
         "restartCount": 0,
         "state": state,
     }
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    """What a Pod is given to reach the API: its address, the CA that verifies it, a token."""
+
+    host: str
+    port: int
+    ca: bytes
+    token: bytes
 
 
 @dataclass
@@ -245,21 +262,52 @@ class PodWorker:
         version = secret["metadata"]["resourceVersion"]
         if self.secrets.get(volume["name"]) == version:
             return True
-        folder = self.directory / "volumes" / volume["name"]
-        folder.mkdir(parents=True, exist_ok=True, mode=0o750)
-        self._owned(folder, 0o2750)
         data = {key: b64decode(value) for key, value in (secret.get("data") or {}).items()}
-        mode = source.get("defaultMode", 0o644)
-        for key, value in data.items():
-            temporary = folder / f"..{key}.tmp"
-            temporary.write_bytes(value)
-            self._owned(temporary, mode | (0o040 if self._fs_group() is not None else 0))
-            os.replace(temporary, folder / key)
-        for left in folder.iterdir():
-            if left.name not in data:
-                left.unlink()
+        self._write_files(Path("volumes") / volume["name"], data, source.get("defaultMode", 0o644))
         self.secrets[volume["name"]] = version
         return True
+
+    def _write_files(self, folder: Path, data: dict[str, bytes], mode: int) -> Path:
+        """`data` as the files of the Pod's `folder`, each replaced at once and readable by its
+        fsGroup, and no other file; the folder."""
+        where = self.directory / folder
+        where.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self._owned(where, 0o2750)
+        for key, value in data.items():
+            temporary = where / f"..{key}.tmp"
+            temporary.write_bytes(value)
+            self._owned(temporary, mode | (0o040 if self._fs_group() is not None else 0))
+            os.replace(temporary, where / key)
+        for left in where.iterdir():
+            if left.name not in data:
+                left.unlink()
+        return where
+
+    def _service_account(self) -> list[str]:
+        """podman's flags that give the container its ServiceAccount's token, the API's CA and
+        its namespace at SERVICE_ACCOUNT, and the API's address in its environment, as the
+        kubelet mounts them unless the Pod, or else its ServiceAccount, says not to; none
+        then."""
+        spec = self.pod["spec"]
+        automount = spec.get("automountServiceAccountToken")
+        if automount is None:
+            try:
+                account = self.kubelet.service.get(
+                    self.kubelet.accounts, self.namespace, spec.get("serviceAccountName", "default")
+                )
+            except NotFoundError:
+                account = {}
+            automount = account.get("automountServiceAccountToken", True)
+        if not automount:
+            return []
+        api = self.kubelet.api()
+        files = {"token": api.token, "ca.crt": api.ca, "namespace": self.namespace.encode()}
+        where = self._write_files(Path("serviceaccount"), files, 0o644)
+        return [
+            "-v", f"{where}:{SERVICE_ACCOUNT}:ro",
+            "--env", f"KUBERNETES_SERVICE_HOST={api.host}",
+            "--env", f"KUBERNETES_SERVICE_PORT={api.port}",
+        ]  # fmt: skip
 
     def refresh_secrets(self) -> None:
         """Bring the Secret volumes up to date with their Secrets."""
@@ -376,7 +424,7 @@ class PodWorker:
         command = ["podman", "run", "--rm", "--name", self.container_name]
         command += ["--label", f"{LABEL}={self.kubelet.tag}", "--pull", "never"]
         command += ["--network", "host", *self.kubelet.dns.flags()]
-        command += [*self._security(), *self._env(), *prepared.flags]
+        command += [*self._security(), *self._env(), *self._service_account(), *prepared.flags]
         command += ["-v", f"{message[0]}:{message[1]}:rw"]
         if container.get("workingDir"):
             command += ["--workdir", container["workingDir"]]
@@ -467,18 +515,34 @@ class Kubelet:
         self.service = service
         self.nodes = nodes
         self.root = data_dir / "kubelet"
+        self.kubeconfig = data_dir / "kubeconfig"
         self.root.mkdir(mode=0o700, exist_ok=True)
         self.tag = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
         self.pods = kind(service, "Pod")
         self.claims = kind(service, "PersistentVolumeClaim")
         self.volumes = kind(service, "PersistentVolume")
         self.secrets = kind(service, "Secret")
+        self.accounts = kind(service, "ServiceAccount")
         self.services = kind(service, "Service")
         self.node_kind = kind(service, "Node")
         self.dns = ClusterDns(self.root)
         self.workers: dict[str, PodWorker] = {}
         self._lock = threading.Lock()
         self.loop = Loop(service, "standin-kubelet", self.sync, period=0.5)
+
+    def api(self) -> ApiAccess:
+        """How a Pod reaches the stand-in's API, as its kubeconfig says: the stand-in checks no
+        RBAC, so every ServiceAccount's token is the API's one token."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        [cluster] = config["clusters"]
+        [user] = config["users"]
+        server = urlsplit(cluster["cluster"]["server"])
+        return ApiAccess(
+            host=server.hostname or "",
+            port=server.port or 443,
+            ca=b64decode(cluster["cluster"]["certificate-authority-data"]),
+            token=user["user"]["token"].encode(),
+        )
 
     def addresses(self) -> set[str]:
         """The Pod IPs given now."""

@@ -177,7 +177,7 @@ def test_the_proxy_service_takes_443_to_the_export_port() -> None:
     assert container["args"][:2] == ["proxy", "serve"]
     assert f"--port={EXPORT_PORT}" in container["args"]
     assert _port(container, "https") == EXPORT_PORT
-    assert proxy["automountServiceAccountToken"] is False
+    assert proxy["automountServiceAccountToken"] is True
     service = one(docs, "Service", "diskferry-export-proxy")["spec"]
     assert service["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
     template = one(docs, "Deployment", "diskferry-export-proxy")["spec"]["template"]
@@ -188,10 +188,12 @@ def test_the_proxy_service_takes_443_to_the_export_port() -> None:
     assert path["backend"]["service"] == backend
 
 
-def _rules(docs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], set[str]]:
-    """The verbs a role of `kind` named diskferry-operator grants, by (group, resource)."""
+def _rules(
+    docs: list[dict[str, Any]], kind: str, name: str = "diskferry-operator"
+) -> dict[tuple[str, str], set[str]]:
+    """The verbs the role `name` of `kind` grants, by (group, resource)."""
     granted: dict[tuple[str, str], set[str]] = {}
-    for rule in one(docs, kind, "diskferry-operator")["rules"]:
+    for rule in one(docs, kind, name)["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
@@ -216,6 +218,17 @@ def test_the_operator_may_reconcile_every_kind_and_elect_a_leader_in_its_namespa
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "diskferry-operator", "namespace": NAMESPACE}
         ]
+
+
+def test_the_proxy_may_read_services_by_name_and_nothing_else() -> None:
+    """It tells an export whose Service has no address yet (503) from none (404)."""
+    docs = render()
+    assert _rules(docs, "ClusterRole", "diskferry-export-proxy") == {("", "services"): {"get"}}
+    binding = one(docs, "ClusterRoleBinding", "diskferry-export-proxy")
+    assert binding["roleRef"]["name"] == "diskferry-export-proxy"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "diskferry-export-proxy", "namespace": NAMESPACE}
+    ]
 
 
 def test_every_rule_says_why() -> None:

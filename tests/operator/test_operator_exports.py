@@ -5,7 +5,8 @@ virt-export-NAME on 8443, all owned by the export; its internal links name the S
 external ones appear with the host of the proxy's Route (absent before, a condition saying
 why); the export proxy, run as deploy/ runs it in a Pod of the stand-in, finds the server by
 its Service's name, and a download through it equals the disk; an export unknown gets 404, one
-whose Service names a Pod that does not listen yet 503. A slow download through the proxy
+whose Service names a Pod that does not listen yet 503, and one whose Service has no Pod
+address yet 503 too (the proxy asks the API). A slow download through the proxy
 outlives the renewal of the server's and the proxy's certificates. The proxy's Route carries the
 timeout annotation, and a user's annotation, label and host on it, and the timeout, survive an
 operator started again without the data directory of the last (the CA is the one in its
@@ -107,21 +108,26 @@ def _same(cluster: Cluster, downloaded: Path) -> None:
     assert compared.returncode == 0, compared.stdout + compared.stderr
 
 
-def _starting(name: str, image: str) -> str:
-    """The Service the operator makes for the export `name`'s server, and a Pod of it that runs
-    but does not listen (as a server that is starting), as manifests."""
-    labels = {"example.com/server": name}
-    service = {
+def _service(name: str) -> dict[str, Any]:
+    """The Service the operator makes for the export `name`'s server."""
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": f"virt-export-{name}", "namespace": "default"},
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": labels,
+            "selector": {"example.com/server": name},
             "ports": [{"name": "https", "port": 8443}],
         },
     }
+
+
+def _starting(name: str, image: str) -> str:
+    """The Service of the export `name`'s server, and a Pod of it that runs but does not
+    listen (as a server that is starting), as manifests."""
+    service = _service(name)
+    labels = service["spec"]["selector"]
     sleep = ["python", "-c", "import time; time.sleep(600)"]
     pod = {
         "apiVersion": "v1",
@@ -268,6 +274,13 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     )
     assert "retry-after: 5" in starting.stdout.lower()
     assert json.loads(starting.stdout.partition("\n\n")[2])["reason"] == "ExportNotReady"
+    # one whose Service has no Pod address yet (its Pod not placed): its name resolves to
+    # nothing, and the proxy, asking the API with its ServiceAccount's token, finds the Service
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=json.dumps(_service("unplaced")))
+    unplaced = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/unplaced/volumes/src/disk.img",
+                     "-H", header, "-i")  # fmt: skip
+    assert unplaced.stdout.startswith("HTTP/1.1 503"), unplaced.stdout + unplaced.stderr
+    assert json.loads(unplaced.stdout.partition("\n\n")[2])["reason"] == "ExportNotReady"
     # an operator started again keeps what the user added to the Route, and the timeout; its
     # Pod's data directory (an emptyDir) is new: the CA comes back from its Secret, and the
     # Route's destination CA stays as it was

@@ -2,7 +2,8 @@
 the user and with the restrictions its security context asks, on a loopback address of its own
 that it learns as its IP; it reads its Secret (kept up to date while it runs), writes its
 claims (a directory, and a block device), and ends with its exit code and termination message
-in its status and its output as its log; a deleted Pod is stopped with SIGTERM, and held by a
+in its status and its output as its log; it reaches the API with its ServiceAccount's token
+unless told not to mount it; a deleted Pod is stopped with SIGTERM, and held by a
 finalizer it keeps its final status; SIGTERM to the stand-in stops every container."""
 
 from __future__ import annotations
@@ -195,6 +196,42 @@ def test_a_pod_reads_its_secret_and_writes_its_claims(standin: StandIn, pinned: 
         ["losetup", "--associated", str(backing)], capture_output=True, text=True
     )
     assert loops.stdout == ""  # detached once the Pod ended
+
+
+def test_a_pod_reaches_the_api_with_its_service_account_s_token_unless_told_not_to(
+    standin: StandIn, pinned: str
+) -> None:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "asked", "namespace": "default"},
+        "spec": {"clusterIP": "None", "selector": {"app": "none"}},
+    }
+    kubectl(standin, "apply", "-f", "-", stdin=json.dumps(service))
+    script = (
+        "import json, os, ssl, urllib.request\n"
+        "folder = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
+        "if not os.path.exists(folder):\n"
+        "    told = 'none ' + str('KUBERNETES_SERVICE_HOST' in os.environ)\n"
+        "    open('/dev/termination-log', 'w').write(told)\n"
+        "    raise SystemExit\n"
+        "token = open(folder + '/token').read()\n"
+        "namespace = open(folder + '/namespace').read()\n"
+        "env = os.environ\n"
+        "host = env['KUBERNETES_SERVICE_HOST'] + ':' + env['KUBERNETES_SERVICE_PORT']\n"
+        "url = f'https://{host}/api/v1/namespaces/{namespace}/services/asked'\n"
+        "asked = urllib.request.Request(url, headers={'Authorization': 'Bearer ' + token})\n"
+        "context = ssl.create_default_context(cafile=folder + '/ca.crt')\n"
+        "found = json.load(urllib.request.urlopen(asked, context=context, timeout=30))\n"
+        "open('/dev/termination-log', 'w').write(found['metadata']['name'])\n"
+    )
+    kubectl(standin, "apply", "-f", "-", stdin=_pod("asking", pinned, script))
+    told = _pod("unmounted", pinned, script, automountServiceAccountToken=False)
+    kubectl(standin, "apply", "-f", "-", stdin=told)
+    asking = _phase(standin, "asking", "Succeeded", "Failed")
+    assert _terminated(asking).get("message") == "asked", kubectl(standin, "logs", "asking")
+    unmounted = _phase(standin, "unmounted", "Succeeded", "Failed")
+    assert _terminated(unmounted).get("message") == "none False"
 
 
 def test_a_deleted_pod_is_stopped_with_sigterm_and_a_finalizer_keeps_its_status(

@@ -321,9 +321,13 @@ def proxy_serve(
     the operator makes for its server (a name too long for a DNS label is cut and given a
     digest), verified against the export CA that `--services-ca` names: the cluster's DNS says
     which exports are there, and their servers which are ready, so the proxy needs no access
-    to the cluster's API. The operator's Services publish their Pods before they are ready: a
-    name that resolves to nothing gets 404 UnknownExport, and one whose server refuses the
-    connection (it is starting) 503 ExportNotReady with Retry-After, as on one host.
+    to the cluster's API but to tell a starting export from none. The operator's Services
+    publish their Pods before they are ready: a server that refuses the connection (it is
+    starting) gets 503 ExportNotReady with Retry-After, as on one host. A name that resolves
+    to nothing is a Service whose Pod has no address yet (503 as well) or no export (404
+    UnknownExport): in a Pod given its ServiceAccount token, the proxy asks the cluster's API
+    whether the Service exists (`get` on Services, as deploy/ grants it); without one it
+    answers 404.
 
     The proxy runs in `--processes` processes, each with its own socket on the port
     (SO_REUSEPORT: the kernel spreads the connections) and its own event loop, so that its
@@ -333,7 +337,7 @@ def proxy_serve(
     files at least once a second.
     """
     from diskferry.disk import Progress
-    from diskferry.export import ProxyJob, serve_proxy
+    from diskferry.export import ClusterApi, ProxyJob, serve_proxy
 
     if (routes is None) == (services_ca is None):
         raise typer.BadParameter("give --routes or --services-ca, one of them")
@@ -341,6 +345,7 @@ def proxy_serve(
         ProxyJob,
         routes=path_text(routes),
         services_ca=path_text(services_ca),
+        cluster_api=None if services_ca is None else ClusterApi.in_cluster(),
         backend_idle_timeout=parse_duration(backend_idle_timeout),
         **({} if processes is None else {"processes": processes}),
         **listening(cert_dir, san, address, port, tls_settings),

@@ -11,6 +11,7 @@ __all__, __getattr__, __dir__ = lazy_face(
     __name__,
     {
         "backuppoint": ("BackupPointJob", "serve_backup_point"),
+        "cluster_api": ("ClusterApi",),
         "download": ("DownloadRequest", "DownloadResult", "download as download_volume"),
         "errors": ("DownloadError", "ExportError", "RoutesError"),
         "job": (

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from diskferry.base.cpus import usable_cpus
+from diskferry.export.cluster_api import ClusterApi
 from diskferry.export.links import LinkedVolume, backup_link, link_set, manifest_links
 from diskferry.serving.listening import Listening
 from diskferry.worker.job import JobModel, WorkerJob
@@ -134,6 +135,13 @@ class ProxyJob(WorkerJob, Listening):
         description="route each export to its server's headless Service instead, verified "
         "against this CA file (re-read when it changes)",
     )
+    cluster_api: ClusterApi | None = Field(
+        default=None,
+        alias="clusterApi",
+        description="with servicesCa: the cluster's API, asked whether an export whose "
+        "Service's name resolves to nothing has a Service (503, its server has no address "
+        "yet) or none (404)",
+    )
     backend_idle_timeout: float = Field(default=30.0, gt=0, alias="backendIdleTimeout")
     grace: float = Field(default=10.0, ge=0)
     processes: int = Field(default_factory=default_proxy_processes, ge=1, le=64)
@@ -142,6 +150,8 @@ class ProxyJob(WorkerJob, Listening):
     def _one_way_to_route(self) -> ProxyJob:
         if (self.routes is None) == (self.services_ca is None):
             raise PydanticCustomError("proxy_routes", "give routes or servicesCa, one of them")
+        if self.cluster_api is not None and self.services_ca is None:
+            raise PydanticCustomError("proxy_api", "clusterApi is asked only with servicesCa")
         return self
 
 

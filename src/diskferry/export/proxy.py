@@ -56,6 +56,8 @@ _WRITE_BUFFER = 64 << 10
 _PIECE = 64 << 10
 # what a client that finds an export or the pool busy is told to wait before it asks again
 RETRY_AFTER_SECONDS = 5
+# how long the cluster's API may take to say whether an export's Service exists
+PRESENCE_TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
 def _retry_later(reason: str, message: str) -> web.Response:
@@ -93,6 +95,7 @@ class ExportProxy:
         self.routes = routes
         self.pool = pool or PoolSettings()
         self.backends = Backends(self.pool, _READ_BUFFER)
+        self._presence_trouble: str | None = None  # the last one logged, until it answers
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -181,7 +184,10 @@ class ExportProxy:
         except TimeoutError:
             return problem_response(504, "BackendTimeout", f"{export} did not answer")
         except aiohttp.ClientConnectorDNSError:
-            # a server found by its Service's name: no such Service, or none of its Pods ready
+            # a server found by its Service's name: a Service whose Pod has no address yet,
+            # or no such Service
+            if await self._present(route):
+                return _not_ready(export)
             return problem_response(404, "UnknownExport", f"no export {export} is served")
         except (aiohttp.ClientError, OSError) as e:
             if route.refused_while_starting and _refused(e):
@@ -189,6 +195,41 @@ class ExportProxy:
             log.warning("export %s: backend failed: %s", export, e)
             return problem_response(502, "BackendUnavailable", f"cannot reach {export}")
         return await self._relay(request, upstream)
+
+    async def _present(self, route: Route) -> bool:
+        """Whether the export of `route`, whose server's name resolves to nothing, exists all
+        the same, as the routes' source can ask; False where it cannot, or has no answer (logged
+        once until it answers again). The asking takes a slot of the pool as a request does."""
+        try:
+            presence = self.routes.presence(route)
+            if presence is None:
+                return False
+            url = URL(presence.url)
+            async with (
+                self.backends.slot(str(url.origin())),
+                self.backends.session(None, self.routes.unix_sockets) as session,
+                session.get(
+                    url,
+                    headers=presence.headers,
+                    ssl=presence.context,
+                    allow_redirects=False,
+                    timeout=PRESENCE_TIMEOUT,
+                ) as answer,
+            ):
+                status = answer.status
+        except (BusyError, aiohttp.ClientError, OSError, TimeoutError) as e:
+            self._presence_failed(f"{type(e).__name__}: {e}")
+            return False
+        if status not in (200, 404):
+            self._presence_failed(f"HTTP {status}")
+            return False
+        self._presence_trouble = None
+        return status == 200
+
+    def _presence_failed(self, trouble: str) -> None:
+        if trouble != self._presence_trouble:
+            log.warning("cannot tell whether exports with no server address exist: %s", trouble)
+            self._presence_trouble = trouble
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse

@@ -1,5 +1,6 @@
 """The proxy's routes: which export server serves each namespace/name (`RouteSource`), as a
-routes file says, reloaded on change (`RoutesFile`); and the TLS contexts that verify each
+routes file says, reloaded on change (`RoutesFile`); where to ask whether an export whose
+server's name resolves to nothing exists (`Presence`); and the TLS contexts that verify each
 server against its route's CA (`ClientContexts`)."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -54,6 +56,17 @@ def load_routes(path: str | os.PathLike[str]) -> dict[tuple[str, str], Route]:
     return {(r.namespace, r.name): r for r in doc.exports}
 
 
+@dataclass(frozen=True)
+class Presence:
+    """Where to ask whether an export exists while its server has no address: the URL of an
+    object of the cluster's API (200: the export exists, 404: it does not), and the headers and
+    TLS context to ask with."""
+
+    url: str
+    headers: dict[str, str]
+    context: ssl.SSLContext
+
+
 class RouteSource(Protocol):
     """Where the proxy finds each export's server."""
 
@@ -65,6 +78,11 @@ class RouteSource(Protocol):
 
     def client_context(self, route: Route) -> ssl.SSLContext:
         """The TLS context that verifies the route's server against its CA."""
+
+    def presence(self, route: Route) -> Presence | None:
+        """Where to ask whether the export of `route`, whose server's name resolves to nothing,
+        exists all the same; None where nothing can be asked (OSError when its credentials
+        cannot be read)."""
 
 
 class ClientContexts:
@@ -114,3 +132,7 @@ class RoutesFile:
     def client_context(self, route: Route) -> ssl.SSLContext:
         """The TLS context that verifies the route's server against its CA, cached per CA file."""
         return self._contexts.get(route.ca_file)
+
+    def presence(self, route: Route) -> Presence | None:
+        """None: a routes file names every export it routes, and no name of it is looked up."""
+        return None

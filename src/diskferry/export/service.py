@@ -178,7 +178,9 @@ class ProxyShare:
         """The share of one of the job's processes."""
         pool = PoolSettings(idle=job.backend_idle_timeout).share(job.processes)
         routes: RouteSource = (
-            ServiceRoutes(job.services_ca) if job.services_ca else RoutesFile(job.routes or "")
+            ServiceRoutes(job.services_ca, job.cluster_api)
+            if job.services_ca
+            else RoutesFile(job.routes or "")
         )
         proxy = ExportProxy(routes, pool)
         return cls(proxy, ServerTls(job.cert_dir, job.sans or default_sans(), job.tls_settings))

@@ -2,11 +2,13 @@
 `https://<service>.<namespace>.svc:8443`, by the export's namespace and name alone, as the
 operator names the Service (`service_name`); each verified against the export CA.
 
-Nothing is read but the CA file: which exports exist, and which are ready, the cluster's DNS
-and the servers say. The operator's Services publish their Pods before they are ready, so a
-name that resolves to nothing is no export (404), and one whose server refuses the connection
-is an export not ready yet (503), as a route that is not ready is on this host. A name that
-cannot be a Service's is no export.
+Which exports exist, and which are ready, the cluster's DNS and the servers say. The
+operator's Services publish their Pods before they are ready, so a server that refuses the
+connection is an export not ready yet (503), as a route that is not ready is on this host. A
+name that resolves to nothing is a Service with no Pod address yet, or no Service at all: with
+the cluster's API to ask (`ClusterApi`, the Pod's ServiceAccount token), the Service's presence
+tells them apart (503 or 404); without, it is taken as none (404). A name that cannot be a
+Service's is no export.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import hashlib
 import re
 import ssl
 
-from diskferry.export.routes import ClientContexts, Route
+from diskferry.export.cluster_api import ClusterApi
+from diskferry.export.routes import ClientContexts, Presence, Route
 from diskferry.serving.defaults import EXPORT_PORT
 
 SERVICE_PREFIX = "virt-export-"
@@ -51,10 +54,12 @@ def service_url(namespace: str, export: str) -> str:
 
 class ServiceRoutes:
     """Routes each export to its Service, verified against the CA in `ca_file` (re-read when it
-    changes)."""
+    changes); asks `api`, where given, whether a Service whose name resolves to nothing
+    exists."""
 
-    def __init__(self, ca_file: str) -> None:
+    def __init__(self, ca_file: str, api: ClusterApi | None = None) -> None:
         self.ca_file = ca_file
+        self.api = api
         self._contexts = ClientContexts()
 
     def get(self, namespace: str, name: str) -> Route | None:
@@ -79,3 +84,13 @@ class ServiceRoutes:
     def client_context(self, route: Route) -> ssl.SSLContext:
         """The TLS context that verifies a server against the export CA."""
         return self._contexts.get(route.ca_file)
+
+    def presence(self, route: Route) -> Presence | None:
+        """The export's Service in the cluster's API; None without the API."""
+        if self.api is None:
+            return None
+        return Presence(
+            self.api.service_url(route.namespace, service_name(route.name)),
+            self.api.headers(),
+            self._contexts.get(self.api.ca_file),
+        )
