@@ -1,26 +1,29 @@
 """The manager over the real store: watches queue objects and their owners, one reconcile of a
 key at a time, errors shown as a condition and an Event and retried, requeue-after, resync,
-and a stop that waits for the reconciles under way."""
+a kind whose changes were lost listed again alone (what it lost found by the listing), and a
+stop that waits for the reconciles under way."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from control_support import wait_until
 from store_support import COMPLETE, WIDGETS, Widget, make_service, widget
 
 from diskferry.control.apiserver.objects import ObjectService
-from diskferry.control.resources.core import EVENTS
+from diskferry.control.resources.core import EVENTS, SECRETS
+from diskferry.control.resources.kinds import KindInfo
 from diskferry.control.runtime.client import EmbeddedClient
 from diskferry.control.runtime.conditions import set_condition
 from diskferry.control.runtime.manager import Manager, ObjectKey, fingerprint
 from diskferry.control.runtime.reconciler import Result
-from diskferry.control.runtime.source import StoreSource
+from diskferry.control.runtime.source import Change, Changes, KindsGone, Listing, StoreSource
 
 
 class Widgets:
@@ -349,3 +352,72 @@ def test_a_change_of_an_object_queues_what_it_bears_on_before_and_after(objects,
     _after_a_marker(objects, widgets, "m2")
     assert widgets.calls["first"] == before["first"] + 2  # the one it bore on before
     assert widgets.calls["second"] == before["second"] + 1
+
+
+class Losing:
+    """The store's changes, but those of the kinds told are dropped until they are listed
+    again, and named lost when told (as a cluster's watch of a kind that fell behind)."""
+
+    def __init__(self, changes: Changes, objects: ObjectService) -> None:
+        self.changes = changes
+        self.objects = objects
+        self.dropping: dict[str, KindInfo] = {}
+        self.named = threading.Event()
+        self.relisted: list[list[str]] = []
+
+    def next(self, timeout: float) -> list[Change]:
+        if self.named.is_set():
+            self.named.clear()
+            raise KindsGone("lost", list(self.dropping.values()))
+        changes = self.changes.next(timeout)
+        return [c for c in changes if c.object.get("kind") not in self.dropping]
+
+    def relist(self, kinds: Sequence[KindInfo]) -> list[dict[str, Any]]:
+        self.relisted.append([info.kind for info in kinds])
+        for info in kinds:
+            self.dropping.pop(info.kind)
+        return [obj for info in kinds for obj in self.objects.list(info, None).items]
+
+    def close(self) -> None:
+        self.changes.close()
+
+
+class LosingSource(StoreSource):
+    """The store as a source whose changes are Losing."""
+
+    def follow(self, kinds: Sequence[KindInfo]) -> Listing:
+        listing = super().follow(kinds)
+        self.changes = Losing(listing.changes, self.objects)
+        return Listing(listing.objects, self.changes)
+
+
+def test_a_kind_whose_changes_were_lost_is_listed_again_alone_and_its_deletions_found(
+    objects: ObjectService,
+) -> None:
+    widgets = Widgets()
+    source = LosingSource(objects)
+    client = EmbeddedClient(objects, objects.registry)
+    manager = Manager(source, client, [widgets], workers=1, owned=[SECRETS])
+    manager.start()
+    try:
+        parent = _create(objects, "parent")
+        _create(objects, "bystander")
+        owner = {
+            "apiVersion": parent["apiVersion"],
+            "kind": "Widget",
+            "name": "parent",
+            "uid": parent["metadata"]["uid"],
+        }
+        child = {"metadata": {"name": "child", "ownerReferences": [owner]}}
+        objects.create(SECRETS, "default", child)
+        _after_a_marker(objects, widgets, "m0")
+        before = dict(widgets.calls)
+        source.changes.dropping[SECRETS.kind] = SECRETS
+        objects.delete(SECRETS, "default", "child")  # a deletion the manager does not hear of
+        source.changes.named.set()
+        wait_until(lambda: widgets.calls["parent"] > before["parent"])
+        _after_a_marker(objects, widgets, "m1")
+        assert source.changes.relisted == [["Secret"]]
+        assert widgets.calls["bystander"] == before["bystander"]  # its kind was not listed
+    finally:
+        manager.stop()

@@ -1,11 +1,15 @@
 """The operator's manager over the stand-in cluster follows the worker Pods it made for their
 owners: a Pod that changes queues the resource that owns it at once, as controller-runtime's
-Owns does, and only when the Pods are followed (else the change waits for the next resync)."""
+Owns does, and only when the Pods are followed (else the change waits for the next resync); a
+Pod deleted while the Pods' changes were lost (a full buffer) is found gone when the Pods alone
+are listed again, and queues its owner."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from control_support import wait_until
@@ -22,6 +26,7 @@ from diskferry.kube.source import ClusterSource
 
 DISKS = ("diskferry.io/v1alpha1", "VirtualDisk")
 WAIT_SECONDS = 30
+NOWHERE = "nowhere"  # a node that is none: a Pod bound to it is neither scheduled nor run
 
 
 class Counting:
@@ -80,3 +85,60 @@ def test_a_worker_pod_that_changes_queues_the_disk_that_owns_it(
     _settled(api, namespace, counting, "m1")
     after = counting.calls[f"{namespace}/owner"]
     assert before == 1 and (after > 1 if followed else after == 1)
+
+
+class Hold:
+    """What a VirtualDisk bears on (nothing), which holds the manager's watch while it reads
+    the disk `name`, until released: the changes meanwhile wait in the buffer."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.holding = threading.Event()
+        self.released = threading.Event()
+
+    def __call__(self, obj: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+        if obj["metadata"]["name"] == self.name:
+            self.holding.set()
+            self.released.wait(WAIT_SECONDS)
+        return []
+
+
+def _quiet_pod(api: KubeApi, namespace: str, name: str, owners: list[dict]) -> None:
+    meta = {"name": name, "labels": WORKERS, "ownerReferences": owners}
+    spec = {"nodeName": NOWHERE, "containers": [{"name": "c", "image": "localhost/none"}]}
+    api.create(
+        "v1", "Pod", namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    )
+
+
+def test_a_pod_deleted_while_the_pods_changes_were_lost_queues_its_owner(
+    api: KubeApi, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="diskferry.kube")
+    counting, hold = Counting(), Hold("held")
+    source = ClusterSource(api, REGISTRY, selectors=SELECTORS, buffer=4)
+    client = KubeClient(api, REGISTRY)
+    related = {"VirtualDisk": hold}
+    manager = Manager(source, client, [counting], workers=1, owned=OWNED, related=related)
+    manager.start()
+    try:
+        meta = _disk(api, namespace, "owner")["metadata"]
+        _disk(api, namespace, "bystander")
+        owner = {"apiVersion": DISKS[0], "kind": DISKS[1], "name": "owner", "uid": meta["uid"]}
+        _quiet_pod(api, namespace, "worker", [owner])
+        _settled(api, namespace, counting, "m0")
+        before = dict(counting.calls)
+        _disk(api, namespace, "held")
+        assert hold.holding.wait(WAIT_SECONDS)
+        api.delete("v1", "Pod", namespace, "worker")
+        for n in range(8):  # the Pods' changes fill the buffer, and are lost
+            _quiet_pod(api, namespace, f"flood-{n}", [])
+        wait_until(lambda: "pods outran their reader" in caplog.text, WAIT_SECONDS)
+        hold.released.set()
+        wait_until(lambda: counting.calls[f"{namespace}/owner"] > before[f"{namespace}/owner"])
+        _settled(api, namespace, counting, "m1")
+        # the Pods alone were listed again: the disks' watch went on, queuing none of them
+        assert counting.calls[f"{namespace}/bystander"] == before[f"{namespace}/bystander"]
+    finally:
+        hold.released.set()
+        manager.stop()

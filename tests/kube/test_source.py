@@ -1,7 +1,8 @@
 """ClusterSource, the manager's Source over a cluster's API, against the stand-in cluster: the
 listing (read a page at a time as its objects are taken), each kind's changes after it, and a
 watch that fell behind the changes the API keeps (410 Gone), or a reader that fell behind its
-watches (a bounded buffer full), ending the changes so that the manager lists again."""
+watches (a bounded buffer full), naming the kind that lost its changes so that the manager
+lists it alone again, the other kinds' changes going on."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from control_support import wait_until
 from standin_support import StandIn, start_standin
 
 from diskferry.control.errors import GoneError
+from diskferry.control.resources.core import SECRETS
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
-from diskferry.control.runtime.source import Changes
+from diskferry.control.runtime.source import Changes, KindsGone
 from diskferry.kube import api as kube_api
-from diskferry.kube.api import KubeApi
+from diskferry.kube import source as kube_source
+from diskferry.kube.api import Backoff, KubeApi
 from diskferry.kube.config import api_client
 from diskferry.kube.owned import OWNED, SELECTORS
 from diskferry.kube.pods import WORKERS
@@ -156,7 +159,17 @@ def test_a_watch_too_far_behind_ends_with_gone_and_a_new_listing_goes_on(
         again.changes.close()
 
 
-def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_again(
+def _create_disks(api: KubeApi, names: list[str]) -> None:
+    for name in names:
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk(name))
+
+
+def _outran(caplog: pytest.LogCaptureFixture, times: int) -> None:
+    """Wait until a full buffer made a kind lose its changes `times` times."""
+    wait_until(lambda: caplog.text.count("outran their reader") >= times, WAIT_SECONDS, step=0.1)
+
+
+def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_the_kind_again(
     api: KubeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("WARNING", logger="diskferry.kube")
@@ -166,8 +179,7 @@ def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_agai
     assert isinstance(watches, KindWatches)
     listed = {o["metadata"]["name"] for o in listing.objects}
     outran = {f"outran-{n}" for n in range(12)}
-    for name in sorted(outran):
-        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk(name))
+    _create_disks(api, sorted(outran))
     held: list[int] = []
 
     def dropped() -> bool:
@@ -175,25 +187,105 @@ def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_agai
         return "outran their reader" in caplog.text
 
     wait_until(dropped, WAIT_SECONDS, step=0.1)
-    assert max(held) <= 4 and watches.held() == 4
-    with pytest.raises(GoneError, match="changes of virtualdisks outran their reader"):
+    # never more than the buffer, and the changes the new listing supersedes are let go
+    assert max(held) <= 4 and watches.held() == 0
+    with pytest.raises(KindsGone, match="changes of virtualdisks outran their reader") as gone:
         watches.next(0)
-    watches.close()
-    again = source.follow([VIRTUAL_DISKS])
+    assert gone.value.kinds == (VIRTUAL_DISKS,)
     try:
-        assert {o["metadata"]["name"] for o in again.objects} == listed | outran
-        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("after-outran"))
-        assert changes_until(again.changes, "after-outran") == ["ADDED"]
+        assert {o["metadata"]["name"] for o in watches.relist(gone.value.kinds)} == listed | outran
+        _create_disks(api, ["after-outran"])
+        assert changes_until(watches, "after-outran") == ["ADDED"]
     finally:
-        again.changes.close()
+        watches.close()
+
+
+def _secret(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}
+
+
+def test_a_full_buffer_lists_again_the_kind_that_filled_it_alone(
+    api: KubeApi, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level("WARNING", logger="diskferry.kube")
+    listed_kinds: list[str] = []
+    pages = api.pages
+
+    def recorded(api_version: str, kind: str, *args: Any, **kwargs: Any) -> Iterator:
+        listed_kinds.append(kind)
+        return pages(api_version, kind, *args, **kwargs)
+
+    monkeypatch.setattr(api, "pages", recorded)
+    watches = ClusterSource(api, REGISTRY, buffer=4).follow([VIRTUAL_DISKS, SECRETS]).changes
+    assert isinstance(watches, KindWatches)
+    try:
+        api.create("v1", "Secret", "default", _secret("quiet-0"))
+        wait_until(lambda: watches.held() == 1, WAIT_SECONDS)
+        _create_disks(api, [f"busy-{n}" for n in range(8)])  # the disks fill the buffer
+        _outran(caplog, 1)
+        listed_kinds.clear()
+        with pytest.raises(KindsGone) as gone:
+            watches.next(0)
+        assert gone.value.kinds == (VIRTUAL_DISKS,)
+        # the Secrets' change held stays, and their watch goes on without a listing
+        assert [c.object["metadata"]["name"] for c in watches.next(0)] == ["quiet-0"]
+        assert {f"busy-{n}" for n in range(8)} <= {
+            o["metadata"]["name"] for o in watches.relist(gone.value.kinds)
+        }
+        api.create("v1", "Secret", "default", _secret("quiet-1"))
+        _create_disks(api, ["busy-after"])
+        seen: list[str] = []
+        wait_until(
+            lambda: (
+                seen.extend(c.object["metadata"]["name"] for c in watches.next(0.2))
+                or {"quiet-1", "busy-after"} <= set(seen)
+            ),
+            WAIT_SECONDS,
+        )
+        assert seen.count("quiet-1") == 1 and "quiet-0" not in seen
+        assert listed_kinds == ["VirtualDisk"]
+    finally:
+        watches.close()
+
+
+def test_a_kind_that_keeps_overflowing_waits_to_be_listed_again_while_the_others_go_on(
+    api: KubeApi, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level("WARNING", logger="diskferry.kube")
+    monkeypatch.setattr(kube_source, "RELISTS", Backoff(first=3600.0, most=3600.0))
+    watches = ClusterSource(api, REGISTRY, buffer=4).follow([VIRTUAL_DISKS, SECRETS]).changes
+    assert isinstance(watches, KindWatches)
+    try:
+        _create_disks(api, [f"flood-{n}" for n in range(6)])
+        _outran(caplog, 1)
+        with pytest.raises(KindsGone) as gone:  # the first loss: listed again at once
+            watches.next(0)
+        list(watches.relist(gone.value.kinds))
+        _create_disks(api, [f"flood-again-{n}" for n in range(6)])
+        _outran(caplog, 2)
+        api.create("v1", "Secret", "default", _secret("still-served"))
+        seen: list[str] = []
+        wait_until(
+            lambda: (
+                seen.extend(c.object["metadata"]["name"] for c in watches.next(0.2))
+                or "still-served" in seen
+            ),
+            WAIT_SECONDS,
+        )  # and the disks, which lost theirs again soon after their listing, were not named
+        waits = [r.args[-1] for r in caplog.records if "outran" in r.getMessage()]
+        assert waits[0] == 0 and waits[1] >= 1800
+    finally:
+        watches.close()
 
 
 def _pod(name: str, labels: dict[str, str]) -> dict:
+    """A Pod bound to a node that is none, so that neither the stand-in's scheduler nor its
+    kubelet changes it once made."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "localhost/none"}]},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "localhost/none"}]},
     }
 
 
@@ -215,6 +307,6 @@ def test_an_owned_kind_is_listed_and_watched_through_its_selector_alone(api: Kub
             ),
             WAIT_SECONDS,
         )
-        assert set(seen) == {"worker-2"}  # added, then scheduled: never the other Pod
+        assert set(seen) == {"worker-2"}  # never the other Pod
     finally:
         listing.changes.close()

@@ -16,8 +16,14 @@ reconciled kind is queued again, and Events older than an hour are deleted where
 keeps them. Worker threads take keys from one WorkQueue, so no key is reconciled twice at
 once; an error is retried with backoff and shown on the object as the condition `Reconciled`
 (False, reason ReconcileError) and a Warning Event; the next success sets it True, so every
-reconciled kind declares it (the manager refuses a reconciler of a kind that does not). Changes
-the source lost (GoneError) make it list again.
+reconciled kind declares it (the manager refuses a reconciler of a kind that does not).
+
+The manager keeps, of each object of a kind it follows, a digest of what queues it, the owners
+its ownerReferences name and what it bears on. When the source lost the changes of some kinds
+(KindsGone), it lists those kinds alone again, the others' changes going on; any other
+GoneError makes it list every kind again. A listing (as a resync's) queues every object in it,
+and an object it kept that the listing no longer has was deleted meanwhile: it, its owners and
+what it bore on are queued, as for a deletion seen (as client-go's DeltaFIFO.Replace has it).
 `stop` ends the watch, lets the reconciles under way finish, and returns.
 """
 
@@ -40,7 +46,7 @@ from diskferry.control.runtime.client import Client
 from diskferry.control.runtime.conditions import declared, find, set_condition
 from diskferry.control.runtime.queue import WorkQueue
 from diskferry.control.runtime.reconciler import Reconciler, Result, named
-from diskferry.control.runtime.source import Source
+from diskferry.control.runtime.source import KindsGone, Source
 
 log = logging.getLogger("diskferry.control")
 RECONCILE_ERROR = "ReconcileError"
@@ -63,6 +69,22 @@ class ObjectKey:
 
     def __str__(self) -> str:
         return named(self.kind, self.namespace, self.name)
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> ObjectKey:
+        """The key of an object (as API values)."""
+        meta = obj.get("metadata") or {}
+        return cls(obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""))
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the manager keeps of an object it follows: the digest of what queues it, the
+    owners its ownerReferences name (of reconciled kinds) and what it bears on."""
+
+    fingerprint: bytes
+    owners: tuple[ObjectKey, ...]
+    bearing: frozenset[tuple[str, str | None, str]]
 
 
 def fingerprint(obj: dict[str, Any]) -> bytes:
@@ -109,8 +131,8 @@ class Manager:
         self.resync = resync
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._seen: dict[ObjectKey, bytes] = {}  # the watch thread's own, as is _bearing
-        self._bearing: dict[ObjectKey, set[tuple[str, str | None, str]]] = {}
+        self._known: dict[ObjectKey, Known] = {}  # the watch thread's own, as is _followed
+        self._followed: set[str] = set()  # the kinds whose objects _known keeps
 
     def start(self) -> None:
         """Start watching and reconciling."""
@@ -137,33 +159,42 @@ class Manager:
             self.queue.add(ObjectKey(kind, namespace, name))
 
     def _enqueue_object(self, obj: dict[str, Any], event: str | None = None) -> None:
-        """Queue the object's owners, and the object itself unless only its status changed
-        since the watch last saw it; `event` is the watch's type, None for a listed object,
-        which is queued whatever changed."""
+        """Queue the object's owners and what it bears on (before and after the change), and
+        the object itself unless only its status changed since the watch last saw it; `event`
+        is the watch's type, None for a listed object, which is queued whatever changed."""
+        key = ObjectKey.of(obj)
+        before = self._known.pop(key, None)
+        known = self._knowing(key, obj)
+        if event != "DELETED" and key.kind in self._followed:
+            self._known[key] = known
+        changed = before is None or before.fingerprint != known.fingerprint
+        self._enqueue_known(key, known, before, changed or event in (None, "DELETED"))
+
+    def _knowing(self, key: ObjectKey, obj: dict[str, Any]) -> Known:
+        """What is kept of `obj`: its fingerprint, its owners and what it bears on."""
         meta = obj.get("metadata") or {}
-        namespace = meta.get("namespace")
-        key = ObjectKey(obj.get("kind", ""), namespace, meta.get("name", ""))
-        if key.kind in self.reconcilers:
-            seen = fingerprint(obj)
-            changed = self._seen.get(key) != seen
-            if event == "DELETED":
-                self._seen.pop(key, None)
-            else:
-                self._seen[key] = seen
-            if changed or event in (None, "DELETED"):
-                self.queue.add(key)
+        owners = []
         for owner in meta.get("ownerReferences") or []:
             info = self._info(owner.get("kind", ""))
             if info is not None:
-                self.enqueue(info.kind, namespace if info.namespaced else None, owner["name"])
+                where = key.namespace if info.namespaced else None
+                owners.append(ObjectKey(info.kind, where, owner["name"]))
         related = self.related.get(key.kind)
-        if related is not None:
-            bearing = set(related(obj))
-            before = self._bearing.pop(key, set())
-            if event != "DELETED":
-                self._bearing[key] = bearing
-            for kind, where, name in sorted(bearing | before, key=str):
-                self.enqueue(kind, where, name)
+        bearing = frozenset(related(obj)) if related is not None else frozenset()
+        return Known(fingerprint(obj), tuple(owners), bearing)
+
+    def _enqueue_known(
+        self, key: ObjectKey, known: Known, before: Known | None, itself: bool
+    ) -> None:
+        """Queue `known`'s owners, what it bears on and what it bore on `before`, and the
+        object itself when `itself`."""
+        if itself:
+            self.enqueue(key.kind, key.namespace, key.name)
+        for owner in known.owners:
+            self.enqueue(owner.kind, owner.namespace, owner.name)
+        bore = before.bearing if before is not None else frozenset()
+        for kind, where, name in sorted(known.bearing | bore, key=str):
+            self.enqueue(kind, where, name)
 
     def _info(self, kind: str) -> KindInfo | None:
         reconciler = self.reconcilers.get(kind)
@@ -178,12 +209,17 @@ class Manager:
             kinds.setdefault(info.kind, info)
         return list(kinds.values())
 
-    def _queue_all(self, objects: Iterable[dict[str, Any]]) -> None:
-        """Queue each of `objects` (every object of a reconciled or related kind), and what
-        each of a related kind bears on."""
-        self._seen, self._bearing = {}, {}
+    def _listed(self, kinds: Sequence[KindInfo], objects: Iterable[dict[str, Any]]) -> None:
+        """Queue each of `objects` (every object of `kinds` now), its owners and what it bears
+        on; and each object of `kinds` kept that `objects` no longer has, as deleted."""
+        names = {info.kind for info in kinds}
+        listed: set[ObjectKey] = set()
         for obj in objects:
             self._enqueue_object(obj)
+            listed.add(ObjectKey.of(obj))
+        gone = [key for key in self._known if key.kind in names and key not in listed]
+        for key in gone:
+            self._enqueue_known(key, self._known.pop(key), None, True)
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -194,21 +230,30 @@ class Manager:
                 self._stop.wait(1.0)
 
     def _follow(self) -> None:
-        listing = self.source.follow(self._kinds())
+        kinds = self._kinds()
+        self._followed = {info.kind for info in kinds}
+        listing = self.source.follow(kinds)
         watch = listing.changes
         try:
-            self._queue_all(listing.objects)
+            self._listed(kinds, listing.objects)
             resynced = time.monotonic()
             while not self._stop.is_set():
-                for event in watch.next(WATCH_POLL):
+                try:
+                    events = watch.next(WATCH_POLL)
+                except KindsGone as gone:
+                    lost = ", ".join(info.plural for info in gone.kinds)
+                    log.info("listing %s again: %s", lost, gone.message)
+                    self._listed(gone.kinds, watch.relist(gone.kinds))
+                    continue
+                for event in events:
                     if event.type != "BOOKMARK":
                         self._enqueue_object(event.object, event.type)
                 if time.monotonic() - resynced >= self.resync:
-                    self._queue_all(obj for info in self._kinds() for obj in self.source.list(info))
+                    self._listed(kinds, (obj for info in kinds for obj in self.source.list(info)))
                     self.source.expire_events()
                     resynced = time.monotonic()
         except GoneError:
-            return  # too far behind, watching or reading a listing's pages: list again
+            return  # a listing's pages no longer kept: list every kind again
         finally:
             watch.close()
 

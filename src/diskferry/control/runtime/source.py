@@ -3,8 +3,12 @@ protocol, and StoreSource over the embedded store.
 
 A source lists the kinds it is asked for and follows, from the moment of that listing, the
 changes of every kind it follows (the embedded store follows all; a cluster's API client, the
-kinds it watches). A change it can no longer give (a watch too far behind, 410 Gone) ends the
-changes with GoneError: the manager lists again and follows from there.
+kinds it watches). Changes it can no longer give (a watch too far behind, 410 Gone, a full
+buffer) end with KindsGone, which names the kinds that lost some: the manager lists those
+kinds again through `Changes.relist`, which follows them again from that listing, while the
+other kinds' changes go on from where they were (the embedded store keeps one feed of every
+kind, so a watch too far behind it names every kind). Any other GoneError (a listing's pages
+no longer kept) means the manager follows every kind again from a new listing.
 """
 
 from __future__ import annotations
@@ -13,10 +17,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from diskferry.control.errors import GoneError
 from diskferry.control.resources.kinds import KindInfo, Registry
 
 if TYPE_CHECKING:
     from diskferry.control.apiserver.objects import ObjectService
+    from diskferry.control.apiserver.store.feed import Watch, WatchEvent
+
+
+class KindsGone(GoneError):
+    """Changes of `kinds` were lost (those of the other kinds followed were not): list them
+    again with `Changes.relist`."""
+
+    def __init__(self, message: str, kinds: Sequence[KindInfo]) -> None:
+        super().__init__(message)
+        self.kinds = tuple(kinds)
 
 
 class Change(Protocol):
@@ -39,7 +54,12 @@ class Changes(Protocol):
 
     def next(self, timeout: float) -> Sequence[Change]:
         """The changes that came within `timeout` seconds, oldest first (none when none came);
-        GoneError when some were lost and the kinds must be listed again."""
+        KindsGone when those of some kinds were lost and these must be listed again."""
+        ...
+
+    def relist(self, kinds: Sequence[KindInfo]) -> Iterable[dict[str, Any]]:
+        """Every object of `kinds` (those a KindsGone named) now, to be taken once before the
+        next changes, and their changes followed again from then on."""
         ...
 
     def close(self) -> None:
@@ -75,6 +95,46 @@ class Source(Protocol):
         ...
 
 
+def _listed(
+    objects: ObjectService, kinds: Sequence[KindInfo]
+) -> tuple[list[dict[str, Any]], Watch]:
+    """Every object of `kinds` now, and a watch of every kind's changes from then on."""
+    version = objects.resource_version()
+    listed = [obj for info in kinds for obj in objects.list(info, None).items]
+    return listed, objects.watch(None, None, resource_version=version)
+
+
+class StoreChanges:
+    """The changes of every kind in the embedded store after a listing of `kinds`, through one
+    watch of its feed: a watch the feed no longer reaches has lost the changes of every kind,
+    so its KindsGone names every kind listed, and `relist` lists them all and watches again."""
+
+    def __init__(self, objects: ObjectService, kinds: Sequence[KindInfo], watch: Watch) -> None:
+        self.objects = objects
+        self.kinds = tuple(kinds)
+        self._watch = watch
+
+    def relist(self, kinds: Sequence[KindInfo]) -> list[dict[str, Any]]:
+        """Every object of `kinds` (every kind listed: the one watch follows them all) now, and
+        the changes of every kind from then on."""
+        listed, watch = _listed(self.objects, kinds)
+        self._watch.close()
+        self._watch = watch
+        return listed
+
+    def next(self, timeout: float) -> list[WatchEvent]:
+        """The changes of every kind that came within `timeout` seconds; KindsGone naming every
+        kind listed when the feed no longer reaches back to them."""
+        try:
+            return self._watch.next(timeout)
+        except GoneError as error:
+            raise KindsGone(error.message, self.kinds) from None
+
+    def close(self) -> None:
+        """Stop the watch."""
+        self._watch.close()
+
+
 class StoreSource:
     """The embedded store as a source: one watch of every kind, from the listing's
     resourceVersion."""
@@ -89,9 +149,8 @@ class StoreSource:
 
     def follow(self, kinds: Sequence[KindInfo]) -> Listing:
         """Every object of `kinds` now, and the changes of every kind after."""
-        version = self.objects.resource_version()
-        listed = [obj for info in kinds for obj in self.objects.list(info, None).items]
-        return Listing(listed, self.objects.watch(None, None, resource_version=version))
+        listed, watch = _listed(self.objects, kinds)
+        return Listing(listed, StoreChanges(self.objects, kinds, watch))
 
     def expire_events(self) -> None:
         """Delete the Events last seen over an hour ago, as Kubernetes does."""
