@@ -16,8 +16,9 @@ the image the Pod names, and writes the Pod's status back, as a kubelet does on 
 - The Pod's security context as podman flags: runAsUser and runAsGroup (--user), fsGroup and
   supplementalGroups (--group-add), readOnlyRootFilesystem (--read-only), capabilities dropped,
   allowPrivilegeEscalation false (no-new-privileges).
-- Volumes: a Secret's keys as files (defaultMode, group fsGroup), kept up to date while the Pod
-  runs, as the kubelet refreshes them; an emptyDir; a claim once it is Bound, through its
+- Volumes: a Secret's or a ConfigMap's keys as files (defaultMode, group fsGroup; an optional
+  one missing as an empty folder), kept up to date while the Pod runs, as the kubelet
+  refreshes them; an emptyDir; a claim once it is Bound, through its
   volume's hostPath: a directory mounted (volumeMounts, Filesystem; its group made fsGroup) or a
   file behind a loop device (volumeDevices, Block; the device owned by the container's user, as
   containerd's device_ownership_from_security_context does), read-only where the Pod's volume
@@ -182,7 +183,7 @@ class PodWorker:
         self.stopping = threading.Event()
         self.grace = int(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE))
         self.process: subprocess.Popen[bytes] | None = None
-        self.secrets: dict[str, str] = {}  # a Secret volume's name: the version written
+        self.sources: dict[str, str] = {}  # a Secret or ConfigMap volume's: the version written
         self.thread = threading.Thread(target=self._run, name=f"pod-{self.name}", daemon=True)
 
     # --- status
@@ -249,22 +250,30 @@ class PodWorker:
             raise PodRefused(f"the volume {volume} of claim {claim} is not usable on {node}")
         return path, pv["spec"].get("volumeMode") == "Block"
 
-    def _write_secret(self, volume: Obj) -> bool:
-        """Write the Secret's keys into the volume's folder, replacing each changed file at once;
-        whether it was found."""
-        source = volume["secret"]
+    def _write_source(self, volume: Obj) -> bool:
+        """Write the keys of the volume's Secret or ConfigMap into its folder, replacing each
+        changed file at once; whether it was found (an optional one missing is found empty)."""
+        secret = "secret" in volume
+        source = volume["secret" if secret else "configMap"]
         try:
-            secret = self.kubelet.service.get(
-                self.kubelet.secrets, self.namespace, source["secretName"]
+            found = self.kubelet.service.get(
+                self.kubelet.secrets if secret else self.kubelet.config_maps,
+                self.namespace,
+                source["secretName" if secret else "name"],
             )
         except NotFoundError:
-            return False
-        version = secret["metadata"]["resourceVersion"]
-        if self.secrets.get(volume["name"]) == version:
+            if not source.get("optional"):
+                return False
+            found = {"metadata": {"resourceVersion": ""}}
+        version = found["metadata"]["resourceVersion"]
+        if self.sources.get(volume["name"]) == version:
             return True
-        data = {key: b64decode(value) for key, value in (secret.get("data") or {}).items()}
+        if secret:
+            data = {key: b64decode(value) for key, value in (found.get("data") or {}).items()}
+        else:
+            data = {key: value.encode() for key, value in (found.get("data") or {}).items()}
         self._write_files(Path("volumes") / volume["name"], data, source.get("defaultMode", 0o644))
-        self.secrets[volume["name"]] = version
+        self.sources[volume["name"]] = version
         return True
 
     def _write_files(self, folder: Path, data: dict[str, bytes], mode: int) -> Path:
@@ -309,11 +318,11 @@ class PodWorker:
             "--env", f"KUBERNETES_SERVICE_PORT={api.port}",
         ]  # fmt: skip
 
-    def refresh_secrets(self) -> None:
-        """Bring the Secret volumes up to date with their Secrets."""
+    def refresh_sources(self) -> None:
+        """Bring the Secret and ConfigMap volumes up to date with their sources."""
         for volume in self.pod["spec"].get("volumes") or []:
-            if "secret" in volume and volume["name"] in self.secrets:
-                self._write_secret(volume)
+            if volume["name"] in self.sources:
+                self._write_source(volume)
 
     def _prepare(self) -> Prepared | None:
         """podman's flags for every volume of the Pod, each made ready; None while one waits
@@ -324,9 +333,12 @@ class PodWorker:
         prepared = Prepared()
         for volume in spec.get("volumes") or []:
             name = volume["name"]
-            if "secret" in volume:
-                if not self._write_secret(volume):
-                    self._waiting(f"the Secret {volume['secret']['secretName']} is missing")
+            if "secret" in volume or "configMap" in volume:
+                if not self._write_source(volume):
+                    source = volume.get("secret") or volume["configMap"]
+                    missing = source.get("secretName") or source.get("name")
+                    self._waiting(f"the {'Secret' if 'secret' in volume else 'ConfigMap'} "
+                                  f"{missing} is missing")  # fmt: skip
                     return None
                 where: Path = self.directory / "volumes" / name
             elif "emptyDir" in volume:
@@ -362,6 +374,7 @@ class PodWorker:
                 read_only = (
                     mount.get("readOnly")
                     or "secret" in volume
+                    or "configMap" in volume
                     or (volume.get("persistentVolumeClaim") or {}).get("readOnly")
                 )
                 prepared.flags += [
@@ -522,6 +535,7 @@ class Kubelet:
         self.claims = kind(service, "PersistentVolumeClaim")
         self.volumes = kind(service, "PersistentVolume")
         self.secrets = kind(service, "Secret")
+        self.config_maps = kind(service, "ConfigMap")
         self.accounts = kind(service, "ServiceAccount")
         self.services = kind(service, "Service")
         self.node_kind = kind(service, "Node")
@@ -585,8 +599,8 @@ class Kubelet:
             podman("rm", "--force", container)
 
     def sync(self) -> None:
-        """Start the Pods not started, stop the deleted ones, refresh Secret volumes and the
-        cluster's names."""
+        """Start the Pods not started, stop the deleted ones, refresh Secret and ConfigMap
+        volumes and the cluster's names."""
         pods = {pod["metadata"]["uid"]: pod for pod in self.service.list(self.pods, None).items}
         self.dns.sync(self.service.list(self.services, None).items, list(pods.values()))
         with self._lock:
@@ -602,7 +616,7 @@ class Kubelet:
                         daemon=True,
                     ).start()
             elif worker.thread.is_alive():
-                worker.refresh_secrets()
+                worker.refresh_sources()
             if pod is None and not worker.thread.is_alive():
                 shutil.rmtree(worker.directory, ignore_errors=True)
                 with self._lock:

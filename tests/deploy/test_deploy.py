@@ -178,6 +178,11 @@ def test_the_proxy_service_takes_443_to_the_export_port() -> None:
     assert f"--port={EXPORT_PORT}" in container["args"]
     assert _port(container, "https") == EXPORT_PORT
     assert proxy["automountServiceAccountToken"] is True
+    settings = next(a for a in container["args"] if a.startswith("--tls-settings="))
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    [source] = [v["configMap"] for v in proxy["volumes"] if v["name"] == "tls-settings"]
+    assert settings == f"--tls-settings={mounts['tls-settings']}/settings.yaml"
+    assert source == {"name": "diskferry-export-proxy-tls-settings", "optional": True}
     service = one(docs, "Service", "diskferry-export-proxy")["spec"]
     assert service["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
     template = one(docs, "Deployment", "diskferry-export-proxy")["spec"]["template"]

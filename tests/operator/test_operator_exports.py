@@ -6,7 +6,8 @@ external ones appear with the host of the proxy's Route (absent before, a condit
 why); the export proxy, run as deploy/ runs it in a Pod of the stand-in, finds the server by
 its Service's name, and a download through it equals the disk; an export unknown gets 404, one
 whose Service names a Pod that does not listen yet 503, and one whose Service has no Pod
-address yet 503 too (the proxy asks the API). A slow download through the proxy
+address yet 503 too (the proxy asks the API); TLS settings put in the proxy's ConfigMap while
+it runs hold for its next connections. A slow download through the proxy
 outlives the renewal of the server's and the proxy's certificates. The proxy's Route carries the
 timeout annotation, and a user's annotation, label and host on it, and the timeout, survive an
 operator started again without the data directory of the last (the CA is the one in its
@@ -257,6 +258,24 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
                  "--fail", "-H", header, "-o", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     _same(cluster, out)
+    # its TLS settings come from their ConfigMap, made while it runs: new connections take them
+    tls12 = ("--tlsv1.2", "--tls-max", "1.2", "-o", "/dev/null", "-w", "%{http_code}")
+    assert _curl(tmp_path / "ca.crt", address, "/", *tls12).stdout == "400"
+    settings = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{PROXY}-tls-settings", "namespace": NAMESPACE},
+        "data": {"settings.yaml": "minVersion: '1.3'\n"},
+    }
+    kubectl(cluster.standin, "apply", "-f", "-", stdin=json.dumps(settings))
+    refused = _when(
+        cluster,
+        lambda: (
+            (answer := _curl(tmp_path / "ca.crt", address, "/", *tls12)).returncode != 0 and answer
+        ),
+        60,
+    )
+    assert "alert" in refused.stderr.lower() or "ssl" in refused.stderr.lower(), refused.stderr
     unknown = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/none/volumes/src/disk.img",
                     "-H", header, "-o", "/dev/null", "-w", "%{http_code}")  # fmt: skip
     assert unknown.stdout == "404"
@@ -337,6 +356,8 @@ def test_a_download_through_the_proxy_outlives_the_rotation_of_every_certificate
     server = get_object(cluster, "pod", f"diskferry-vmexport-{ready['metadata']['uid']}") or {}
     server_address = server["status"]["podIP"]
     proxy_address = _proxy_pod(cluster, pinned)["status"]["podIP"]
+    _when(cluster, lambda: _route(cluster))
+    kubectl(cluster.standin, "annotate", "route", PROXY, "-n", NAMESPACE, "example.com/owner=me")
     service, proxy_name = "virt-export-exp.default.svc", f"{PROXY}.{NAMESPACE}.svc"
     header = _token_header(cluster, ready)
     out = tmp_path / "downloaded.img"
@@ -366,6 +387,9 @@ def test_a_download_through_the_proxy_outlives_the_rotation_of_every_certificate
             slow.kill()
             slow.wait()
     _same(cluster, out)
+    # the proxy's Route, its certificate renewed meanwhile, keeps the user's annotation
+    kept = (_route(cluster) or {})["metadata"]["annotations"]
+    assert kept == {"example.com/owner": "me", TIMEOUT: "10m"}
     # a new download, through new connections, verifies against the new certificates
     again = tmp_path / "again.img"
     done = _curl(tmp_path / "ca.crt", proxy_address, f"{EXPORTS}/exp/volumes/src/disk.img",
