@@ -15,7 +15,6 @@ import pytest
 from control_support import wait_until
 from standin_support import StandIn, start_standin
 
-from diskferry.control.errors import GoneError
 from diskferry.control.resources.core import SECRETS
 from diskferry.control.resources.registry import REGISTRY
 from diskferry.control.resources.virtualdisk import VIRTUAL_DISKS
@@ -133,30 +132,42 @@ def compacting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
     assert started.stop() == 0
 
 
-def test_a_watch_too_far_behind_ends_with_gone_and_a_new_listing_goes_on(
+def _secret(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}
+
+
+def _names(changes: Changes, timeout: float) -> list[str]:
+    return [c.object["metadata"]["name"] for c in changes.next(timeout)]
+
+
+def test_a_watch_too_far_behind_names_its_kind_alone_and_the_others_go_on(
     compacting: StandIn, tmp_path: Path
 ) -> None:
     api = KubeApi(api_client(compacting.kubeconfig), discovery_cache=tmp_path / "discovery")
-    source = ClusterSource(api, REGISTRY, watch_seconds=1)
-    listing = source.follow([VIRTUAL_DISKS])
-    api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("before"))
-    assert changes_until(listing.changes, "before") == ["ADDED"]
-    # changes the disks' watch does not see, until those after its last one are no longer kept:
-    # when its request ends, it asks again from a resourceVersion the API answers 410 Gone
-    for n in range(3 * KEEP_CHANGES):
-        api.create("v1", "Secret", "default", {"metadata": {"name": f"churn-{n}"}})
-    deadline = time.monotonic() + WAIT_SECONDS
-    with pytest.raises(GoneError):
-        while time.monotonic() < deadline:
-            listing.changes.next(0.5)
-    listing.changes.close()
-    again = source.follow([VIRTUAL_DISKS])
+    listing = ClusterSource(api, REGISTRY, watch_seconds=1).follow([VIRTUAL_DISKS, SECRETS])
+    changes = listing.changes
     try:
-        assert [o["metadata"]["name"] for o in again.objects] == ["before"]
+        api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("before"))
+        assert changes_until(changes, "before") == ["ADDED"]
+        # changes the disks' watch does not see, until those after its last one are no longer
+        # kept: when its request ends, it asks again from a resourceVersion the API answers 410
+        # Gone; the Secrets' watch sees them all
+        churn = [f"churn-{n}" for n in range(3 * KEEP_CHANGES)]
+        for name in churn:
+            api.create("v1", "Secret", "default", _secret(name))
+        seen: list[str] = []
+        deadline = time.monotonic() + WAIT_SECONDS
+        with pytest.raises(KindsGone, match="the watch of virtualdisks expired") as gone:
+            while time.monotonic() < deadline:
+                seen += _names(changes, 0.5)
+        assert gone.value.kinds == (VIRTUAL_DISKS,)
+        wait_until(lambda: seen.extend(_names(changes, 0.2)) or set(churn) <= set(seen))
+        assert sorted(seen) == sorted(churn)  # each once, the Secrets never listed again
+        assert [o["metadata"]["name"] for o in changes.relist(gone.value.kinds)] == ["before"]
         api.create("diskferry.io/v1alpha1", "VirtualDisk", "default", disk("after"))
-        assert changes_until(again.changes, "after") == ["ADDED"]
+        assert changes_until(changes, "after") == ["ADDED"]
     finally:
-        again.changes.close()
+        changes.close()
 
 
 def _create_disks(api: KubeApi, names: list[str]) -> None:
@@ -198,10 +209,6 @@ def test_a_reader_slower_than_the_changes_holds_a_bounded_buffer_then_lists_the_
         assert changes_until(watches, "after-outran") == ["ADDED"]
     finally:
         watches.close()
-
-
-def _secret(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}
 
 
 def test_a_full_buffer_lists_again_the_kind_that_filled_it_alone(
