@@ -1,7 +1,8 @@
 """The URLs an upload source shows while its server waits: none before the server listens; the
 in-cluster one by the address the runner gives, and the external one through the export proxy
 once it serves; where nothing reaches the proxy from outside (a cluster with neither a Route
-nor an Ingress to it), the in-cluster one alone, without waiting for the proxy."""
+nor an Ingress to it), or the proxy takes no routes (a cluster's, which reaches export servers
+alone), the in-cluster one alone, without waiting for the proxy."""
 
 from __future__ import annotations
 
@@ -27,10 +28,14 @@ class _Runner:
 class _Proxy:
     """A proxy reached from outside as `outside` says, serving or not."""
 
-    def __init__(self, outside: Outside | str, serving: bool) -> None:
+    def __init__(self, outside: Outside | str, serving: bool, takes_routes: bool = True) -> None:
         self._outside = outside
         self._serving = serving
+        self._takes_routes = takes_routes
         self.routed: list[tuple[str, str, int]] = []
+
+    def takes_routes(self) -> bool:
+        return self._takes_routes
 
     def outside(self) -> Outside | str:
         return self._outside
@@ -60,5 +65,11 @@ def test_both_urls_once_the_server_listens_and_the_proxy_serves() -> None:
 
 def test_the_in_cluster_url_alone_where_nothing_reaches_the_proxy_from_outside() -> None:
     proxy = _Proxy("neither a Route nor an Ingress leads to the proxy", serving=False)
+    assert _urls(proxy) == {"inCluster": "https://diskferry-vd-1.ns.svc:8443/upload/s3cret"}
+    assert proxy.routed == []
+
+
+def test_the_in_cluster_url_alone_where_the_proxy_reaches_export_servers_alone() -> None:
+    proxy = _Proxy(Outside("https://proxy.example", None), serving=True, takes_routes=False)
     assert _urls(proxy) == {"inCluster": "https://diskferry-vd-1.ns.svc:8443/upload/s3cret"}
     assert proxy.routed == []

@@ -108,6 +108,10 @@ class ClusterProxy(Keeper):
         """True: the proxy is the cluster's Deployment; an export is ready once its server is."""
         return True
 
+    def takes_routes(self) -> bool:
+        """False: the proxy reaches each export's server through its Service, and no other."""
+        return False
+
     def route(
         self, namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None
     ) -> None:

@@ -42,6 +42,10 @@ class ExportProxy(Protocol):
     def serving(self) -> bool:
         """Whether the proxy runs and listens."""
 
+    def takes_routes(self) -> bool:
+        """Whether the proxy reaches the servers `route` names: False where it reaches export
+        servers alone, each through its Service by the export's name (a cluster's)."""
+
     def route(
         self, namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None
     ) -> None:

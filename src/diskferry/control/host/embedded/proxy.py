@@ -85,6 +85,10 @@ class ProxyKeeper(Keeper):
         details = ((state.progress or {}).get("details") or {}) if state else {}
         return bool(state and state.running and details.get("listenPort"))
 
+    def takes_routes(self) -> bool:
+        """True: the routes file names every server the proxy reaches."""
+        return True
+
     def _loaded(self) -> dict[tuple[str, str], Route]:
         if self._routes is None:
             text = self.runner.read_file(PROXY_JOB, ROUTES_FILE)

@@ -6,8 +6,9 @@ read back from the running worker.
 
 The external URL goes through the export proxy, as an export's external links do: the upload
 server is routed there under the namespace `diskferry-uploads` and its job's id, and there is
-none where nothing reaches the proxy from outside; the in-cluster URL reaches the worker
-itself, by the address the runner gives.
+none where nothing reaches the proxy from outside, or where the proxy reaches export servers
+alone (a cluster's, which finds each through its Service); the in-cluster URL reaches the
+worker itself, by the address the runner gives.
 
 The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
 with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
@@ -147,7 +148,7 @@ def upload_urls(
     `/upload/<secret>`: `inCluster` by the address the runner gives; `external` through `proxy`
     once it serves (the server routed there), as `inCluster` without a proxy, and absent where
     nothing reaches the proxy from outside (a cluster with neither a Route nor an Ingress to it,
-    as an export's external links are)."""
+    as an export's external links are) or where the proxy takes no routes (a cluster's)."""
     port = ((progress or {}).get("details") or {}).get("listenPort")
     token = runner.read_file(job_id, TOKEN_FILE)
     if not isinstance(port, int) or not token:
@@ -159,6 +160,8 @@ def upload_urls(
     in_cluster = {"inCluster": f"{server}{path}"}
     if proxy is None:
         return {"external": f"{server}{path}", **in_cluster}
+    if not proxy.takes_routes():
+        return in_cluster
     outside = proxy.outside()
     if isinstance(outside, str):
         return in_cluster
