@@ -217,7 +217,11 @@ class RecordingApi(KubeApi):
 
 def _granted() -> set[tuple[str, str, str]]:
     """What deploy/'s ClusterRole lets the operator do, by verb, group and resource."""
-    [role] = [d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole"]
+    [role] = [
+        d
+        for d in yaml.safe_load_all(DEPLOY.read_text())
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "diskferry-operator"
+    ]
     return {
         (verb, group, resource)
         for rule in role["rules"]
