@@ -199,7 +199,8 @@ class ExportProxy:
     async def _present(self, route: Route) -> bool:
         """Whether the export of `route`, whose server's name resolves to nothing, exists all
         the same, as the routes' source can ask; False where it cannot, or has no answer (logged
-        once until it answers again). The asking takes a slot of the pool as a request does."""
+        once until it answers again). The asking takes a slot of the pool as a request does:
+        BusyError where none is free in time (the client is told to ask again)."""
         try:
             presence = self.routes.presence(route)
             if presence is None:
@@ -217,7 +218,7 @@ class ExportProxy:
                 ) as answer,
             ):
                 status = answer.status
-        except (BusyError, aiohttp.ClientError, OSError, TimeoutError) as e:
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
             self._presence_failed(f"{type(e).__name__}: {e}")
             return False
         if status not in (200, 404):
