@@ -21,6 +21,7 @@ from diskferry.control.resources.core import EVENTS
 from diskferry.control.resources.kinds import KindInfo, Registry
 from diskferry.control.resources.model import API_VERSION
 from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.runtime.runner.base import Runner
 from diskferry.control.runtime.runner.stop import stop_data_dir
 
 STOP_SECONDS = 30
@@ -38,6 +39,7 @@ class Daemon:
         proxy_port: int | None = None,
         resync: float = RESYNC_SECONDS,
         volumes: Volumes | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.registry = registry
@@ -50,6 +52,7 @@ class Daemon:
             resync=resync,
             proxy_port=self.proxy_port,
             volumes=volumes,
+            runner=runner,
         )
         self.controllers.start()
 

@@ -3,18 +3,22 @@ PendingRestart on a running VM until its next start moves the disks onto their o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 from control_support import wait_until
 from reconcile_support import Daemon
-from vm_support import cbt_state, create_vm, daemon, hmp, patch_vm, ready_disk
+from vm_support import cbt_state, create_vm, daemon, hmp, patch_vm, ready_disk, vm_daemon
 
 from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.runtime.runner.base import JobState
+from diskferry.control.runtime.runner.local import LocalRunner
 from diskferry.qemu.bitmaps import BASE
 from diskferry.qemu.qmp import Qmp
 
@@ -89,6 +93,51 @@ def test_label_on_a_stopped_vm_enables_cbt_at_once_by_a_worker(daemon: Daemon, c
     wait_until(lambda: daemon.get("VirtualDisk", "vd-e") is None, 30)
     assert not os.path.exists(f"{disk}.cbt.qcow2")  # the disk's overlay goes with it
     assert not disk.parent.exists()
+
+
+class LingeringRunner(LocalRunner):
+    """This host's runner, whose CBT jobs seem to run on after they ended (as one does between
+    putting its overlay in place and writing its result) until `let_end`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.lingering = True
+        self.looks_after_end = 0
+
+    def state(self, job_id: str) -> JobState | None:
+        state = super().state(job_id)
+        if self.lingering and job_id.startswith("vm-cbt-") and state and not state.running:
+            self.looks_after_end += 1
+            return dataclasses.replace(state, running=True, result=None, exit_code=None)
+        return state
+
+    def let_end(self) -> None:
+        self.lingering = False
+
+
+def test_a_cbt_job_whose_overlay_is_in_place_is_let_finish_and_its_log_kept(caplog) -> None:
+    """A reconcile that finds the overlay in place while the job that made it still runs waits
+    for that job, neither cancelling it nor dropping its log, and shows Enabled only after."""
+    caplog.set_level(logging.INFO, logger="diskferry.control")
+    runners: list[LingeringRunner] = []
+
+    def lingering(data_dir: Path) -> LingeringRunner:
+        runners.append(LingeringRunner(data_dir))
+        return runners[0]
+
+    with vm_daemon(lingering) as daemon:
+        disk = ready_disk(daemon, "vd-e")
+        stopped = {**SPEC, "runPolicy": "AlwaysOff"}
+        create_vm(daemon, "vm-h", stopped, {"diskferry.io/changed-block-tracking": "true"})
+        wait_until(lambda: os.path.exists(f"{disk}.cbt.qcow2"), 30)
+        wait_until(lambda: runners[0].looks_after_end >= 3, 30)  # reconciled meanwhile
+        assert cbt_state(daemon, "vm-h") == "Initializing"
+        runners[0].let_end()
+        wait_until(lambda: cbt_state(daemon, "vm-h") == "Enabled", 30)
+        said = [r.getMessage() for r in caplog.records]
+        assert any(
+            s.startswith("VirtualMachine default/vm-h: ") and "cbtEnable done" in s for s in said
+        )
 
 
 def test_cbt_no_longer_wanted_removes_the_overlays_at_the_next_start(daemon: Daemon) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from reconcile_support import Daemon
 
 from diskferry.base import procstat
 from diskferry.control.resources.registry import REGISTRY
+from diskferry.control.runtime.runner.base import Runner
 from diskferry.nbd.volume import NbdVolume
 from diskferry.qemu.qmp import Qmp
 
@@ -25,8 +27,17 @@ DISK_SIZE = "16Mi"
 @pytest.fixture
 def daemon() -> Iterator[Daemon]:
     """A daemon over a data directory short enough for Unix socket paths under it."""
+    with vm_daemon() as served:
+        yield served
+
+
+@contextlib.contextmanager
+def vm_daemon(runner: Callable[[Path], Runner] | None = None) -> Iterator[Daemon]:
+    """A daemon over a data directory short enough for Unix socket paths under it, its workers
+    run by the runner `runner` makes for that directory (else this host's); its VMs' QEMUs
+    ended after it."""
     base = Path(tempfile.mkdtemp(prefix="dfvm", dir="/tmp"))
-    served = Daemon(base)
+    served = Daemon(base, runner=None if runner is None else runner(base))
     try:
         yield served
     finally:

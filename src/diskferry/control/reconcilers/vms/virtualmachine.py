@@ -368,11 +368,16 @@ class VirtualMachineReconciler:
         self, obj: VirtualMachine, writable: list[Attached], track: bool
     ) -> Result | None:
         """Each writable disk moved on or off its CBT overlay by a worker, as `track` says: a
-        Result while a worker moves one (or once one failed), None when each is as wanted."""
+        Result while a worker moves one (or once one failed), None when each is as wanted. A
+        disk already as wanted whose worker still runs (its overlay put in place, its result
+        not yet written) is waited for, its log then kept."""
         moving = None
         for a in writable:
             assert a.claim is not None  # a writable device is a disk's claim
             job_id = vmcbt.cbt_job_id(obj, a.target)
+            if isinstance(self.jobs.poll(job_id, CbtResult), Running):
+                moving = Result.requeue(STEP_SECONDS)
+                continue
             if self.volumes.tracked(a.claim) == track:
                 self.jobs.settle(job_id, tag(obj), keep=False)
                 continue
