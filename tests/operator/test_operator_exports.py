@@ -33,12 +33,11 @@ from daemon_support import kubectl
 from image_support import BUILD_SECONDS
 from operator_support import NAMESPACE, Cluster, wait_ready
 from pods_support import STEP, get_object, pods_operator, volume_file
+from proxy_support import PROXY, export_ca, proxy_curl, proxy_pod, proxy_route
 
 from diskferry.control.host.embedded.certs import PKI_DIR
 
 pytestmark = [pytest.mark.long, pytest.mark.timeout(BUILD_SECONDS + 1200)]
-DEPLOY = Path(__file__).parents[2] / "deploy"
-PROXY = "diskferry-export-proxy"
 TIMEOUT = "haproxy.router.openshift.io/timeout"
 HOST = "exports.apps.example.com"
 EXPORTS = "/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports"
@@ -82,13 +81,6 @@ def _exported(cluster: Cluster, url: str) -> dict[str, Any]:
         ),
         300,
     )
-
-
-def _export_ca(cluster: Cluster) -> str:
-    """The export CA, as its Secret holds it."""
-    secret = get_object(cluster, "secret", "diskferry-export-ca", "-n", NAMESPACE)
-    assert secret is not None
-    return base64.b64decode(secret["data"]["tls.crt"]).decode()
 
 
 def _token_header(cluster: Cluster, export: dict[str, Any]) -> str:
@@ -139,60 +131,8 @@ def _starting(name: str, image: str) -> str:
     return yaml.safe_dump_all([service, pod])
 
 
-def _route(cluster: Cluster) -> dict[str, Any] | None:
-    return get_object(cluster, "route", PROXY, "-n", NAMESPACE)
-
-
 def _when(cluster: Cluster, what: Any, timeout: float = 120) -> Any:
     return wait_until(what, timeout, STEP)
-
-
-def _proxy_pod(cluster: Cluster, image: str) -> dict[str, Any]:
-    """A Pod of the export proxy's Deployment as deploy/ has it (the stand-in runs no
-    Deployment), of the image tested; once it runs."""
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True
-    ).stdout
-    [deployment] = [
-        doc
-        for doc in yaml.safe_load_all(rendered)
-        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == PROXY
-    ]
-    template = deployment["spec"]["template"]
-    template["spec"]["containers"][0]["image"] = image
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "name": f"{PROXY}-0", "namespace": NAMESPACE},
-        "spec": template["spec"],
-    }
-    kubectl(cluster.standin, "apply", "-f", "-", stdin=json.dumps(pod))
-    return _when(
-        cluster,
-        lambda: (
-            (found := get_object(cluster, "pod", f"{PROXY}-0", "-n", NAMESPACE))
-            and (found.get("status") or {}).get("phase") == "Running"
-            and _listens(cluster, found)
-            and found
-        ),
-        300,
-    )
-
-
-def _listens(cluster: Cluster, pod: dict[str, Any]) -> bool:
-    """Whether the proxy Pod's log says it listens."""
-    out = kubectl(cluster.standin, "logs", pod["metadata"]["name"], "-n", NAMESPACE)
-    return "listening on" in out
-
-
-def _curl(ca: Path, address: str, path: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """curl of `path` on the export proxy's Service name, resolved to `address`."""
-    name = f"{PROXY}.{NAMESPACE}.svc"
-    command = [
-        "curl", "--silent", "--show-error", "--max-time", "120", "--cacert", str(ca),
-        "--resolve", f"{name}:8443:{address}", *args, f"https://{name}:8443{path}",
-    ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
 
 
 def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy(
@@ -200,8 +140,8 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
 ) -> None:
     cluster = pods_cluster
     first = pods_operator(cluster, pinned)
-    route = _when(cluster, lambda: _route(cluster))
-    ca = _export_ca(cluster)
+    route = _when(cluster, lambda: proxy_route(cluster))
+    ca = export_ca(cluster)
     assert route["metadata"]["annotations"][TIMEOUT] == "10m"
     assert route["spec"]["tls"]["termination"] == "reencrypt"
     assert route["spec"]["tls"]["destinationCACertificate"] == ca
@@ -249,18 +189,18 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     assert f"{outside}/volumes/src/disk.img" in {f["url"] for f in formats}
     assert "ExternalLinks" not in {c["type"] for c in linked["status"]["conditions"]}
     # the proxy as deploy/ runs it finds the server by its Service's name
-    proxy = _proxy_pod(cluster, pinned)
+    proxy = proxy_pod(cluster, pinned)
     address = proxy["status"]["podIP"]
     header = _token_header(cluster, linked)
     (tmp_path / "ca.crt").write_text(ca)
     out = tmp_path / "downloaded.img"
-    done = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/exp/volumes/src/disk.img",
+    done = proxy_curl(tmp_path / "ca.crt", address, f"{EXPORTS}/exp/volumes/src/disk.img",
                  "--fail", "-H", header, "-o", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     _same(cluster, out)
     # its TLS settings come from their ConfigMap, made while it runs: new connections take them
     tls12 = ("--tlsv1.2", "--tls-max", "1.2", "-o", "/dev/null", "-w", "%{http_code}")
-    assert _curl(tmp_path / "ca.crt", address, "/", *tls12).stdout == "400"
+    assert proxy_curl(tmp_path / "ca.crt", address, "/", *tls12).stdout == "400"
     settings = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -271,12 +211,13 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     refused = _when(
         cluster,
         lambda: (
-            (answer := _curl(tmp_path / "ca.crt", address, "/", *tls12)).returncode != 0 and answer
+            (answer := proxy_curl(tmp_path / "ca.crt", address, "/", *tls12)).returncode != 0
+            and answer
         ),
         60,
     )
     assert "alert" in refused.stderr.lower() or "ssl" in refused.stderr.lower(), refused.stderr
-    unknown = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/none/volumes/src/disk.img",
+    unknown = proxy_curl(tmp_path / "ca.crt", address, f"{EXPORTS}/none/volumes/src/disk.img",
                     "-H", header, "-o", "/dev/null", "-w", "%{http_code}")  # fmt: skip
     assert unknown.stdout == "404"
     # an export whose Service names a Pod that does not listen yet is not ready: 503, as here
@@ -285,7 +226,7 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     starting = _when(
         cluster,
         lambda: (
-            (answer := _curl(tmp_path / "ca.crt", address, starting_path, "-H", header, "-i"))
+            (answer := proxy_curl(tmp_path / "ca.crt", address, starting_path, "-H", header, "-i"))
             and answer.stdout.startswith("HTTP/1.1 503")
             and answer
         ),
@@ -296,19 +237,19 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     # one whose Service has no Pod address yet (its Pod not placed): its name resolves to
     # nothing, and the proxy, asking the API with its ServiceAccount's token, finds the Service
     kubectl(cluster.standin, "apply", "-f", "-", stdin=json.dumps(_service("unplaced")))
-    unplaced = _curl(tmp_path / "ca.crt", address, f"{EXPORTS}/unplaced/volumes/src/disk.img",
+    unplaced = proxy_curl(tmp_path / "ca.crt", address, f"{EXPORTS}/unplaced/volumes/src/disk.img",
                      "-H", header, "-i")  # fmt: skip
     assert unplaced.stdout.startswith("HTTP/1.1 503"), unplaced.stdout + unplaced.stderr
     assert json.loads(unplaced.stdout.partition("\n\n")[2])["reason"] == "ExportNotReady"
     # an operator started again keeps what the user added to the Route, and the timeout; its
     # Pod's data directory (an emptyDir) is new: the CA comes back from its Secret, and the
     # Route's destination CA stays as it was
-    version = (_route(cluster) or {})["metadata"]["resourceVersion"]
+    version = (proxy_route(cluster) or {})["metadata"]["resourceVersion"]
     assert first.stop() == 0
     shutil.rmtree(cluster.data_dir / PKI_DIR)
     again = pods_operator(cluster, pinned, "pods-again")
     _when(cluster, lambda: KEEPING in again.log.read_text())
-    kept = _route(cluster) or {}
+    kept = proxy_route(cluster) or {}
     assert kept["metadata"]["resourceVersion"] == version
     assert kept["metadata"]["annotations"] == {"example.com/owner": "me", TIMEOUT: "10m"}
     assert kept["metadata"]["labels"]["team"] == "storage"
@@ -317,7 +258,7 @@ def test_an_export_is_served_by_its_pod_behind_its_service_and_through_the_proxy
     mended = _when(
         cluster,
         lambda: (
-            (found := _route(cluster))
+            (found := proxy_route(cluster))
             and found["metadata"]["annotations"].get(TIMEOUT) == "10m"
             and found
         ),
@@ -351,12 +292,12 @@ def test_a_download_through_the_proxy_outlives_the_rotation_of_every_certificate
     cluster = pods_cluster
     pods_operator(cluster, pinned, "pods", "--server-cert-lifetime", LIFETIME)
     ready = _exported(cluster, nginx.publish(images.reference, "operator-exports.raw"))
-    ca = _export_ca(cluster)
+    ca = export_ca(cluster)
     (tmp_path / "ca.crt").write_text(ca)
     server = get_object(cluster, "pod", f"diskferry-vmexport-{ready['metadata']['uid']}") or {}
     server_address = server["status"]["podIP"]
-    proxy_address = _proxy_pod(cluster, pinned)["status"]["podIP"]
-    _when(cluster, lambda: _route(cluster))
+    proxy_address = proxy_pod(cluster, pinned)["status"]["podIP"]
+    _when(cluster, lambda: proxy_route(cluster))
     kubectl(cluster.standin, "annotate", "route", PROXY, "-n", NAMESPACE, "example.com/owner=me")
     service, proxy_name = "virt-export-exp.default.svc", f"{PROXY}.{NAMESPACE}.svc"
     header = _token_header(cluster, ready)
@@ -388,11 +329,11 @@ def test_a_download_through_the_proxy_outlives_the_rotation_of_every_certificate
             slow.wait()
     _same(cluster, out)
     # the proxy's Route, its certificate renewed meanwhile, keeps the user's annotation
-    kept = (_route(cluster) or {})["metadata"]["annotations"]
+    kept = (proxy_route(cluster) or {})["metadata"]["annotations"]
     assert kept == {"example.com/owner": "me", TIMEOUT: "10m"}
     # a new download, through new connections, verifies against the new certificates
     again = tmp_path / "again.img"
-    done = _curl(tmp_path / "ca.crt", proxy_address, f"{EXPORTS}/exp/volumes/src/disk.img",
+    done = proxy_curl(tmp_path / "ca.crt", proxy_address, f"{EXPORTS}/exp/volumes/src/disk.img",
                  "--fail", "-H", header, "-o", str(again))  # fmt: skip
     assert done.returncode == 0, done.stderr
     _same(cluster, again)

@@ -29,6 +29,7 @@ from diskferry.control.errors import AlreadyExistsError, NotFoundError
 from diskferry.control.host.embedded.certs import DaemonCa
 from diskferry.control.host.keeping import Keeper
 from diskferry.control.host.proxy import Outside
+from diskferry.export import service_name
 from diskferry.kube.api import KubeApi
 from diskferry.kube.pods import service_names
 from diskferry.kube.routetimeout import DEFAULT_ROUTE_TIMEOUT, route_timeout
@@ -108,9 +109,10 @@ class ClusterProxy(Keeper):
         """True: the proxy is the cluster's Deployment; an export is ready once its server is."""
         return True
 
-    def takes_routes(self) -> bool:
-        """False: the proxy reaches each export's server through its Service, and no other."""
-        return False
+    def finds(self, namespace: str, name: str) -> tuple[str, ...] | None:
+        """The names of the Service `virt-export-<name>` of `namespace`, through which the
+        proxy reaches the server of `namespace/name`."""
+        return service_names(service_name(name), namespace)
 
     def route(
         self, namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None

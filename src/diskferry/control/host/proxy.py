@@ -42,9 +42,10 @@ class ExportProxy(Protocol):
     def serving(self) -> bool:
         """Whether the proxy runs and listens."""
 
-    def takes_routes(self) -> bool:
-        """Whether the proxy reaches the servers `route` names: False where it reaches export
-        servers alone, each through its Service by the export's name (a cluster's)."""
+    def finds(self, namespace: str, name: str) -> tuple[str, ...] | None:
+        """The names a server is to be reached by for the proxy to find it as `namespace/name`
+        with no route (a cluster's proxy: through its Service, named from `name`), its
+        Service's own name first; None where the proxy reaches only what `route` names."""
 
     def route(
         self, namespace: str, name: str, port: int, ready: bool, unix_socket: str | None = None

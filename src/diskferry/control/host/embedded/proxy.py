@@ -85,9 +85,9 @@ class ProxyKeeper(Keeper):
         details = ((state.progress or {}).get("details") or {}) if state else {}
         return bool(state and state.running and details.get("listenPort"))
 
-    def takes_routes(self) -> bool:
-        """True: the routes file names every server the proxy reaches."""
-        return True
+    def finds(self, namespace: str, name: str) -> tuple[str, ...] | None:
+        """None: the routes file names every server the proxy reaches."""
+        return None
 
     def _loaded(self) -> dict[tuple[str, str], Route]:
         if self._routes is None:

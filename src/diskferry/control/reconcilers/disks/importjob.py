@@ -191,7 +191,7 @@ class Imports:
             if refused is not None:
                 return Outcome(False, reason=refused[0], message=refused[1])
             if source.upload and waiting_for_user(progress):
-                urls = upload_urls(self.runner, job_id, progress, self.proxy)
+                urls = upload_urls(self.runner, job_id, claim.namespace, progress, self.proxy)
                 return Outcome(True, progress_fields({}), upload_urls=urls)
             return Outcome(True, fields)
         if isinstance(polled, Succeeded):
@@ -242,6 +242,7 @@ class Imports:
                 size,
                 upload.token_ttl,
                 source.checksum,
+                self.proxy,
             )
             return
         # the claim's volume is this object's own: the import fills it, made or left before

@@ -4,11 +4,12 @@ cluster), its certificate from the daemon's CA for the names the runner gives, i
 fresh token; the URLs users upload to, in Deckhouse's secret-path shape (`/upload/<secret>`),
 read back from the running worker.
 
-The external URL goes through the export proxy, as an export's external links do: the upload
-server is routed there under the namespace `diskferry-uploads` and its job's id, and there is
-none where nothing reaches the proxy from outside, or where the proxy reaches export servers
-alone (a cluster's, which finds each through its Service); the in-cluster URL reaches the
-worker itself, by the address the runner gives.
+The external URL goes through the export proxy, as an export's external links do, under the
+upload's job id: on this host the server is routed there under the namespace
+`diskferry-uploads`; in a cluster, where the proxy finds each server through its Service, the
+server is reached by the Service the proxy derives from the job's id (`ExportProxy.finds`),
+under the claim's namespace. There is none where nothing reaches the proxy from outside. The
+in-cluster URL reaches the worker itself, by the address the runner gives.
 
 The token expires (`diskferry.io/upload-token-ttl`, 24h by default): an expired one is replaced
 with a fresh one while the server runs, so `imageUploadURLs` then name the new secret and the
@@ -26,6 +27,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from diskferry.control.host.certs import ServerCerts
 from diskferry.control.host.proxy import ExportProxy
@@ -90,23 +92,27 @@ def start_upload(
     size: int | None,
     token_ttl: timedelta = DEFAULT_TOKEN_TTL,
     checksum: str | None = None,
+    proxy: ExportProxy | None = None,
 ) -> None:
     """Start the upload server that writes what is uploaded into `target` (grown to `size`),
-    refusing an upload whose bytes do not match `checksum` (`ALGO:HEX`) when one is given."""
+    refusing an upload whose bytes do not match `checksum` (`ALGO:HEX`) when one is given;
+    reached first by the names `proxy` finds it by, where it finds servers by their names."""
     server = runner.server_address(job_id, target.namespace)
+    found = (proxy.finds(target.namespace, job_id) if proxy is not None else None) or ()
+    sans = [*found, *(name for name in server.sans if name not in found)]
     job = UploadJob(
         target=target.path,
         format="raw",
         token_file=TOKEN_FILE,
         cert_dir=".",
-        sans=list(server.sans),
+        sans=sans,
         listen_address=server.address,
         listen_port=server.port,
         size=size,
         checksum=checksum or None,
     )
     token = JobFile(TOKEN_FILE, token_text(token_ttl), credential=True)
-    runner.start(job_id, job, [*certs.job_files(server.sans), token])
+    runner.start(job_id, job, [*certs.job_files(sans), token])
 
 
 def renew_expired_token(runner: Runner, job_id: str, ttl: timedelta) -> bool:
@@ -141,14 +147,16 @@ def waiting_for_user(progress: dict[str, Any] | None) -> bool:
 def upload_urls(
     runner: Runner,
     job_id: str,
+    namespace: str,
     progress: dict[str, Any] | None,
     proxy: ExportProxy | None = None,
 ) -> dict[str, str]:
-    """`imageUploadURLs` of the running server, {} until it listens, each ending in
-    `/upload/<secret>`: `inCluster` by the address the runner gives; `external` through `proxy`
-    once it serves (the server routed there), as `inCluster` without a proxy, and absent where
-    nothing reaches the proxy from outside (a cluster with neither a Route nor an Ingress to it,
-    as an export's external links are) or where the proxy takes no routes (a cluster's)."""
+    """`imageUploadURLs` of the running server of the claim in `namespace`, {} until it
+    listens, each ending in `/upload/<secret>`: `inCluster` by the address the runner gives;
+    `external` through `proxy` once it serves (the server routed there, or found by the name
+    it was started under), as `inCluster` without a proxy, and absent where nothing reaches the
+    proxy from outside (a cluster with neither a Route nor an Ingress to it, as an export's
+    external links are) or the proxy cannot find the server (started under other names)."""
     port = ((progress or {}).get("details") or {}).get("listenPort")
     token = runner.read_file(job_id, TOKEN_FILE)
     if not isinstance(port, int) or not token:
@@ -160,11 +168,14 @@ def upload_urls(
     in_cluster = {"inCluster": f"{server}{path}"}
     if proxy is None:
         return {"external": f"{server}{path}", **in_cluster}
-    if not proxy.takes_routes():
-        return in_cluster
     outside = proxy.outside()
     if isinstance(outside, str):
         return in_cluster
+    found = proxy.finds(namespace, job_id)
+    if found is not None:
+        if urlsplit(server).hostname not in found:
+            return in_cluster
+        return {"external": f"{outside.export_url(namespace, job_id)}{path}", **in_cluster}
     proxy.route(ROUTE_NAMESPACE, job_id, port, ready=True)
     if not proxy.serving():
         return {}
