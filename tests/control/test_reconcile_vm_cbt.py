@@ -140,6 +140,32 @@ def test_a_cbt_job_whose_overlay_is_in_place_is_let_finish_and_its_log_kept(capl
         )
 
 
+def test_a_vm_starts_only_once_a_cbt_job_no_longer_wanted_is_undone() -> None:
+    """CBT unwanted while the job moving a starting VM's disk onto its overlay runs: the disk is
+    moved back off it before QEMU starts, so that no write goes past a bitmap that stays."""
+    runners: list[LingeringRunner] = []
+
+    def lingering(data_dir: Path) -> LingeringRunner:
+        runners.append(LingeringRunner(data_dir))
+        return runners[0]
+
+    with vm_daemon(lingering) as daemon:
+        disk = ready_disk(daemon, "vd-e")
+        create_vm(daemon, "vm-i", SPEC, {"diskferry.io/changed-block-tracking": "true"})
+        wait_until(lambda: os.path.exists(f"{disk}.cbt.qcow2"), 30)
+        patch_vm(daemon, "vm-i", {"metadata": {"labels": None}})
+        seen = runners[0].looks_after_end
+        wait_until(lambda: runners[0].looks_after_end >= seen + 3, 30)  # reconciled since
+        runners[0].let_end()
+        vm = daemon.wait_phase("VirtualMachine", "vm-i", "Running", timeout=60)
+        assert not os.path.exists(f"{disk}.cbt.qcow2")
+        assert vm["status"]["changedBlockTracking"] == {"state": "Disabled"}
+        target = vm["status"]["blockDevices"][0]["target"]
+        with Qmp(vm["status"]["qmpSocket"]) as qmp:
+            nodes = {n["node-name"]: n for n in qmp.command("query-named-block-nodes", flat=True)}
+        assert nodes[target]["drv"] != "qcow2"
+
+
 def test_cbt_no_longer_wanted_removes_the_overlays_at_the_next_start(daemon: Daemon) -> None:
     """Dropping the label leaves the running VM tracked; its next start runs it on raw."""
     disk = ready_disk(daemon, "vd-e")

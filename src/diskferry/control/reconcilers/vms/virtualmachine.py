@@ -86,7 +86,7 @@ from diskferry.control.runtime.phases import (
 )
 from diskferry.control.runtime.reconciler import Result, tag
 from diskferry.control.runtime.runner.base import Runner
-from diskferry.control.runtime.runner.jobs import Failed, Jobs, Running
+from diskferry.control.runtime.runner.jobs import Failed, Jobs, Running, Succeeded
 
 WATCH_SECONDS = 2.0
 STEP_SECONDS = 0.2
@@ -369,27 +369,29 @@ class VirtualMachineReconciler:
     ) -> Result | None:
         """Each writable disk moved on or off its CBT overlay by a worker, as `track` says: a
         Result while a worker moves one (or once one failed), None when each is as wanted. A
-        disk already as wanted whose worker still runs (its overlay put in place, its result
-        not yet written) is waited for, its log then kept."""
+        worker that still runs is waited for, even where the disk is already as wanted (its
+        overlay put in place, its result not yet written), so that its log is kept; one that
+        moved the disk the other way (CBT wanted otherwise since it started) gives way to one
+        that moves it back, before the disk is taken as it is."""
         moving = None
         for a in writable:
             assert a.claim is not None  # a writable device is a disk's claim
             job_id = vmcbt.cbt_job_id(obj, a.target)
-            if isinstance(self.jobs.poll(job_id, CbtResult), Running):
+            polled = self.jobs.poll(job_id, CbtResult)
+            if isinstance(polled, Running):
                 moving = Result.requeue(STEP_SECONDS)
                 continue
-            if self.volumes.tracked(a.claim) == track:
+            as_wanted = self.volumes.tracked(a.claim) == track
+            if as_wanted or isinstance(polled, Succeeded):
                 self.jobs.settle(job_id, tag(obj), keep=False)
+            if as_wanted:
                 continue
             outcome = step(self.jobs, job_id, vmcbt.cbt_job(a.claim, track), CbtResult)
             if isinstance(outcome, Failed):
                 self.jobs.settle(job_id, tag(obj), keep=True)
                 error = f"the disk {a.ref.name} was not moved {'onto' if track else 'off'} CBT"
                 return Result.failed(CbtChangeError(f"{error}: {outcome.message}"))
-            if isinstance(outcome, Running):
-                moving = Result.requeue(STEP_SECONDS)
-            else:
-                self.jobs.settle(job_id, tag(obj), keep=False)
+            moving = Result.requeue(STEP_SECONDS)
         return moving
 
     def _disks(
