@@ -3,6 +3,7 @@ PendingRestart on a running VM until its next start moves the disks onto their o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -10,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from control_support import wait_until
@@ -115,10 +117,9 @@ class LingeringRunner(LocalRunner):
         self.lingering = False
 
 
-def test_a_cbt_job_whose_overlay_is_in_place_is_let_finish_and_its_log_kept(caplog) -> None:
-    """A reconcile that finds the overlay in place while the job that made it still runs waits
-    for that job, neither cancelling it nor dropping its log, and shows Enabled only after."""
-    caplog.set_level(logging.INFO, logger="diskferry.control")
+@contextlib.contextmanager
+def lingering_daemon() -> Iterator[tuple[Daemon, LingeringRunner]]:
+    """A VM daemon whose workers run through a LingeringRunner, and that runner."""
     runners: list[LingeringRunner] = []
 
     def lingering(data_dir: Path) -> LingeringRunner:
@@ -126,13 +127,21 @@ def test_a_cbt_job_whose_overlay_is_in_place_is_let_finish_and_its_log_kept(capl
         return runners[0]
 
     with vm_daemon(lingering) as daemon:
+        yield daemon, runners[0]
+
+
+def test_a_cbt_job_whose_overlay_is_in_place_is_let_finish_and_its_log_kept(caplog) -> None:
+    """A reconcile that finds the overlay in place while the job that made it still runs waits
+    for that job, neither cancelling it nor dropping its log, and shows Enabled only after."""
+    caplog.set_level(logging.INFO, logger="diskferry.control")
+    with lingering_daemon() as (daemon, runner):
         disk = ready_disk(daemon, "vd-e")
         stopped = {**SPEC, "runPolicy": "AlwaysOff"}
         create_vm(daemon, "vm-h", stopped, {"diskferry.io/changed-block-tracking": "true"})
         wait_until(lambda: os.path.exists(f"{disk}.cbt.qcow2"), 30)
-        wait_until(lambda: runners[0].looks_after_end >= 3, 30)  # reconciled meanwhile
+        wait_until(lambda: runner.looks_after_end >= 3, 30)  # reconciled meanwhile
         assert cbt_state(daemon, "vm-h") == "Initializing"
-        runners[0].let_end()
+        runner.let_end()
         wait_until(lambda: cbt_state(daemon, "vm-h") == "Enabled", 30)
         said = [r.getMessage() for r in caplog.records]
         assert any(
@@ -143,20 +152,14 @@ def test_a_cbt_job_whose_overlay_is_in_place_is_let_finish_and_its_log_kept(capl
 def test_a_vm_starts_only_once_a_cbt_job_no_longer_wanted_is_undone() -> None:
     """CBT unwanted while the job moving a starting VM's disk onto its overlay runs: the disk is
     moved back off it before QEMU starts, so that no write goes past a bitmap that stays."""
-    runners: list[LingeringRunner] = []
-
-    def lingering(data_dir: Path) -> LingeringRunner:
-        runners.append(LingeringRunner(data_dir))
-        return runners[0]
-
-    with vm_daemon(lingering) as daemon:
+    with lingering_daemon() as (daemon, runner):
         disk = ready_disk(daemon, "vd-e")
         create_vm(daemon, "vm-i", SPEC, {"diskferry.io/changed-block-tracking": "true"})
         wait_until(lambda: os.path.exists(f"{disk}.cbt.qcow2"), 30)
         patch_vm(daemon, "vm-i", {"metadata": {"labels": None}})
-        seen = runners[0].looks_after_end
-        wait_until(lambda: runners[0].looks_after_end >= seen + 3, 30)  # reconciled since
-        runners[0].let_end()
+        seen = runner.looks_after_end
+        wait_until(lambda: runner.looks_after_end >= seen + 3, 30)  # reconciled since
+        runner.let_end()
         vm = daemon.wait_phase("VirtualMachine", "vm-i", "Running", timeout=60)
         assert not os.path.exists(f"{disk}.cbt.qcow2")
         assert vm["status"]["changedBlockTracking"] == {"state": "Disabled"}
